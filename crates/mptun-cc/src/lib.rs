@@ -1,0 +1,122 @@
+//! Congestion control, RTT estimation and pacing for one TCP subflow.
+//!
+//! The split follows Linux's `struct tcp_congestion_ops`: the subflow owns the
+//! loss-recovery machinery (fast retransmit, PRR, RTO) and the window state
+//! ([`CcState`], in packets like `snd_cwnd`/`snd_ssthresh`); a
+//! [`CongestionControl`] only decides how the window grows (`cong_avoid`), where
+//! it falls to on a loss (`ssthresh`) and what it learns from ACK samples
+//! (`pkts_acked`). So CUBIC drops in for Reno without touching the subflow, and
+//! counters and thresholds keep the kernel's units.
+
+#![forbid(unsafe_code)]
+
+pub use mptun_time::{Duration, Instant};
+
+/// Window state shared between a subflow and its congestion controller,
+/// in packets (MSS-sized segments), exactly as Linux keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CcState {
+    /// `snd_cwnd`.
+    pub cwnd: u32,
+    /// `snd_cwnd_cnt`: fractional growth accumulator used in congestion avoidance.
+    pub cwnd_cnt: u32,
+    /// `snd_ssthresh`; `u32::MAX` until the first loss (Linux `TCP_INFINITE_SSTHRESH`).
+    pub ssthresh: u32,
+    /// `snd_cwnd_clamp`.
+    pub cwnd_clamp: u32,
+}
+
+impl CcState {
+    /// Linux's initial state: IW10, infinite ssthresh.
+    pub fn new(initial_cwnd: u32) -> Self {
+        CcState { cwnd: initial_cwnd, cwnd_cnt: 0, ssthresh: u32::MAX, cwnd_clamp: u32::MAX / 2 }
+    }
+
+    /// `tcp_in_slow_start`.
+    pub fn in_slow_start(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
+}
+
+/// Linux `tcp_ca_state`, reported to the controller on every transition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CaState {
+    Open,
+    Disorder,
+    Cwr,
+    Recovery,
+    Loss,
+}
+
+/// Linux `tcp_ca_event`s a controller may react to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CaEvent {
+    /// First transmission after the flow was idle (nothing in flight).
+    TxStart,
+    /// cwnd restarted after idle (`tcp_cwnd_restart`).
+    CwndRestart,
+    /// Loss recovery completed (cwnd set back to ssthresh).
+    CompleteCwr,
+    /// The whole window was lost (RTO).
+    Loss,
+}
+
+/// One ACK's worth of information for `pkts_acked` (Linux `struct ack_sample`
+/// plus the sequence numbers HyStart needs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckSample {
+    /// Packets newly acknowledged (cumulatively or by SACK).
+    pub pkts_acked: u32,
+    /// RTT sample of this ACK, if it produced one (Karn: none from retransmits).
+    pub rtt: Option<Duration>,
+    /// `snd_una` after processing this ACK.
+    pub snd_una: u32,
+    /// `snd_nxt` when this ACK was processed.
+    pub snd_nxt: u32,
+    /// Packets in flight before this ACK.
+    pub in_flight: u32,
+}
+
+/// Counters a controller maintains, with the kernel's names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CcCounters {
+    pub tcp_ext_tcp_hystart_train_detect: u64,
+    pub tcp_ext_tcp_hystart_train_cwnd: u64,
+    pub tcp_ext_tcp_hystart_delay_detect: u64,
+    pub tcp_ext_tcp_hystart_delay_cwnd: u64,
+}
+
+/// A pluggable congestion controller (Linux `tcp_congestion_ops`).
+///
+/// Call order per ACK, as `tcp_ack` does it: `pkts_acked` with the sample,
+/// then `cong_avoid` if the ACK advanced `snd_una`, the subflow is in
+/// [`CaState::Open`] and it was cwnd-limited.
+pub trait CongestionControl: Send + core::fmt::Debug {
+    /// Name as `net.ipv4.tcp_congestion_control` would print it.
+    fn name(&self) -> &'static str;
+    /// Connection start (`init`).
+    fn init(&mut self, state: &mut CcState, now: Instant);
+    /// Per-ACK sample (`pkts_acked`).
+    fn pkts_acked(&mut self, state: &mut CcState, sample: &AckSample, now: Instant);
+    /// Window growth for `acked` newly acknowledged packets (`cong_avoid`).
+    fn cong_avoid(&mut self, state: &mut CcState, ack: u32, acked: u32, now: Instant);
+    /// New slow-start threshold on entering Recovery or Loss (`ssthresh`).
+    fn ssthresh(&mut self, state: &CcState) -> u32;
+    /// The subflow changed CA state (`set_state`).
+    fn set_state(&mut self, state: &mut CcState, new: CaState, now: Instant);
+    /// An event the controller may care about (`cwnd_event`).
+    fn cwnd_event(&mut self, state: &mut CcState, event: CaEvent, now: Instant);
+    /// cwnd to restore after a spurious loss is detected (`undo_cwnd`).
+    fn undo_cwnd(&mut self, state: &CcState, prior_cwnd: u32) -> u32 {
+        state.cwnd.max(prior_cwnd)
+    }
+    /// HyStart and other controller counters.
+    fn counters(&self) -> CcCounters {
+        CcCounters::default()
+    }
+    /// Why slow start ended, if it did by the controller's own decision
+    /// (HyStart: `"train"` or `"delay"`), with the cwnd at that moment.
+    fn slow_start_exit(&self) -> Option<(&'static str, u32)> {
+        None
+    }
+}

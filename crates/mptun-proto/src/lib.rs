@@ -1,0 +1,2 @@
+//! Sans-IO protocol core (see module docs).
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! Deterministic simulator.
+#![forbid(unsafe_code)]
