@@ -10,7 +10,25 @@
 
 #![forbid(unsafe_code)]
 
+mod algorithm;
+mod cubic;
+mod hystart;
+mod minmax;
+mod pacing;
+mod reno;
+mod rtt;
+
+pub use algorithm::{new_controller, new_controller_with, Algorithm, ParseError};
+pub use cubic::{cubic_root, Cubic, CubicConfig, BICTCP_BETA_SCALE, BICTCP_HZ, HZ};
+pub use hystart::{
+    hystart_delay_thresh, HystartRoundStart, HYSTART_ACK_TRAIN, HYSTART_DELAY, HYSTART_DELAY_MAX_US,
+    HYSTART_DELAY_MIN_US, HYSTART_MIN_SAMPLES,
+};
+pub use minmax::WindowedMin;
 pub use mptun_time::{Duration, Instant};
+pub use pacing::{new_pacer, EdtPacer, NoPacer, Pacer, PacerKind, PacingRateConfig, QuantumConfig, QuantumPacer};
+pub use reno::{tcp_cong_avoid_ai, tcp_reno_ssthresh, tcp_slow_start, Reno};
+pub use rtt::{RtoFloor, RttConfig, RttEstimator};
 
 /// Window state shared between a subflow and its congestion controller,
 /// in packets (MSS-sized segments), exactly as Linux keeps it.
@@ -110,6 +128,17 @@ pub trait CongestionControl: Send + core::fmt::Debug {
     fn undo_cwnd(&mut self, state: &CcState, prior_cwnd: u32) -> u32 {
         state.cwnd.max(prior_cwnd)
     }
+    /// The subflow transmitted a data segment (Linux sets `tp->lsndtime` in
+    /// `tcp_event_data_sent`). CUBIC needs the time of the last send to shift
+    /// its epoch by the idle period on [`CaEvent::TxStart`]; call it after
+    /// `cwnd_event(TxStart)` for the same segment, as the kernel does.
+    fn data_sent(&mut self, _now: Instant) {}
+    /// The subflow's current pacing rate and whether pacing is actually
+    /// applied (Linux `sk_pacing_rate` and `sk_pacing_status != SK_PACING_NONE`).
+    /// HyStart's ACK-train threshold depends on both: paced flows get no
+    /// `delay_min / 2` halving, and the rate sizes the TSO/GRO cushion.
+    /// Call whenever the pacing rate is recomputed (once per ACK in Linux).
+    fn set_pacing(&mut self, _rate_bytes_per_sec: u64, _paced: bool) {}
     /// HyStart and other controller counters.
     fn counters(&self) -> CcCounters {
         CcCounters::default()

@@ -1,0 +1,104 @@
+//! Choosing a controller by name, as `net.ipv4.tcp_congestion_control` does.
+
+use core::fmt;
+use core::str::FromStr;
+
+use crate::{CongestionControl, Cubic, CubicConfig, Reno};
+
+/// The congestion control algorithms this crate implements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// NewReno ([`Reno`]).
+    Reno,
+    /// CUBIC with HyStart ([`Cubic`]), Linux's default.
+    #[default]
+    Cubic,
+}
+
+impl Algorithm {
+    /// Every algorithm, for help texts and test matrices.
+    pub const ALL: [Algorithm; 2] = [Algorithm::Reno, Algorithm::Cubic];
+
+    /// The kernel's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Reno => "reno",
+            Algorithm::Cubic => "cubic",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        match s.to_ascii_lowercase().as_str() {
+            "reno" | "newreno" => Ok(Algorithm::Reno),
+            "cubic" => Ok(Algorithm::Cubic),
+            _ => Err(ParseError::new("congestion control algorithm", s, &["reno", "cubic"])),
+        }
+    }
+}
+
+/// An unknown name given for one of this crate's enums.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    what: &'static str,
+    got: String,
+    expected: &'static [&'static str],
+}
+
+impl ParseError {
+    pub(crate) fn new(what: &'static str, got: &str, expected: &'static [&'static str]) -> Self {
+        ParseError { what, got: got.to_owned(), expected }
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown {} {:?} (expected one of: {})", self.what, self.got, self.expected.join(", "))
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// A controller with default tunables.
+pub fn new_controller(algorithm: Algorithm) -> Box<dyn CongestionControl> {
+    new_controller_with(algorithm, CubicConfig::default())
+}
+
+/// A controller; `cubic` configures CUBIC and is ignored by Reno.
+pub fn new_controller_with(algorithm: Algorithm, cubic: CubicConfig) -> Box<dyn CongestionControl> {
+    match algorithm {
+        Algorithm::Reno => Box::new(Reno::new()),
+        Algorithm::Cubic => Box::new(Cubic::new(cubic)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{HystartRoundStart, PacerKind};
+
+    #[test]
+    fn names_round_trip() {
+        for a in Algorithm::ALL {
+            assert_eq!(a.name().parse::<Algorithm>(), Ok(a));
+            assert_eq!(new_controller(a).name(), a.name());
+        }
+        assert_eq!("CUBIC".parse::<Algorithm>(), Ok(Algorithm::Cubic));
+        let err = "bbr".parse::<Algorithm>().unwrap_err();
+        assert_eq!(err.to_string(), "unknown congestion control algorithm \"bbr\" (expected one of: reno, cubic)");
+        for p in [PacerKind::Edt, PacerKind::Quantum, PacerKind::None] {
+            assert_eq!(p.to_string().parse::<PacerKind>(), Ok(p));
+        }
+        assert!("x".parse::<PacerKind>().is_err());
+        assert_eq!("legacy".parse::<HystartRoundStart>(), Ok(HystartRoundStart::Legacy));
+        assert_eq!(HystartRoundStart::default().to_string(), "fixed");
+    }
+}
