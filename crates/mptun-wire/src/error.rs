@@ -17,8 +17,15 @@ pub enum Error {
     BadChecksum,
     /// An MPTCP option whose subtype/flags/length combination RFC 8684 does not define.
     BadMptcp,
-    /// Not enough room in the output buffer (emit side).
+    /// Not enough room in the output buffer (emit side), or the 40-byte TCP
+    /// option space is exhausted.
     NoSpace,
+    /// Well-formed, but a feature this codec deliberately does not handle
+    /// (IPv4 fragments, IPv6 extension headers): refusing is safer than a
+    /// half-correct reassembly or header walk in the hot path.
+    Unsupported,
+    /// A valid IP packet that does not carry TCP.
+    NotTcp,
 }
 
 impl fmt::Display for Error {
@@ -30,6 +37,8 @@ impl fmt::Display for Error {
             Error::BadChecksum => "bad checksum",
             Error::BadMptcp => "malformed MPTCP option",
             Error::NoSpace => "no space in output buffer",
+            Error::Unsupported => "unsupported IP feature (fragment or extension header)",
+            Error::NotTcp => "not a TCP packet",
         };
         f.write_str(s)
     }
