@@ -1,1 +1,34 @@
-//! Packet I/O (TUN, netns, pcap).
+//! Packet I/O for the mptun runtime, independent of the protocol.
+//!
+//! - [`PacketIo`]: the small, object-safe trait the runtime reads and writes
+//!   raw IP packets through, in reusable [`PacketBatch`]es.
+//! - [`TunDevice`]: a Linux TUN device via tun-rs, optionally with
+//!   `IFF_VNET_HDR` TSO/GRO offload, created in any network namespace.
+//! - [`ChannelIo`]: an in-memory pair for tests without root.
+//! - [`netns`]: create/enter namespaces, run `ip -n`.
+//! - [`pcap`] and [`PcapTap`]: capture any device to a file Wireshark opens.
+//! - [`testutil`]: the skip-or-fail rule for namespace tests, packet builders.
+//!
+//! A path is (local address, device): one TUN per path, or one TUN carrying
+//! several addresses; see [`paths::PathSet`].
+
+mod batch;
+mod channel;
+pub mod netns;
+mod packet_io;
+pub mod paths;
+pub mod pcap;
+mod tap;
+pub mod testutil;
+mod tun;
+
+pub use batch::{PacketBatch, PushError, HEADROOM};
+pub use channel::ChannelIo;
+pub use netns::{run_in_netns, spawn_tun_in_netns, Netns, NetnsGuard};
+pub use packet_io::{AtomicIoStats, IoStats, PacketIo, PacketIoExt};
+pub use pcap::{PcapReader, PcapWriter};
+pub use tap::{PcapTap, SharedPcap};
+pub use tun::{IfAddr, TunConfig, TunDevice};
+
+/// Packets per batch: tun-rs' `IDEAL_BATCH_SIZE`, also wireguard-go's.
+pub const DEFAULT_BATCH: usize = 128;

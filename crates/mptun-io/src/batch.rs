@@ -1,0 +1,323 @@
+//! A reusable batch of packet buffers.
+//!
+//! The runtime moves packets between the TUN devices and the protocol core at
+//! line rate, so the buffers are allocated once and recycled: `clear()` keeps
+//! every slot's memory, and steady-state receive and send never allocate.
+//! Each slot keeps [`HEADROOM`] bytes in front of the packet so that a device
+//! running with `IFF_VNET_HDR` can prepend the virtio-net header in place
+//! instead of copying the packet.
+
+use std::fmt;
+
+/// Bytes reserved in front of every packet: the size of `struct virtio_net_hdr`
+/// that a TUN device opened with `IFF_VNET_HDR` exchanges before each frame.
+pub const HEADROOM: usize = 10;
+
+/// Why a packet could not be added to a [`PacketBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushError {
+    /// Every slot is in use; send or drain the batch first.
+    Full,
+    /// The packet is longer than the batch's `max_packet_len`.
+    TooLarge {
+        /// Length of the rejected packet.
+        len: usize,
+        /// Largest packet a slot holds.
+        max: usize,
+    },
+}
+
+impl fmt::Display for PushError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PushError::Full => write!(f, "packet batch is full"),
+            PushError::TooLarge { len, max } => write!(f, "packet of {len} bytes exceeds the slot size of {max}"),
+        }
+    }
+}
+
+impl std::error::Error for PushError {}
+
+impl From<PushError> for std::io::Error {
+    fn from(e: PushError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
+    }
+}
+
+/// A fixed set of packet slots, filled by receive and drained by send.
+///
+/// Invariant between I/O calls: every slot vector is exactly
+/// `HEADROOM + max_packet_len` bytes long, so a device can read straight into
+/// it; `lens[i]` says how much of slot `i` (after the headroom) is packet.
+pub struct PacketBatch {
+    slots: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+    len: usize,
+    sent: usize,
+    rejected: usize,
+    /// Packets a [`crate::PcapTap`] already recorded (a send that returned
+    /// Pending is polled again with the same batch).
+    pub(crate) tapped: usize,
+    max_packet_len: usize,
+}
+
+impl PacketBatch {
+    /// A batch of `capacity` slots that each hold a packet of up to
+    /// `max_packet_len` bytes (use the device MTU; a TUN never hands out more
+    /// without offload, and with offload the device splits super-packets).
+    pub fn new(capacity: usize, max_packet_len: usize) -> Self {
+        let mut b = PacketBatch {
+            slots: Vec::new(),
+            lens: Vec::new(),
+            len: 0,
+            sent: 0,
+            rejected: 0,
+            tapped: 0,
+            max_packet_len,
+        };
+        b.reserve_slots(capacity.max(1));
+        b
+    }
+
+    /// A batch sized for `io`: its MTU, and the 128 slots that tun-rs and
+    /// wireguard-go found to be the sweet spot for one wakeup.
+    pub fn for_io(io: &dyn crate::PacketIo) -> Self {
+        Self::new(crate::DEFAULT_BATCH, io.mtu())
+    }
+
+    fn slot_size(&self) -> usize {
+        HEADROOM + self.max_packet_len
+    }
+
+    /// Grows the batch to at least `capacity` slots. Only ever allocates on
+    /// growth, so callers may call it on every wakeup.
+    pub fn reserve_slots(&mut self, capacity: usize) {
+        let size = self.slot_size();
+        while self.slots.len() < capacity {
+            self.slots.push(vec![0; size]);
+            self.lens.push(0);
+        }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Number of packets in the batch (sent ones included until `clear`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the batch holds no packet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when no slot is free.
+    pub fn is_full(&self) -> bool {
+        self.len == self.slots.len()
+    }
+
+    /// Number of free slots.
+    pub fn remaining(&self) -> usize {
+        self.slots.len() - self.len
+    }
+
+    /// Largest packet one slot holds.
+    pub fn max_packet_len(&self) -> usize {
+        self.max_packet_len
+    }
+
+    /// Forgets every packet but keeps the memory.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.sent = 0;
+        self.rejected = 0;
+        self.tapped = 0;
+    }
+
+    /// Packets not yet written by a `poll_send_batch` that stopped half-way.
+    pub fn unsent(&self) -> usize {
+        self.len - self.sent
+    }
+
+    /// Copies `packet` into the next free slot.
+    pub fn push(&mut self, packet: &[u8]) -> Result<(), PushError> {
+        if packet.len() > self.max_packet_len {
+            return Err(PushError::TooLarge { len: packet.len(), max: self.max_packet_len });
+        }
+        self.push_with(|buf| {
+            buf[..packet.len()].copy_from_slice(packet);
+            packet.len()
+        })
+        .map(|_| ())
+    }
+
+    /// Lets `fill` write a packet straight into the next free slot (no copy):
+    /// it gets the whole slot and returns the packet length.
+    ///
+    /// Returns the index of the new packet. A length past the slot is
+    /// rejected rather than truncated, because a truncated IP packet would go
+    /// out with a header that lies about its size.
+    pub fn push_with(&mut self, fill: impl FnOnce(&mut [u8]) -> usize) -> Result<usize, PushError> {
+        if self.is_full() {
+            return Err(PushError::Full);
+        }
+        let max = self.max_packet_len;
+        let i = self.len;
+        let slot = &mut self.slots[i][HEADROOM..];
+        let n = fill(slot);
+        if n > max {
+            return Err(PushError::TooLarge { len: n, max });
+        }
+        self.lens[i] = n;
+        self.len += 1;
+        Ok(i)
+    }
+
+    /// The packet at `index`.
+    pub fn get(&self, index: usize) -> Option<&[u8]> {
+        (index < self.len).then(|| &self.slots[index][HEADROOM..HEADROOM + self.lens[index]])
+    }
+
+    /// The packet at `index`, writable (e.g. to rewrite addresses in place).
+    pub fn get_mut(&mut self, index: usize) -> Option<&mut [u8]> {
+        (index < self.len).then(|| &mut self.slots[index][HEADROOM..HEADROOM + self.lens[index]])
+    }
+
+    /// Every packet in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.slots[..self.len].iter().zip(&self.lens).map(|(s, &l)| &s[HEADROOM..HEADROOM + l])
+    }
+
+    // ---- device-side access (crate-internal) ----
+
+    /// The next free slot's packet area, for a device read.
+    pub(crate) fn next_free_mut(&mut self) -> Option<&mut [u8]> {
+        let i = self.len;
+        self.slots.get_mut(i).map(|s| &mut s[HEADROOM..])
+    }
+
+    /// Marks the next free slot as holding `n` bytes.
+    pub(crate) fn commit(&mut self, n: usize) {
+        debug_assert!(n <= self.max_packet_len && self.len < self.slots.len());
+        self.lens[self.len] = n;
+        self.len += 1;
+    }
+
+    /// The free slots (whole vectors, headroom included) and their length
+    /// cells, for tun-rs' `recv_multiple`, which splits a GSO super-packet into
+    /// several slots at once. Call [`Self::commit_many`] with its count.
+    pub(crate) fn free_slots_mut(&mut self) -> (&mut [Vec<u8>], &mut [usize]) {
+        let i = self.len;
+        (&mut self.slots[i..], &mut self.lens[i..])
+    }
+
+    /// Marks `n` free slots, already sized by the device, as filled.
+    pub(crate) fn commit_many(&mut self, n: usize) {
+        debug_assert!(self.len + n <= self.slots.len());
+        for l in &mut self.lens[self.len..self.len + n] {
+            *l = (*l).min(self.max_packet_len);
+        }
+        self.len += n;
+    }
+
+    /// The next unsent packet, headroom included in front.
+    pub(crate) fn next_unsent_with_headroom(&mut self) -> Option<&mut [u8]> {
+        let i = self.sent;
+        (i < self.len).then(|| &mut self.slots[i][..HEADROOM + self.lens[i]])
+    }
+
+    /// Records that `n` more packets went out.
+    pub(crate) fn advance_sent(&mut self, n: usize) {
+        self.sent = (self.sent + n).min(self.len);
+    }
+
+    /// Records that the next unsent packet was refused and dropped.
+    pub(crate) fn reject_one(&mut self) {
+        if self.sent < self.len {
+            self.sent += 1;
+            self.rejected += 1;
+        }
+    }
+
+    /// Ends a send: returns how many packets the device accepted over all
+    /// the polls of this batch, and empties it.
+    pub(crate) fn finish_send(&mut self) -> usize {
+        let accepted = self.sent - self.rejected;
+        self.clear();
+        accepted
+    }
+
+    /// Runs `f` over the unsent slots trimmed to their exact length (what
+    /// tun-rs' GRO coalescing expects), then restores the slot invariant.
+    /// Coalescing may grow a slot; its extra capacity is kept for next time.
+    pub(crate) fn with_unsent_exact<R>(&mut self, f: impl FnOnce(&mut [Vec<u8>]) -> R) -> R {
+        let size = self.slot_size();
+        let (from, to) = (self.sent, self.len);
+        for (s, &l) in self.slots[from..to].iter_mut().zip(&self.lens[from..to]) {
+            s.truncate(HEADROOM + l);
+        }
+        let r = f(&mut self.slots[from..to]);
+        for s in &mut self.slots[from..to] {
+            s.resize(size, 0);
+        }
+        r
+    }
+}
+
+impl fmt::Debug for PacketBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PacketBatch")
+            .field("len", &self.len)
+            .field("sent", &self.sent)
+            .field("capacity", &self.capacity())
+            .field("max_packet_len", &self.max_packet_len)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_get_clear_reuses_memory() {
+        let mut b = PacketBatch::new(2, 8);
+        b.push(&[1, 2, 3]).unwrap();
+        b.push(&[4; 8]).unwrap();
+        assert_eq!(b.push(&[5]), Err(PushError::Full));
+        assert_eq!(b.get(0), Some(&[1u8, 2, 3][..]));
+        assert_eq!(b.get(1), Some(&[4u8; 8][..]));
+        assert_eq!(b.get(2), None);
+        let ptr = b.get(0).unwrap().as_ptr();
+        b.clear();
+        assert!(b.is_empty());
+        b.push(&[9]).unwrap();
+        assert_eq!(b.get(0).unwrap().as_ptr(), ptr, "slot memory is recycled");
+        assert_eq!(b.iter().collect::<Vec<_>>(), vec![&[9u8][..]]);
+    }
+
+    #[test]
+    fn oversize_is_rejected_not_truncated() {
+        let mut b = PacketBatch::new(1, 4);
+        assert_eq!(b.push(&[0; 5]), Err(PushError::TooLarge { len: 5, max: 4 }));
+        assert_eq!(b.push_with(|_| 100), Err(PushError::TooLarge { len: 100, max: 4 }));
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn exact_view_restores_invariant() {
+        let mut b = PacketBatch::new(2, 16);
+        b.push(&[1; 3]).unwrap();
+        b.push(&[2; 5]).unwrap();
+        b.with_unsent_exact(|slots| {
+            assert_eq!(slots[0].len(), HEADROOM + 3);
+            assert_eq!(slots[1].len(), HEADROOM + 5);
+            slots[0].extend_from_slice(&[7; 40]); // coalescing may grow a slot
+        });
+        assert!(b.slots.iter().all(|s| s.len() == HEADROOM + 16));
+        assert_eq!(b.get(1), Some(&[2u8; 5][..]));
+    }
+}

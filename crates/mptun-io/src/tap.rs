@@ -1,0 +1,112 @@
+//! A [`PacketIo`] wrapper that records both directions to a pcap file.
+//!
+//! Wrapping instead of building capture into each device keeps it optional
+//! per device and available for every implementation (TUN, in-memory). Timestamps
+//! are wall-clock (Unix epoch) so the capture lines up with a tcpdump taken
+//! on the veths at the same time.
+
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use crate::pcap::PcapWriter;
+use crate::{IoStats, PacketBatch, PacketIo};
+
+/// A pcap writer shareable between taps (one file for all paths).
+pub type SharedPcap = Arc<Mutex<PcapWriter>>;
+
+/// Records every packet `inner` receives or sends.
+pub struct PcapTap<T> {
+    inner: T,
+    pcap: SharedPcap,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl<T: PacketIo> PcapTap<T> {
+    /// Wraps `inner`, recording into a new file at `path`.
+    pub fn create(inner: T, path: impl AsRef<Path>) -> io::Result<Self> {
+        Ok(Self::with_writer(inner, Arc::new(Mutex::new(PcapWriter::create(path)?))))
+    }
+
+    /// Wraps `inner`, recording into `pcap` (possibly shared with other taps).
+    pub fn with_writer(inner: T, pcap: SharedPcap) -> Self {
+        PcapTap { inner, pcap, failed: false.into() }
+    }
+
+    /// The wrapped device.
+    pub fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    /// The writer, e.g. to flush it.
+    pub fn writer(&self) -> &SharedPcap {
+        &self.pcap
+    }
+
+    /// Flushes buffered records to the file.
+    pub fn flush(&self) -> io::Result<()> {
+        self.lock().flush()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PcapWriter> {
+        self.pcap.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn record<'a>(&self, packets: impl Iterator<Item = &'a [u8]>) {
+        let mut w = self.lock();
+        for p in packets {
+            if let Err(e) = w.write_now(p) {
+                // Capture is diagnostics: a full disk must not stop traffic.
+                // Say so once.
+                if !self.failed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!("warning: pcap capture for {} failed: {e}", self.inner.name());
+                }
+            }
+        }
+    }
+}
+
+impl<T: PacketIo> PacketIo for PcapTap<T> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn mtu(&self) -> usize {
+        self.inner.mtu()
+    }
+
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        let from = batch.len();
+        let r = self.inner.poll_recv_batch(cx, batch);
+        if let Poll::Ready(Ok(_)) = r {
+            self.record(batch.iter().skip(from));
+        }
+        r
+    }
+
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        let from = batch.tapped.max(batch.len() - batch.unsent());
+        self.record(batch.iter().skip(from));
+        batch.tapped = batch.len();
+        self.inner.poll_send_batch(cx, batch)
+    }
+
+    fn poll_send(&self, cx: &mut Context<'_>, packet: &[u8]) -> Poll<io::Result<()>> {
+        let r = self.inner.poll_send(cx, packet);
+        if let Poll::Ready(Ok(())) = r {
+            self.record(std::iter::once(packet));
+        }
+        r
+    }
+
+    fn stats(&self) -> IoStats {
+        self.inner.stats()
+    }
+}
+
+impl<T> Drop for PcapTap<T> {
+    fn drop(&mut self) {
+        let _ = self.pcap.lock().map(|mut w| w.flush());
+    }
+}

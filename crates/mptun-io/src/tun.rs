@@ -1,0 +1,470 @@
+//! TUN devices through tun-rs, registered with tokio.
+//!
+//! tun-rs creates and configures the device (and owns the offload code:
+//! splitting GSO super-packets on read, GRO-coalescing on write); the fd is
+//! then registered with tokio's reactor directly so one readiness event can
+//! be drained with plain `read(2)` calls until `EAGAIN`.
+//!
+//! Configuration happens on the creating thread, in that thread's network
+//! namespace: the ioctl and netlink sockets tun-rs opens belong to it. That is
+//! why everything (addresses, MTU, up) is done at creation and cached, and why
+//! [`crate::netns::spawn_tun_in_netns`] creates the device on a thread that
+//! entered the namespace. The fd itself works from any thread afterwards.
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+
+use tokio::io::unix::AsyncFd;
+use tun_rs::{DeviceBuilder, GROTable, SyncDevice, VIRTIO_NET_HDR_LEN};
+
+use crate::packet_io::{full_batch, is_per_packet_error, AtomicIoStats};
+use crate::{IoStats, PacketBatch, PacketIo, HEADROOM};
+
+const _: () = assert!(HEADROOM == VIRTIO_NET_HDR_LEN, "slot headroom must fit the virtio-net header");
+
+/// Linux's IFNAMSIZ less the terminating NUL.
+const MAX_IFNAME: usize = 15;
+/// Largest IP packet (the 16-bit total length), and thus largest GSO read.
+const MAX_IP_PACKET: usize = 65_535;
+
+/// An address with its prefix length, as `ip addr add` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IfAddr {
+    /// The address.
+    pub addr: IpAddr,
+    /// Prefix length (0..=32 for IPv4, 0..=128 for IPv6).
+    pub prefix: u8,
+}
+
+impl IfAddr {
+    /// `addr/prefix`, checked.
+    pub fn new(addr: IpAddr, prefix: u8) -> io::Result<Self> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(invalid(format!("prefix /{prefix} too long for {addr}")));
+        }
+        Ok(IfAddr { addr, prefix })
+    }
+}
+
+impl std::str::FromStr for IfAddr {
+    type Err = io::Error;
+    /// Parses `10.0.0.1/24` or `fd00::1/64`.
+    fn from_str(s: &str) -> io::Result<Self> {
+        let (a, p) = s.split_once('/').ok_or_else(|| invalid(format!("{s:?}: expected ADDR/PREFIX")))?;
+        let addr: IpAddr = a.parse().map_err(|e| invalid(format!("{a:?}: {e}")))?;
+        let prefix: u8 = p.parse().map_err(|e| invalid(format!("{p:?}: {e}")))?;
+        IfAddr::new(addr, prefix)
+    }
+}
+
+impl std::fmt::Display for IfAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// How to create a TUN device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunConfig {
+    /// Interface name; the kernel picks `tunN` when `None`.
+    pub name: Option<String>,
+    /// Addresses to assign (several make one TUN carry several paths).
+    pub addresses: Vec<IfAddr>,
+    /// Interface MTU.
+    pub mtu: u16,
+    /// Bring the link up.
+    pub up: bool,
+    /// Open with `IFF_VNET_HDR` and enable TSO/checksum offload: the kernel
+    /// may then hand over TCP super-packets (split here) and accepts
+    /// coalesced ones (built here). Off by default: it only pays for bulk TCP
+    /// through the kernel's forwarding path; see the crate benchmark.
+    pub offload: bool,
+    /// `txqueuelen` (packets the kernel queues towards the reader); the
+    /// kernel default of 500 drops bursts a slow reader cannot absorb.
+    pub tx_queue_len: Option<u32>,
+}
+
+impl Default for TunConfig {
+    fn default() -> Self {
+        TunConfig { name: None, addresses: Vec::new(), mtu: 1500, up: true, offload: false, tx_queue_len: None }
+    }
+}
+
+impl TunConfig {
+    /// A config for interface `name` with MTU 1500, up, no offload.
+    pub fn new(name: &str) -> Self {
+        TunConfig { name: Some(name.to_owned()), ..Default::default() }
+    }
+
+    /// Adds an address.
+    pub fn address(mut self, addr: IpAddr, prefix: u8) -> io::Result<Self> {
+        self.addresses.push(IfAddr::new(addr, prefix)?);
+        Ok(self)
+    }
+
+    /// Sets the MTU.
+    pub fn mtu(mut self, mtu: u16) -> Self {
+        self.mtu = mtu;
+        self
+    }
+
+    /// Turns offload on or off.
+    pub fn offload(mut self, on: bool) -> Self {
+        self.offload = on;
+        self
+    }
+
+    /// Sets `txqueuelen`.
+    pub fn tx_queue_len(mut self, len: u32) -> Self {
+        self.tx_queue_len = Some(len);
+        self
+    }
+
+    /// Checks what the kernel would reject with a less helpful error.
+    pub fn validate(&self) -> io::Result<()> {
+        if let Some(name) = &self.name {
+            if name.is_empty() || name.len() > MAX_IFNAME || name.contains(['/', ' ', '\0']) || name == "." {
+                return Err(invalid(format!("bad interface name {name:?} (1..=15 bytes, no '/', space)")));
+            }
+        }
+        if self.mtu < 68 {
+            return Err(invalid(format!("MTU {} below the IPv4 minimum of 68", self.mtu)));
+        }
+        if self.mtu < 1280 && self.addresses.iter().any(|a| a.addr.is_ipv6()) {
+            return Err(invalid(format!("MTU {} below the IPv6 minimum of 1280", self.mtu)));
+        }
+        for a in &self.addresses {
+            IfAddr::new(a.addr, a.prefix)?;
+        }
+        Ok(())
+    }
+
+    /// Creates and configures the device on the calling thread, in its
+    /// network namespace. Returns the blocking device so it can be moved to
+    /// the thread that registers it with tokio.
+    pub(crate) fn build_here(&self) -> io::Result<(SyncDevice, String)> {
+        self.validate()?;
+        let mut b = DeviceBuilder::new().mtu(self.mtu).enable(self.up).offload(self.offload);
+        if let Some(name) = &self.name {
+            b = b.name(name.clone());
+        }
+        if let Some(q) = self.tx_queue_len {
+            b = b.tx_queue_len(q);
+        }
+        let mut v4 = self.addresses.iter().filter_map(|a| match a.addr {
+            IpAddr::V4(v4) => Some((v4, a.prefix)),
+            IpAddr::V6(_) => None,
+        });
+        if let Some((addr, prefix)) = v4.next() {
+            b = b.ipv4(addr, prefix, None);
+        }
+        for a in &self.addresses {
+            if let IpAddr::V6(v6) = a.addr {
+                b = b.ipv6(v6, a.prefix);
+            }
+        }
+        let dev = b.build_sync()?;
+        for (addr, prefix) in v4 {
+            dev.add_address_v4(addr, prefix)?;
+        }
+        let name = dev.name()?;
+        Ok((dev, name))
+    }
+}
+
+/// A TUN device: raw IP packets, registered with the current tokio runtime.
+pub struct TunDevice {
+    fd: AsyncFd<SyncDevice>,
+    name: String,
+    mtu: usize,
+    offload: bool,
+    addresses: Vec<IfAddr>,
+    netns: Option<String>,
+    stats: AtomicIoStats,
+    /// Offload only: where one read lands before being split (a GSO
+    /// super-packet plus its virtio header does not fit a slot).
+    rx_scratch: Mutex<Vec<u8>>,
+    /// Offload only: tun-rs' coalescing state, reused across writes.
+    gro: Mutex<GROTable>,
+}
+
+impl TunDevice {
+    /// Creates a TUN device in the calling thread's network namespace (use
+    /// this when the process already runs inside the right namespace).
+    ///
+    /// Must be called within a tokio runtime.
+    pub fn create(config: &TunConfig) -> io::Result<TunDevice> {
+        let (dev, name) = config.build_here()?;
+        Self::register(dev, name, config, None)
+    }
+
+    /// Wraps a device built elsewhere (possibly in another namespace) and
+    /// registers it with the current runtime.
+    pub(crate) fn register(
+        dev: SyncDevice,
+        name: String,
+        config: &TunConfig,
+        netns: Option<String>,
+    ) -> io::Result<TunDevice> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(io::Error::other("TunDevice must be created inside a tokio runtime"));
+        }
+        dev.set_nonblocking(true)?;
+        let offload = dev.tcp_gso();
+        // SAFETY: the SyncDevice owns its fd and keeps it open, unchanged,
+        // for as long as the AsyncFd owns the device.
+        let fd = unsafe { AsyncFd::register(dev) }.map_err(|e| e.into_parts().1)?;
+        Ok(TunDevice {
+            fd,
+            name,
+            mtu: usize::from(config.mtu),
+            offload,
+            addresses: config.addresses.clone(),
+            netns,
+            stats: AtomicIoStats::default(),
+            rx_scratch: Mutex::new(if offload { vec![0; VIRTIO_NET_HDR_LEN + MAX_IP_PACKET] } else { Vec::new() }),
+            gro: Mutex::new(if offload { GROTable::new() } else { GROTable::default() }),
+        })
+    }
+
+    /// Whether `IFF_VNET_HDR` offload is active.
+    pub fn offload(&self) -> bool {
+        self.offload
+    }
+
+    /// The addresses it was created with.
+    pub fn addresses(&self) -> &[IfAddr] {
+        &self.addresses
+    }
+
+    /// The namespace it lives in (`None`: the process's own).
+    pub fn netns(&self) -> Option<&str> {
+        self.netns.as_deref()
+    }
+
+    /// Slots one offload read may fill: a 64 KiB super-packet cut at the
+    /// smallest segment size the kernel would choose for this MTU.
+    fn gso_slots(&self) -> usize {
+        // IPv6 + TCP with options leaves at least mtu - 120 bytes per segment;
+        // never assume fewer than 536 (the TCP default MSS).
+        MAX_IP_PACKET / self.mtu.saturating_sub(120).max(536) + 1
+    }
+
+    /// One read into the batch. `Ok(0)` never happens: a TUN read returns a
+    /// whole packet or an error.
+    fn read_once(&self, dev: &SyncDevice, batch: &mut PacketBatch) -> io::Result<usize> {
+        if !self.offload {
+            let buf = batch.next_free_mut().ok_or_else(full_batch)?;
+            let n = dev.recv(buf)?;
+            batch.commit(n);
+            return Ok(1);
+        }
+        let mut scratch = self.rx_scratch.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (slots, sizes) = batch.free_slots_mut();
+        match dev.recv_multiple(&mut scratch, slots, sizes, HEADROOM) {
+            Ok(n) => {
+                batch.commit_many(n);
+                if n > 1 {
+                    AtomicIoStats::add(&self.stats.rx_gso_split, 1);
+                }
+                Ok(n)
+            }
+            // The read consumed a packet that could not be split (or was
+            // malformed): count it as dropped, keep reading.
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock && e.raw_os_error().is_none() => {
+                AtomicIoStats::add(&self.stats.rx_dropped, 1);
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write_one(&self, dev: &SyncDevice, packet_with_headroom: &mut [u8]) -> io::Result<usize> {
+        if self.offload {
+            // An all-zero virtio header: no GSO, checksum already complete.
+            packet_with_headroom[..HEADROOM].fill(0);
+            dev.send(packet_with_headroom)
+        } else {
+            dev.send(&packet_with_headroom[HEADROOM..])
+        }
+    }
+}
+
+impl PacketIo for TunDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        if batch.is_full() {
+            return Poll::Ready(Err(full_batch()));
+        }
+        if self.offload {
+            batch.reserve_slots(batch.len() + self.gso_slots());
+        }
+        let from = batch.len();
+        loop {
+            let mut guard = match self.fd.poll_read_ready(cx) {
+                Poll::Ready(Ok(g)) => g,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            let mut err = None;
+            // Drain: keep reading under this one readiness event until the
+            // kernel queue is empty or the batch cannot take another read.
+            while batch.remaining() >= if self.offload { self.gso_slots() } else { 1 } {
+                match guard.try_io(|fd| self.read_once(fd.get_ref(), batch)) {
+                    Ok(Ok(_)) => AtomicIoStats::add(&self.stats.rx_syscalls, 1),
+                    Ok(Err(e)) => {
+                        AtomicIoStats::add(&self.stats.rx_errors, 1);
+                        err = Some(e);
+                        break;
+                    }
+                    // WouldBlock: readiness cleared, the next poll re-arms.
+                    Err(_would_block) => break,
+                }
+            }
+            let n = batch.len() - from;
+            if n > 0 {
+                self.stats.rx_done(batch, from);
+                return Poll::Ready(Ok(n));
+            }
+            if let Some(e) = err {
+                return Poll::Ready(Err(e));
+            }
+            if batch.remaining() < if self.offload { self.gso_slots() } else { 1 } {
+                return Poll::Ready(Err(full_batch()));
+            }
+        }
+    }
+
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        if batch.unsent() == 0 {
+            return Poll::Ready(Ok(batch.finish_send()));
+        }
+        loop {
+            let mut guard = match self.fd.poll_write_ready(cx) {
+                Poll::Ready(Ok(g)) => g,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            if self.offload {
+                // tun-rs coalesces TCP segments of one flow into super-packets
+                // and writes each; a TUN write never blocks (its socket's
+                // sndbuf is INT_MAX), so progress is all or nothing here.
+                // tun-rs does the writes, so `tx_syscalls` stays untouched;
+                // the kernel's count is in `ip -s link`.
+                let mut gro = self.gro.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let count = batch.unsent();
+                let bytes: usize = batch.iter().skip(batch.len() - count).map(<[u8]>::len).sum();
+                let r = batch.with_unsent_exact(|slots| guard.get_inner().send_multiple(&mut gro, slots, HEADROOM));
+                drop(gro);
+                return match r {
+                    Ok(_) => {
+                        AtomicIoStats::add(&self.stats.tx_packets, count as u64);
+                        AtomicIoStats::add(&self.stats.tx_bytes, bytes as u64);
+                        batch.advance_sent(count);
+                        Poll::Ready(Ok(batch.finish_send()))
+                    }
+                    Err(e) if is_per_packet_error(&e) => {
+                        // Some packet was refused; tun-rs wrote the others.
+                        AtomicIoStats::add(&self.stats.tx_errors, 1);
+                        AtomicIoStats::add(&self.stats.tx_packets, count.saturating_sub(1) as u64);
+                        batch.advance_sent(count - 1);
+                        batch.reject_one();
+                        Poll::Ready(Ok(batch.finish_send()))
+                    }
+                    Err(e) => {
+                        batch.clear();
+                        Poll::Ready(Err(e))
+                    }
+                };
+            }
+            loop {
+                let Some(slot) = batch.next_unsent_with_headroom() else {
+                    return Poll::Ready(Ok(batch.finish_send()));
+                };
+                let len = slot.len() - HEADROOM;
+                match guard.try_io(|fd| self.write_one(fd.get_ref(), slot)) {
+                    Ok(Ok(_)) => {
+                        AtomicIoStats::add(&self.stats.tx_packets, 1);
+                        AtomicIoStats::add(&self.stats.tx_bytes, len as u64);
+                        AtomicIoStats::add(&self.stats.tx_syscalls, 1);
+                        batch.advance_sent(1);
+                    }
+                    Ok(Err(e)) if is_per_packet_error(&e) => {
+                        AtomicIoStats::add(&self.stats.tx_errors, 1);
+                        batch.reject_one();
+                    }
+                    Ok(Err(e)) => return Poll::Ready(Err(e)),
+                    Err(_would_block) => break,
+                }
+            }
+        }
+    }
+
+    fn poll_send(&self, cx: &mut Context<'_>, packet: &[u8]) -> Poll<io::Result<()>> {
+        let hdr = [0u8; HEADROOM];
+        loop {
+            let mut guard = match self.fd.poll_write_ready(cx) {
+                Poll::Ready(Ok(g)) => g,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            let r = guard.try_io(|fd| {
+                if self.offload {
+                    fd.get_ref().send_vectored(&[io::IoSlice::new(&hdr), io::IoSlice::new(packet)])
+                } else {
+                    fd.get_ref().send(packet)
+                }
+            });
+            match r {
+                Ok(Ok(_)) => {
+                    AtomicIoStats::add(&self.stats.tx_packets, 1);
+                    AtomicIoStats::add(&self.stats.tx_bytes, packet.len() as u64);
+                    AtomicIoStats::add(&self.stats.tx_syscalls, 1);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) => {
+                    AtomicIoStats::add(&self.stats.tx_errors, 1);
+                    return Poll::Ready(Err(e));
+                }
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn stats(&self) -> IoStats {
+        self.stats.snapshot()
+    }
+}
+
+impl AsRawFd for TunDevice {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.get_ref().as_raw_fd()
+    }
+}
+
+impl std::fmt::Debug for TunDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TunDevice")
+            .field("name", &self.name)
+            .field("mtu", &self.mtu)
+            .field("offload", &self.offload)
+            .field("addresses", &self.addresses)
+            .field("netns", &self.netns)
+            .finish()
+    }
+}
