@@ -1,2 +1,18 @@
-//! Sans-IO protocol core (see module docs).
+//! The sans-IO protocol core of mptun.
+//!
+//! Layers, bottom up: [`tcp`] (one TCP subflow), then the MPTCP connection,
+//! scheduler and path manager, and [`endpoint`], which demultiplexes IP
+//! packets to connections and is what a driver (the simulator or the tokio
+//! runtime) talks to. Nothing here reads a clock or does I/O: every entry
+//! point takes the current [`Instant`](mptun_time::Instant).
+
 #![forbid(unsafe_code)]
+
+pub mod counters;
+pub mod endpoint;
+pub mod seq;
+pub mod tcp;
+
+pub use counters::Counters;
+pub use endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
+pub use mptun_time::{Duration, Instant};

@@ -1,0 +1,95 @@
+//! Stack counters, named after the kernel's `nstat` names so a lab can compare
+//! an mptun run with a kernel run one to one.
+//!
+//! Every field is a monotonically increasing count. Snapshots are plain copies;
+//! [`Counters::add`] sums subflows into a connection or connections into a stack.
+
+use std::fmt::Write as _;
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $field:ident => $name:literal,)*) => {
+        /// A snapshot of counters. Field names are snake case of the kernel's names.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $($(#[$doc])* pub $field: u64,)*
+        }
+
+        impl Counters {
+            /// `(kernel name, value)` pairs, in a fixed order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$(($name, self.$field),)*].into_iter()
+            }
+
+            /// Adds every counter of `other` into `self`.
+            pub fn add(&mut self, other: &Counters) {
+                $(self.$field += other.$field;)*
+            }
+        }
+    };
+}
+
+counters! {
+    /// Segments sent, retransmissions included (`Tcp OutSegs`).
+    tcp_out_segs => "TcpOutSegs",
+    /// Segments received (`Tcp InSegs`).
+    tcp_in_segs => "TcpInSegs",
+    /// Segments retransmitted (`Tcp RetransSegs`).
+    tcp_retrans_segs => "TcpRetransSegs",
+    /// Segments received with a bad checksum or malformed header (`Tcp InErrs`).
+    tcp_in_errs => "TcpInErrs",
+    /// RSTs sent (`Tcp OutRsts`).
+    tcp_out_rsts => "TcpOutRsts",
+    /// Connections reset by a RST we accepted (`Tcp EstabResets`).
+    tcp_estab_resets => "TcpEstabResets",
+    /// Connections opened actively (`Tcp ActiveOpens`).
+    tcp_active_opens => "TcpActiveOpens",
+    /// Connections opened passively (`Tcp PassiveOpens`).
+    tcp_passive_opens => "TcpPassiveOpens",
+    /// Retransmission timeouts (`TcpExt TCPTimeouts`).
+    tcp_ext_tcp_timeouts => "TcpExtTCPTimeouts",
+    /// Recoveries entered on SACK information (`TcpExt TCPSACKRecovery`).
+    tcp_ext_tcp_sack_recovery => "TcpExtTCPSackRecovery",
+    /// Recoveries entered on duplicate ACKs without SACK (`TcpExt TCPRenoRecovery`).
+    tcp_ext_tcp_reno_recovery => "TcpExtTCPRenoRecovery",
+    /// Fast retransmissions (`TcpExt TCPFastRetrans`).
+    tcp_ext_tcp_fast_retrans => "TcpExtTCPFastRetrans",
+    /// Retransmissions after an RTO (`TcpExt TCPLossProbes` is not this; `TCPSlowStartRetrans`).
+    tcp_ext_tcp_slow_start_retrans => "TcpExtTCPSlowStartRetrans",
+    /// Segments queued out of order at the receiver (`TcpExt TCPOFOQueue`).
+    tcp_ext_tcp_ofo_queue => "TcpExtTCPOFOQueue",
+    /// Out-of-order segments merged with a neighbour (`TcpExt TCPOFOMerge`).
+    tcp_ext_tcp_ofo_merge => "TcpExtTCPOFOMerge",
+    /// Out-of-order segments dropped for lack of buffer (`TcpExt TCPOFODrop`).
+    tcp_ext_tcp_ofo_drop => "TcpExtTCPOFODrop",
+    /// Fully duplicate segments received (`TcpExt TCPDSACKRecv` is the sender side; this is `DelivedDup`).
+    tcp_ext_tcp_duplicate_data => "TcpExtTCPDuplicateData",
+    /// Challenge ACKs sent (RFC 5961, `TcpExt TCPChallengeACK`).
+    tcp_ext_tcp_challenge_ack => "TcpExtTCPChallengeACK",
+    /// Segments dropped because they were outside the window (`TcpExt TCPOutOfWindowIcmps` analogue: `BeyondWindow`).
+    tcp_ext_beyond_window => "TcpExtBeyondWindow",
+    /// SYNs answered with a challenge ACK in a synchronized state (`TcpExt TCPSYNChallenge`).
+    tcp_ext_tcp_syn_challenge => "TcpExtTCPSYNChallenge",
+    /// Zero-window probes sent (`TcpExt TCPWinProbe`).
+    tcp_ext_tcp_win_probe => "TcpExtTCPWinProbe",
+    /// Delayed ACKs sent by the timer (`TcpExt DelayedACKs`).
+    tcp_ext_delayed_acks => "TcpExtDelayedACKs",
+    /// ACKs that advertised a zero window (`TcpExt TCPToZeroWindowAdv`).
+    tcp_ext_tcp_to_zero_window_adv => "TcpExtTCPToZeroWindowAdv",
+    /// Receive buffer autotuning steps (`TcpExt TCPRcvSpaceGrow` is not in Linux; named for clarity).
+    tcp_ext_tcp_rcv_space_grow => "TcpExtTCPRcvSpaceGrow",
+    /// Packets dropped at the endpoint because they were malformed.
+    mptun_malformed => "MptunMalformed",
+    /// Packets for which no connection or listener existed.
+    mptun_no_socket => "MptunNoSocket",
+}
+
+impl Counters {
+    /// The counters that are not zero, one `Name value` per line like `nstat`.
+    pub fn to_nstat(&self) -> String {
+        let mut s = String::new();
+        for (name, v) in self.iter().filter(|(_, v)| *v != 0) {
+            let _ = writeln!(s, "{name:<32}{v}");
+        }
+        s
+    }
+}

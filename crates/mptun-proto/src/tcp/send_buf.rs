@@ -1,0 +1,111 @@
+//! The send side's byte store: everything from `snd_una` on, acknowledged data
+//! released as soon as it is acknowledged.
+//!
+//! Application writes are kept as the `Bytes` they arrived in (no copy, no
+//! coalescing); a segment that spans two writes is gathered at emission, where
+//! a copy into the packet buffer happens anyway.
+
+use crate::seq::Seq;
+use bytes::{Buf, Bytes};
+use std::collections::VecDeque;
+
+#[derive(Debug)]
+pub(crate) struct SendBuf {
+    chunks: VecDeque<Bytes>,
+    /// Sequence number of the first byte of `chunks[0]`.
+    head: Seq,
+    len: usize,
+}
+
+impl SendBuf {
+    pub fn new(head: Seq) -> Self {
+        SendBuf { chunks: VecDeque::new(), head, len: 0 }
+    }
+
+    /// Bytes buffered (unacknowledged plus unsent).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Sequence number just past the last buffered byte.
+    pub fn end(&self) -> Seq {
+        self.head + self.len as u32
+    }
+
+    pub fn push(&mut self, data: Bytes) {
+        if !data.is_empty() {
+            self.len += data.len();
+            self.chunks.push_back(data);
+        }
+    }
+
+    /// Releases everything before `seq` (clamped to what is buffered).
+    pub fn ack_to(&mut self, seq: Seq) {
+        if seq.le(self.head) {
+            return;
+        }
+        let mut n = (seq - self.head).min(self.len as u32) as usize;
+        self.head += n as u32;
+        self.len -= n;
+        while n > 0 {
+            let front = self.chunks.front_mut().expect("len accounts for chunks");
+            if front.len() <= n {
+                n -= front.len();
+                self.chunks.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+
+    /// The bytes `[seq, seq + len)`: borrowed if they lie in one chunk,
+    /// otherwise gathered into `scratch`.
+    pub fn range<'a>(&'a self, seq: Seq, len: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        debug_assert!(seq.ge(self.head) && (seq + len as u32).le(self.end()));
+        let mut off = (seq - self.head) as usize;
+        let mut idx = 0;
+        while idx < self.chunks.len() && off >= self.chunks[idx].len() {
+            off -= self.chunks[idx].len();
+            idx += 1;
+        }
+        if idx < self.chunks.len() && off + len <= self.chunks[idx].len() {
+            return &self.chunks[idx][off..off + len];
+        }
+        scratch.clear();
+        let mut need = len;
+        while need > 0 && idx < self.chunks.len() {
+            let c = &self.chunks[idx][off..];
+            let take = c.len().min(need);
+            scratch.extend_from_slice(&c[..take]);
+            need -= take;
+            off = 0;
+            idx += 1;
+        }
+        scratch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_across_chunks_and_acks() {
+        let mut b = SendBuf::new(Seq(u32::MAX - 2));
+        b.push(Bytes::from_static(b"hello"));
+        b.push(Bytes::from_static(b" "));
+        b.push(Bytes::from_static(b"world"));
+        let mut s = Vec::new();
+        assert_eq!(b.range(Seq(u32::MAX - 2), 5, &mut s), b"hello");
+        assert_eq!(b.range(Seq(u32::MAX), 6, &mut s), b"llo wo");
+        b.ack_to(Seq(3)); // six bytes across the wrap
+        assert_eq!(b.len(), 5);
+        assert_eq!(b.range(Seq(3), 5, &mut s), b"world");
+        b.ack_to(Seq(1)); // old ack: no effect
+        assert_eq!(b.len(), 5);
+        b.ack_to(Seq(100)); // beyond: clamps
+        assert_eq!(b.len(), 0);
+        assert_eq!(b.end(), Seq(8));
+    }
+}

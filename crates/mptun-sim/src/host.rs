@@ -1,0 +1,26 @@
+//! What the simulator needs from a host: the sans-IO driver contract.
+
+use mptun_time::Instant;
+use std::net::IpAddr;
+
+/// A packet a host wants to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outgoing {
+    /// Bytes written to the buffer handed to [`Host::poll_transmit`].
+    pub len: usize,
+    /// Source address: selects the path, as policy routing would.
+    pub src: IpAddr,
+    pub dst: IpAddr,
+}
+
+/// A simulated host: a protocol endpoint plus whatever applications run on it.
+pub trait Host {
+    /// A packet arrived.
+    fn handle_packet(&mut self, now: Instant, packet: &[u8]);
+    /// `now` reached [`Host::poll_timeout`].
+    fn handle_timeout(&mut self, now: Instant);
+    /// The next packet to put on the wire at `now`.
+    fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<Outgoing>;
+    /// When to call `handle_timeout` next.
+    fn poll_timeout(&self) -> Option<Instant>;
+}

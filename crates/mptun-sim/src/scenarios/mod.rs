@@ -1,0 +1,5 @@
+//! Ready-made experiments. Each builds a [`Sim`](crate::Sim), runs it and
+//! returns a serialisable report; the `mptun sim` command prints them.
+
+pub mod tcp_single;
+pub mod transfer;

@@ -1,0 +1,166 @@
+//! The building block of most scenarios: one connection from host A to host B
+//! over the given paths, bulk data in one or both directions, hashed on both
+//! ends.
+
+use crate::apps::BulkApp;
+use crate::report::{counters_map, LinkReport};
+use crate::stack::StackHost;
+use crate::world::{Action, PathSpec, Sim, SimConfig};
+use mptun_proto::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
+use mptun_proto::tcp::TcpInfo;
+use mptun_time::{Duration, Instant};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct TransferSpec {
+    pub paths: Vec<PathSpec>,
+    /// Bytes from A (client) to B (server).
+    pub size: u64,
+    /// Bytes from B back to A.
+    pub reverse_size: u64,
+    pub client: EndpointConfig,
+    pub server: EndpointConfig,
+    pub seed: u64,
+    pub max_time: Duration,
+    pub port: u16,
+    /// Trace sampling interval, if traces are wanted.
+    pub sample_every: Option<Duration>,
+    /// Link changes during the run.
+    pub actions: Vec<(Instant, usize, Option<mptun_link::LinkConfig>, Option<mptun_link::LinkConfig>)>,
+}
+
+/// One trace sample of the client's connection.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TraceSample {
+    pub t_s: f64,
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    pub srtt_us: u64,
+    pub pacing_rate_bps: u64,
+    pub bytes_acked: u64,
+    pub in_flight: u32,
+}
+
+/// Outcome of a transfer.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TransferResult {
+    /// Every byte arrived and both directions' SHA-256 digests match.
+    pub sha256_match: bool,
+    pub completed: bool,
+    pub bytes_received: u64,
+    pub reverse_bytes_received: u64,
+    /// From the client's connect to the last byte at the server.
+    pub duration_s: f64,
+    pub goodput_bps: f64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    pub client_counters: BTreeMap<&'static str, u64>,
+    pub server_counters: BTreeMap<&'static str, u64>,
+    pub links: Vec<(LinkReport, LinkReport)>,
+    pub final_cwnd: u32,
+    pub final_srtt_us: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<TraceSample>,
+    pub sim_end_s: f64,
+    /// Not serialised: the client's final TCP_INFO, for scenarios to dig into.
+    #[serde(skip)]
+    pub client_info: Option<TcpInfo>,
+    /// Not serialised: HyStart exit as reported by the client's controller.
+    #[serde(skip)]
+    pub slow_start_exit: Option<(&'static str, u32)>,
+}
+
+fn seed32(seed: u64, salt: u8) -> [u8; 32] {
+    let mut s = [salt; 32];
+    s[..8].copy_from_slice(&seed.to_le_bytes());
+    s
+}
+
+/// Runs the transfer.
+pub fn run(spec: &TransferSpec) -> TransferResult {
+    let first = spec.paths.first().expect("at least one path");
+    let client_addr = SocketAddr::new(first.addr_a, 0);
+    let server_addr = SocketAddr::new(first.addr_b, spec.port);
+
+    let mut a = StackHost::new(Endpoint::new(spec.client.clone(), seed32(spec.seed, 0xA)));
+    let mut b = StackHost::new(Endpoint::new(spec.server.clone(), seed32(spec.seed, 0xB)));
+    b.ep.listen(server_addr);
+    b.accept_template = Some(BulkApp::new(spec.reverse_size, spec.seed ^ 0x5EED_B));
+    let h: ConnectionHandle = a.ep.connect(Instant::ZERO, client_addr, server_addr);
+    a.attach(h, BulkApp::new(spec.size, spec.seed ^ 0x5EED_A));
+    a.pump(Instant::ZERO);
+
+    let mut sim = Sim::new(
+        SimConfig { seed: spec.seed, max_time: spec.max_time, ..Default::default() },
+        a,
+        b,
+        spec.paths.clone(),
+    );
+    for (at, path, ab, ba) in &spec.actions {
+        sim.schedule(Action { at: *at, path: *path, a_to_b: *ab, b_to_a: *ba });
+    }
+    let size = spec.size;
+    let rsize = spec.reverse_size;
+    let mut trace = Vec::new();
+    let end = sim.run(
+        |s| {
+            let srv_done = s.b.apps.values().next().is_some_and(|app| app.received >= size);
+            let cli_done = s.a.apps.get(&h).is_some_and(|app| app.received >= rsize);
+            srv_done && cli_done
+        },
+        spec.sample_every,
+        |now, a, _b| {
+            if let Some(sf) = a.ep.conn(h) {
+                let i = sf.info();
+                trace.push(TraceSample {
+                    t_s: now.as_secs_f64(),
+                    cwnd: i.cwnd,
+                    ssthresh: i.ssthresh,
+                    srtt_us: i.srtt.as_micros() as u64,
+                    pacing_rate_bps: i.pacing_rate * 8,
+                    bytes_acked: i.bytes_acked,
+                    in_flight: i.packets_out.saturating_sub(i.sacked_out + i.lost_out) + i.retrans_out,
+                });
+            }
+        },
+    );
+
+    let cli_app = sim.a.apps.get(&h).expect("attached");
+    let srv_app = sim.b.apps.values().next();
+    let received = srv_app.map_or(0, |a| a.received);
+    let rreceived = cli_app.received;
+    let completed = received >= size && rreceived >= rsize;
+    let sha_ok = srv_app.is_some_and(|s| s.received_digest() == cli_app.sent_digest())
+        && srv_app.is_some_and(|s| s.sent_digest() == cli_app.received_digest());
+    let last = srv_app.and_then(|s| s.last_rx).unwrap_or(end);
+    let duration = last.as_secs_f64();
+    let cc = sim.a.ep.counters();
+    let sc = sim.b.ep.counters();
+    let info = sim.a.ep.conn(h).map(|c| c.info());
+    let slow_start_exit = sim.a.ep.conn(h).and_then(|c| c.cc().slow_start_exit());
+    TransferResult {
+        sha256_match: completed && sha_ok,
+        completed,
+        bytes_received: received,
+        reverse_bytes_received: rreceived,
+        duration_s: duration,
+        goodput_bps: if duration > 0.0 { received as f64 * 8.0 / duration } else { 0.0 },
+        retransmits: cc.tcp_retrans_segs + sc.tcp_retrans_segs,
+        timeouts: cc.tcp_ext_tcp_timeouts + sc.tcp_ext_tcp_timeouts,
+        client_counters: counters_map(&cc),
+        server_counters: counters_map(&sc),
+        links: (0..sim.path_count()).map(|i| {
+            let (ab, ba) = sim.link_stats(i);
+            (ab.into(), ba.into())
+        }).collect(),
+        final_cwnd: info.map_or(0, |i| i.cwnd),
+        final_srtt_us: info.map_or(0, |i| i.srtt.as_micros() as u64),
+        trace,
+        sim_end_s: end.as_secs_f64(),
+        client_info: info,
+        slow_start_exit,
+    }
+}
