@@ -81,6 +81,11 @@ impl NetnsGuard {
         ip(&self.name, args)
     }
 
+    /// Sets a sysctl inside this namespace; see [`sysctl`].
+    pub fn sysctl(&self, key: &str, value: &str) -> io::Result<()> {
+        sysctl(&self.name, key, value)
+    }
+
     /// Runs `f` on a thread inside this namespace.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
         run_in_netns(&self.name, f)
@@ -127,6 +132,18 @@ fn enter(ns: &OwnedFd) -> io::Result<()> {
 pub fn spawn_tun_in_netns(ns: &str, config: &TunConfig) -> io::Result<TunDevice> {
     let (dev, name) = run_in_netns(ns, || config.build_here())??;
     TunDevice::register(dev, name, config, Some(ns.to_owned()))
+}
+
+/// Sets sysctl `key` (dotted, e.g. `net.ipv4.ip_forward`) to `value` inside
+/// namespace `ns`. `/proc/sys/net` resolves to the namespace of the thread
+/// that opens it, so this needs no `sysctl` binary and no `ip netns exec`.
+pub fn sysctl(ns: &str, key: &str, value: &str) -> io::Result<()> {
+    if key.is_empty() || key.contains(['/', '\0']) || key.split('.').any(|p| p.is_empty() || p == "..") {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad sysctl key {key:?}")));
+    }
+    let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
+    run_in_netns(ns, || std::fs::write(&path, value))?
+        .map_err(|e| io::Error::new(e.kind(), format!("sysctl {key}={value} in {ns}: {e}")))
 }
 
 /// Runs `ip -n NS ARGS...`; a non-zero exit becomes an error carrying the
