@@ -149,3 +149,44 @@ pub trait CongestionControl: Send + core::fmt::Debug {
         None
     }
 }
+
+/// A boxed controller is a controller, so code generic over
+/// `C: CongestionControl` also accepts the factory's `Box<dyn ...>`.
+impl<C: CongestionControl + ?Sized> CongestionControl for Box<C> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn init(&mut self, state: &mut CcState, now: Instant) {
+        (**self).init(state, now)
+    }
+    fn pkts_acked(&mut self, state: &mut CcState, sample: &AckSample, now: Instant) {
+        (**self).pkts_acked(state, sample, now)
+    }
+    fn cong_avoid(&mut self, state: &mut CcState, ack: u32, acked: u32, now: Instant) {
+        (**self).cong_avoid(state, ack, acked, now)
+    }
+    fn ssthresh(&mut self, state: &CcState) -> u32 {
+        (**self).ssthresh(state)
+    }
+    fn set_state(&mut self, state: &mut CcState, new: CaState, now: Instant) {
+        (**self).set_state(state, new, now)
+    }
+    fn cwnd_event(&mut self, state: &mut CcState, event: CaEvent, now: Instant) {
+        (**self).cwnd_event(state, event, now)
+    }
+    fn undo_cwnd(&mut self, state: &CcState, prior_cwnd: u32) -> u32 {
+        (**self).undo_cwnd(state, prior_cwnd)
+    }
+    fn data_sent(&mut self, now: Instant) {
+        (**self).data_sent(now)
+    }
+    fn set_pacing(&mut self, rate_bytes_per_sec: u64, paced: bool) {
+        (**self).set_pacing(rate_bytes_per_sec, paced)
+    }
+    fn counters(&self) -> CcCounters {
+        (**self).counters()
+    }
+    fn slow_start_exit(&self) -> Option<(&'static str, u32)> {
+        (**self).slow_start_exit()
+    }
+}
