@@ -263,8 +263,10 @@ pub fn run(dir: Arc<Direction>, rx: PacketSocket, tx: PacketSocket, opts: LoopOp
         let mut now = clock::now();
         while heap.peek().is_some_and(|p| p.0.release <= now) {
             let Reverse(p) = heap.pop().expect("peeked");
-            let r = tx.send(&p.frame);
+            // Stamped before the call: send() on a veth runs the receiver's softirq inline, which
+            // is the far end's time, not the wire's.
             let sent = clock::now();
+            let r = tx.send(&p.frame);
             let mut s = dir.lock();
             match r {
                 Ok(()) => {
@@ -276,7 +278,8 @@ pub fn run(dir: Arc<Direction>, rx: PacketSocket, tx: PacketSocket, opts: LoopOp
                 Err(_) => s.io.dropped_tx_error += 1,
             }
             s.held = heap.len();
-            now = sent;
+            drop(s);
+            now = clock::now();
         }
         // Take in what arrived, a bounded batch so releases are not starved by a flood.
         for _ in 0..RX_BATCH {

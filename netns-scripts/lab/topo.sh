@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Lab topology: client ns — linkem ns — server ns, N parallel paths, each an emulated link.
+#
+#   topo.sh up   --name P [--path SPEC]... [--paths N] [--linkem BIN] [--state DIR]
+#                [--mptcp-family 4|6] [--no-mptcp] [--linkem-args "ARGS"]
+#   topo.sh down --name P [--state DIR]
+#   topo.sh ctl  --name P --index I COMMAND...      (e.g. `set a2b rate=3mbit`, `down both`, `stats`)
+#
+# SPEC is netem-style and applies to both directions (`rate=10mbit,delay=20ms,limit=30`), or
+# `UP|DOWN` for client→server and server→client separately. Namespaces are P-cli, P-mid, P-srv.
+# Path i (1-based): client c$i 10.0.i.1/24 dead:beef:i::1/64 — mid l$i | linkem | r$i — server
+# s$i 10.0.i.2/24 dead:beef:i::2/64. linkem bridges at layer 2, so a path is one subnet.
+# Kernel MPTCP: limits allow N-1 extra subflows; the server signals its address on paths 2..N,
+# and the client joins from the address the route picks, so each subflow runs on its own path.
+# State (pids, control sockets, logs, final stats JSON per path) lives in DIR
+# (default /tmp/mptun-lab/P).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../lib.sh
+. "$HERE/../lib.sh"
+
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+
+ACTION=${1:-}
+[ -n "$ACTION" ] || usage
+shift
+NAME="" PATHS=0 LINKEM="" STATE="" FAMILY=4 MPTCP=1 LINKEM_ARGS="" INDEX=""
+SPECS=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    --name) NAME=$2; shift 2 ;;
+    --path) SPECS+=("$2"); shift 2 ;;
+    --paths) PATHS=$2; shift 2 ;;
+    --linkem) LINKEM=$2; shift 2 ;;
+    --state) STATE=$2; shift 2 ;;
+    --mptcp-family) FAMILY=$2; shift 2 ;;
+    --no-mptcp) MPTCP=0; shift ;;
+    --linkem-args) LINKEM_ARGS=$2; shift 2 ;;
+    --index) INDEX=$2; shift 2 ;;
+    -h | --help) usage ;;
+    *) break ;;
+    esac
+done
+[ -n "$NAME" ] || lab_die "--name is required"
+STATE=${STATE:-/tmp/mptun-lab/$NAME}
+CLI=$NAME-cli MID=$NAME-mid SRV=$NAME-srv
+
+find_linkem() {
+    if [ -n "$LINKEM" ]; then echo "$LINKEM"; return; fi
+    local t
+    for t in "${CARGO_TARGET_DIR:-}" "$HERE/../../target"; do
+        [ -n "$t" ] || continue
+        for p in release debug; do
+            [ -x "$t/$p/linkem" ] && { echo "$t/$p/linkem"; return; }
+        done
+    done
+    command -v linkem || lab_die "linkem binary not found: build it (cargo build -p linkem --release) or pass --linkem"
+}
+
+do_up() {
+    lab_require_root
+    [ "$PATHS" -gt 0 ] || PATHS=${#SPECS[@]}
+    [ "$PATHS" -gt 0 ] || PATHS=1
+    [ "$PATHS" -le 8 ] || lab_die "at most 8 paths"
+    LINKEM=$(find_linkem)
+    mkdir -p "$STATE"
+    # On failure, leave nothing behind (but never remove namespaces another run owns).
+    UP_OK=0
+    trap 'if [ "$UP_OK" != 1 ]; then lab_log "topology setup failed; cleaning up"; stop_linkems; lab_cleanup; fi' EXIT
+    for ns in "$CLI" "$MID" "$SRV"; do lab_ns_create "$ns"; done
+    echo "$CLI $MID $SRV" >"$STATE/namespaces"
+    for i in $(seq "$PATHS"); do
+        lab_veth "$CLI" "c$i" "$MID" "l$i"
+        lab_veth "$MID" "r$i" "$SRV" "s$i"
+        # The middle namespace is a wire: no addresses, no IPv6 chatter of its own.
+        for d in "l$i" "r$i"; do
+            ip netns exec "$MID" sysctl -qw "net.ipv6.conf.$d.disable_ipv6=1"
+        done
+        ip -n "$CLI" addr add "10.0.$i.1/24" dev "c$i"
+        ip -n "$SRV" addr add "10.0.$i.2/24" dev "s$i"
+        ip -n "$CLI" addr add "dead:beef:$i::1/64" dev "c$i" nodad
+        ip -n "$SRV" addr add "dead:beef:$i::2/64" dev "s$i" nodad
+    done
+    for ns in "$CLI" "$SRV"; do
+        ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+    done
+    if [ "$MPTCP" = 1 ]; then
+        for ns in "$CLI" "$SRV"; do
+            ip netns exec "$ns" sysctl -qw net.mptcp.enabled=1
+            ip -n "$ns" mptcp endpoint flush
+            ip -n "$ns" mptcp limits set subflows $((PATHS - 1)) add_addr_accepted $((PATHS - 1))
+        done
+        for i in $(seq 2 "$PATHS"); do
+            if [ "$FAMILY" = 6 ]; then addr="dead:beef:$i::2"; else addr="10.0.$i.2"; fi
+            ip -n "$SRV" mptcp endpoint add "$addr" dev "s$i" signal
+        done
+    fi
+    local last=""
+    for i in $(seq "$PATHS"); do
+        local spec=${SPECS[$((i - 1))]:-$last}
+        last=$spec
+        local up=$spec down=$spec
+        if [[ $spec == *"|"* ]]; then up=${spec%%|*}; down=${spec#*|}; fi
+        rm -f "$STATE/path$i.sock" "$STATE/path$i.json"
+        # shellcheck disable=SC2086
+        ip netns exec "$MID" "$LINKEM" --a "l$i" --b "r$i" --a2b "$up" --b2a "$down" --seed "$i" \
+            --control "$STATE/path$i.sock" --stats-json "$STATE/path$i.json" $LINKEM_ARGS \
+            >"$STATE/linkem$i.log" 2>&1 &
+        echo $! >"$STATE/linkem$i.pid"
+        if ! LAB_WAIT_S=10 lab_wait_for grep -q "linkem: ready" "$STATE/linkem$i.log"; then
+            cat "$STATE/linkem$i.log" >&2
+            false
+        fi
+        echo "path $i: a2b(up)=[$up] b2a(down)=[$down]"
+    done
+    echo "$PATHS" >"$STATE/paths"
+    UP_OK=1
+    # Resolve neighbours once so the first measured packet does not pay for ARP/ND.
+    for i in $(seq "$PATHS"); do
+        ip netns exec "$CLI" ping -c1 -W2 "10.0.$i.2" >/dev/null 2>&1 || true
+    done
+    echo "topology $NAME up: $CLI / $MID / $SRV, $PATHS path(s), state in $STATE"
+}
+
+stop_linkems() {
+    local f
+    for f in "$STATE"/linkem*.pid; do
+        [ -e "$f" ] || continue
+        lab_stop_pid "$(cat "$f")"
+        rm -f "$f"
+    done
+}
+
+do_down() {
+    stop_linkems
+    for ns in "$CLI" "$MID" "$SRV"; do lab_ns_delete "$ns"; done
+    local f
+    for f in "$STATE"/path*.json; do
+        [ -e "$f" ] && echo "stats: $f"
+    done
+    return 0
+}
+
+do_ctl() {
+    [ -n "$INDEX" ] || lab_die "--index is required"
+    "$(find_linkem)" ctl "$STATE/path$INDEX.sock" "$@"
+}
+
+case $ACTION in
+up) do_up ;;
+down) do_down ;;
+ctl) do_ctl "$@" ;;
+*) usage ;;
+esac

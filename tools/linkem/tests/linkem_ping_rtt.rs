@@ -1,0 +1,38 @@
+//! ping through linkem with 20 ms configured each way: the RTT must be 40 ms, not 41-42 ms as a
+//! millisecond timer would make it, and stable.
+
+mod common;
+use common::{netns_available, quantile, Topo};
+use std::process::Command;
+
+#[test]
+fn linkem_ping_rtt_is_the_configured_delay() {
+    if !netns_available("linkem_ping_rtt") {
+        return;
+    }
+    let topo = Topo::up("p", &["delay=20ms"]);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &topo.cli(), "ping", "-n", "-c", "400", "-i", "0.005", "-W", "2", "10.0.1.2"])
+        .output()
+        .expect("ping (iputils-ping) is needed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.trim_end_matches(" ms").trim().parse().ok())
+        .collect();
+    assert!(rtts.len() >= 390, "only {} replies:\n{text}", rtts.len());
+    let p50 = quantile(&mut rtts, 0.50);
+    let p99 = quantile(&mut rtts, 0.99);
+    let max = quantile(&mut rtts, 1.0);
+    let st = topo.stats(1);
+    eprintln!(
+        "ping RTT over {} samples: p50 {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms; linkem release error a2b {} b2a {}",
+        rtts.len(),
+        st["a2b"]["release_error_us"],
+        st["b2a"]["release_error_us"]
+    );
+    assert!((p50 - 40.0).abs() <= 1.0, "p50 {p50} ms");
+    assert!(p99 <= 41.0, "p99 {p99} ms");
+    assert_eq!(st["a2b"]["dropped"]["rx_kernel"], 0);
+}
