@@ -246,11 +246,13 @@ impl Pacer for QuantumPacer {
         self.last_send = Some(now);
         // fq_dequeue: an exhausted flow goes to the back of old_flows with
         // another quantum; alone, it comes straight back.
-        while self.credit <= 0 {
-            self.credit += i64::from(self.cfg.quantum.max(1));
+        if self.credit <= 0 {
+            let q = i64::from(self.cfg.quantum.max(1));
+            self.credit += (-self.credit / q + 1) * q;
         }
-        let len = len as u64;
-        self.credit -= i64::try_from(len).unwrap_or(i64::MAX);
+        // No real packet is 4 GiB; clamping keeps the credit arithmetic exact.
+        let len = (len as u64).min(u64::from(u32::MAX));
+        self.credit -= len as i64;
         if self.rate == u64::MAX {
             return;
         }

@@ -90,7 +90,10 @@ fn pacing_rate_follows_linux_formula() {
     // More in flight than cwnd (after a reduction): the flight counts.
     assert_eq!(cfg.rate(1460, 10, 10, 20, srtt), 350_400);
     // srtt in 1/8 us as the kernel keeps it: 10 ms + 1/8 us rounds down.
-    assert_eq!(cfg.rate(1000, 10, 10, 0, Some(Duration::from_nanos(10_000_125))), 1_000 * 10 * 120 * 10_000 * 8 / 80_001);
+    assert_eq!(
+        cfg.rate(1000, 10, 10, 0, Some(Duration::from_nanos(10_000_125))),
+        1_000 * 10 * 120 * 10_000 * 8 / 80_001
+    );
     // No RTT yet: nothing to pace by.
     assert_eq!(cfg.rate(1460, 10, 10, 0, None), u64::MAX);
     // SO_MAX_PACING_RATE caps it.
