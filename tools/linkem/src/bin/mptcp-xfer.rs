@@ -101,7 +101,8 @@ fn socket(o: &Opts) -> std::io::Result<Socket> {
     Ok(s)
 }
 
-/// Subflows of the MPTCP connection (first byte of `struct mptcp_info`), 0 for plain TCP.
+/// Subflows of the connection: 1 + the joined ones (`mptcpi_subflows`, the first byte of
+/// `struct mptcp_info`, counts only those); 1 for plain TCP or a fallback.
 fn subflows(s: &TcpStream) -> u8 {
     use std::os::fd::AsRawFd;
     let mut info = [0u8; 64];
@@ -111,9 +112,9 @@ fn subflows(s: &TcpStream) -> u8 {
         libc::getsockopt(s.as_raw_fd(), SOL_MPTCP, MPTCP_INFO, info.as_mut_ptr() as *mut libc::c_void, &mut len)
     };
     if r == 0 && len > 0 {
-        info[0]
+        info[0].saturating_add(1)
     } else {
-        0
+        1
     }
 }
 
@@ -123,12 +124,16 @@ fn hex(d: &[u8]) -> String {
 
 fn run(o: Opts) -> std::io::Result<String> {
     let start;
+    // The listener must outlive the transfer: MP_JOIN SYNs arrive through it, and a closed
+    // listener answers them with a reset.
+    let mut _listener = None;
     let stream: TcpStream = if o.role == "server" {
         let l = socket(&o)?;
         l.set_reuse_address(true)?;
         l.bind(&SockAddr::from(o.addr))?;
-        l.listen(1)?;
+        l.listen(8)?;
         let (s, _) = l.accept()?;
+        _listener = Some(l);
         start = Instant::now();
         s.into()
     } else {
