@@ -7,6 +7,24 @@
 //! it falls to on a loss (`ssthresh`) and what it learns from ACK samples
 //! (`pkts_acked`). So CUBIC drops in for Reno without touching the subflow, and
 //! counters and thresholds keep the kernel's units.
+//!
+//! What a subflow does with this crate, in the kernel's order:
+//! * on each ACK that newly acknowledges data: feed the RTT sample (Karn's
+//!   rule applied) to [`RttEstimator::update`], call
+//!   [`CongestionControl::pkts_acked`], then `cong_avoid` if in
+//!   [`CaState::Open`] and cwnd-limited; then recompute the pacing rate with
+//!   [`PacingRateConfig::rate`] and hand it to the [`Pacer`] and to
+//!   [`CongestionControl::set_pacing`];
+//! * on entering Recovery or Loss: `ssthresh`, then `set_state`; on an RTO
+//!   also [`RttEstimator::backoff`];
+//! * on each data segment sent: `cwnd_event(TxStart)` if nothing was in
+//!   flight, [`CongestionControl::data_sent`], [`Pacer::on_send`].
+//!
+//! Pieces: [`Reno`] and [`Cubic`] (with HyStart, [`HystartRoundStart`]),
+//! chosen by [`Algorithm`]; [`RttEstimator`] (RFC 6298 + Linux RTO floor,
+//! windowed min RTT); [`EdtPacer`] and [`QuantumPacer`] behind [`Pacer`],
+//! chosen by [`PacerKind`]. Nothing here reads a clock: every entry point
+//! takes the driver's [`Instant`].
 
 #![forbid(unsafe_code)]
 
