@@ -27,6 +27,7 @@
 //! takes the driver's [`Instant`].
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod algorithm;
 mod cubic;
@@ -77,10 +78,15 @@ impl CcState {
 /// Linux `tcp_ca_state`, reported to the controller on every transition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CaState {
+    /// Normal operation: cwnd may grow.
     Open,
+    /// Duplicate ACKs or SACKs seen, not yet enough to declare a loss.
     Disorder,
+    /// Window reduced for a congestion signal other than loss (ECN, local).
     Cwr,
+    /// Fast retransmit / recovery after a loss.
     Recovery,
+    /// Retransmission timeout: everything in flight presumed lost.
     Loss,
 }
 
@@ -116,9 +122,13 @@ pub struct AckSample {
 /// Counters a controller maintains, with the kernel's names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CcCounters {
+    /// `TcpExtTCPHystartTrainDetect`: slow starts ended by an ACK train.
     pub tcp_ext_tcp_hystart_train_detect: u64,
+    /// `TcpExtTCPHystartTrainCwnd`: sum of cwnd at those exits.
     pub tcp_ext_tcp_hystart_train_cwnd: u64,
+    /// `TcpExtTCPHystartDelayDetect`: slow starts ended by an RTT increase.
     pub tcp_ext_tcp_hystart_delay_detect: u64,
+    /// `TcpExtTCPHystartDelayCwnd`: sum of cwnd at those exits.
     pub tcp_ext_tcp_hystart_delay_cwnd: u64,
 }
 
