@@ -312,6 +312,12 @@ impl TcpOption {
     }
 }
 
+impl From<MptcpOption> for TcpOption {
+    fn from(m: MptcpOption) -> Self {
+        TcpOption::Mptcp(m)
+    }
+}
+
 /// Whether a failed option left the option list walkable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Framing {
@@ -398,10 +404,12 @@ impl TcpOptions {
         &self.buf[..self.len as usize]
     }
 
+    /// Bytes used so far (not yet padded to a word).
     pub fn len(&self) -> usize {
         self.len as usize
     }
 
+    /// True when the header carries no options.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
