@@ -250,6 +250,19 @@ impl PacketBatch {
         accepted
     }
 
+    /// Gives every unsent slot the capacity to become a 64 KiB super-packet:
+    /// tun-rs only coalesces into a buffer that can already hold the result.
+    /// Happens once per slot (the capacity is kept across `clear`), and the
+    /// untouched tail costs address space, not memory.
+    pub(crate) fn reserve_coalesce_room(&mut self, super_packet: usize) {
+        let need = 2 * HEADROOM + super_packet;
+        for s in &mut self.slots[self.sent..self.len] {
+            if s.capacity() < need {
+                s.reserve_exact(need - s.len());
+            }
+        }
+    }
+
     /// Runs `f` over the unsent slots trimmed to their exact length (what
     /// tun-rs' GRO coalescing expects), then restores the slot invariant.
     /// Coalescing may grow a slot; its extra capacity is kept for next time.

@@ -123,10 +123,16 @@ pub fn udp_packet(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
         c = 0xffff;
     }
     udp[6..8].copy_from_slice(&c.to_be_bytes());
-    let mut p = match (src.ip(), dst.ip()) {
+    ip_packet(src.ip(), dst.ip(), 17, &udp)
+}
+
+/// Wraps a transport segment (checksum already filled) in an IPv4 header
+/// (DF, TTL 64, checksum filled) or an IPv6 header (hop limit 64).
+fn ip_packet(src: IpAddr, dst: IpAddr, proto: u8, l4: &[u8]) -> Vec<u8> {
+    let mut p = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut h = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
-            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+            let mut h = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, proto, 0, 0];
+            h[2..4].copy_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
             h.extend_from_slice(&s.octets());
             h.extend_from_slice(&d.octets());
             let c = checksum(&h, 0);
@@ -135,16 +141,52 @@ pub fn udp_packet(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             let mut h = vec![0x60, 0, 0, 0];
-            h.extend_from_slice(&(udp_len as u16).to_be_bytes());
-            h.extend_from_slice(&[17, 64]);
+            h.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+            h.extend_from_slice(&[proto, 64]);
             h.extend_from_slice(&s.octets());
             h.extend_from_slice(&d.octets());
             h
         }
-        _ => unreachable!(),
+        _ => panic!("address families differ"),
     };
-    p.extend_from_slice(&udp);
+    p.extend_from_slice(l4);
     p
+}
+
+/// TCP header fields for [`tcp_packet`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpFields<'a> {
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number.
+    pub ack: u32,
+    /// Flags byte (FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10).
+    pub flags: u8,
+    /// Window (unscaled field value).
+    pub window: u16,
+    /// Options, already padded to a multiple of 4 bytes.
+    pub options: &'a [u8],
+}
+
+/// A TCP segment in an IPv4 or IPv6 packet, checksums filled in. Panics on
+/// mismatched families or unpadded options (test input from constants).
+pub fn tcp_packet(src: SocketAddr, dst: SocketAddr, f: TcpFields<'_>, payload: &[u8]) -> Vec<u8> {
+    assert!(f.options.len() & 3 == 0 && f.options.len() <= 40, "options must be padded, at most 40 bytes");
+    let thl = 20 + f.options.len();
+    let mut t = Vec::with_capacity(thl + payload.len());
+    t.extend_from_slice(&src.port().to_be_bytes());
+    t.extend_from_slice(&dst.port().to_be_bytes());
+    t.extend_from_slice(&f.seq.to_be_bytes());
+    t.extend_from_slice(&f.ack.to_be_bytes());
+    t.push(((thl / 4) as u8) << 4);
+    t.push(f.flags);
+    t.extend_from_slice(&f.window.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 0]);
+    t.extend_from_slice(f.options);
+    t.extend_from_slice(payload);
+    let c = checksum(&t, pseudo_sum(src.ip(), dst.ip(), 6, t.len()));
+    t[16..18].copy_from_slice(&c.to_be_bytes());
+    ip_packet(src.ip(), dst.ip(), 6, &t)
 }
 
 /// A parsed UDP datagram: source, destination, payload.

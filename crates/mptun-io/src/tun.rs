@@ -367,6 +367,7 @@ impl PacketIo for TunDevice {
                 // tun-rs does the writes, so `tx_syscalls` stays untouched;
                 // the kernel's count is in `ip -s link`.
                 let mut gro = self.gro.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                batch.reserve_coalesce_room(MAX_IP_PACKET);
                 let count = batch.unsent();
                 let bytes: usize = batch.iter().skip(batch.len() - count).map(<[u8]>::len).sum();
                 let r = batch.with_unsent_exact(|slots| guard.get_inner().send_multiple(&mut gro, slots, HEADROOM));

@@ -10,7 +10,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use mptun_io::testutil::{parse_udp, require_netns, udp_checksums_ok, udp_echo_reply, unique_name};
+use mptun_io::testutil::{
+    parse_udp, require_netns, tcp_packet, udp_checksums_ok, udp_echo_reply, unique_name, TcpFields,
+};
 use mptun_io::{
     run_in_netns, spawn_tun_in_netns, Netns, NetnsGuard, PacketBatch, PacketIo, PacketIoExt, PcapReader, PcapTap,
     TunConfig, TunDevice,
@@ -265,6 +267,69 @@ async fn offload_device_still_carries_plain_packets() {
         let (n, _) = timeout(T, sock.recv_from(&mut buf)).await.expect("offload batch reply lost").unwrap();
         assert_eq!(&buf[..n], b"batched");
     }
+}
+
+/// Packets the kernel took in from a TUN: one per write(2).
+fn kernel_rx_packets(ns: &NetnsGuard, dev: &str) -> u64 {
+    let s = ns.ip(["-s", "-o", "link", "show", dev]).unwrap();
+    let after = s.split("RX:").nth(1).unwrap();
+    after.split_whitespace().filter_map(|w| w.parse().ok()).nth(1).unwrap()
+}
+
+#[tokio::test]
+async fn offload_coalesced_tcp_reaches_a_kernel_socket_intact() {
+    if require_netns().is_some() {
+        return;
+    }
+    // We are a TCP sender behind the TUN; a kernel socket on the TUN's own
+    // address receives. With offload, tun-rs merges the segments of a batch
+    // into one super-packet per write: the kernel must get every byte right.
+    let lab = Lab::new();
+    let cfg = tun_config("mtun0", &[("10.201.0.1", 24)]).mtu(1500).offload(true);
+    let tun = spawn_tun_in_netns(lab.a.name(), &cfg).unwrap();
+    let listener = run_in_netns(lab.a.name(), || std::net::TcpListener::bind("10.201.0.1:5001")).unwrap().unwrap();
+    let (me, them): (SocketAddr, SocketAddr) =
+        ("10.201.0.2:40000".parse().unwrap(), "10.201.0.1:5001".parse().unwrap());
+    let seg = |seq, ack, flags, options: &[u8], payload: &[u8]| {
+        tcp_packet(me, them, TcpFields { seq, ack, flags, window: 65535, options }, payload)
+    };
+    let isn = 7_000u32;
+    tun.send(&seg(isn, 0, 0x02, &[2, 4, 0x05, 0xb4], &[])).await.unwrap();
+    let mut batch = PacketBatch::for_io(&tun);
+    let server_isn = timeout(T, async {
+        loop {
+            batch.clear();
+            tun.recv_batch(&mut batch).await.unwrap();
+            // IPv4 + TCP from `them` with SYN|ACK.
+            if let Some(p) = batch.iter().find(|p| p.len() >= 40 && p[9] == 6 && p[20 + 13] == 0x12) {
+                return u32::from_be_bytes(p[24..28].try_into().unwrap());
+            }
+        }
+    })
+    .await
+    .expect("no SYN-ACK");
+    tun.send(&seg(isn + 1, server_isn + 1, 0x10, &[], &[])).await.unwrap();
+    // Ten full segments fit Linux's initial receive window (10 MSS).
+    const SEGS: usize = 10;
+    const LEN: usize = 1400;
+    let data: Vec<u8> = (0..SEGS * LEN).map(|i| (i * 7 % 251) as u8).collect();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let (mut c, _) = listener.accept().unwrap();
+        c.set_read_timeout(Some(T)).unwrap();
+        let mut got = vec![0u8; SEGS * LEN];
+        c.read_exact(&mut got).map(|_| got)
+    });
+    let writes_before = kernel_rx_packets(&lab.a, "mtun0");
+    let mut out = PacketBatch::for_io(&tun);
+    for (i, chunk) in data.chunks(LEN).enumerate() {
+        out.push(&seg(isn + 1 + (i * LEN) as u32, server_isn + 1, 0x10, &[], chunk)).unwrap();
+    }
+    assert_eq!(tun.send_batch(&mut out).await.unwrap(), SEGS);
+    let writes = kernel_rx_packets(&lab.a, "mtun0") - writes_before;
+    let got = tokio::task::spawn_blocking(move || reader.join().unwrap()).await.unwrap().expect("socket read");
+    assert!(got == data, "the kernel socket received exactly the bytes sent");
+    assert!(writes < SEGS as u64, "{SEGS} segments took {writes} writes: no coalescing");
 }
 
 #[tokio::test]
