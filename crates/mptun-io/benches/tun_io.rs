@@ -77,6 +77,14 @@ const SYN: u8 = 0x02;
 const ACK: u8 = 0x10;
 const RST: u8 = 0x04;
 
+/// CPU time of the calling thread (the runtime's only thread), in ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 fn mpps(n: u64, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64() / 1e6
 }
@@ -105,18 +113,21 @@ async fn rx_udp(lab: &Lab, batch_size: usize, secs: f64) {
     };
     let mut batch = PacketBatch::new(batch_size, dev.mtu());
     let start = Instant::now();
+    let cpu0 = thread_cpu_ns();
     let mut got = 0u64;
     while start.elapsed().as_secs_f64() < secs {
         batch.clear();
         got += dev.recv_batch(&mut batch).await.unwrap() as u64;
     }
     let el = start.elapsed();
+    let cpu = thread_cpu_ns() - cpu0;
     stop.store(true, Ordering::Relaxed);
     gen.join().unwrap();
     let s = dev.stats();
     println!(
-        "rx udp 92B   batch {batch_size:>3}: {:6.3} Mpps read, {:5.1} pkts/wakeup (sender offered {:6.3} Mpps)",
+        "rx udp 92B   batch {batch_size:>3}: {:6.3} Mpps read, {:5.0} ns CPU/pkt, {:5.1} pkts/wakeup (sender offered {:6.3} Mpps)",
         mpps(got, el),
+        cpu as f64 / got.max(1) as f64,
         s.rx_packets as f64 / s.rx_wakeups.max(1) as f64,
         mpps(sent.load(Ordering::Relaxed), el),
     );
@@ -127,6 +138,7 @@ async fn tx_udp(lab: &Lab, batched: bool, secs: f64) {
     let pkt = udp_packet(SocketAddr::from((PEER, 9)), SocketAddr::from((FAR, 9)), &[0u8; 64]);
     let mut batch = PacketBatch::new(128, dev.mtu());
     let start = Instant::now();
+    let cpu0 = thread_cpu_ns();
     let mut n = 0u64;
     while start.elapsed().as_secs_f64() < secs {
         if batched {
@@ -140,8 +152,9 @@ async fn tx_udp(lab: &Lab, batched: bool, secs: f64) {
         }
     }
     let el = start.elapsed();
+    let cpu = thread_cpu_ns() - cpu0;
     let label = if batched { "send_batch 128" } else { "send x1       " };
-    println!("tx udp 92B   {label}: {:6.3} Mpps written", mpps(n, el));
+    println!("tx udp 92B   {label}: {:6.3} Mpps written, {:5.0} ns CPU/pkt", mpps(n, el), cpu as f64 / n.max(1) as f64);
 }
 
 async fn tx_tcp(lab: &Lab, offload: bool, secs: f64) {

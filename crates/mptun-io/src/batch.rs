@@ -58,6 +58,10 @@ pub struct PacketBatch {
     /// Packets a [`crate::PcapTap`] already recorded (a send that returned
     /// Pending is polled again with the same batch).
     pub(crate) tapped: usize,
+    /// Packets the caller asked room for. `slots` may hold more: spare
+    /// slots an offload read splits a super-packet into, which can carry
+    /// `len` past `limit`.
+    limit: usize,
     max_packet_len: usize,
 }
 
@@ -73,6 +77,7 @@ impl PacketBatch {
             sent: 0,
             rejected: 0,
             tapped: 0,
+            limit: 0,
             max_packet_len,
         };
         b.reserve_slots(capacity.max(1));
@@ -89,19 +94,26 @@ impl PacketBatch {
         HEADROOM + self.max_packet_len
     }
 
-    /// Grows the batch to at least `capacity` slots. Only ever allocates on
+    /// Grows the batch to at least `capacity` packets. Only ever allocates on
     /// growth, so callers may call it on every wakeup.
     pub fn reserve_slots(&mut self, capacity: usize) {
+        self.limit = self.limit.max(capacity);
+        self.reserve_spare(capacity);
+    }
+
+    /// Makes sure `slots` physically holds `n` slots without raising the
+    /// caller's limit.
+    pub(crate) fn reserve_spare(&mut self, n: usize) {
         let size = self.slot_size();
-        while self.slots.len() < capacity {
+        while self.slots.len() < n {
             self.slots.push(vec![0; size]);
             self.lens.push(0);
         }
     }
 
-    /// Number of slots.
+    /// Number of packets the batch takes before it is full.
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.limit
     }
 
     /// Number of packets in the batch (sent ones included until `clear`).
@@ -114,14 +126,15 @@ impl PacketBatch {
         self.len == 0
     }
 
-    /// True when no slot is free.
+    /// True when no slot is free. (An offload read may overfill a batch a
+    /// little, into spare slots: a super-packet is never split across calls.)
     pub fn is_full(&self) -> bool {
-        self.len == self.slots.len()
+        self.len >= self.limit
     }
 
     /// Number of free slots.
     pub fn remaining(&self) -> usize {
-        self.slots.len() - self.len
+        self.limit.saturating_sub(self.len)
     }
 
     /// Largest packet one slot holds.
@@ -195,6 +208,9 @@ impl PacketBatch {
 
     /// The next free slot's packet area, for a device read.
     pub(crate) fn next_free_mut(&mut self) -> Option<&mut [u8]> {
+        if self.is_full() {
+            return None;
+        }
         let i = self.len;
         self.slots.get_mut(i).map(|s| &mut s[HEADROOM..])
     }
