@@ -2,7 +2,7 @@
 # Lab topology: client ns — linkem ns — server ns, N parallel paths, each an emulated link.
 #
 #   topo.sh up   --name P [--path SPEC]... [--paths N] [--linkem BIN] [--state DIR]
-#                [--mptcp-family 4|6] [--no-mptcp] [--linkem-args "ARGS"]
+#                [--mptcp-family 4|6] [--no-mptcp] [--linkem-args "ARGS"] [--bridge]
 #   topo.sh down --name P [--state DIR]
 #   topo.sh ctl  --name P --index I COMMAND...      (e.g. `set a2b rate=3mbit`, `down both`, `stats`)
 #
@@ -10,8 +10,9 @@
 # `UP|DOWN` for client→server and server→client separately. Namespaces are P-cli, P-mid, P-srv.
 # Path i (1-based): client c$i 10.0.i.1/24 dead:beef:i::1/64 — mid l$i | linkem | r$i — server
 # s$i 10.0.i.2/24 dead:beef:i::2/64. linkem bridges at layer 2, so a path is one subnet.
-# Kernel MPTCP: limits allow N-1 extra subflows; the server signals its address on paths 2..N,
-# and the client joins from the address the route picks, so each subflow runs on its own path.
+# Kernel MPTCP: limits allow N-1 extra subflows; the client has a `subflow` endpoint on paths
+# 2..N and joins the server's path-1 address from there, routed over that path (as simult_flows).
+# --bridge replaces linkem by a plain kernel bridge (a baseline for linkem's own cost).
 # State (pids, control sockets, logs, final stats JSON per path) lives in DIR
 # (default /tmp/mptun-lab/P).
 set -euo pipefail
@@ -24,7 +25,7 @@ usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 ACTION=${1:-}
 [ -n "$ACTION" ] || usage
 shift
-NAME="" PATHS=0 LINKEM="" STATE="" FAMILY=4 MPTCP=1 LINKEM_ARGS="" INDEX=""
+NAME="" PATHS=0 LINKEM="" STATE="" FAMILY=4 MPTCP=1 LINKEM_ARGS="" INDEX="" BRIDGE=0
 SPECS=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -37,6 +38,7 @@ while [ $# -gt 0 ]; do
     --no-mptcp) MPTCP=0; shift ;;
     --linkem-args) LINKEM_ARGS=$2; shift 2 ;;
     --index) INDEX=$2; shift 2 ;;
+    --bridge) BRIDGE=1; shift ;;
     -h | --help) usage ;;
     *) break ;;
     esac
@@ -62,7 +64,7 @@ do_up() {
     [ "$PATHS" -gt 0 ] || PATHS=${#SPECS[@]}
     [ "$PATHS" -gt 0 ] || PATHS=1
     [ "$PATHS" -le 8 ] || lab_die "at most 8 paths"
-    LINKEM=$(find_linkem)
+    [ "$BRIDGE" = 1 ] || LINKEM=$(find_linkem)
     mkdir -p "$STATE"
     # On failure, leave nothing behind (but never remove namespaces another run owns).
     UP_OK=0
@@ -88,11 +90,23 @@ do_up() {
         for ns in "$CLI" "$SRV"; do
             ip netns exec "$ns" sysctl -qw net.mptcp.enabled=1
             ip -n "$ns" mptcp endpoint flush
-            ip -n "$ns" mptcp limits set subflows $((PATHS - 1)) add_addr_accepted $((PATHS - 1))
+            ip -n "$ns" mptcp limits set subflows $((PATHS - 1)) add_addr_accepted 0
         done
+        # simult_flows style: the server keeps one address (path 1's); the client opens one extra
+        # subflow per path from its own address there. Source routing plus a permanent neighbour
+        # entry for the server's address on that path's interface keep each subflow on its path,
+        # in IPv4 and IPv6 alike (IPv6 would not resolve an off-interface address by ND).
         for i in $(seq 2 "$PATHS"); do
-            if [ "$FAMILY" = 6 ]; then addr="dead:beef:$i::2"; else addr="10.0.$i.2"; fi
-            ip -n "$SRV" mptcp endpoint add "$addr" dev "s$i" signal
+            local mac
+            mac=$(ip -n "$SRV" -br link show "s$i" | awk '{print $3}')
+            ip -n "$CLI" rule add from "10.0.$i.1" table $((100 + i))
+            ip -n "$CLI" route add default dev "c$i" table $((100 + i))
+            ip -n "$CLI" -6 rule add from "dead:beef:$i::1" table $((100 + i))
+            ip -n "$CLI" -6 route add default dev "c$i" table $((100 + i))
+            ip -n "$CLI" neigh replace 10.0.1.2 lladdr "$mac" dev "c$i" nud permanent
+            ip -n "$CLI" -6 neigh replace dead:beef:1::2 lladdr "$mac" dev "c$i" nud permanent
+            if [ "$FAMILY" = 6 ]; then addr="dead:beef:$i::1"; else addr="10.0.$i.1"; fi
+            ip -n "$CLI" mptcp endpoint add "$addr" dev "c$i" subflow
         done
     fi
     local last=""
@@ -102,6 +116,14 @@ do_up() {
         local up=$spec down=$spec
         if [[ $spec == *"|"* ]]; then up=${spec%%|*}; down=${spec#*|}; fi
         rm -f "$STATE/path$i.sock" "$STATE/path$i.json"
+        if [ "$BRIDGE" = 1 ]; then
+            ip -n "$MID" link add "br$i" type bridge
+            ip -n "$MID" link set "l$i" master "br$i"
+            ip -n "$MID" link set "r$i" master "br$i"
+            ip -n "$MID" link set "br$i" up
+            echo "path $i: kernel bridge (no emulation)"
+            continue
+        fi
         # shellcheck disable=SC2086
         ip netns exec "$MID" "$LINKEM" --a "l$i" --b "r$i" --a2b "$up" --b2a "$down" --seed "$i" \
             --control "$STATE/path$i.sock" --stats-json "$STATE/path$i.json" $LINKEM_ARGS \

@@ -6,8 +6,13 @@
 //! prints one JSON line: runtime, bytes, SHA-256 of both streams, subflow count. Buffer sizes are
 //! set before connect/listen, as `SO_SNDBUF`/`SO_RCVBUF` must be to pin the window.
 //!
+//! Like `mptcp_connect`, a side that has sent everything waits (`--linger-ms`, default 200, or
+//! until the peer's stream ended) before its DATA_FIN: once the connection leaves ESTABLISHED the
+//! path manager creates no more subflows, so the small transfer would otherwise finish before the
+//! joins and the large one would run on one path.
+//!
 //! ```text
-//! mptcp-xfer server --bind 0.0.0.0:5000 --send 83886 [--sndbuf N] [--rcvbuf N] [--wait-subflows 2]
+//! mptcp-xfer server --bind 0.0.0.0:5000 --send 81920 [--sndbuf N] [--rcvbuf N] [--linger-ms 200]
 //! mptcp-xfer client --connect 10.0.1.2:5000 --send 16777216 [...]
 //! ```
 
@@ -33,6 +38,7 @@ struct Opts {
     rcvbuf: Option<usize>,
     wait_subflows: u8,
     wait_ms: u64,
+    linger_ms: u64,
     tcp: bool,
     timeout_s: u64,
 }
@@ -40,7 +46,7 @@ struct Opts {
 fn usage() -> ! {
     eprintln!(
         "usage: mptcp-xfer server --bind ADDR:PORT | client --connect ADDR:PORT\n  [--send BYTES] [--seed N] \
-         [--sndbuf BYTES] [--rcvbuf BYTES] [--wait-subflows N] [--wait-ms MS] [--tcp] [--timeout S]"
+         [--sndbuf BYTES] [--rcvbuf BYTES] [--wait-subflows N] [--wait-ms MS] [--linger-ms MS] [--tcp] [--timeout S]"
     );
     std::process::exit(2)
 }
@@ -60,6 +66,7 @@ fn parse() -> Opts {
         rcvbuf: None,
         wait_subflows: 0,
         wait_ms: 500,
+        linger_ms: 200,
         tcp: false,
         timeout_s: 120,
     };
@@ -78,6 +85,7 @@ fn parse() -> Opts {
             "--rcvbuf" => o.rcvbuf = Some(num(&v) as usize),
             "--wait-subflows" => o.wait_subflows = num(&v).min(255) as u8,
             "--wait-ms" => o.wait_ms = num(&v),
+            "--linger-ms" => o.linger_ms = num(&v),
             "--timeout" => o.timeout_s = num(&v),
             _ => usage(),
         }
@@ -150,7 +158,22 @@ fn run(o: Opts) -> std::io::Result<String> {
         std::thread::sleep(Duration::from_millis(2));
     }
     let mut writer = stream.try_clone()?;
-    let (send, seed) = (o.send, o.seed);
+    let (send, seed, linger) = (o.send, o.seed, Duration::from_millis(o.linger_ms));
+    let (eof_tx, eof_rx) = std::sync::mpsc::channel::<()>();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Subflows come and go during the transfer; sample them throughout.
+    let sampler = {
+        let s = stream.try_clone()?;
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut max = subflows(&s);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                max = max.max(subflows(&s));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            max
+        })
+    };
     let sender = std::thread::spawn(move || -> std::io::Result<String> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut h = Sha256::new();
@@ -163,6 +186,7 @@ fn run(o: Opts) -> std::io::Result<String> {
             writer.write_all(&buf[..n])?;
             left -= n as u64;
         }
+        let _ = eof_rx.recv_timeout(linger);
         writer.shutdown(Shutdown::Write)?;
         Ok(hex(&h.finalize()))
     });
@@ -170,7 +194,6 @@ fn run(o: Opts) -> std::io::Result<String> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut received = 0u64;
-    let mut subflows_max = subflows(&stream);
     loop {
         let n = reader.read(&mut buf)?;
         if n == 0 {
@@ -178,13 +201,12 @@ fn run(o: Opts) -> std::io::Result<String> {
         }
         h.update(&buf[..n]);
         received += n as u64;
-        if received % (1 << 20) < n as u64 {
-            subflows_max = subflows_max.max(subflows(&stream));
-        }
     }
+    let _ = eof_tx.send(());
     let sent_sha = sender.join().map_err(|_| std::io::Error::other("sender panicked"))??;
     let runtime = start.elapsed();
-    subflows_max = subflows_max.max(subflows(&stream));
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let subflows_max = sampler.join().unwrap_or(0);
     let out = serde_json::json!({
         "role": o.role,
         "runtime_ms": runtime.as_secs_f64() * 1e3,

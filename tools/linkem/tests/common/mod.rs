@@ -44,6 +44,11 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 impl Topo {
     /// Builds a topology with one path per spec (netem-style; `UP|DOWN` for asymmetric).
     pub fn up(tag: &str, specs: &[&str]) -> Topo {
+        Self::up_with(tag, specs, &[])
+    }
+
+    /// As [`Topo::up`], with extra `topo.sh up` arguments (e.g. `--bridge`, `--no-mptcp`).
+    pub fn up_with(tag: &str, specs: &[&str], extra: &[&str]) -> Topo {
         let name = format!("lk{}{}{}", tag, std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
         let state = std::env::temp_dir().join(format!("linkem-test-{name}"));
         let topo = Topo { name: name.clone(), state: state.clone() };
@@ -55,6 +60,7 @@ impl Topo {
         for s in specs {
             cmd.args(["--path", s]);
         }
+        cmd.args(extra);
         let out = cmd.output().expect("run topo.sh");
         eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "topo.sh up failed");
