@@ -61,9 +61,8 @@ impl DeadlineTimer {
             it_value: libc::timespec { tv_sec: (ns / 1_000_000_000) as _, tv_nsec: (ns % 1_000_000_000) as _ },
         };
         // SAFETY: valid fd and itimerspec; the old value is not requested.
-        let r = unsafe {
-            libc::timerfd_settime(self.fd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
-        };
+        let r =
+            unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
         if r != 0 {
             return Err(io::Error::last_os_error());
         }

@@ -141,12 +141,12 @@ impl Links {
             Command::Down(t) => change(*t, "down"),
             Command::Up(t) => change(*t, "up"),
             Command::Stats => Ok(serde_json::to_string(&self.report()).expect("report serializes")),
-            Command::Config => Ok(format!(
-                "a2b: {}; b2a: {}",
-                format_spec(&self.a2b.config()),
-                format_spec(&self.b2a.config())
-            )),
-            Command::Help => Ok("commands: set a2b|b2a|both KEY=VAL[,...] | down DIR | up DIR | stats | config | help".into()),
+            Command::Config => {
+                Ok(format!("a2b: {}; b2a: {}", format_spec(&self.a2b.config()), format_spec(&self.b2a.config())))
+            }
+            Command::Help => {
+                Ok("commands: set a2b|b2a|both KEY=VAL[,...] | down DIR | up DIR | stats | config | help".into())
+            }
         }
     }
 }

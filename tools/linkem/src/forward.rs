@@ -188,8 +188,7 @@ pub fn corrupt(frame: &mut [u8], bit: u32) {
     if frame.is_empty() {
         return;
     }
-    let (start, span) =
-        if frame.len() > ETH_HLEN { (ETH_HLEN, frame.len() - ETH_HLEN) } else { (0, frame.len()) };
+    let (start, span) = if frame.len() > ETH_HLEN { (ETH_HLEN, frame.len() - ETH_HLEN) } else { (0, frame.len()) };
     let b = bit as usize % (span * 8);
     frame[start + b / 8] ^= 1 << (b % 8);
 }
@@ -209,7 +208,13 @@ pub struct LoopOptions {
 /// Runs one direction until `stop` is set: frames from `rx` go through `dir`'s link model and
 /// out of `tx` at their release instants. Frames still held at shutdown are dropped, as a qdisc
 /// being deleted drops them.
-pub fn run(dir: Arc<Direction>, rx: PacketSocket, tx: PacketSocket, opts: LoopOptions, stop: Arc<AtomicBool>) -> io::Result<()> {
+pub fn run(
+    dir: Arc<Direction>,
+    rx: PacketSocket,
+    tx: PacketSocket,
+    opts: LoopOptions,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
     clock::minimise_timer_slack();
     if let Some(p) = opts.fifo_priority {
         if let Err(e) = clock::set_fifo(p) {
@@ -340,7 +345,9 @@ mod tests {
 
     #[test]
     fn heap_releases_in_time_order_then_arrival_order() {
-        let mk = |r: u64, seq| Reverse(Pending { release: Instant::from_micros(r), seq, arrival: Instant::ZERO, frame: vec![] });
+        let mk = |r: u64, seq| {
+            Reverse(Pending { release: Instant::from_micros(r), seq, arrival: Instant::ZERO, frame: vec![] })
+        };
         let mut h = BinaryHeap::new();
         for (r, s) in [(30, 1), (10, 2), (10, 3), (20, 4)] {
             h.push(mk(r, s));

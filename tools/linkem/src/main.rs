@@ -151,9 +151,10 @@ fn run(cli: Cli) -> Result<(), String> {
     };
     let spin = Duration::from_micros(cli.spin_us);
     let mut threads = Vec::new();
-    for (dir, rx, tx, seed, max) in
-        [(links.a2b.clone(), rx_a, tx_b, cli.seed, max_b), (links.b2a.clone(), rx_b, tx_a, cli.seed.wrapping_add(1), max_a)]
-    {
+    for (dir, rx, tx, seed, max) in [
+        (links.a2b.clone(), rx_a, tx_b, cli.seed, max_b),
+        (links.b2a.clone(), rx_b, tx_a, cli.seed.wrapping_add(1), max_a),
+    ] {
         let opts = LoopOptions { spin, fifo_priority: (cli.fifo > 0).then_some(cli.fifo), seed, max_frame: max };
         let stop = stop.clone();
         let name = format!("linkem-{}", dir.name);
@@ -164,7 +165,9 @@ fn run(cli: Cli) -> Result<(), String> {
         threads.push(t);
     }
     let control = match &cli.control {
-        Some(p) => Some(ControlServer::start(p, links.clone(), stop.clone()).map_err(|e| format!("{}: {e}", p.display()))?),
+        Some(p) => {
+            Some(ControlServer::start(p, links.clone(), stop.clone()).map_err(|e| format!("{}: {e}", p.display()))?)
+        }
         None => None,
     };
     println!("linkem: ready a={a} b={b}");

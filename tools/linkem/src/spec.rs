@@ -69,7 +69,13 @@ pub fn parse_rate(key: &str, v: &str) -> Result<u64, SpecError> {
         "kbps" => 8e3,
         "mbps" => 8e6,
         "gbps" => 8e9,
-        _ => return Err(bad(key, v, "unit must be bit, kbit, mbit, gbit, tbit, kibit, mibit, gibit or bps, kbps, mbps, gbps")),
+        _ => {
+            return Err(bad(
+                key,
+                v,
+                "unit must be bit, kbit, mbit, gbit, tbit, kibit, mibit, gibit or bps, kbps, mbps, gbps",
+            ))
+        }
     };
     let bps = n * mult;
     if bps > u64::MAX as f64 / 2.0 {
@@ -179,11 +185,8 @@ pub fn apply_spec(base: &LinkConfig, spec: &str) -> Result<LinkConfig, SpecError
             "reset" => c = LinkConfig { limit_scope: c.limit_scope, ..Default::default() },
             "rate" => {
                 let v = need()?;
-                c.rate_bps = if v.eq_ignore_ascii_case("none") {
-                    None
-                } else {
-                    Some(parse_rate(&key, v)?).filter(|&r| r > 0)
-                };
+                c.rate_bps =
+                    if v.eq_ignore_ascii_case("none") { None } else { Some(parse_rate(&key, v)?).filter(|&r| r > 0) };
             }
             "delay" => c.delay = parse_time(&key, need()?)?,
             "jitter" => c.jitter = parse_time(&key, need()?)?,

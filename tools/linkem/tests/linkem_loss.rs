@@ -21,7 +21,12 @@ fn linkem_loss_matches_the_configured_rate() {
     let loss = lost as f64 / sent as f64;
     let st = topo.stats(1);
     let d = &st["a2b"]["dropped"];
-    eprintln!("sent {sent}, received {} ({} distinct), measured loss {:.4}%; linkem a2b drops {d}", seqs.len(), distinct.len(), loss * 100.0);
+    eprintln!(
+        "sent {sent}, received {} ({} distinct), measured loss {:.4}%; linkem a2b drops {d}",
+        seqs.len(),
+        distinct.len(),
+        loss * 100.0
+    );
     // Every other way to lose a datagram must be zero, or the figure measures the wrong thing.
     for cause in ["queue_full", "link_down", "oversize", "tx_error", "rx_kernel"] {
         assert_eq!(d[cause], 0, "non-model drops ({cause}): {d}");

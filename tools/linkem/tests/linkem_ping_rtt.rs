@@ -35,4 +35,20 @@ fn linkem_ping_rtt_is_the_configured_delay() {
     assert!((p50 - 40.0).abs() <= 1.0, "p50 {p50} ms");
     assert!(p99 <= 41.0, "p99 {p99} ms");
     assert_eq!(st["a2b"]["dropped"]["rx_kernel"], 0);
+
+    // The same path carries IPv6.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &topo.cli(), "ping", "-6", "-n", "-c", "50", "-i", "0.01", "dead:beef:1::2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut v6: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.trim_end_matches(" ms").trim().parse().ok())
+        .collect();
+    assert!(v6.len() >= 45, "IPv6: only {} replies:\n{text}", v6.len());
+    let p50 = quantile(&mut v6, 0.5);
+    eprintln!("IPv6 ping RTT p50 {p50:.3} ms over {} samples", v6.len());
+    assert!((p50 - 40.0).abs() <= 1.0, "IPv6 p50 {p50} ms");
 }

@@ -165,7 +165,8 @@ pub fn udp_collect(ns: &str, bind: SocketAddr, idle: Duration) -> std::thread::J
         s.bind(&bind.into()).unwrap();
         let s: UdpSocket = s.into();
         tx.send(()).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // The first datagram may legitimately never come (a link that is down).
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         let mut seqs = Vec::new();
         let mut buf = [0u8; 2048];
         while let Ok(n) = s.recv(&mut buf) {
