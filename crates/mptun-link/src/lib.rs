@@ -274,10 +274,11 @@ impl Link {
             self.stats.duplicated += 1;
             release
         });
-        let corrupt_bit = (self.config.corrupt > 0.0 && len > 0 && rng.random::<f64>() < self.config.corrupt).then(|| {
-            self.stats.corrupted += 1;
-            rng.random_range(0..(len as u32 * 8))
-        });
+        let corrupt_bit =
+            (self.config.corrupt > 0.0 && len > 0 && rng.random::<f64>() < self.config.corrupt).then(|| {
+                self.stats.corrupted += 1;
+                rng.random_range(0..(len as u32 * 8))
+            });
         self.stats.delivered_packets += 1 + duplicate.is_some() as u64;
         self.stats.delivered_bytes += len as u64 * (1 + duplicate.is_some() as u64);
         Verdict::Deliver { release, duplicate, corrupt_bit }
@@ -357,9 +358,8 @@ mod tests {
         let mut l = Link::new(LinkConfig { loss: LossModel::Bernoulli(0.01), ..Default::default() });
         let mut r = rng();
         let n = 100_000;
-        let lost = (0..n)
-            .filter(|i| matches!(l.offer(Instant::from_micros(*i), 100, &mut r), Verdict::Dropped(_)))
-            .count();
+        let lost =
+            (0..n).filter(|i| matches!(l.offer(Instant::from_micros(*i), 100, &mut r), Verdict::Dropped(_))).count();
         let p = lost as f64 / n as f64;
         assert!((0.009..0.011).contains(&p), "measured loss {p}");
     }
@@ -410,8 +410,9 @@ mod tests {
             ..Default::default()
         });
         let mut r = rng();
-        let outcomes: Vec<bool> =
-            (0..100_000).map(|i| matches!(l.offer(Instant::from_micros(i), 100, &mut r), Verdict::Dropped(_))).collect();
+        let outcomes: Vec<bool> = (0..100_000)
+            .map(|i| matches!(l.offer(Instant::from_micros(i), 100, &mut r), Verdict::Dropped(_)))
+            .collect();
         let losses = outcomes.iter().filter(|&&d| d).count();
         let bursts = outcomes.windows(2).filter(|w| w[1] && !w[0]).count();
         // Mean burst length 1/r ≈ 3.3 packets: far above Bernoulli's ~1.

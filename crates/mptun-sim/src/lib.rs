@@ -10,9 +10,9 @@
 
 pub mod apps;
 pub mod host;
-pub mod stack;
 pub mod report;
 pub mod scenarios;
+pub mod stack;
 pub mod world;
 
 pub use host::{Host, Outgoing};

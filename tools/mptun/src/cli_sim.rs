@@ -77,7 +77,10 @@ pub fn run(a: SimArgs) -> Result<()> {
                     r.result.timeouts,
                     if r.result.sha256_match { "match" } else { "MISMATCH" }
                 );
-                println!("simulated in {:.3} s wall ({:.2} Gbit simulated per wall second)", r.wall_s, r.sim_gbps_per_wall_s);
+                println!(
+                    "simulated in {:.3} s wall ({:.2} Gbit simulated per wall second)",
+                    r.wall_s, r.sim_gbps_per_wall_s
+                );
             }
             if !r.result.sha256_match {
                 anyhow::bail!("transfer incomplete or corrupted");

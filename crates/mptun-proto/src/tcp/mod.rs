@@ -40,9 +40,9 @@ pub use config::{BufferSize, TcpConfig};
 use crate::counters::Counters;
 use crate::seq::Seq;
 use bytes::Bytes;
+use mptun_cc::{AckSample, CaEvent, CaState, CcState, CongestionControl};
 use mptun_cc::{Pacer, PacingRateConfig};
 use mptun_cc::{RttConfig, RttEstimator};
-use mptun_cc::{AckSample, CaEvent, CaState, CcState, CongestionControl};
 use mptun_time::{Duration, Instant};
 use mptun_wire::tcp::{OptionSummary, SackBlocks};
 use mptun_wire::{TcpFlags, TcpHeader, TcpOption, TcpOptions};
@@ -549,7 +549,8 @@ impl Subflow {
 
     /// Room left in the send buffer.
     pub fn send_space(&self) -> usize {
-        if self.fin_queued || !matches!(self.state, State::SynSent | State::SynReceived | State::Established | State::CloseWait)
+        if self.fin_queued
+            || !matches!(self.state, State::SynSent | State::SynReceived | State::Established | State::CloseWait)
         {
             return 0;
         }
@@ -582,7 +583,16 @@ impl Subflow {
 
     /// Bytes written but not yet sent once.
     pub fn unsent(&self) -> usize {
-        (self.send_buf.end() - self.snd_nxt.max(self.send_buf.end() - self.send_buf.len() as u32)) as usize
+        self.unsent_bytes() as usize
+    }
+
+    fn unsent_bytes(&self) -> u32 {
+        let end = self.send_buf.end();
+        if self.snd_nxt.lt(end) {
+            end - self.snd_nxt
+        } else {
+            0
+        }
     }
 
     /// In-order bytes ready for the application.
@@ -1320,14 +1330,10 @@ impl Subflow {
             max_pacing_rate: self.cfg.max_pacing_rate.unwrap_or(u64::MAX),
             ..PacingRateConfig::default()
         };
-        let rate = cfg.rate(
-            self.mss(0),
-            self.ccs.cwnd,
-            self.ccs.ssthresh,
-            self.scoreboard.len() as u32,
-            self.rtt.smoothed(),
-        );
+        let rate =
+            cfg.rate(self.mss(0), self.ccs.cwnd, self.ccs.ssthresh, self.scoreboard.len() as u32, self.rtt.smoothed());
         self.pacer.set_rate(rate);
+        self.cc.set_pacing(rate, self.cfg.pacer != mptun_cc::PacerKind::None && rate != u64::MAX);
     }
 
     // ------------------------------------------------------------------
@@ -1426,7 +1432,7 @@ impl Subflow {
     }
 
     fn send_window_probe(&mut self, now: Instant) {
-        if !self.state.is_synchronized() || self.snd_wnd > 0 || self.send_buf.end() == self.snd_nxt {
+        if !self.state.is_synchronized() || self.snd_wnd > 0 || self.unsent_bytes() == 0 {
             return;
         }
         self.counters.tcp_ext_tcp_win_probe += 1;
@@ -1460,7 +1466,7 @@ impl Subflow {
         if self.next_lost().is_some() {
             return true;
         }
-        let unsent = self.send_buf.end() - self.snd_nxt;
+        let unsent = self.unsent_bytes();
         if unsent > 0 {
             return self.window_allows(1);
         }
@@ -1518,7 +1524,7 @@ impl Subflow {
         self.paced_until = None;
         if !self.can_send_data() {
             // Nothing sendable: zero window with data waiting arms the persist timer.
-            let unsent = self.send_buf.end() - self.snd_nxt;
+            let unsent = self.unsent_bytes();
             if unsent > 0
                 && self.scoreboard.is_empty()
                 && !self.window_allows(1)
@@ -1571,7 +1577,7 @@ impl Subflow {
             return t;
         }
 
-        let unsent = self.send_buf.end() - self.snd_nxt;
+        let unsent = self.unsent_bytes();
         let wnd_room = (self.snd_una + self.snd_wnd) - self.snd_nxt;
         let len = unsent.min(mss).min(if self.window_allows(1) { wnd_room } else { 0 });
         if len == 0 && !(self.fin_queued && !self.fin_sent && unsent == 0) {
@@ -1608,6 +1614,7 @@ impl Subflow {
             // First transmission after idle (Linux CA_EVENT_TX_START).
             self.cc.cwnd_event(&mut self.ccs, CaEvent::TxStart, now);
         }
+        self.cc.data_sent(now);
         if self.rto_at.is_none() {
             self.rto_at = Some(now + self.rtt.rto());
         }
@@ -1713,7 +1720,11 @@ impl Subflow {
         let meta = SegmentMeta { seq, len, flags, retransmit };
         let hook_window = if flags.rst() { None } else { hook.on_emit(&meta, &mut options) };
         let window = if flags.syn() {
-            self.recv_limit.min(65535) as u16
+            let w = self.recv_limit.min(65535) as u16;
+            if flags.ack() {
+                self.rcv_adv = self.rcv_nxt + w as u32;
+            }
+            w
         } else if flags.rst() {
             0
         } else {
@@ -1742,14 +1753,7 @@ impl Subflow {
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         let payload: &[u8] = if len > 0 { self.send_buf.range(seq, len as usize, &mut scratch) } else { &[] };
-        let res = mptun_wire::ip::emit_tcp_packet(
-            self.local.ip(),
-            self.remote.ip(),
-            self.cfg.ttl,
-            &hdr,
-            payload,
-            out,
-        );
+        let res = mptun_wire::ip::emit_tcp_packet(self.local.ip(), self.remote.ip(), self.cfg.ttl, &hdr, payload, out);
         self.scratch = scratch;
         let n = match res {
             Ok(n) => n,

@@ -152,10 +152,12 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
         timeouts: cc.tcp_ext_tcp_timeouts + sc.tcp_ext_tcp_timeouts,
         client_counters: counters_map(&cc),
         server_counters: counters_map(&sc),
-        links: (0..sim.path_count()).map(|i| {
-            let (ab, ba) = sim.link_stats(i);
-            (ab.into(), ba.into())
-        }).collect(),
+        links: (0..sim.path_count())
+            .map(|i| {
+                let (ab, ba) = sim.link_stats(i);
+                (ab.into(), ba.into())
+            })
+            .collect(),
         final_cwnd: info.map_or(0, |i| i.cwnd),
         final_srtt_us: info.map_or(0, |i| i.srtt.as_micros() as u64),
         trace,
