@@ -137,6 +137,69 @@ impl Endpoint {
         self.conns.get_mut(h.0).and_then(Option::as_mut)
     }
 
+    // --------------------------------------------------------------
+    // Stream interface: what a socket API (the tokio runtime, the
+    // simulator's applications) uses, independent of whether the
+    // connection is plain TCP or MPTCP underneath.
+    // --------------------------------------------------------------
+
+    /// Queues bytes for sending; returns how many the send buffer took.
+    pub fn send(&mut self, h: ConnectionHandle, data: &[u8]) -> usize {
+        self.conn_mut(h).map_or(0, |c| c.send(data))
+    }
+
+    /// Room in the send buffer.
+    pub fn send_space(&self, h: ConnectionHandle) -> usize {
+        self.conn(h).map_or(0, |c| c.send_space())
+    }
+
+    /// Copies received bytes into `out`; 0 means nothing is ready (check
+    /// [`Endpoint::recv_finished`] to tell end-of-stream apart).
+    pub fn recv(&mut self, h: ConnectionHandle, now: Instant, out: &mut [u8]) -> usize {
+        self.conn_mut(h).map_or(0, |c| c.recv(now, out))
+    }
+
+    /// Bytes ready to read.
+    pub fn recv_ready(&self, h: ConnectionHandle) -> usize {
+        self.conn(h).map_or(0, |c| c.recv_ready())
+    }
+
+    /// The peer closed its direction and every byte before that was read.
+    pub fn recv_finished(&self, h: ConnectionHandle) -> bool {
+        self.conn(h).is_none_or(|c| c.recv_finished() || c.is_closed())
+    }
+
+    /// Orderly close of our direction (FIN after queued data).
+    pub fn close(&mut self, h: ConnectionHandle) {
+        if let Some(c) = self.conn_mut(h) {
+            c.close();
+        }
+    }
+
+    /// Abortive close (RST).
+    pub fn abort(&mut self, h: ConnectionHandle) {
+        if let Some(c) = self.conn_mut(h) {
+            c.abort();
+            let key = (c.local(), c.remote());
+            self.by_tuple.remove(&key);
+        }
+    }
+
+    /// The connection completed its handshake and is not yet closed.
+    pub fn is_established(&self, h: ConnectionHandle) -> bool {
+        self.conn(h).is_some_and(|c| c.state().is_synchronized() && !c.is_closed())
+    }
+
+    /// The connection is gone (closed, reset or timed out).
+    pub fn is_closed(&self, h: ConnectionHandle) -> bool {
+        self.conn(h).is_none_or(|c| c.is_closed())
+    }
+
+    /// (local, remote) addresses of the connection.
+    pub fn addresses(&self, h: ConnectionHandle) -> Option<(SocketAddr, SocketAddr)> {
+        self.conn(h).map(|c| (c.local(), c.remote()))
+    }
+
     /// Forgets a closed connection (the application dropped its handle).
     pub fn remove(&mut self, h: ConnectionHandle) {
         if let Some(Some(sf)) = self.conns.get(h.0) {

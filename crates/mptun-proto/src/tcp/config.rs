@@ -1,7 +1,7 @@
 //! Per-subflow tunables, with Linux's defaults so a run compares one to one
 //! with the kernel's TCP.
 
-use mptun_cc::Algorithm;
+use mptun_cc::{Algorithm, CubicConfig};
 use mptun_cc::PacerKind;
 use mptun_time::Duration;
 
@@ -51,7 +51,11 @@ pub struct TcpConfig {
     pub sack: bool,
     /// Nagle's algorithm (off by default: an MPTCP stack feeding bulk data wants no delay).
     pub nagle: bool,
+    /// Congestion control (CUBIC by default, as in Linux).
     pub congestion_control: Algorithm,
+    /// CUBIC and HyStart tunables (Linux module parameters), used when
+    /// `congestion_control` is CUBIC.
+    pub cubic: CubicConfig,
     pub pacer: PacerKind,
     /// `SO_MAX_PACING_RATE` in bytes per second.
     pub max_pacing_rate: Option<u64>,
@@ -88,7 +92,8 @@ impl Default for TcpConfig {
             timestamps: true,
             sack: true,
             nagle: false,
-            congestion_control: Algorithm::Reno,
+            congestion_control: Algorithm::Cubic,
+            cubic: CubicConfig::default(),
             pacer: PacerKind::Edt,
             max_pacing_rate: None,
             initial_cwnd: 10,

@@ -310,7 +310,7 @@ impl Subflow {
         state: State,
     ) -> Self {
         let mut ccs = CcState::new(cfg.initial_cwnd);
-        let mut cc = mptun_cc::new_controller(cfg.congestion_control);
+        let mut cc = mptun_cc::new_controller_with(cfg.congestion_control, cfg.cubic);
         cc.init(&mut ccs, now);
         let pacer = mptun_cc::new_pacer(cfg.pacer, cfg.mss as u32 + 40);
         let rcv_wscale = if cfg.window_scaling { wscale_for(cfg.recv_buffer.max()) } else { 0 };

@@ -1,0 +1,1 @@
+//! tokio runtime over TUN (see issue).
