@@ -1,0 +1,55 @@
+//! The foundation's acceptance runs: one TCP flow over one emulated link.
+
+use mptun_cc::Algorithm;
+use mptun_sim::scenarios::tcp_single::{self, Params};
+
+fn deterministic_json(r: &tcp_single::Report) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).unwrap();
+    let o = v.as_object_mut().unwrap();
+    // The only wall-clock fields.
+    o.remove("wall_s");
+    o.remove("sim_gbps_per_wall_s");
+    v
+}
+
+#[test]
+fn reno_fills_the_link_and_delivers_every_byte() {
+    let r = tcp_single::run(&Params::default());
+    assert!(r.result.sha256_match);
+    assert!(r.link_utilisation >= 0.95, "goodput {} bps = {:.3} of link", r.result.goodput_bps, r.link_utilisation);
+    assert_eq!(r.result.timeouts, 0);
+}
+
+#[test]
+fn same_seed_same_run_bit_for_bit() {
+    let p = Params { size: 5_000_000, loss: 0.005, reorder: 0.01, ..Params::default() };
+    let a = deterministic_json(&tcp_single::run(&p));
+    let b = deterministic_json(&tcp_single::run(&p));
+    assert_eq!(a, b);
+    let c = deterministic_json(&tcp_single::run(&Params { seed: 2, ..p }));
+    assert_ne!(a, c, "a different seed must change the run");
+}
+
+#[test]
+fn loss_and_reordering_never_corrupt_the_stream() {
+    for (loss, reorder) in [(0.01, 0.0), (0.0, 0.02), (0.02, 0.02)] {
+        for cc in [Algorithm::Reno, Algorithm::Cubic] {
+            let p = Params { size: 4_000_000, loss, reorder, cc, ..Params::default() };
+            let r = tcp_single::run(&p);
+            assert!(r.result.sha256_match, "loss {loss} reorder {reorder} {cc}: {:?}", r.result.completed);
+            assert!(r.result.retransmits > 0, "loss {loss} reorder {reorder}: no retransmits?");
+            assert!(r.result.goodput_bps > 1e6, "loss {loss} reorder {reorder} {cc}: {}", r.result.goodput_bps);
+        }
+    }
+}
+
+#[test]
+fn reno_under_random_loss_follows_the_mathis_model() {
+    // Mathis et al.: rate ≈ MSS/RTT · sqrt(3/2)/sqrt(p). A stack that ignored
+    // losses would beat it; one that over-reacted would fall far short.
+    let p = Params { loss: 0.01, size: 10_000_000, ..Params::default() };
+    let r = tcp_single::run(&p);
+    let mathis = 1448.0 * 8.0 / 0.040 * (1.5f64).sqrt() / (0.01f64).sqrt();
+    let ratio = r.result.goodput_bps / mathis;
+    assert!((0.6..1.6).contains(&ratio), "goodput {} vs Mathis {mathis}: ratio {ratio}", r.result.goodput_bps);
+}
