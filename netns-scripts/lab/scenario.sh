@@ -2,7 +2,7 @@
 # The penalise-slow-subflow scenario matrix (simult_flows.sh topology) over linkem paths.
 #
 #   SCENARIO=suite|unbounded|rwnd|sndbuf|both STACK=kernel|mptun [RCVBUF=N] [SNDBUF=N] [RUNS=1] \
-#   [OUT=dir] [NAME=prefix] netns-scripts/lab/scenario.sh
+#   [CC=cubic] [FAMILY=4|6] [OUT=dir] [NAME=prefix] netns-scripts/lab/scenario.sh
 #
 # Each case builds client ns — linkem ns — server ns with two paths shaped in both directions
 # (rate, one-way delay, packet-count limit), then transfers 16 MiB one way and 80 KiB the other
@@ -25,6 +25,9 @@ OUT=${OUT:-/tmp/mptun-lab/$NAME-results}
 SIZE=$((16 * 1024 * 1024))
 SMALL=$((20 * 4096))
 PORT=${PORT:-5000}
+CC=${CC:-}
+FAMILY=${FAMILY:-4}
+if [ "$FAMILY" = 6 ]; then SERVER_ADDR="[dead:beef:1::2]" BIND="[::]"; else SERVER_ADDR=10.0.1.2 BIND=0.0.0.0; fi
 
 if [ "$STACK" = mptun ]; then
     echo "STACK=mptun: not available yet (the mptun runtime has no lab entry point); nothing run"
@@ -81,17 +84,19 @@ transfer() {
     local bufs=()
     [ "$rcv" = - ] || bufs+=(--rcvbuf "$rcv")
     [ "$snd" = - ] || bufs+=(--sndbuf "$snd")
+    # Set per socket: a namespace may only choose the host's allowed algorithms by sysctl.
+    [ -z "$CC" ] || bufs+=(--cc "$CC")
     PORT=$((PORT + 1))
     local before_c before_s
     before_c=$(lab_nstat "$NAME-cli" MPTcpExtOFOQueue)
     before_s=$(lab_nstat "$NAME-srv" MPTcpExtOFOQueue)
-    timeout 180 ip netns exec "$NAME-srv" "$XFER" server --bind "0.0.0.0:$PORT" --send "$sin" \
+    timeout 180 ip netns exec "$NAME-srv" "$XFER" server --bind "$BIND:$PORT" --send "$sin" \
         --wait-subflows 2 "${bufs[@]}" >"$OUT/srv.json" 2>"$OUT/srv.err" &
     local spid=$!
     lab_wait_for bash -c "ip netns exec $NAME-srv ss -Hltn 'sport = :$PORT' | grep -q ." ||
         lab_die "server did not listen"
     local cjson sjson rc=0
-    cjson=$(timeout 180 ip netns exec "$NAME-cli" "$XFER" client --connect "10.0.1.2:$PORT" --send "$cin" \
+    cjson=$(timeout 180 ip netns exec "$NAME-cli" "$XFER" client --connect "$SERVER_ADDR:$PORT" --send "$cin" \
         --wait-subflows 2 "${bufs[@]}" 2>"$OUT/cli.err") || rc=$?
     wait "$spid" || rc=$?
     sjson=$(cat "$OUT/srv.json")
@@ -131,7 +136,7 @@ transfer() {
 
 printf '%-9s %-58s %-8s %8s %8s %8s %7s %4s %-8s %s\n' scenario case dir runtime bound goodput ofo sf sha256 \
     result | tee "$OUT/matrix.txt"
-echo "# kernel $(uname -r), $(date -u +%FT%TZ)" >"$OUT/matrix.tsv"
+echo "# kernel $(uname -r), IPv$FAMILY, cc ${CC:-default}, $(date -u +%FT%TZ)" >"$OUT/matrix.tsv"
 for c in "${CASES[@]}"; do
     read -r r1 r2 d1 d2 l1 l2 rcv snd label <<<"$c"
     spec() { echo "rate=${1}mbit,delay=${2}ms,limit=${3}"; }
@@ -142,8 +147,9 @@ for c in "${CASES[@]}"; do
     desc="$label ($r1/$r2 mbit, $d1/$d2 ms, limit $l1/$l2)"
     for run in $(seq "$RUNS"); do
         bash "$TOPO" up --name "$NAME" --state "$STATE" --path "$(spec "$r1" "$d1" "$l1")" \
-            --path "$(spec "$r2" "$d2" "$l2")" --linkem "$LINKEM" >"$OUT/topo.log" 2>&1 ||
+            --path "$(spec "$r2" "$d2" "$l2")" --linkem "$LINKEM" --mptcp-family "$FAMILY" >"$OUT/topo.log" 2>&1 ||
             { cat "$OUT/topo.log" >&2; lab_die "topology setup failed"; }
+        lab_log "run $run: congestion control ${CC:-$(ip netns exec "$NAME-cli" sysctl -n net.ipv4.tcp_congestion_control)}, IPv$FAMILY"
         transfer "$SMALL" "$SIZE" "$rcv" "$snd" "$bound" "$desc" "download"
         transfer "$SIZE" "$SMALL" "$rcv" "$snd" "$bound" "$desc" "upload"
         bash "$TOPO" down --name "$NAME" --state "$STATE" >/dev/null

@@ -68,7 +68,8 @@ do_up() {
     mkdir -p "$STATE"
     # On failure, leave nothing behind (but never remove namespaces another run owns).
     UP_OK=0
-    trap 'if [ "$UP_OK" != 1 ]; then lab_log "topology setup failed; cleaning up"; stop_linkems; lab_cleanup; fi' EXIT
+    STARTED=()
+    trap 'if [ "$UP_OK" != 1 ]; then lab_log "topology setup failed; cleaning up"; stop_started; lab_cleanup; fi' EXIT
     for ns in "$CLI" "$MID" "$SRV"; do lab_ns_create "$ns"; done
     echo "$CLI $MID $SRV" >"$STATE/namespaces"
     for i in $(seq "$PATHS"); do
@@ -128,6 +129,7 @@ do_up() {
         ip netns exec "$MID" "$LINKEM" --a "l$i" --b "r$i" --a2b "$up" --b2a "$down" --seed "$i" \
             --control "$STATE/path$i.sock" --stats-json "$STATE/path$i.json" $LINKEM_ARGS \
             >"$STATE/linkem$i.log" 2>&1 &
+        STARTED+=($!)
         echo $! >"$STATE/linkem$i.pid"
         if ! LAB_WAIT_S=10 lab_wait_for grep -q "linkem: ready" "$STATE/linkem$i.log"; then
             cat "$STATE/linkem$i.log" >&2
@@ -142,6 +144,12 @@ do_up() {
         ip netns exec "$CLI" ping -c1 -W2 "10.0.$i.2" >/dev/null 2>&1 || true
     done
     echo "topology $NAME up: $CLI / $MID / $SRV, $PATHS path(s), state in $STATE"
+}
+
+# Only the linkem processes this invocation started (a failed `up` must not stop another run's).
+stop_started() {
+    local pid
+    for pid in "${STARTED[@]}"; do lab_stop_pid "$pid"; done
 }
 
 stop_linkems() {

@@ -44,8 +44,11 @@ struct Cli {
     /// Seed of the random processes (loss, jitter, ...); a2b uses it, b2a uses it + 1.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Microseconds before a release at which the thread stops sleeping and spins.
-    #[arg(long, default_value_t = 100)]
+    /// Microseconds before a release at which the thread stops sleeping and spins. It must cover
+    /// the timer wake-up latency (~30 µs typical, ~60 µs p99 on a busy VM) but not much more: a
+    /// SCHED_FIFO thread that spins through most of every inter-packet gap at 100 Mbit/s exceeds
+    /// the kernel's real-time budget (sched_rt_runtime_us) and is throttled for tens of ms.
+    #[arg(long, default_value_t = 50)]
     spin_us: u64,
     /// SCHED_FIFO priority of the forwarding threads (0 = normal scheduling). Real-time
     /// scheduling is what keeps the wake-up tail in tens of microseconds on a busy machine.

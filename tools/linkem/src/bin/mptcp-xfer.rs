@@ -41,12 +41,15 @@ struct Opts {
     linger_ms: u64,
     tcp: bool,
     timeout_s: u64,
+    /// Congestion control by socket option: a namespace's sysctl may only pick from the host's
+    /// `tcp_allowed_congestion_control`, a privileged socket may use any available one.
+    cc: Option<String>,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: mptcp-xfer server --bind ADDR:PORT | client --connect ADDR:PORT\n  [--send BYTES] [--seed N] \
-         [--sndbuf BYTES] [--rcvbuf BYTES] [--wait-subflows N] [--wait-ms MS] [--linger-ms MS] [--tcp] [--timeout S]"
+         [--sndbuf BYTES] [--rcvbuf BYTES] [--wait-subflows N] [--wait-ms MS] [--linger-ms MS] [--cc NAME] [--tcp] [--timeout S]"
     );
     std::process::exit(2)
 }
@@ -69,6 +72,7 @@ fn parse() -> Opts {
         linger_ms: 200,
         tcp: false,
         timeout_s: 120,
+        cc: None,
     };
     while let Some(k) = a.next() {
         if k == "--tcp" {
@@ -87,6 +91,7 @@ fn parse() -> Opts {
             "--wait-ms" => o.wait_ms = num(&v),
             "--linger-ms" => o.linger_ms = num(&v),
             "--timeout" => o.timeout_s = num(&v),
+            "--cc" => o.cc = Some(v),
             _ => usage(),
         }
     }
@@ -105,6 +110,9 @@ fn socket(o: &Opts) -> std::io::Result<Socket> {
     }
     if let Some(b) = o.rcvbuf {
         s.set_recv_buffer_size(b)?;
+    }
+    if let Some(cc) = &o.cc {
+        s.set_tcp_congestion(cc.as_bytes())?;
     }
     Ok(s)
 }
