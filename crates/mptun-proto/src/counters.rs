@@ -77,6 +77,62 @@ counters! {
     tcp_ext_tcp_to_zero_window_adv => "TcpExtTCPToZeroWindowAdv",
     /// Receive buffer autotuning steps (`TcpExt TCPRcvSpaceGrow` is not in Linux; named for clarity).
     tcp_ext_tcp_rcv_space_grow => "TcpExtTCPRcvSpaceGrow",
+    /// SYNs carrying MP_CAPABLE received (`MPTcpExt MPCapableSYNRX`).
+    mptcp_mp_capable_syn_rx => "MPTcpExtMPCapableSYNRX",
+    /// SYNs carrying MP_CAPABLE sent (`MPTcpExt MPCapableSYNTX`).
+    mptcp_mp_capable_syn_tx => "MPTcpExtMPCapableSYNTX",
+    /// SYN-ACKs carrying MP_CAPABLE received (`MPTcpExt MPCapableSYNACKRX`).
+    mptcp_mp_capable_synack_rx => "MPTcpExtMPCapableSYNACKRX",
+    /// Third ACKs carrying MP_CAPABLE received (`MPTcpExt MPCapableACKRX`).
+    mptcp_mp_capable_ack_rx => "MPTcpExtMPCapableACKRX",
+    /// Client fell back to TCP: SYN-ACK without MP_CAPABLE (`MPTcpExt MPCapableFallbackSYNACK`).
+    mptcp_mp_capable_fallback_synack => "MPTcpExtMPCapableFallbackSYNACK",
+    /// Server fell back to TCP: SYN without (usable) MP_CAPABLE (`MPTcpExt MPCapableFallbackACK`).
+    mptcp_mp_capable_fallback_ack => "MPTcpExtMPCapableFallbackACK",
+    /// SYNs with MP_JOIN received (`MPTcpExt MPJoinSynRx`).
+    mptcp_mp_join_syn_rx => "MPTcpExtMPJoinSynRx",
+    /// SYN-ACKs with MP_JOIN received and verified (`MPTcpExt MPJoinSynAckRx`).
+    mptcp_mp_join_synack_rx => "MPTcpExtMPJoinSynAckRx",
+    /// Third ACKs with MP_JOIN received and verified (`MPTcpExt MPJoinAckRx`).
+    mptcp_mp_join_ack_rx => "MPTcpExtMPJoinAckRx",
+    /// MP_JOIN SYNs for an unknown token (`MPTcpExt MPJoinNoTokenFound`).
+    mptcp_mp_join_no_token_found => "MPTcpExtMPJoinNoTokenFound",
+    /// MP_JOIN SYN-ACKs with a wrong HMAC (`MPTcpExt MPJoinSynAckHMacFailure`).
+    mptcp_mp_join_synack_hmac_failure => "MPTcpExtMPJoinSynAckHMacFailure",
+    /// MP_JOIN third ACKs with a wrong HMAC (`MPTcpExt MPJoinAckHMacFailure`).
+    mptcp_mp_join_ack_hmac_failure => "MPTcpExtMPJoinAckHMacFailure",
+    /// Data segments queued out of order at the connection level (`MPTcpExt OFOQueue`).
+    mptcp_ofo_queue => "MPTcpExtOFOQueue",
+    /// ... of which appended at the tail of the OFO queue (`MPTcpExt OFOQueueTail`).
+    mptcp_ofo_queue_tail => "MPTcpExtOFOQueueTail",
+    /// OFO segments merged with a neighbour (`MPTcpExt OFOMerge`).
+    mptcp_ofo_merge => "MPTcpExtOFOMerge",
+    /// Data already received at the connection level (`MPTcpExt DuplicateData`).
+    mptcp_duplicate_data => "MPTcpExtDuplicateData",
+    /// ADD_ADDR received with a valid HMAC (`MPTcpExt AddAddr`).
+    mptcp_add_addr => "MPTcpExtAddAddr",
+    /// ADD_ADDR echoes received (`MPTcpExt EchoAdd`).
+    mptcp_echo_add => "MPTcpExtEchoAdd",
+    /// ADD_ADDR dropped: bad HMAC or over the limit (`MPTcpExt AddAddrDrop`).
+    mptcp_add_addr_drop => "MPTcpExtAddAddrDrop",
+    /// ADD_ADDR sent (`MPTcpExt AddAddrTx`).
+    mptcp_add_addr_tx => "MPTcpExtAddAddrTx",
+    /// RM_ADDR received (`MPTcpExt RmAddr`).
+    mptcp_rm_addr => "MPTcpExtRmAddr",
+    /// MP_PRIO received (`MPTcpExt MPPrioRx`).
+    mptcp_mp_prio_rx => "MPTcpExtMPPrioRx",
+    /// MP_FASTCLOSE received (`MPTcpExt MPFastcloseRx`).
+    mptcp_mp_fastclose_rx => "MPTcpExtMPFastcloseRx",
+    /// MP_TCPRST received (`MPTcpExt MPRstRx`).
+    mptcp_mp_rst_rx => "MPTcpExtMPRstRx",
+    /// MP_TCPRST sent (`MPTcpExt MPRstTx`).
+    mptcp_mp_rst_tx => "MPTcpExtMPRstTx",
+    /// Bytes re-sent on another subflow after theirs stalled or failed (`MPTcpExt Reinjected` analogue).
+    mptcp_reinjected_bytes => "MptunMPReinjectedBytes",
+    /// Subflows marked stale after an RTO streak (`MPTcpExt SubflowStale`).
+    mptcp_subflow_stale => "MPTcpExtSubflowStale",
+    /// Stale subflows that recovered (`MPTcpExt SubflowRecover`).
+    mptcp_subflow_recover => "MPTcpExtSubflowRecover",
     /// Packets dropped at the endpoint because they were malformed.
     mptun_malformed => "MptunMalformed",
     /// Packets for which no connection or listener existed.

@@ -1,17 +1,19 @@
 //! The endpoint: owns every connection of one host, demultiplexes incoming
-//! IP packets to them by 4-tuple, answers strays with RST (RFC 9293 3.10.7.1),
-//! and merges their transmissions and timers for the driver.
+//! IP packets to them (by 4-tuple, and by MPTCP token for MP_JOIN SYNs),
+//! answers strays with RST (RFC 9293 3.10.7.1), and merges their
+//! transmissions and timers for the driver.
 //!
 //! Polling order for a driver is the one of [`crate::tcp`]:
 //! `handle_packet`* / `handle_timeout` → `poll_transmit` until `None` →
 //! `poll_event` until `None` → sleep until `poll_timeout`.
 
 use crate::counters::Counters;
+use crate::mptcp::{ConnConfig, Connection, MptcpConfig};
 use crate::seq::Seq;
-use crate::tcp::{Event, Subflow, TcpConfig, Transmit};
+use crate::tcp::{Event, TcpConfig, Transmit};
 use mptun_time::Instant;
-use mptun_wire::ip::parse_tcp_packet;
-use mptun_wire::{TcpFlags, TcpHeader, TcpOptions};
+use mptun_wire::parse_tcp_packet;
+use mptun_wire::{crypto, MptcpOption, TcpFlags, TcpHeader, TcpOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -21,11 +23,17 @@ use std::net::SocketAddr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionHandle(pub usize);
 
-/// Endpoint-wide settings.
+/// Endpoint-wide settings: the defaults of every connection it opens or accepts.
 #[derive(Clone, Debug, Default)]
 pub struct EndpointConfig {
-    /// Defaults for every connection this endpoint opens or accepts.
     pub tcp: TcpConfig,
+    pub mptcp: MptcpConfig,
+}
+
+impl EndpointConfig {
+    fn conn(&self) -> ConnConfig {
+        ConnConfig { tcp: self.tcp.clone(), mptcp: self.mptcp.clone() }
+    }
 }
 
 /// (local, remote) of a subflow.
@@ -35,20 +43,23 @@ type FourTuple = (SocketAddr, SocketAddr);
 pub struct Endpoint {
     config: EndpointConfig,
     rng: ChaCha20Rng,
-    conns: Vec<Option<Subflow>>,
-    by_tuple: HashMap<FourTuple, ConnectionHandle>,
+    conns: Vec<Option<Connection>>,
+    by_tuple: HashMap<FourTuple, (ConnectionHandle, usize)>,
+    tokens: HashMap<u32, ConnectionHandle>,
     listeners: HashSet<SocketAddr>,
     accept_queue: VecDeque<ConnectionHandle>,
+    passive: HashSet<ConnectionHandle>,
     events: VecDeque<(ConnectionHandle, Event)>,
     /// RSTs for packets that matched no connection: (src, dst, header).
     stray_rsts: VecDeque<(SocketAddr, SocketAddr, TcpHeader)>,
     next_tx: usize,
+    rr: usize,
     counters: Counters,
 }
 
 impl Endpoint {
-    /// `seed` feeds the CSPRNG that picks ISNs, timestamp offsets, ports and
-    /// (later) MPTCP keys: the runtime passes OS entropy, the simulator a
+    /// `seed` feeds the CSPRNG that picks ISNs, timestamp offsets, ports,
+    /// MPTCP keys and nonces: the runtime passes OS entropy, the simulator a
     /// fixed seed for reproducible runs.
     pub fn new(config: EndpointConfig, seed: [u8; 32]) -> Self {
         Endpoint {
@@ -56,11 +67,14 @@ impl Endpoint {
             rng: ChaCha20Rng::from_seed(seed),
             conns: Vec::new(),
             by_tuple: HashMap::new(),
+            tokens: HashMap::new(),
             listeners: HashSet::new(),
             accept_queue: VecDeque::new(),
+            passive: HashSet::new(),
             events: VecDeque::new(),
             stray_rsts: VecDeque::new(),
             next_tx: 0,
+            rr: 0,
             counters: Counters::default(),
         }
     }
@@ -79,49 +93,69 @@ impl Endpoint {
             || self.listeners.iter().any(|l| l.ip().is_unspecified() && l.port() == local.port())
     }
 
-    /// Opens a connection with the endpoint's default configuration. A zero
-    /// local port picks an ephemeral one (Linux range 32768–60999).
+    /// Opens a connection with the endpoint's defaults.
     pub fn connect(&mut self, now: Instant, local: SocketAddr, remote: SocketAddr) -> ConnectionHandle {
-        let cfg = self.config.tcp.clone();
-        self.connect_with(now, local, remote, cfg)
+        let cfg = self.config.conn();
+        self.connect_conn(now, local, remote, cfg)
     }
 
-    /// Opens a connection with its own configuration.
-    pub fn connect_with(
+    /// Opens a connection with its own TCP settings (MPTCP settings from the endpoint).
+    pub fn connect_with(&mut self, now: Instant, local: SocketAddr, remote: SocketAddr, tcp: TcpConfig) -> ConnectionHandle {
+        let cfg = ConnConfig { tcp, mptcp: self.config.mptcp.clone() };
+        self.connect_conn(now, local, remote, cfg)
+    }
+
+    /// Opens a connection with its own settings. A zero local port picks an
+    /// ephemeral one (Linux range 32768–60999).
+    pub fn connect_conn(
         &mut self,
         now: Instant,
         mut local: SocketAddr,
         remote: SocketAddr,
-        cfg: TcpConfig,
+        cfg: ConnConfig,
     ) -> ConnectionHandle {
         if local.port() == 0 {
-            loop {
-                local.set_port(self.rng.random_range(32768..61000));
-                if !self.by_tuple.contains_key(&(local, remote)) {
-                    break;
-                }
-            }
+            local.set_port(self.ephemeral_port(local, remote));
         }
-        let iss = self.rng.random();
-        let ts = self.rng.random();
-        let sf = Subflow::connect(now, cfg, local, remote, iss, ts);
-        self.insert(sf)
+        let key = self.fresh_key();
+        let (iss, ts) = (self.rng.random(), self.rng.random());
+        let conn = Connection::connect(now, cfg, local, remote, key, iss, ts);
+        let h = self.insert(conn);
+        self.tokens.insert(crypto::token(key), h);
+        self.by_tuple.insert((local, remote), (h, 0));
+        h
     }
 
-    fn insert(&mut self, sf: Subflow) -> ConnectionHandle {
-        let key = (sf.local(), sf.remote());
-        let h = match self.conns.iter().position(Option::is_none) {
+    fn ephemeral_port(&mut self, local: SocketAddr, remote: SocketAddr) -> u16 {
+        loop {
+            let p = self.rng.random_range(32768..61000);
+            if !self.by_tuple.contains_key(&(SocketAddr::new(local.ip(), p), remote)) {
+                return p;
+            }
+        }
+    }
+
+    /// A key whose token no other connection of ours uses.
+    fn fresh_key(&mut self) -> u64 {
+        loop {
+            let k: u64 = self.rng.random();
+            if !self.tokens.contains_key(&crypto::token(k)) {
+                return k;
+            }
+        }
+    }
+
+    fn insert(&mut self, c: Connection) -> ConnectionHandle {
+        match self.conns.iter().position(Option::is_none) {
             Some(i) => {
-                self.conns[i] = Some(sf);
+                self.conns[i] = Some(c);
                 ConnectionHandle(i)
             }
             None => {
-                self.conns.push(Some(sf));
+                self.conns.push(Some(c));
                 ConnectionHandle(self.conns.len() - 1)
             }
-        };
-        self.by_tuple.insert(key, h);
-        h
+        }
     }
 
     /// The next connection accepted by a listener, once its handshake completed.
@@ -129,23 +163,39 @@ impl Endpoint {
         self.accept_queue.pop_front()
     }
 
-    pub fn conn(&self, h: ConnectionHandle) -> Option<&Subflow> {
+    pub fn conn(&self, h: ConnectionHandle) -> Option<&Connection> {
         self.conns.get(h.0).and_then(Option::as_ref)
     }
 
-    pub fn conn_mut(&mut self, h: ConnectionHandle) -> Option<&mut Subflow> {
+    pub fn conn_mut(&mut self, h: ConnectionHandle) -> Option<&mut Connection> {
         self.conns.get_mut(h.0).and_then(Option::as_mut)
+    }
+
+    /// Handles of every live connection.
+    pub fn handles(&self) -> impl Iterator<Item = ConnectionHandle> + '_ {
+        self.conns.iter().enumerate().filter(|(_, c)| c.is_some()).map(|(i, _)| ConnectionHandle(i))
+    }
+
+    /// Counters of the endpoint and every connection, summed.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counters;
+        for conn in self.conns.iter().flatten() {
+            c.add(&conn.counters());
+        }
+        c
     }
 
     // --------------------------------------------------------------
     // Stream interface: what a socket API (the tokio runtime, the
-    // simulator's applications) uses, independent of whether the
-    // connection is plain TCP or MPTCP underneath.
+    // simulator's applications) uses, plain TCP or MPTCP alike.
     // --------------------------------------------------------------
 
     /// Queues bytes for sending; returns how many the send buffer took.
     pub fn send(&mut self, h: ConnectionHandle, data: &[u8]) -> usize {
-        self.conn_mut(h).map_or(0, |c| c.send(data))
+        let Some(c) = self.conn_mut(h) else { return 0 };
+        let n = c.send(data);
+        self.after_app(h);
+        n
     }
 
     /// Room in the send buffer.
@@ -156,7 +206,8 @@ impl Endpoint {
     /// Copies received bytes into `out`; 0 means nothing is ready (check
     /// [`Endpoint::recv_finished`] to tell end-of-stream apart).
     pub fn recv(&mut self, h: ConnectionHandle, now: Instant, out: &mut [u8]) -> usize {
-        self.conn_mut(h).map_or(0, |c| c.recv(now, out))
+        let Some(c) = self.conn_mut(h) else { return 0 };
+        c.recv(now, out)
     }
 
     /// Bytes ready to read.
@@ -169,25 +220,24 @@ impl Endpoint {
         self.conn(h).is_none_or(|c| c.recv_finished() || c.is_closed())
     }
 
-    /// Orderly close of our direction (FIN after queued data).
+    /// Orderly close of our direction (DATA_FIN / FIN after queued data).
     pub fn close(&mut self, h: ConnectionHandle) {
         if let Some(c) = self.conn_mut(h) {
             c.close();
         }
+        self.after_app(h);
     }
 
-    /// Abortive close (RST).
+    /// Abortive close (RST on every subflow).
     pub fn abort(&mut self, h: ConnectionHandle) {
         if let Some(c) = self.conn_mut(h) {
             c.abort();
-            let key = (c.local(), c.remote());
-            self.by_tuple.remove(&key);
         }
     }
 
     /// The connection completed its handshake and is not yet closed.
     pub fn is_established(&self, h: ConnectionHandle) -> bool {
-        self.conn(h).is_some_and(|c| c.state().is_synchronized() && !c.is_closed())
+        self.conn(h).is_some_and(|c| c.is_established())
     }
 
     /// The connection is gone (closed, reset or timed out).
@@ -195,36 +245,36 @@ impl Endpoint {
         self.conn(h).is_none_or(|c| c.is_closed())
     }
 
-    /// (local, remote) addresses of the connection.
+    /// (local, remote) addresses of the connection's initial subflow.
     pub fn addresses(&self, h: ConnectionHandle) -> Option<(SocketAddr, SocketAddr)> {
-        self.conn(h).map(|c| (c.local(), c.remote()))
+        self.conn(h).and_then(|c| c.addresses())
     }
 
-    /// Forgets a closed connection (the application dropped its handle).
+    /// Forgets a connection (the application dropped its handle).
     pub fn remove(&mut self, h: ConnectionHandle) {
-        if let Some(Some(sf)) = self.conns.get(h.0) {
-            self.counters.add(&sf.counters());
-            let key = (sf.local(), sf.remote());
-            if self.by_tuple.get(&key) == Some(&h) {
-                self.by_tuple.remove(&key);
+        if let Some(Some(c)) = self.conns.get(h.0) {
+            self.counters.add(&c.counters());
+            if let Some(t) = c.local_token() {
+                if self.tokens.get(&t) == Some(&h) {
+                    self.tokens.remove(&t);
+                }
             }
+            self.by_tuple.retain(|_, (ch, _)| *ch != h);
             self.conns[h.0] = None;
+            self.passive.remove(&h);
         }
     }
 
-    /// Handles of every live connection.
-    pub fn handles(&self) -> impl Iterator<Item = ConnectionHandle> + '_ {
-        self.conns.iter().enumerate().filter(|(_, c)| c.is_some()).map(|(i, _)| ConnectionHandle(i))
+    fn after_app(&mut self, h: ConnectionHandle) {
+        let Some(c) = self.conn_mut(h) else { return };
+        c.progress_now();
+        let now = c.last_now();
+        self.post_conn(now, h);
     }
 
-    /// Counters of the endpoint and every connection, summed.
-    pub fn counters(&self) -> Counters {
-        let mut c = self.counters;
-        for sf in self.conns.iter().flatten() {
-            c.add(&sf.counters());
-        }
-        c
-    }
+    // --------------------------------------------------------------
+    // Driver interface
+    // --------------------------------------------------------------
 
     /// Feeds one received IP packet. Malformed packets are counted and dropped.
     pub fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
@@ -242,54 +292,104 @@ impl Endpoint {
         if opts.malformed {
             self.counters.mptun_malformed += 1;
         }
-        if let Some(&h) = self.by_tuple.get(&(local, remote)) {
-            let sf = self.conns[h.0].as_mut().expect("tuple map points at live connections");
-            sf.handle_segment(now, &pkt.tcp, &opts, pkt.payload);
-            if sf.is_closed() {
-                self.by_tuple.remove(&(local, remote));
+        if let Some(&(h, idx)) = self.by_tuple.get(&(local, remote)) {
+            let live = self.conn(h).and_then(|c| c.subflow(idx)).is_some_and(|s| !s.is_closed());
+            if live {
+                let c = self.conns[h.0].as_mut().expect("tuple map points at live connections");
+                c.handle_segment(now, idx, &pkt.tcp, &opts, pkt.payload);
+                self.post_conn(now, h);
+                return;
             }
-            self.collect_events(h);
-            return;
+            self.by_tuple.remove(&(local, remote));
         }
         let f = pkt.tcp.flags;
-        if f.syn() && !f.ack() && !f.rst() && self.is_listening(local) {
-            let iss = self.rng.random();
-            let ts = self.rng.random();
-            let sf = Subflow::accept(now, self.config.tcp.clone(), local, remote, &pkt.tcp, &opts, iss, ts);
-            self.insert(sf);
-            return;
+        if f.syn() && !f.ack() && !f.rst() {
+            let join = opts.mptcp.iter().find_map(|o| match o {
+                MptcpOption::MpJoinSyn { backup, addr_id, token, nonce } => Some((*backup, *addr_id, *token, *nonce)),
+                _ => None,
+            });
+            if let Some((backup, addr_id, token, peer_nonce)) = join {
+                if self.accept_join(now, local, remote, &pkt.tcp, &opts, (backup, addr_id, token, peer_nonce)) {
+                    return;
+                }
+            } else if self.is_listening(local) {
+                let mpc = opts.mptcp.iter().any(|o| matches!(o, MptcpOption::MpCapable { version: 1, .. }));
+                let key = self.fresh_key();
+                let (iss, ts) = (self.rng.random(), self.rng.random());
+                let cfg = self.config.conn();
+                let c = Connection::accept(now, cfg, local, remote, &pkt.tcp, &opts, mpc, key, iss, ts);
+                let h = self.insert(c);
+                self.passive.insert(h);
+                if mpc {
+                    self.tokens.insert(crypto::token(key), h);
+                }
+                self.by_tuple.insert((local, remote), (h, 0));
+                return;
+            }
         }
         self.counters.mptun_no_socket += 1;
-        if !f.rst() {
-            // RFC 9293 3.10.7.1: RST for anything arriving at a closed port.
-            let seg_len = pkt.payload.len() as u32 + f.syn() as u32 + f.fin() as u32;
-            let (seq, ack, flags) = if f.ack() {
-                (pkt.tcp.ack, 0, TcpFlags::RST)
-            } else {
-                (0, (Seq(pkt.tcp.seq) + seg_len).0, TcpFlags::RST | TcpFlags::ACK)
-            };
-            let hdr = TcpHeader {
-                src_port: local.port(),
-                dst_port: remote.port(),
-                seq,
-                ack,
-                flags,
-                window: 0,
-                checksum: 0,
-                urgent: 0,
-                options: TcpOptions::new(),
-            };
-            if self.stray_rsts.len() < 64 {
-                self.stray_rsts.push_back((local, remote, hdr));
+        self.queue_rst(local, remote, &pkt.tcp, pkt.payload.len());
+    }
+
+    fn accept_join(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        syn: &TcpHeader,
+        opts: &mptun_wire::tcp::OptionSummary,
+        (backup, addr_id, token, peer_nonce): (bool, u8, u32, u32),
+    ) -> bool {
+        let Some(&h) = self.tokens.get(&token) else {
+            self.counters.mptcp_mp_join_no_token_found += 1;
+            return false;
+        };
+        let (nonce, iss, ts) = (self.rng.random(), self.rng.random(), self.rng.random());
+        let Some(c) = self.conns.get_mut(h.0).and_then(Option::as_mut) else { return false };
+        match c.accept_join(now, local, remote, syn, opts, (backup, addr_id, peer_nonce), nonce, iss, ts) {
+            Some(idx) => {
+                self.by_tuple.insert((local, remote), (h, idx));
+                true
             }
+            None => false,
         }
     }
 
-    fn collect_events(&mut self, h: ConnectionHandle) {
-        let Some(sf) = self.conns[h.0].as_mut() else { return };
-        let passive = sf.counters().tcp_passive_opens > 0;
-        while let Some(ev) = sf.poll_event() {
-            if ev == Event::Connected && passive {
+    fn queue_rst(&mut self, local: SocketAddr, remote: SocketAddr, hdr: &TcpHeader, payload_len: usize) {
+        let f = hdr.flags;
+        if f.rst() {
+            return;
+        }
+        // RFC 9293 3.10.7.1: RST for anything arriving at a closed port.
+        let seg_len = payload_len as u32 + f.syn() as u32 + f.fin() as u32;
+        let (seq, ack, flags) = if f.ack() {
+            (hdr.ack, 0, TcpFlags::RST)
+        } else {
+            (0, (Seq(hdr.seq) + seg_len).0, TcpFlags::RST | TcpFlags::ACK)
+        };
+        let mut rst = TcpHeader::new(local.port(), remote.port(), seq, ack, flags, 0);
+        rst.options = TcpOptions::new();
+        if self.stray_rsts.len() < 64 {
+            self.stray_rsts.push_back((local, remote, rst));
+        }
+    }
+
+    /// Carries out what a connection asked for: new subflows, events.
+    fn post_conn(&mut self, now: Instant, h: ConnectionHandle) {
+        let Some(c) = self.conns.get_mut(h.0).and_then(Option::as_mut) else { return };
+        let joins = std::mem::take(&mut c.pending_joins);
+        for j in joins {
+            let mut local = SocketAddr::new(j.local, 0);
+            let remote = SocketAddr::new(j.remote, j.remote_port);
+            local.set_port(self.ephemeral_port(local, remote));
+            let (nonce, iss, ts) = (self.rng.random(), self.rng.random(), self.rng.random());
+            let c = self.conns[h.0].as_mut().expect("checked above");
+            let idx = c.add_join(now, &j, local, nonce, iss, ts);
+            self.by_tuple.insert((local, remote), (h, idx));
+        }
+        let c = self.conns[h.0].as_mut().expect("checked above");
+        while let Some(ev) = c.poll_event() {
+            if ev == Event::Connected && self.passive.contains(&h) {
                 self.accept_queue.push_back(h);
             }
             self.events.push_back((h, ev));
@@ -299,16 +399,10 @@ impl Endpoint {
     /// Fires due timers of every connection.
     pub fn handle_timeout(&mut self, now: Instant) {
         for i in 0..self.conns.len() {
-            let Some(sf) = self.conns[i].as_mut() else { continue };
-            if sf.poll_timeout().is_some_and(|t| t <= now) {
-                sf.handle_timeout(now);
-                if sf.is_closed() {
-                    let key = (sf.local(), sf.remote());
-                    if self.by_tuple.get(&key) == Some(&ConnectionHandle(i)) {
-                        self.by_tuple.remove(&key);
-                    }
-                }
-                self.collect_events(ConnectionHandle(i));
+            let Some(c) = self.conns[i].as_mut() else { continue };
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
+                self.post_conn(now, ConnectionHandle(i));
             }
         }
     }
@@ -318,20 +412,21 @@ impl Endpoint {
         if let Some((local, remote, hdr)) = self.stray_rsts.pop_front() {
             self.counters.tcp_out_rsts += 1;
             self.counters.tcp_out_segs += 1;
-            if let Ok(len) = mptun_wire::ip::emit_tcp_packet(local.ip(), remote.ip(), 64, &hdr, &[], out) {
+            if let Ok(len) = mptun_wire::emit_tcp_packet(local.ip(), remote.ip(), 64, &hdr, &[], out) {
                 return Some(Transmit { len, departure: now, src: local, dst: remote });
             }
         }
         let n = self.conns.len();
         for k in 0..n {
             let i = (self.next_tx + k) % n;
-            let Some(sf) = self.conns[i].as_mut() else { continue };
-            if let Some(t) = sf.poll_transmit(now, &mut (), out) {
+            let Some(c) = self.conns[i].as_mut() else { continue };
+            self.rr = self.rr.wrapping_add(1);
+            let res = c.poll_transmit(now, out, self.rr);
+            self.post_conn(now, ConnectionHandle(i));
+            if let Some((_, t)) = res {
                 self.next_tx = (i + 1) % n.max(1);
-                self.collect_events(ConnectionHandle(i));
                 return Some(t);
             }
-            self.collect_events(ConnectionHandle(i));
         }
         None
     }
@@ -341,7 +436,7 @@ impl Endpoint {
         if !self.stray_rsts.is_empty() {
             return Some(Instant::ZERO);
         }
-        self.conns.iter().flatten().fold(None, |t, sf| Instant::min_opt(t, sf.poll_timeout()))
+        self.conns.iter().flatten().fold(None, |t, c| Instant::min_opt(t, c.poll_timeout()))
     }
 
     /// Connection events in the order they happened.

@@ -10,9 +10,13 @@
 
 pub mod counters;
 pub mod endpoint;
+pub mod mptcp;
+pub mod pm;
+pub mod sched;
 pub mod seq;
 pub mod tcp;
 
 pub use counters::Counters;
 pub use endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
+pub use mptcp::{ConnConfig, Connection, MptcpConfig};
 pub use mptun_time::{Duration, Instant};

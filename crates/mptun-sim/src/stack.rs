@@ -46,7 +46,7 @@ impl StackHost {
                 let n = conn.send(&chunk);
                 debug_assert_eq!(n, chunk.len());
             }
-            if app.send_done() && !app.closed && conn.state().is_synchronized() {
+            if app.send_done() && !app.closed && conn.is_established() {
                 conn.close();
                 app.closed = true;
             }

@@ -80,6 +80,9 @@ pub struct TcpConfig {
     pub dup_thresh: u32,
     /// IP TTL / hop limit of our packets.
     pub ttl: u8,
+    /// Never put bytes of two `send` calls in one segment. MPTCP subflows set
+    /// it so each segment lies inside one DSS mapping.
+    pub segment_at_write_boundaries: bool,
 }
 
 impl Default for TcpConfig {
@@ -106,6 +109,7 @@ impl Default for TcpConfig {
             time_wait: Duration::from_secs(60),
             dup_thresh: 3,
             ttl: 64,
+            segment_at_write_boundaries: false,
         }
     }
 }

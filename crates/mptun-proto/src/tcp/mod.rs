@@ -32,8 +32,8 @@
 //! control is a [`CongestionControl`] trait object.
 
 pub mod config;
-mod recv_buf;
-mod send_buf;
+pub(crate) mod recv_buf;
+pub(crate) mod send_buf;
 
 pub use config::{BufferSize, TcpConfig};
 
@@ -106,9 +106,10 @@ pub struct SegmentMeta {
 /// window of, every segment this subflow emits, without the subflow knowing
 /// what MPTCP is.
 pub trait SegmentHook {
-    /// Option bytes (a multiple of 4) the hook adds to data segments, so the
-    /// subflow leaves room for them when it cuts segments.
-    fn option_space(&self) -> usize {
+    /// Option bytes (a multiple of 4) the hook adds to data segments
+    /// (`data`) or to pure ACKs, so the subflow leaves room for them when it
+    /// cuts segments and picks SACK blocks.
+    fn option_space(&self, _data: bool) -> usize {
         0
     }
     /// Called for each emitted segment; may push options and return a
@@ -481,6 +482,21 @@ impl Subflow {
     pub fn cc(&self) -> &dyn CongestionControl {
         &*self.cc
     }
+    /// `snd_una`.
+    pub fn snd_una(&self) -> Seq {
+        self.snd_una
+    }
+
+    /// Sequence number the next written byte will get.
+    pub fn write_seq(&self) -> Seq {
+        self.send_buf.end()
+    }
+
+    /// Peer's window-scale shift (to read the window of a segment).
+    pub fn snd_wscale(&self) -> u8 {
+        self.snd_wscale
+    }
+
     /// Our initial sequence number.
     pub fn iss(&self) -> Seq {
         self.iss
@@ -541,6 +557,39 @@ impl Subflow {
 
     pub fn ca_state(&self) -> CaState {
         self.ca_state
+    }
+
+    /// Sends an ACK at the next `poll_transmit` (a window update, or a
+    /// segment that carries a connection-level option).
+    pub fn request_ack(&mut self) {
+        if self.state.is_synchronized() {
+            self.ack_now = true;
+        }
+    }
+
+    /// Retransmission timeouts in a row without progress (Linux `icsk_retransmits`).
+    pub fn rto_streak(&self) -> u32 {
+        self.retries
+    }
+
+    /// Packets in flight (Linux `tcp_packets_in_flight`).
+    pub fn packets_in_flight(&self) -> u32 {
+        self.in_flight()
+    }
+
+    /// Whether the last window was limited by cwnd (Linux `tcp_is_cwnd_limited`).
+    pub fn cwnd_limited(&self) -> bool {
+        self.is_cwnd_limited()
+    }
+
+    /// Current pacing rate in bytes per second.
+    pub fn pacing_rate(&self) -> u64 {
+        self.pacer.rate()
+    }
+
+    /// Smoothed RTT, if measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt.smoothed()
     }
 
     // ------------------------------------------------------------------
@@ -1508,12 +1557,12 @@ impl Subflow {
             if self.challenge_ack {
                 self.challenge_ack = false;
                 let seq = if self.persist_at.is_some() { self.snd_una - 1 } else { self.snd_nxt };
-                let opts = self.ack_options(now, hook.option_space());
+                let opts = self.ack_options(now, hook.option_space(false));
                 return self.emit(now, hook, out, seq, self.rcv_nxt, TcpFlags::ACK, None, false, opts);
             }
         }
         if self.ack_now && self.state != State::SynSent {
-            let opts = self.ack_options(now, hook.option_space());
+            let opts = self.ack_options(now, hook.option_space(false));
             let seq = if self.state == State::SynReceived { self.iss + 1 } else { self.snd_nxt };
             return self.emit(now, hook, out, seq, self.rcv_nxt, TcpFlags::ACK, None, false, opts);
         }
@@ -1544,7 +1593,7 @@ impl Subflow {
             return None;
         }
         self.paced_until = None;
-        let hook_space = hook.option_space();
+        let hook_space = hook.option_space(true);
         let mss = self.mss(hook_space);
         let opts = self.ack_options(now, hook_space);
         let mut flags = TcpFlags::ACK;
@@ -1579,7 +1628,12 @@ impl Subflow {
 
         let unsent = self.unsent_bytes();
         let wnd_room = (self.snd_una + self.snd_wnd) - self.snd_nxt;
-        let len = unsent.min(mss).min(if self.window_allows(1) { wnd_room } else { 0 });
+        let mut len = unsent.min(mss).min(if self.window_allows(1) { wnd_room } else { 0 });
+        if self.cfg.segment_at_write_boundaries {
+            // One MPTCP mapping per write: a segment never straddles two (Linux
+            // refuses to collapse skbs whose MPTCP extensions differ).
+            len = len.min(self.send_buf.contiguous_from(self.snd_nxt) as u32);
+        }
         if len == 0 && !(self.fin_queued && !self.fin_sent && unsent == 0) {
             return None;
         }

@@ -14,6 +14,8 @@ pub(crate) struct Insert {
     pub in_order: usize,
     /// The segment went to the out-of-order queue.
     pub queued_ofo: bool,
+    /// It went past every range already in the out-of-order queue.
+    pub tail: bool,
     /// It merged with a neighbour in the out-of-order queue.
     pub merged: bool,
     /// Every byte of it was already received.
@@ -97,6 +99,7 @@ impl RecvBuf {
             return res;
         }
         res.queued_ofo = true;
+        res.tail = self.ofo.last_key_value().is_none_or(|(&s, d)| off >= s + d.len() as u64);
         res.merged = self.insert_ofo(off, data, &mut res.duplicate);
         res
     }

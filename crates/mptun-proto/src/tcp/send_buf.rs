@@ -59,6 +59,38 @@ impl SendBuf {
         }
     }
 
+    /// Bytes from `seq` to the end of the write (chunk) that holds it.
+    pub fn contiguous_from(&self, seq: Seq) -> usize {
+        if seq.lt(self.head) {
+            return 0;
+        }
+        let mut off = (seq - self.head) as usize;
+        for c in &self.chunks {
+            if off < c.len() {
+                return c.len() - off;
+            }
+            off -= c.len();
+        }
+        0
+    }
+
+    /// The bytes `[seq, seq + len)` as a `Bytes`: a zero-copy slice when they
+    /// lie in one chunk.
+    pub fn slice_bytes(&self, seq: Seq, len: usize) -> Bytes {
+        let mut scratch = Vec::new();
+        let mut off = (seq - self.head) as usize;
+        for c in &self.chunks {
+            if off < c.len() {
+                if off + len <= c.len() {
+                    return c.slice(off..off + len);
+                }
+                break;
+            }
+            off -= c.len();
+        }
+        Bytes::from(self.range(seq, len, &mut scratch).to_vec())
+    }
+
     /// The bytes `[seq, seq + len)`: borrowed if they lie in one chunk,
     /// otherwise gathered into `scratch`.
     pub fn range<'a>(&'a self, seq: Seq, len: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {

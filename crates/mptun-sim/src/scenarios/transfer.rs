@@ -68,6 +68,9 @@ pub struct TransferResult {
     /// Not serialised: the client's final TCP_INFO, for scenarios to dig into.
     #[serde(skip)]
     pub client_info: Option<TcpInfo>,
+    /// Not serialised: the client connection's subflows at the end.
+    #[serde(skip)]
+    pub client_subflows: Vec<mptun_proto::mptcp::SubflowInfo>,
     /// Not serialised: HyStart exit as reported by the client's controller.
     #[serde(skip)]
     pub slow_start_exit: Option<(&'static str, u32)>,
@@ -113,7 +116,7 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
         },
         spec.sample_every,
         |now, a, _b| {
-            if let Some(sf) = a.ep.conn(h) {
+            if let Some(sf) = a.ep.conn(h).and_then(|c| c.subflow(0)) {
                 let i = sf.info();
                 trace.push(TraceSample {
                     t_s: now.as_secs_f64(),
@@ -139,8 +142,9 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
     let duration = last.as_secs_f64();
     let cc = sim.a.ep.counters();
     let sc = sim.b.ep.counters();
-    let info = sim.a.ep.conn(h).map(|c| c.info());
-    let slow_start_exit = sim.a.ep.conn(h).and_then(|c| c.cc().slow_start_exit());
+    let initial = sim.a.ep.conn(h).and_then(|c| c.subflow(0));
+    let info = initial.map(|c| c.info());
+    let slow_start_exit = initial.and_then(|c| c.cc().slow_start_exit());
     TransferResult {
         sha256_match: completed && sha_ok,
         completed,
@@ -163,6 +167,7 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
         trace,
         sim_end_s: end.as_secs_f64(),
         client_info: info,
+        client_subflows: sim.a.ep.conn(h).map(|c| c.info().subflows).unwrap_or_default(),
         slow_start_exit,
     }
 }

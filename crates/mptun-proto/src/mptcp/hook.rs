@@ -1,0 +1,198 @@
+//! The per-segment MPTCP option writer: what each segment of a subflow
+//! carries (MP_CAPABLE, MP_JOIN, DSS with DATA_ACK and mapping, DATA_FIN,
+//! ADD_ADDR) and the connection-level window it advertises.
+
+use super::{JoinState, Mode, Shared, SubflowExt};
+use crate::seq::Seq;
+use crate::tcp::{SegmentHook, SegmentMeta};
+use mptun_time::Instant;
+use mptun_wire::mptcp::{cap_flags, DataAck, DssMapping};
+use mptun_wire::{crypto, MptcpOption, TcpOption, TcpOptions};
+
+/// MP_CAPABLE version we speak.
+const VERSION: u8 = 1;
+/// DSS with a 64-bit DATA_ACK and a 64-bit mapping: 26 bytes, 28 aligned.
+const DSS_FULL: usize = 28;
+/// DSS with a 64-bit DATA_ACK only.
+const DSS_ACK: usize = 12;
+
+pub(crate) struct Hook<'a> {
+    pub sh: &'a mut Shared,
+    pub ext: &'a mut SubflowExt,
+    pub now: Instant,
+    pub iss: Seq,
+    /// Free space of the connection receive buffer.
+    pub recv_window: u64,
+}
+
+fn push(opts: &mut TcpOptions, o: MptcpOption) -> bool {
+    opts.push_aligned(&TcpOption::Mptcp(o)).is_ok()
+}
+
+impl Hook<'_> {
+    fn data_ack(&self) -> Option<DataAck> {
+        self.sh.rx_base.map(|_| DataAck { ack: self.sh.rcv_nxt, ack64: true })
+    }
+
+    /// The connection-level window, relative to the DATA_ACK, never shrinking.
+    fn window(&mut self) -> u64 {
+        let edge = self.sh.rcv_nxt + self.recv_window;
+        self.sh.rcv_wnd_end = self.sh.rcv_wnd_end.max(edge);
+        self.sh.rcv_wnd_end - self.sh.rcv_nxt
+    }
+
+    fn mapping_for(&self, meta: &SegmentMeta) -> Option<DssMapping> {
+        let ssn = meta.seq - self.iss;
+        self.ext.tx_maps.iter().find(|m| ssn.wrapping_sub(m.ssn) < m.len).map(|m| DssMapping {
+            dsn: m.dsn,
+            dsn64: true,
+            ssn: m.ssn,
+            len: m.len as u16,
+            checksum: None,
+        })
+    }
+
+    fn dss(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) {
+        let data_ack = self.data_ack();
+        if meta.len > 0 {
+            let mapping = self.mapping_for(meta);
+            push(opts, MptcpOption::Dss { data_ack, mapping, data_fin: false });
+            return;
+        }
+        if self.sh.data_fin_due {
+            if let Some(fin) = self.sh.data_fin_seq {
+                let m = DssMapping { dsn: fin, dsn64: true, ssn: 0, len: 1, checksum: None };
+                if push(opts, MptcpOption::Dss { data_ack, mapping: Some(m), data_fin: true }) {
+                    self.sh.data_fin_due = false;
+                }
+                return;
+            }
+        }
+        if data_ack.is_some() {
+            push(opts, MptcpOption::Dss { data_ack, mapping: None, data_fin: false });
+        }
+        self.announce(opts);
+    }
+
+    /// ADD_ADDR (or its echo) on a pure ACK, when one is due and fits.
+    fn announce(&mut self, opts: &mut TcpOptions) {
+        let now = self.now;
+        let Some(i) = self.sh.announce.iter().position(|a| a.at <= now) else { return };
+        let a = self.sh.announce[i];
+        let Some(rk) = self.sh.remote_key else { return };
+        let hmac = (!a.echo).then(|| crypto::add_addr_hmac(self.sh.local_key, rk, a.id, a.addr, a.port));
+        let o = MptcpOption::AddAddr { echo: a.echo, addr_id: a.id, addr: a.addr, port: a.port, hmac };
+        if push(opts, o) {
+            if a.echo {
+                self.sh.announce.remove(i);
+            } else {
+                self.sh.counters.mptcp_add_addr_tx += 1;
+                // Retransmitted until echoed (Linux add_addr_timeout).
+                self.sh.announce[i].at = now + mptun_time::Duration::from_secs(120);
+            }
+        }
+    }
+}
+
+impl SegmentHook for Hook<'_> {
+    fn option_space(&self, data: bool) -> usize {
+        match self.sh.mode {
+            Mode::Plain => 0,
+            _ if data => DSS_FULL,
+            _ => {
+                let handshake = !self.sh.fully_established || !matches!(self.ext.join, JoinState::Joined | JoinState::Initial);
+                if handshake || !self.sh.announce.is_empty() || self.sh.data_fin_due {
+                    DSS_FULL
+                } else {
+                    DSS_ACK
+                }
+            }
+        }
+    }
+
+    fn on_emit(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) -> Option<u64> {
+        let (syn, ack) = (meta.flags.syn(), meta.flags.ack());
+        if meta.flags.rst() || self.sh.mode == Mode::Plain {
+            return None;
+        }
+        match self.ext.join {
+            JoinState::Initial => {
+                if syn && !ack {
+                    push(opts, MptcpOption::MpCapable {
+                        version: VERSION,
+                        flags: cap_flags::HMAC_SHA256,
+                        sender_key: None,
+                        receiver_key: None,
+                        data_len: None,
+                        checksum: None,
+                    });
+                    return None;
+                }
+                if syn {
+                    push(opts, MptcpOption::MpCapable {
+                        version: VERSION,
+                        flags: cap_flags::HMAC_SHA256,
+                        sender_key: Some(self.sh.local_key),
+                        receiver_key: None,
+                        data_len: None,
+                        checksum: None,
+                    });
+                    return None;
+                }
+                if self.sh.mode != Mode::Mptcp {
+                    return None;
+                }
+                if !self.sh.server && !self.sh.fully_established {
+                    // Third ACK and first data: repeat our key until the server shows it has it.
+                    let first = self.mapping_for(meta).filter(|m| m.dsn == self.sh.tx_base && m.ssn == 1);
+                    if meta.len > 0 && first.is_none() {
+                        self.dss(meta, opts);
+                    } else {
+                        push(opts, MptcpOption::MpCapable {
+                            version: VERSION,
+                            flags: cap_flags::HMAC_SHA256,
+                            sender_key: Some(self.sh.local_key),
+                            receiver_key: self.sh.remote_key,
+                            data_len: first.map(|m| m.len),
+                            checksum: None,
+                        });
+                    }
+                } else {
+                    self.dss(meta, opts);
+                }
+            }
+            JoinState::ClientSynSent { nonce } => {
+                if syn {
+                    let token = self.sh.remote_key.map(crypto::token).unwrap_or(0);
+                    push(opts, MptcpOption::MpJoinSyn {
+                        backup: self.ext.backup,
+                        addr_id: self.ext.local_id,
+                        token,
+                        nonce,
+                    });
+                }
+                return None;
+            }
+            JoinState::ServerSynRcvd { nonce, peer_nonce } => {
+                if syn {
+                    let rk = self.sh.remote_key.unwrap_or(0);
+                    push(opts, MptcpOption::MpJoinSynAck {
+                        backup: self.ext.backup,
+                        addr_id: self.ext.local_id,
+                        hmac: crypto::join_synack_hmac(self.sh.local_key, rk, nonce, peer_nonce),
+                        nonce,
+                    });
+                    return None;
+                }
+            }
+            JoinState::ClientAwaitAck { nonce, peer_nonce } => {
+                if !syn && meta.len == 0 {
+                    let rk = self.sh.remote_key.unwrap_or(0);
+                    push(opts, MptcpOption::MpJoinAck { hmac: crypto::join_ack_hmac(self.sh.local_key, rk, nonce, peer_nonce) });
+                }
+            }
+            JoinState::Joined => self.dss(meta, opts),
+        }
+        Some(self.window())
+    }
+}
