@@ -44,11 +44,12 @@ struct Cli {
     /// Seed of the random processes (loss, jitter, ...); a2b uses it, b2a uses it + 1.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Microseconds before a release at which the thread stops sleeping and spins. It must cover
-    /// the timer wake-up latency (~30 µs typical, ~60 µs p99 on a busy VM) but not much more: a
-    /// SCHED_FIFO thread that spins through most of every inter-packet gap at 100 Mbit/s exceeds
-    /// the kernel's real-time budget (sched_rt_runtime_us) and is throttled for tens of ms.
-    #[arg(long, default_value_t = 50)]
+    /// Microseconds before a release at which the thread stops sleeping and spins, at most. It
+    /// must cover the timer wake-up latency (~30 µs typical, past 100 µs at p99 on a busy VM);
+    /// the loop caps it at half the gap between releases, because a SCHED_FIFO thread spinning
+    /// through most of every gap at 100 Mbit/s exceeds the kernel's real-time budget
+    /// (sched_rt_runtime_us) and is throttled for tens of milliseconds.
+    #[arg(long, default_value_t = 150)]
     spin_us: u64,
     /// SCHED_FIFO priority of the forwarding threads (0 = normal scheduling). Real-time
     /// scheduling is what keeps the wake-up tail in tens of microseconds on a busy machine.
