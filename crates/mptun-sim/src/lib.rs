@@ -12,7 +12,9 @@ pub mod apps;
 pub mod host;
 pub mod report;
 pub mod scenarios;
+pub mod rr;
 pub mod stack;
+pub mod tap;
 pub mod world;
 
 pub use host::{Host, Outgoing};

@@ -472,6 +472,32 @@ impl Connection {
         }
     }
 
+    /// Internal state for debugging a stuck connection.
+    pub fn debug_state(&self) -> String {
+        let maps: Vec<_> = self
+            .subflows
+            .iter()
+            .flatten()
+            .map(|(sf, e)| format!("join={:?} stale={} tx_maps={} rx_maps={:?} queued={} recv_ready={} recv_off={}", e.join, e.stale, e.tx_maps.len(), e.rx_maps.iter().take(4).collect::<Vec<_>>(), sf.send_queued(), sf.recv_ready(), sf.recv_offset()))
+            .collect();
+        format!(
+            "snd_una={} snd_nxt={} write_seq={} wnd_end={} rcv_nxt={} rx_base={:?} ofo={} ready={} reinject={:?} fin={:?}/{} peer_fin={:?} {:?}",
+            self.shared.snd_una - self.shared.tx_base,
+            self.shared.snd_nxt - self.shared.tx_base,
+            self.shared.write_seq - self.shared.tx_base,
+            self.shared.wnd_end.saturating_sub(self.shared.tx_base),
+            self.shared.rcv_nxt.wrapping_sub(self.shared.rx_base.unwrap_or(0)),
+            self.shared.rx_base.is_some(),
+            self.rcv_buf.ofo_len(),
+            self.rcv_buf.ready_len(),
+            self.reinject,
+            self.shared.data_fin_seq.map(|f| f - self.shared.tx_base),
+            self.shared.data_fin_acked,
+            self.shared.peer_data_fin,
+            maps
+        )
+    }
+
     /// Replaces the scheduler (per-connection policy).
     pub fn set_scheduler(&mut self, s: Box<dyn Scheduler>) {
         self.sched = s;
@@ -511,6 +537,7 @@ impl Connection {
         if n > 0 {
             self.snd_buf.push(Bytes::copy_from_slice(&data[..n]));
             self.shared.write_seq += n as u64;
+            self.progress(self.last_now);
         }
         n
     }
@@ -552,6 +579,7 @@ impl Connection {
         }
         if self.shared.data_fin_seq.is_none() {
             self.shared.data_fin_seq = Some(self.shared.write_seq);
+            self.progress(self.last_now);
         }
     }
 
@@ -650,6 +678,8 @@ impl Connection {
                         sh.remote_key = Some(k);
                         sh.rx_base = Some(crypto::idsn(k).wrapping_add(1));
                         sh.rcv_nxt = crypto::idsn(k).wrapping_add(1);
+                        // Until the first DATA_ACK, the window is relative to our IDSN + 1.
+                        sh.wnd_end = sh.tx_base + hdr.window as u64;
                         sh.counters.mptcp_mp_capable_synack_rx += 1;
                     }
                     None => {
@@ -666,6 +696,7 @@ impl Connection {
                             sh.rx_base = Some(crypto::idsn(*k).wrapping_add(1));
                             sh.rcv_nxt = crypto::idsn(*k).wrapping_add(1);
                             sh.fully_established = true;
+                            sh.wnd_end = sh.wnd_end.max(sh.tx_base + ((hdr.window as u64) << sf.snd_wscale()));
                             sh.counters.mptcp_mp_capable_ack_rx += 1;
                         }
                     }
@@ -979,6 +1010,11 @@ impl Connection {
                     break;
                 }
             }
+        }
+        // Linux sizes the msk send buffer as the sum of its subflows'.
+        if let BufferSize::Auto { max, .. } = self.cfg.mptcp.send_buffer {
+            let sum: usize = self.subflows.iter().flatten().map(|(sf, _)| sf.info().send_buffer).sum();
+            self.send_limit = self.send_limit.max(sum.min(max));
         }
         // Stale subflows: reinject their data elsewhere, once per streak.
         let streak = self.cfg.mptcp.stale_rto_streak;

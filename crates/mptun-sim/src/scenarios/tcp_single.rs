@@ -23,6 +23,8 @@ pub struct Params {
     pub reorder: f64,
     pub cc: Algorithm,
     pub seed: u64,
+    /// Run it as a single-subflow MPTCP connection instead of plain TCP.
+    pub mptcp: bool,
 }
 
 impl Default for Params {
@@ -36,6 +38,7 @@ impl Default for Params {
             reorder: 0.0,
             cc: Algorithm::Reno,
             seed: 1,
+            mptcp: false,
         }
     }
 }
@@ -86,6 +89,7 @@ pub fn run(p: &Params) -> Report {
     let (spec, queue) = path(p);
     let mut cfg = EndpointConfig::default();
     cfg.tcp.congestion_control = p.cc;
+    cfg.mptcp.enabled = p.mptcp;
     let t = TransferSpec {
         paths: vec![spec],
         size: p.size,

@@ -131,6 +131,18 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
         },
     );
 
+    if std::env::var_os("MPTUN_DEBUG").is_some() {
+        for (name, ep) in [("client", &sim.a.ep), ("server", &sim.b.ep)] {
+            for ch in ep.handles() {
+                let c = ep.conn(ch).expect("live");
+                eprintln!("{name} {c:?} info={:?}", c.info());
+                for (i, sf) in c.subflows() {
+                    eprintln!("  sf{i} {sf:?} {:?}", sf.info());
+                }
+                eprintln!("  {}", c.debug_state());
+            }
+        }
+    }
     let cli_app = sim.a.apps.get(&h).expect("attached");
     let srv_app = sim.b.apps.values().next();
     let received = srv_app.map_or(0, |a| a.received);
