@@ -1,1 +1,54 @@
-//! tokio runtime over TUN (see issue).
+//! The tokio runtime of mptun: drives the sans-IO protocol core over TUN
+//! devices (or any [`mptun_io::PacketIo`]) and offers sockets shaped like
+//! tokio's.
+//!
+//! ```no_run
+//! # async fn demo(tun: std::sync::Arc<mptun_io::TunDevice>) -> std::io::Result<()> {
+//! use mptun::{MptcpStream, Stack};
+//! use tokio::io::AsyncWriteExt;
+//!
+//! let stack = Stack::builder().path("10.77.101.2".parse().unwrap(), tun).build()?;
+//! // was: let mut s = tokio::net::TcpStream::connect("10.77.1.2:5201").await?;
+//! let mut s = MptcpStream::connect(&stack, "10.77.1.2:5201").await?;
+//! s.write_all(b"hello").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! - [`Stack`]: one endpoint, its paths `(local address, device)` and the
+//!   driver task (module `driver`): reads devices in batches, feeds the
+//!   endpoint, sends what it produces at each packet's earliest departure
+//!   time (module `departure`), sleeps on a microsecond timer (module
+//!   `timer`) until the next protocol deadline.
+//! - [`MptcpListener`], [`MptcpStream`] (with [`OwnedReadHalf`] /
+//!   [`OwnedWriteHalf`]): `AsyncRead` + `AsyncWrite`; shutdown sends the
+//!   FIN (DATA_FIN under MPTCP).
+//! - [`StreamOptions`]: per-stream buffers, congestion control, pacing cap.
+//! - [`Stack::counters`] (kernel `nstat` names), [`MptcpStream::info`]
+//!   (`TCP_INFO`-like per subflow), tracing spans `conn` and `subflow`.
+
+mod clock;
+mod departure;
+mod driver;
+mod info;
+mod listener;
+mod options;
+mod split;
+mod stack;
+mod state;
+mod stats;
+mod stream;
+mod timer;
+
+pub use info::{ConnectionInfo, Mode, StreamInfo, SubflowInfo};
+pub use listener::MptcpListener;
+pub use options::{SchedulerFactory, StreamOptions};
+pub use split::{OwnedReadHalf, OwnedWriteHalf};
+pub use stack::{Path, Stack, StackBuilder};
+pub use stats::RuntimeStats;
+pub use stream::MptcpStream;
+
+pub use mptun_cc::Algorithm;
+pub use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
+pub use mptun_proto::sched::{DefaultScheduler, Scheduler};
+pub use mptun_proto::tcp::{BufferSize, TcpConfig, TcpInfo};
+pub use mptun_proto::{ConnConfig, Counters, MptcpConfig};

@@ -1,0 +1,457 @@
+//! The driver task: the only place where the sans-IO endpoint meets time and
+//! devices, in the style of quinn's `ConnectionDriver`.
+//!
+//! One iteration, in the order the core's contract asks for:
+//!
+//! 1. drain every device (each read until `WouldBlock`, one batch per device)
+//!    and feed the packets to `Endpoint::handle_packet`;
+//! 2. fire timers due (`handle_timeout`);
+//! 3. dispatch accepted connections to listeners;
+//! 4. move due packets out of the departure queue, then `poll_transmit`
+//!    until `None`: due packets go into their device's batch, later ones into
+//!    the departure queue;
+//! 5. `poll_event` until `None`, then wake the tasks whose connection became
+//!    readable, writable, connected or failed; reap closed orphans;
+//! 6. write the batches;
+//! 7. sleep until the earlier of the endpoint's `poll_timeout` and the
+//!    departure queue's head, or until a device or a handle wakes us.
+//!
+//! Nothing here knows TCP or MPTCP: the same endpoint runs in the simulator.
+
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use mptun_io::paths::DeviceId;
+use mptun_io::{PacketBatch, PacketIo};
+use mptun_proto::tcp::Event;
+use mptun_proto::{ConnConfig, ConnectionHandle};
+use mptun_time::{Duration, Instant};
+
+use crate::departure::DepartureQueue;
+use crate::state::{ConnState, Shared, State, BACKLOG};
+use crate::timer::HrTimer;
+use crate::StreamOptions;
+
+/// Iterations per poll before yielding to the runtime, so one busy stack
+/// cannot starve the application tasks sharing its worker thread.
+const ITERATIONS_PER_POLL: usize = 32;
+/// Packets produced per iteration before the lock is released and the
+/// batches are written.
+const TX_PER_ITERATION: usize = 256;
+/// How often closed connections nobody owns are swept from the endpoint.
+const SWEEP_EVERY: Duration = Duration::from_millis(1000);
+/// Largest packet the endpoint may write (an IPv6 jumbo aside).
+const SCRATCH: usize = 65_535;
+
+struct Device {
+    io: Arc<dyn PacketIo>,
+    rx: PacketBatch,
+    tx: PacketBatch,
+    dead: bool,
+}
+
+/// The future spawned by [`crate::Stack`]; completes when the stack is dropped.
+pub(crate) struct Driver {
+    shared: Arc<Shared>,
+    devices: Vec<Device>,
+    /// Local address → device, from the stack's paths.
+    routes: Vec<(IpAddr, DeviceId)>,
+    departures: DepartureQueue,
+    scratch: Vec<u8>,
+    timer: HrTimer,
+    last_sweep: Instant,
+    wake: Vec<Waker>,
+}
+
+enum Step {
+    /// Work may be left: iterate again.
+    Again,
+    /// Everything is waiting on a registered waker.
+    Idle,
+    Shutdown,
+}
+
+impl Driver {
+    pub(crate) fn new(shared: Arc<Shared>, devices: Vec<Arc<dyn PacketIo>>, routes: Vec<(IpAddr, DeviceId)>) -> Self {
+        let devices = devices
+            .into_iter()
+            .map(|io| {
+                let rx = PacketBatch::for_io(&*io);
+                let tx = PacketBatch::for_io(&*io);
+                Device { io, rx, tx, dead: false }
+            })
+            .collect();
+        Driver {
+            shared,
+            devices,
+            routes,
+            departures: DepartureQueue::default(),
+            scratch: vec![0; SCRATCH],
+            timer: HrTimer::new(),
+            last_sweep: Instant::ZERO,
+            wake: Vec::new(),
+        }
+    }
+
+    pub(crate) fn high_resolution_timer(&self) -> bool {
+        self.timer.is_high_resolution()
+    }
+
+    fn device_for(&self, src: IpAddr) -> Option<DeviceId> {
+        if self.devices.len() == 1 {
+            return Some(0);
+        }
+        self.routes.iter().find(|(ip, _)| *ip == src).map(|&(_, d)| d)
+    }
+
+    fn iterate(&mut self, cx: &mut Context<'_>) -> Step {
+        // 1a. Receive, without the lock.
+        let mut received = false;
+        for d in self.devices.iter_mut().filter(|d| !d.dead) {
+            if d.rx.is_full() {
+                continue;
+            }
+            match d.io.poll_recv_batch(cx, &mut d.rx) {
+                Poll::Ready(Ok(_)) => received = true,
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => received = true,
+                Poll::Ready(Err(e)) => {
+                    tracing::error!(device = d.io.name(), "receive failed, device dropped: {e}");
+                    d.dead = true;
+                }
+                Poll::Pending => {}
+            }
+        }
+
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        st.stats.iterations += 1;
+        if st.shutdown {
+            self.shut_down(&mut st);
+            drop(st);
+            self.flush(cx);
+            return Step::Shutdown;
+        }
+        match &st.driver_waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => st.driver_waker = Some(cx.waker().clone()),
+        }
+        let now = shared.clock.now();
+
+        // 1b. Feed what arrived.
+        for d in &mut self.devices {
+            for p in d.rx.iter() {
+                st.ep.handle_packet(now, p);
+            }
+            st.stats.rx_packets += d.rx.len() as u64;
+            d.rx.clear();
+        }
+
+        // 2. Timers.
+        if st.ep.poll_timeout().is_some_and(|t| t <= now) {
+            st.ep.handle_timeout(now);
+        }
+
+        // 3. Accepts.
+        while let Some(h) = st.ep.accept() {
+            dispatch_accept(&mut st, h);
+        }
+
+        // 4. Transmit.
+        let more_tx = self.transmit(&mut st, now);
+
+        // 5. Events and wake-ups.
+        while let Some((h, ev)) = st.ep.poll_event() {
+            on_event(&mut st, h, ev, &mut self.wake);
+        }
+        self.collect_wakeups(&mut st);
+        if now.saturating_duration_since(self.last_sweep) >= SWEEP_EVERY {
+            self.last_sweep = now;
+            sweep(&mut st);
+        }
+        st.stats.app_wakeups += self.wake.len() as u64;
+        st.stats.held_packets = self.departures.len() as u64;
+        st.stats.held_bytes = self.departures.bytes() as u64;
+        let next = Instant::min_opt(st.ep.poll_timeout(), self.departures.next_departure());
+        drop(st);
+        for w in self.wake.drain(..) {
+            w.wake();
+        }
+
+        // 6. Write.
+        let blocked = self.flush(cx);
+
+        // 7. Decide.
+        if received || (more_tx && !blocked) {
+            return Step::Again;
+        }
+        match next {
+            None => Step::Idle,
+            Some(t) if t <= shared.clock.now() => Step::Again,
+            Some(t) => {
+                let deadline = shared.clock.to_tokio(t);
+                match self.timer.poll_until(cx, deadline) {
+                    Poll::Ready(()) => {
+                        shared.lock().stats.timer_wakeups += 1;
+                        Step::Again
+                    }
+                    Poll::Pending => Step::Idle,
+                }
+            }
+        }
+    }
+
+    /// Moves due packets into device batches and asks the endpoint for more.
+    /// Returns whether it stopped early (a batch filled up, or the
+    /// per-iteration budget ran out) with more possibly left.
+    fn transmit(&mut self, st: &mut State, now: Instant) -> bool {
+        // Held packets first: they are older than anything the endpoint
+        // produces now, and a flow's packets must stay in order.
+        while let Some(dev) = self.departures.peek_due(now) {
+            if self.devices[dev].tx.is_full() {
+                return true;
+            }
+            let (dev, buf) = self.departures.pop_due(now).expect("peeked");
+            if self.devices[dev].tx.push(&buf).is_err() {
+                st.stats.tx_oversize += 1;
+            }
+            self.departures.recycle(buf);
+        }
+        for _ in 0..TX_PER_ITERATION {
+            let Some(t) = st.ep.poll_transmit(now, &mut self.scratch) else { return false };
+            st.stats.tx_packets += 1;
+            let Some(dev) = self.device_for(t.src.ip()) else {
+                st.stats.tx_no_route += 1;
+                tracing::debug!(src = %t.src, dst = %t.dst, "no path owns the source address; dropped");
+                continue;
+            };
+            let packet = &self.scratch[..t.len];
+            let d = &mut self.devices[dev];
+            if t.departure > now || d.tx.is_full() || self.departures.peek_due(now).is_some() {
+                self.departures.push(t.departure, dev, packet);
+                st.stats.tx_held += 1;
+                if d.tx.is_full() {
+                    return true;
+                }
+                continue;
+            }
+            if let Err(e) = d.tx.push(packet) {
+                st.stats.tx_oversize += 1;
+                tracing::warn!(device = d.io.name(), "dropped an outgoing packet: {e}");
+            }
+        }
+        true
+    }
+
+    /// Writes every device's batch; true if a device pushed back (its waker
+    /// is registered and the unsent packets stay in the batch).
+    fn flush(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut blocked = false;
+        let mut errors = 0;
+        let mut batches = 0;
+        for d in &mut self.devices {
+            if d.tx.is_empty() {
+                continue;
+            }
+            if d.dead {
+                errors += d.tx.len() as u64;
+                d.tx.clear();
+                continue;
+            }
+            match d.io.poll_send_batch(cx, &mut d.tx) {
+                Poll::Ready(Ok(_)) => batches += 1,
+                Poll::Ready(Err(e)) => {
+                    // The packets are lost, as on a failing NIC; TCP recovers them.
+                    tracing::warn!(device = d.io.name(), "write failed, {} packets dropped: {e}", d.tx.unsent());
+                    errors += d.tx.unsent() as u64;
+                    d.tx.clear();
+                }
+                Poll::Pending => blocked = true,
+            }
+        }
+        if batches > 0 || errors > 0 {
+            let mut st = self.shared.lock();
+            st.stats.tx_batches += batches;
+            st.stats.tx_errors += errors;
+        }
+        blocked
+    }
+
+    /// Wakes tasks whose wait is over; forgets watched connections nobody waits on.
+    fn collect_wakeups(&mut self, st: &mut State) {
+        let State { ep, conns, watch, .. } = st;
+        let mut reap = Vec::new();
+        watch.retain(|&h| {
+            let Some(cs) = conns.get_mut(&h) else { return false };
+            let failed = cs.error.is_some() || ep.is_closed(h);
+            if cs.read.is_some() && (failed || ep.recv_ready(h) > 0 || ep.recv_finished(h)) {
+                self.wake.extend(cs.read.take());
+            }
+            if cs.write.is_some() && (failed || ep.send_space(h) >= cs.wake_space) {
+                self.wake.extend(cs.write.take());
+            }
+            if cs.connect.is_some() && (failed || cs.connected) {
+                self.wake.extend(cs.connect.take());
+            }
+            if cs.refs == 0 {
+                if ep.is_closed(h) {
+                    reap.push(h);
+                    return false;
+                }
+                return true;
+            }
+            cs.read.is_some() || cs.write.is_some() || cs.connect.is_some()
+        });
+        for h in reap {
+            ep.remove(h);
+            conns.remove(&h);
+        }
+    }
+
+    /// The stack is gone: reset every connection (as a process exit does)
+    /// and fail every waiting task.
+    fn shut_down(&mut self, st: &mut State) {
+        let handles: Vec<_> = st.ep.handles().collect();
+        let now = self.shared.clock.now();
+        for h in handles {
+            if !st.ep.is_closed(h) {
+                st.ep.abort(h);
+            }
+        }
+        while let Some(t) = st.ep.poll_transmit(now, &mut self.scratch) {
+            if let Some(dev) = self.device_for(t.src.ip()) {
+                let _ = self.devices[dev].tx.push(&self.scratch[..t.len]);
+            }
+        }
+        wake_all(st, &mut self.wake);
+        for w in self.wake.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+impl Future for Driver {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        this.shared.lock().stats.polls += 1;
+        for _ in 0..ITERATIONS_PER_POLL {
+            match this.iterate(cx) {
+                Step::Again => {}
+                Step::Idle => return Poll::Pending,
+                Step::Shutdown => return Poll::Ready(()),
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl Drop for Driver {
+    /// However the task ends (the stack dropped, the runtime shut down, a
+    /// panic), handles must not wait forever.
+    fn drop(&mut self) {
+        let mut st = self.shared.lock();
+        st.driver_gone = true;
+        let mut wake = Vec::new();
+        wake_all(&mut st, &mut wake);
+        drop(st);
+        for w in wake {
+            w.wake();
+        }
+    }
+}
+
+fn wake_all(st: &mut State, out: &mut Vec<Waker>) {
+    for cs in st.conns.values_mut() {
+        out.extend(cs.read.take());
+        out.extend(cs.write.take());
+        out.extend(cs.connect.take());
+    }
+    for l in st.listeners.values_mut() {
+        out.extend(l.waker.take());
+    }
+}
+
+/// Hands an accepted connection to the listener bound to its local address
+/// (an exact match before a wildcard), or refuses it with a RST.
+fn dispatch_accept(st: &mut State, h: ConnectionHandle) {
+    let Some((local, remote)) = st.ep.addresses(h) else { return };
+    let exact = st.listeners.iter().find(|(_, l)| l.addr == local).map(|(&id, _)| id);
+    let wildcard = || {
+        st.listeners
+            .iter()
+            .find(|(_, l)| l.addr.ip().is_unspecified() && l.addr.port() == local.port())
+            .map(|(&id, _)| id)
+    };
+    let id = exact.or_else(wildcard);
+    let cfg = st.ep.config();
+    let cfg = ConnConfig { tcp: cfg.tcp.clone(), mptcp: cfg.mptcp.clone() };
+    let span = tracing::debug_span!("conn", id = h.0, %local, %remote, side = "server");
+    span.in_scope(|| tracing::debug!("accepted"));
+    let mut cs = ConnState::new(1, StreamOptions::wake_space(&cfg), cfg.tcp.nagle, span);
+    cs.connected = st.ep.is_established(h);
+    match id.and_then(|id| st.listeners.get_mut(&id)).filter(|l| l.queue.len() < BACKLOG) {
+        Some(l) => {
+            l.queue.push_back(h);
+            if let Some(w) = l.waker.take() {
+                w.wake();
+            }
+            st.conns.insert(h, cs);
+        }
+        None => {
+            cs.span.in_scope(|| tracing::debug!("no listener takes it (closed or backlog full): reset"));
+            st.stats.accept_refused += 1;
+            cs.refs = 0;
+            st.ep.abort(h);
+            st.conns.insert(h, cs);
+            st.watch.insert(h);
+        }
+    }
+}
+
+fn on_event(st: &mut State, h: ConnectionHandle, ev: Event, wake: &mut Vec<Waker>) {
+    let Some(cs) = st.conns.get_mut(&h) else {
+        // A passive connection that failed before being accepted.
+        return;
+    };
+    let _g = cs.span.enter();
+    tracing::debug!(event = ?ev);
+    match ev {
+        Event::Connected => {
+            cs.connected = true;
+            if let Some((local, remote)) = st.ep.addresses(h) {
+                let sf = tracing::debug_span!(parent: &cs.span, "subflow", %local, %remote);
+                sf.in_scope(|| tracing::debug!("established"));
+            }
+            wake.extend(cs.connect.take());
+            wake.extend(cs.write.take());
+        }
+        Event::PeerFin => wake.extend(cs.read.take()),
+        Event::Reset => {
+            cs.error =
+                Some(if cs.connected { io::ErrorKind::ConnectionReset } else { io::ErrorKind::ConnectionRefused });
+        }
+        Event::TimedOut => cs.error = Some(io::ErrorKind::TimedOut),
+        Event::Closed => {}
+    }
+    if matches!(ev, Event::Reset | Event::TimedOut | Event::Closed) {
+        wake.extend(cs.read.take());
+        wake.extend(cs.write.take());
+        wake.extend(cs.connect.take());
+        st.watch.insert(h);
+    }
+}
+
+/// Removes closed connections no handle knows about (passive ones that
+/// failed before they were accepted).
+fn sweep(st: &mut State) {
+    let dead: Vec<_> = st.ep.handles().filter(|h| !st.conns.contains_key(h) && st.ep.is_closed(*h)).collect();
+    for h in dead {
+        st.ep.remove(h);
+    }
+}

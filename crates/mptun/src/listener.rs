@@ -1,0 +1,131 @@
+//! [`MptcpListener`]: accepts connections, like `tokio::net::TcpListener`.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::task::{Context, Poll};
+
+use tokio::net::ToSocketAddrs;
+
+use crate::state::{ListenerState, State};
+use crate::{MptcpStream, Stack};
+
+/// A listening socket of a [`Stack`].
+///
+/// Connections whose handshake completed wait in its queue (up to Linux's
+/// `somaxconn`, 4096) until [`MptcpListener::accept`] takes them. A peer
+/// offering MPTCP gets MPTCP; one that does not gets plain TCP, and both
+/// come out of `accept` the same way.
+pub struct MptcpListener {
+    stack: Stack,
+    id: u64,
+    addr: SocketAddr,
+}
+
+impl MptcpListener {
+    /// Listens on `addr`: one of the stack's path addresses, or the
+    /// unspecified address for all of them. Port 0 picks a free port.
+    pub async fn bind(stack: &Stack, addr: impl ToSocketAddrs) -> io::Result<MptcpListener> {
+        let mut last = None;
+        for a in tokio::net::lookup_host(addr).await? {
+            match Self::bind_one(stack, a) {
+                Ok(l) => return Ok(l),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "could not resolve to any address")))
+    }
+
+    fn bind_one(stack: &Stack, mut addr: SocketAddr) -> io::Result<MptcpListener> {
+        let id = stack.shared().update(|st| {
+            if st.driver_gone || st.shutdown {
+                return Err(State::gone_error());
+            }
+            if !addr.ip().is_unspecified() && !st.local_ips.contains(&addr.ip()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrNotAvailable,
+                    format!("{} is no path of the stack", addr.ip()),
+                ));
+            }
+            let clashes = |st: &State, a: SocketAddr| {
+                st.listeners.values().any(|l| {
+                    l.addr.port() == a.port()
+                        && (l.addr.ip() == a.ip() || l.addr.ip().is_unspecified() || a.ip().is_unspecified())
+                })
+            };
+            if addr.port() == 0 {
+                // The ephemeral range, scanned from a point that varies per call.
+                let start = 32768 + (st.next_listener as u16).wrapping_mul(7919) % 28232;
+                let port = (0..28232u16)
+                    .map(|i| 32768 + (start - 32768 + i) % 28232)
+                    .find(|&p| !clashes(st, SocketAddr::new(addr.ip(), p)))
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port"))?;
+                addr.set_port(port);
+            } else if clashes(st, addr) {
+                return Err(io::Error::new(io::ErrorKind::AddrInUse, format!("{addr} is already bound")));
+            }
+            st.ep.listen(addr);
+            let id = st.next_listener;
+            st.next_listener += 1;
+            st.listeners.insert(id, ListenerState { addr, queue: VecDeque::new(), waker: None });
+            tracing::debug!(%addr, "listening");
+            Ok(id)
+        })?;
+        Ok(MptcpListener { stack: stack.clone(), id, addr })
+    }
+
+    /// Waits for the next connection; returns it with the peer's address.
+    pub async fn accept(&self) -> io::Result<(MptcpStream, SocketAddr)> {
+        poll_fn(|cx| self.poll_accept(cx)).await
+    }
+
+    /// Polls for the next connection.
+    pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(MptcpStream, SocketAddr)>> {
+        let mut st = self.stack.shared().lock();
+        let st = &mut *st;
+        let gone = st.driver_gone;
+        let Some(l) = st.listeners.get_mut(&self.id) else { return Poll::Ready(Err(State::gone_error())) };
+        while let Some(h) = l.queue.pop_front() {
+            // The listener's reference passes to the stream.
+            let Some((local, peer)) = st.ep.addresses(h) else { continue };
+            return Poll::Ready(Ok((MptcpStream::accepted(self.stack.clone(), h, local, peer), peer)));
+        }
+        if gone {
+            return Poll::Ready(Err(State::gone_error()));
+        }
+        l.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// The bound address (with the port chosen if 0 was given).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.addr)
+    }
+
+    /// The stack the listener lives on.
+    pub fn stack(&self) -> &Stack {
+        &self.stack
+    }
+}
+
+impl Drop for MptcpListener {
+    /// Connections not yet accepted are reset, as when a kernel listener closes.
+    fn drop(&mut self) {
+        let id = self.id;
+        self.stack.shared().update(|st| {
+            if let Some(l) = st.listeners.remove(&id) {
+                for h in l.queue {
+                    st.ep.abort(h);
+                    st.release(h);
+                }
+            }
+        });
+    }
+}
+
+impl std::fmt::Debug for MptcpListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MptcpListener").field("addr", &self.addr).finish()
+    }
+}

@@ -1,0 +1,259 @@
+//! The stack: one sans-IO endpoint, its devices and paths, and the driver task.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use mptun_io::paths::DeviceId;
+use mptun_io::{IoStats, PacketIo, PcapTap, PcapWriter};
+use mptun_proto::pm::{EndpointFlags, PmEndpoint};
+use mptun_proto::tcp::TcpConfig;
+use mptun_proto::{ConnConfig, Counters, Endpoint, EndpointConfig, MptcpConfig};
+
+use crate::clock::Clock;
+use crate::driver::Driver;
+use crate::state::{Shared, State};
+use crate::stats::RuntimeStats;
+use crate::StreamOptions;
+
+/// A user-space MPTCP/TCP host: every [`crate::MptcpStream`] and
+/// [`crate::MptcpListener`] lives on one.
+///
+/// Cheap to clone. The driver task runs for as long as any clone (streams
+/// and listeners hold one) exists; when the last goes, open connections are
+/// reset, as when a process exits.
+#[derive(Clone)]
+pub struct Stack {
+    pub(crate) inner: Arc<StackInner>,
+}
+
+pub(crate) struct StackInner {
+    pub(crate) shared: Arc<Shared>,
+    devices: Vec<Arc<dyn PacketIo>>,
+    paths: Vec<Path>,
+    default_cfg: ConnConfig,
+    high_res_timer: bool,
+}
+
+impl Drop for StackInner {
+    fn drop(&mut self) {
+        self.shared.update(|st| st.shutdown = true);
+    }
+}
+
+/// A path of the stack: a local address and the device that carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Path {
+    pub local: IpAddr,
+    pub device: String,
+}
+
+/// Builds a [`Stack`].
+pub struct StackBuilder {
+    paths: Vec<(IpAddr, Arc<dyn PacketIo>)>,
+    tcp: TcpConfig,
+    mptcp: MptcpConfig,
+    pm_from_paths: bool,
+    seed: Option<[u8; 32]>,
+    pcap: Option<PathBuf>,
+    pcap_dir: Option<PathBuf>,
+}
+
+impl StackBuilder {
+    /// Adds a path: `local` is this stack's address on it (the source of
+    /// its subflows), `device` the packet device it lives on. Give the same
+    /// `Arc` for several addresses to carry several paths on one device
+    /// (one TUN with several addresses), different ones for a device per path.
+    pub fn path(mut self, local: IpAddr, device: Arc<dyn PacketIo>) -> Self {
+        self.paths.push((local, device));
+        self
+    }
+
+    /// Default configuration of every connection (listeners use it; per
+    /// stream, [`StreamOptions`] override it).
+    pub fn tcp_config(mut self, tcp: TcpConfig) -> Self {
+        self.tcp = tcp;
+        self
+    }
+
+    /// Default MPTCP settings (offer MPTCP, buffers, path manager). Unless
+    /// its path manager lists endpoints, every path address becomes a
+    /// `subflow` endpoint, as `ip mptcp endpoint add ADDR subflow` would make
+    /// it: a client then opens one subflow per path.
+    pub fn mptcp_config(mut self, mptcp: MptcpConfig) -> Self {
+        self.pm_from_paths = mptcp.pm.endpoints.is_empty();
+        self.mptcp = mptcp;
+        self
+    }
+
+    /// Seed for the endpoint's CSPRNG (ISNs, ports, MPTCP keys). Default: OS
+    /// entropy. Fix it only to reproduce a run: predictable ISNs and keys
+    /// make connections spoofable.
+    pub fn seed(mut self, seed: [u8; 32]) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Records every device's traffic, both directions, into one pcap file
+    /// (raw IP; Wireshark dissects MPTCP in it).
+    pub fn pcap(mut self, file: impl Into<PathBuf>) -> Self {
+        self.pcap = Some(file.into());
+        self
+    }
+
+    /// Records each device into its own `DIR/<device name>.pcap`.
+    pub fn pcap_per_device(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.pcap_dir = Some(dir.into());
+        self
+    }
+
+    /// Starts the driver task on the current tokio runtime.
+    pub fn build(self) -> io::Result<Stack> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(io::Error::other("Stack::build must be called inside a tokio runtime"));
+        }
+        if self.paths.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a stack needs at least one path"));
+        }
+        let mut devices: Vec<Arc<dyn PacketIo>> = Vec::new();
+        let mut routes: Vec<(IpAddr, DeviceId)> = Vec::new();
+        let mut paths = Vec::new();
+        for (local, dev) in &self.paths {
+            if local.is_unspecified() || local.is_multicast() {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{local} cannot be a path address")));
+            }
+            if routes.iter().any(|(ip, _)| ip == local) {
+                return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{local} given for two paths")));
+            }
+            let id = match devices.iter().position(|d| std::ptr::addr_eq(Arc::as_ptr(d), Arc::as_ptr(dev))) {
+                Some(id) => id,
+                None => {
+                    devices.push(dev.clone());
+                    devices.len() - 1
+                }
+            };
+            routes.push((*local, id));
+            paths.push(Path { local: *local, device: dev.name().to_owned() });
+        }
+        let devices = self.wrap_pcap(devices)?;
+        let seed = match self.seed {
+            Some(s) => s,
+            None => {
+                let mut s = [0u8; 32];
+                getrandom::fill(&mut s).map_err(|e| io::Error::other(format!("no OS entropy: {e}")))?;
+                s
+            }
+        };
+        let mut mptcp = self.mptcp.clone();
+        if self.pm_from_paths {
+            mptcp.pm.endpoints = routes
+                .iter()
+                .zip(1u8..=255)
+                .map(|(&(addr, _), id)| PmEndpoint {
+                    id,
+                    addr,
+                    flags: EndpointFlags { signal: false, subflow: true, backup: false },
+                })
+                .collect();
+        }
+        let default_cfg = ConnConfig { tcp: self.tcp.clone(), mptcp: mptcp.clone() };
+        let ep = Endpoint::new(EndpointConfig { tcp: self.tcp.clone(), mptcp }, seed);
+        let local_ips = routes.iter().map(|(ip, _)| *ip).collect();
+        let shared = Arc::new(Shared::new(State::new(ep, local_ips), Clock::new()));
+        let driver = Driver::new(shared.clone(), devices.clone(), routes);
+        let high_res_timer = driver.high_resolution_timer();
+        let span = tracing::info_span!("mptun", paths = ?paths.iter().map(|p| p.local).collect::<Vec<_>>());
+        tokio::spawn(tracing::Instrument::instrument(driver, span));
+        Ok(Stack { inner: Arc::new(StackInner { shared, devices, paths, default_cfg, high_res_timer }) })
+    }
+
+    fn wrap_pcap(&self, devices: Vec<Arc<dyn PacketIo>>) -> io::Result<Vec<Arc<dyn PacketIo>>> {
+        if let Some(file) = &self.pcap {
+            let w = Arc::new(Mutex::new(PcapWriter::create(file)?));
+            return Ok(devices
+                .into_iter()
+                .map(|d| Arc::new(PcapTap::with_writer(d, w.clone())) as Arc<dyn PacketIo>)
+                .collect());
+        }
+        if let Some(dir) = &self.pcap_dir {
+            std::fs::create_dir_all(dir)?;
+            return devices
+                .into_iter()
+                .map(|d| {
+                    let file = dir.join(format!("{}.pcap", d.name()));
+                    Ok(Arc::new(PcapTap::create(d, file)?) as Arc<dyn PacketIo>)
+                })
+                .collect();
+        }
+        Ok(devices)
+    }
+}
+
+impl Stack {
+    /// A builder with Linux-like defaults and no paths yet.
+    pub fn builder() -> StackBuilder {
+        StackBuilder {
+            paths: Vec::new(),
+            tcp: TcpConfig::default(),
+            mptcp: MptcpConfig::default(),
+            pm_from_paths: true,
+            seed: None,
+            pcap: None,
+            pcap_dir: None,
+        }
+    }
+
+    /// Protocol counters of every connection, past and present, with the
+    /// kernel's `nstat` names ([`Counters::to_nstat`] prints them like nstat).
+    pub fn counters(&self) -> Counters {
+        self.inner.shared.lock().ep.counters()
+    }
+
+    /// The driver's own counters.
+    pub fn runtime_stats(&self) -> RuntimeStats {
+        self.inner.shared.lock().stats
+    }
+
+    /// Each device's name and counters.
+    pub fn device_stats(&self) -> Vec<(String, IoStats)> {
+        self.inner.devices.iter().map(|d| (d.name().to_owned(), d.stats())).collect()
+    }
+
+    /// The paths, in the order given to the builder.
+    pub fn paths(&self) -> &[Path] {
+        &self.inner.paths
+    }
+
+    /// Options preset with the stack's defaults, to adjust for one stream.
+    pub fn stream_options(&self) -> StreamOptions {
+        StreamOptions::from_config(self.inner.default_cfg.clone())
+    }
+
+    /// Whether the driver sleeps on a microsecond timer (timerfd) rather
+    /// than tokio's millisecond wheel; see the `timer` module.
+    pub fn has_high_resolution_timer(&self) -> bool {
+        self.inner.high_res_timer
+    }
+
+    /// Live connections (including those closing or in TIME_WAIT).
+    pub fn connection_count(&self) -> usize {
+        self.inner.shared.lock().ep.handles().count()
+    }
+
+    /// The local address a connection to `remote` starts from: the first
+    /// path of the same address family.
+    pub(crate) fn pick_local(&self, remote: SocketAddr) -> Option<IpAddr> {
+        self.inner.paths.iter().map(|p| p.local).find(|ip| ip.is_ipv4() == remote.is_ipv4())
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+}
+
+impl std::fmt::Debug for Stack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stack").field("paths", &self.inner.paths).finish()
+    }
+}

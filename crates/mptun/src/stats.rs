@@ -1,0 +1,37 @@
+//! The driver's own counters, next to the protocol's ([`mptun_proto::Counters`],
+//! kernel names) and the devices' ([`mptun_io::IoStats`], `ip -s link` names).
+
+/// Driver activity since the stack started. Monotonic counts, except the
+/// two `held_*` gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Times the driver task was polled.
+    pub polls: u64,
+    /// Loop iterations (receive, timers, transmit, wake) across all polls.
+    pub iterations: u64,
+    /// IP packets handed to the endpoint.
+    pub rx_packets: u64,
+    /// IP packets the endpoint produced.
+    pub tx_packets: u64,
+    /// Batches written to devices.
+    pub tx_batches: u64,
+    /// Packets that waited in the departure queue (EDT in the future, or the
+    /// device pushed back).
+    pub tx_held: u64,
+    /// Packets dropped because no path owns their source address.
+    pub tx_no_route: u64,
+    /// Packets dropped because they exceed the device MTU.
+    pub tx_oversize: u64,
+    /// Packets dropped because a device write failed.
+    pub tx_errors: u64,
+    /// Wake-ups by the departure/protocol timer.
+    pub timer_wakeups: u64,
+    /// Application tasks woken (read, write, connect, accept).
+    pub app_wakeups: u64,
+    /// Packets in the departure queue now (gauge).
+    pub held_packets: u64,
+    /// Bytes in the departure queue now (gauge).
+    pub held_bytes: u64,
+    /// Connections accepted but refused because no listener took them.
+    pub accept_refused: u64,
+}

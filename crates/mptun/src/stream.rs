@@ -1,0 +1,319 @@
+//! [`MptcpStream`]: a connected byte stream with the surface of
+//! `tokio::net::TcpStream`.
+//!
+//! Reads and writes go straight to the endpoint's buffers under the stack's
+//! lock; a task that finds nothing to read (or no room to write) leaves its
+//! waker, which the driver invokes once the connection's state allows
+//! progress. Underneath is MPTCP when the peer speaks it and plain TCP when
+//! it does not (fallback); the stream looks the same either way.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use mptun_proto::ConnectionHandle;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::ToSocketAddrs;
+
+use crate::info::{StreamInfo, SubflowInfo};
+use crate::split::{OwnedReadHalf, OwnedWriteHalf};
+use crate::state::{ConnState, State};
+use crate::{Stack, StreamOptions};
+
+/// A connection of a [`Stack`], like `tokio::net::TcpStream`.
+pub struct MptcpStream {
+    pub(crate) inner: Arc<StreamInner>,
+}
+
+/// The part both halves of a split stream share; dropping the last one
+/// closes the connection.
+pub(crate) struct StreamInner {
+    stack: Stack,
+    h: ConnectionHandle,
+    local: SocketAddr,
+    peer: SocketAddr,
+}
+
+impl MptcpStream {
+    /// Opens a connection with the stack's default options, trying each
+    /// address `addr` resolves to in turn (like `TcpStream::connect`).
+    pub async fn connect(stack: &Stack, addr: impl ToSocketAddrs) -> io::Result<MptcpStream> {
+        Self::connect_with(stack, addr, stack.stream_options()).await
+    }
+
+    /// Opens a connection with per-stream options.
+    pub async fn connect_with(
+        stack: &Stack,
+        addr: impl ToSocketAddrs,
+        options: StreamOptions,
+    ) -> io::Result<MptcpStream> {
+        let mut last = None;
+        for remote in tokio::net::lookup_host(addr).await? {
+            match Self::connect_one(stack, remote, &options).await {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "could not resolve to any address")))
+    }
+
+    async fn connect_one(stack: &Stack, remote: SocketAddr, options: &StreamOptions) -> io::Result<MptcpStream> {
+        let local = match options.bind {
+            Some(l) => l,
+            None => SocketAddr::new(
+                stack.pick_local(remote).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::AddrNotAvailable, format!("no path of {remote}'s address family"))
+                })?,
+                0,
+            ),
+        };
+        let shared = stack.shared().clone();
+        let cfg = options.cfg.clone();
+        let scheduler = options.scheduler.clone();
+        let (h, local) = shared.update(|st| {
+            if st.driver_gone || st.shutdown {
+                return Err(State::gone_error());
+            }
+            if !st.local_ips.contains(&local.ip()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrNotAvailable,
+                    format!("{} is no path of the stack", local.ip()),
+                ));
+            }
+            let wake_space = StreamOptions::wake_space(&cfg);
+            let nagle = cfg.tcp.nagle;
+            let now = shared.clock.now();
+            let h = st.ep.connect_conn(now, local, remote, cfg);
+            if let (Some(make), Some(conn)) = (&scheduler, st.ep.conn_mut(h)) {
+                conn.set_scheduler(make());
+            }
+            let local = st.ep.addresses(h).map_or(local, |a| a.0);
+            let span = tracing::debug_span!("conn", id = h.0, %local, %remote, side = "client");
+            span.in_scope(|| tracing::debug!("connecting"));
+            st.conns.insert(h, ConnState::new(1, wake_space, nagle, span));
+            Ok((h, local))
+        })?;
+        // From here a cancelled connect (the future dropped) closes the
+        // connection through StreamInner's Drop.
+        let inner = Arc::new(StreamInner { stack: stack.clone(), h, local, peer: remote });
+        poll_fn(|cx| {
+            let mut st = shared.lock();
+            let st = &mut *st;
+            let Some(cs) = st.conns.get_mut(&h) else { return Poll::Ready(Err(State::gone_error())) };
+            if let Some(kind) = cs.error {
+                return Poll::Ready(Err(io::Error::new(kind, format!("connect to {remote}"))));
+            }
+            if cs.connected {
+                return Poll::Ready(Ok(()));
+            }
+            if st.ep.is_closed(h) {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionAborted, "connection closed")));
+            }
+            if st.driver_gone {
+                return Poll::Ready(Err(State::gone_error()));
+            }
+            cs.connect = Some(cx.waker().clone());
+            st.watch.insert(h);
+            Poll::Pending
+        })
+        .await?;
+        Ok(MptcpStream { inner })
+    }
+
+    /// Wraps a connection a listener accepted.
+    pub(crate) fn accepted(stack: Stack, h: ConnectionHandle, local: SocketAddr, peer: SocketAddr) -> Self {
+        MptcpStream { inner: Arc::new(StreamInner { stack, h, local, peer }) }
+    }
+
+    /// The local address of the connection's first subflow.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.inner.local)
+    }
+
+    /// The peer's address on the first subflow.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.inner.peer)
+    }
+
+    /// `TCP_NODELAY`. The core fixes Nagle's algorithm at creation, so this
+    /// succeeds when the stream already has the requested setting (nodelay
+    /// is the default) and is `Unsupported` otherwise: set it with
+    /// [`StreamOptions::nodelay`] before connecting.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        if self.nodelay()? == nodelay {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "Nagle's algorithm is fixed when a connection is created; use StreamOptions::nodelay",
+        ))
+    }
+
+    /// Whether Nagle's algorithm is off.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        let st = self.inner.stack.shared().lock();
+        st.conns.get(&self.inner.h).map(|cs| !cs.nagle).ok_or_else(State::gone_error)
+    }
+
+    /// A `TCP_INFO`/`MPTCP_INFO`-like snapshot of the connection and its subflows.
+    pub fn info(&self) -> io::Result<StreamInfo> {
+        self.inner.info()
+    }
+
+    /// Per-subflow snapshots (cwnd, srtt, pacing rate, bytes, retransmissions).
+    pub fn subflows(&self) -> io::Result<Vec<SubflowInfo>> {
+        Ok(self.inner.info()?.conn.subflows)
+    }
+
+    /// The stack the stream lives on.
+    pub fn stack(&self) -> &Stack {
+        &self.inner.stack
+    }
+
+    /// Splits into owned halves that can move to different tasks. Dropping
+    /// the write half shuts down the write direction, as in tokio.
+    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        crate::split::split(self.inner)
+    }
+}
+
+impl StreamInner {
+    fn info(&self) -> io::Result<StreamInfo> {
+        let st = self.stack.shared().lock();
+        let c = st.ep.conn(self.h).ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "connection is gone"))?;
+        Ok(StreamInfo {
+            local: self.local,
+            remote: self.peer,
+            established: st.ep.is_established(self.h),
+            conn: c.info(),
+            counters: c.counters(),
+        })
+    }
+
+    pub(crate) fn local(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    pub(crate) fn poll_read(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let shared = self.stack.shared();
+        let mut guard = shared.lock();
+        let st = &mut *guard;
+        let now = shared.clock.now();
+        let n = st.ep.recv(self.h, now, buf.initialize_unfilled());
+        if n > 0 {
+            buf.advance(n);
+            // Reading may open the window enough for a window update.
+            let w = st.driver_waker.take();
+            drop(guard);
+            if let Some(w) = w {
+                w.wake();
+            }
+            return Poll::Ready(Ok(()));
+        }
+        let Some(cs) = st.conns.get_mut(&self.h) else { return Poll::Ready(Err(State::gone_error())) };
+        if let Some(kind) = cs.error {
+            return Poll::Ready(Err(kind.into()));
+        }
+        if st.ep.recv_finished(self.h) {
+            return Poll::Ready(Ok(())); // end of stream
+        }
+        if st.driver_gone {
+            return Poll::Ready(Err(State::gone_error()));
+        }
+        cs.read = Some(cx.waker().clone());
+        st.watch.insert(self.h);
+        Poll::Pending
+    }
+
+    pub(crate) fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let shared = self.stack.shared();
+        let mut guard = shared.lock();
+        let st = &mut *guard;
+        let Some(cs) = st.conns.get_mut(&self.h) else { return Poll::Ready(Err(State::gone_error())) };
+        if let Some(kind) = cs.error {
+            return Poll::Ready(Err(kind.into()));
+        }
+        if cs.write_shutdown || st.ep.is_closed(self.h) {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "write side is shut down")));
+        }
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let n = st.ep.send(self.h, data);
+        if n > 0 {
+            let w = st.driver_waker.take();
+            drop(guard);
+            if let Some(w) = w {
+                w.wake();
+            }
+            return Poll::Ready(Ok(n));
+        }
+        if st.driver_gone {
+            return Poll::Ready(Err(State::gone_error()));
+        }
+        cs.write = Some(cx.waker().clone());
+        st.watch.insert(self.h);
+        Poll::Pending
+    }
+
+    /// Shuts the write direction down: a FIN (DATA_FIN under MPTCP) after
+    /// the queued data. Idempotent.
+    pub(crate) fn shutdown_write(&self) {
+        let h = self.h;
+        self.stack.shared().update(|st| {
+            if let Some(cs) = st.conns.get_mut(&h) {
+                if !cs.write_shutdown {
+                    cs.write_shutdown = true;
+                    cs.span.in_scope(|| tracing::debug!("shutdown(write)"));
+                    st.ep.close(h);
+                }
+            }
+        });
+    }
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        let h = self.h;
+        self.stack.shared().update(|st| st.release(h));
+    }
+}
+
+impl AsyncRead for MptcpStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.inner.poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for MptcpStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.inner.poll_write(cx, buf)
+    }
+
+    /// Data is handed to the stack on write; like a kernel socket there is
+    /// nothing to flush.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.shutdown_write();
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl std::fmt::Debug for MptcpStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MptcpStream").field("local", &self.inner.local).field("peer", &self.inner.peer).finish()
+    }
+}
