@@ -100,7 +100,13 @@ impl Endpoint {
     }
 
     /// Opens a connection with its own TCP settings (MPTCP settings from the endpoint).
-    pub fn connect_with(&mut self, now: Instant, local: SocketAddr, remote: SocketAddr, tcp: TcpConfig) -> ConnectionHandle {
+    pub fn connect_with(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+        tcp: TcpConfig,
+    ) -> ConnectionHandle {
         let cfg = ConnConfig { tcp, mptcp: self.config.mptcp.clone() };
         self.connect_conn(now, local, remote, cfg)
     }

@@ -16,7 +16,30 @@ fn single_path_mptcp_survives_loss_and_reordering() {
     for (loss, reorder) in [(0.0, 0.0), (0.01, 0.0), (0.0, 0.02)] {
         let p = tcp_single::Params { size: 4_000_000, loss, reorder, mptcp: true, ..Default::default() };
         let r = tcp_single::run(&p);
-        eprintln!("loss {loss} reorder {reorder}: {:.2} Mbit/s, sha {}, {:?}", r.result.goodput_bps / 1e6, r.result.sha256_match, r.result.client_counters);
+        eprintln!(
+            "loss {loss} reorder {reorder}: {:.2} Mbit/s, sha {}, {:?}",
+            r.result.goodput_bps / 1e6,
+            r.result.sha256_match,
+            r.result.client_counters
+        );
         assert!(r.result.sha256_match, "loss {loss} reorder {reorder}");
     }
+}
+
+#[test]
+fn failover_completes_reinjects_and_reuses_the_recovered_path() {
+    let r = mptun_sim::scenarios::failover::run(1, 32 * 1024 * 1024);
+    eprintln!("{}", serde_json::to_string_pretty(&r).unwrap());
+    assert!(r.aggregate.result.sha256_match);
+    assert!(r.reinjected_bytes > 0);
+    assert!(r.recovered_path_used, "{} -> {}", r.path0_bytes_at_up, r.path0_bytes_at_end);
+}
+
+#[test]
+fn fallback_to_plain_tcp_is_transparent() {
+    let r = mptun_sim::scenarios::fallback::run(1, 4 * 1024 * 1024);
+    assert!(r.fallback);
+    assert!(r.aggregate.result.sha256_match);
+    assert_eq!(r.aggregate.subflows.len(), 1);
+    assert_eq!(r.aggregate.result.client_counters.get("MPTcpExtMPCapableFallbackSYNACK"), Some(&1));
 }

@@ -100,7 +100,8 @@ impl SegmentHook for Hook<'_> {
             Mode::Plain => 0,
             _ if data => DSS_FULL,
             _ => {
-                let handshake = !self.sh.fully_established || !matches!(self.ext.join, JoinState::Joined | JoinState::Initial);
+                let handshake =
+                    !self.sh.fully_established || !matches!(self.ext.join, JoinState::Joined | JoinState::Initial);
                 if handshake || !self.sh.announce.is_empty() || self.sh.data_fin_due {
                     DSS_FULL
                 } else {
@@ -118,25 +119,31 @@ impl SegmentHook for Hook<'_> {
         match self.ext.join {
             JoinState::Initial => {
                 if syn && !ack {
-                    push(opts, MptcpOption::MpCapable {
-                        version: VERSION,
-                        flags: cap_flags::HMAC_SHA256,
-                        sender_key: None,
-                        receiver_key: None,
-                        data_len: None,
-                        checksum: None,
-                    });
+                    push(
+                        opts,
+                        MptcpOption::MpCapable {
+                            version: VERSION,
+                            flags: cap_flags::HMAC_SHA256,
+                            sender_key: None,
+                            receiver_key: None,
+                            data_len: None,
+                            checksum: None,
+                        },
+                    );
                     return None;
                 }
                 if syn {
-                    push(opts, MptcpOption::MpCapable {
-                        version: VERSION,
-                        flags: cap_flags::HMAC_SHA256,
-                        sender_key: Some(self.sh.local_key),
-                        receiver_key: None,
-                        data_len: None,
-                        checksum: None,
-                    });
+                    push(
+                        opts,
+                        MptcpOption::MpCapable {
+                            version: VERSION,
+                            flags: cap_flags::HMAC_SHA256,
+                            sender_key: Some(self.sh.local_key),
+                            receiver_key: None,
+                            data_len: None,
+                            checksum: None,
+                        },
+                    );
                     return None;
                 }
                 if self.sh.mode != Mode::Mptcp {
@@ -148,14 +155,17 @@ impl SegmentHook for Hook<'_> {
                     if meta.len > 0 && first.is_none() {
                         self.dss(meta, opts);
                     } else {
-                        push(opts, MptcpOption::MpCapable {
-                            version: VERSION,
-                            flags: cap_flags::HMAC_SHA256,
-                            sender_key: Some(self.sh.local_key),
-                            receiver_key: self.sh.remote_key,
-                            data_len: first.map(|m| m.len),
-                            checksum: None,
-                        });
+                        push(
+                            opts,
+                            MptcpOption::MpCapable {
+                                version: VERSION,
+                                flags: cap_flags::HMAC_SHA256,
+                                sender_key: Some(self.sh.local_key),
+                                receiver_key: self.sh.remote_key,
+                                data_len: first.map(|m| m.len),
+                                checksum: None,
+                            },
+                        );
                     }
                 } else {
                     self.dss(meta, opts);
@@ -164,31 +174,37 @@ impl SegmentHook for Hook<'_> {
             JoinState::ClientSynSent { nonce } => {
                 if syn {
                     let token = self.sh.remote_key.map(crypto::token).unwrap_or(0);
-                    push(opts, MptcpOption::MpJoinSyn {
-                        backup: self.ext.backup,
-                        addr_id: self.ext.local_id,
-                        token,
-                        nonce,
-                    });
+                    push(
+                        opts,
+                        MptcpOption::MpJoinSyn { backup: self.ext.backup, addr_id: self.ext.local_id, token, nonce },
+                    );
                 }
                 return None;
             }
             JoinState::ServerSynRcvd { nonce, peer_nonce } => {
                 if syn {
                     let rk = self.sh.remote_key.unwrap_or(0);
-                    push(opts, MptcpOption::MpJoinSynAck {
-                        backup: self.ext.backup,
-                        addr_id: self.ext.local_id,
-                        hmac: crypto::join_synack_hmac(self.sh.local_key, rk, nonce, peer_nonce),
-                        nonce,
-                    });
+                    push(
+                        opts,
+                        MptcpOption::MpJoinSynAck {
+                            backup: self.ext.backup,
+                            addr_id: self.ext.local_id,
+                            hmac: crypto::join_synack_hmac(self.sh.local_key, rk, nonce, peer_nonce),
+                            nonce,
+                        },
+                    );
                     return None;
                 }
             }
             JoinState::ClientAwaitAck { nonce, peer_nonce } => {
                 if !syn && meta.len == 0 {
                     let rk = self.sh.remote_key.unwrap_or(0);
-                    push(opts, MptcpOption::MpJoinAck { hmac: crypto::join_ack_hmac(self.sh.local_key, rk, nonce, peer_nonce) });
+                    push(
+                        opts,
+                        MptcpOption::MpJoinAck {
+                            hmac: crypto::join_ack_hmac(self.sh.local_key, rk, nonce, peer_nonce),
+                        },
+                    );
                 }
             }
             JoinState::Joined => self.dss(meta, opts),

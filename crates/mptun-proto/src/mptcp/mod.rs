@@ -478,7 +478,18 @@ impl Connection {
             .subflows
             .iter()
             .flatten()
-            .map(|(sf, e)| format!("join={:?} stale={} tx_maps={} rx_maps={:?} queued={} recv_ready={} recv_off={}", e.join, e.stale, e.tx_maps.len(), e.rx_maps.iter().take(4).collect::<Vec<_>>(), sf.send_queued(), sf.recv_ready(), sf.recv_offset()))
+            .map(|(sf, e)| {
+                format!(
+                    "join={:?} stale={} tx_maps={} rx_maps={:?} queued={} recv_ready={} recv_off={}",
+                    e.join,
+                    e.stale,
+                    e.tx_maps.len(),
+                    e.rx_maps.iter().take(4).collect::<Vec<_>>(),
+                    sf.send_queued(),
+                    sf.recv_ready(),
+                    sf.recv_offset()
+                )
+            })
             .collect();
         format!(
             "snd_una={} snd_nxt={} write_seq={} wnd_end={} rcv_nxt={} rx_base={:?} ofo={} ready={} reinject={:?} fin={:?}/{} peer_fin={:?} {:?}",
@@ -523,7 +534,12 @@ impl Connection {
         if self.plain() {
             return self.subflow(0).map_or(0, |s| s.send_space());
         }
-        if self.shared.data_fin_seq.is_some() || self.subflows.iter().flatten().next().is_none() {
+        // Until the SYN-ACK tells whether the peer speaks MPTCP, data has no
+        // home: it would go to the connection if MPTCP, to the subflow if not.
+        if self.shared.mode == Mode::Pending
+            || self.shared.data_fin_seq.is_some()
+            || self.subflows.iter().flatten().next().is_none()
+        {
             return 0;
         }
         self.send_limit.saturating_sub(self.snd_buf.len())
@@ -642,7 +658,10 @@ impl Connection {
             .iter_mut()
             .flatten()
             .filter(|(s, e)| {
-                s.state().is_synchronized() && !s.is_closed() && !e.stale && matches!(e.join, JoinState::Initial | JoinState::Joined)
+                s.state().is_synchronized()
+                    && !s.is_closed()
+                    && !e.stale
+                    && matches!(e.join, JoinState::Initial | JoinState::Joined)
             })
             .min_by_key(|(s, _)| s.srtt().unwrap_or(Duration::MAX))
     }
@@ -709,9 +728,7 @@ impl Connection {
                     }
                     _ => None,
                 });
-                let expect = |pn| {
-                    sh.remote_key.map(|rk| crypto::join_synack_hmac(rk, sh.local_key, pn, nonce))
-                };
+                let expect = |pn| sh.remote_key.map(|rk| crypto::join_synack_hmac(rk, sh.local_key, pn, nonce));
                 match ok {
                     Some((backup, addr_id, hmac, pn)) if expect(pn) == Some(hmac) => {
                         ext.remote_id = addr_id;
@@ -783,7 +800,16 @@ impl Connection {
                         }
                     }
                     MptcpOption::AddAddr { echo, addr_id, addr, port, hmac } => {
-                        Self::on_add_addr(sh, &mut self.pm, &self.cfg.mptcp.pm, &mut self.pending_joins, now, sf.local().ip(), sf.remote().port(), (*echo, *addr_id, *addr, *port, *hmac));
+                        Self::on_add_addr(
+                            sh,
+                            &mut self.pm,
+                            &self.cfg.mptcp.pm,
+                            &mut self.pending_joins,
+                            now,
+                            sf.local().ip(),
+                            sf.remote().port(),
+                            (*echo, *addr_id, *addr, *port, *hmac),
+                        );
                     }
                     MptcpOption::RmAddr { .. } => sh.counters.mptcp_rm_addr += 1,
                     MptcpOption::MpPrio { backup } => {
@@ -1035,7 +1061,13 @@ impl Connection {
             if let Some((l, r)) = self.addresses() {
                 let (ann, joins) = self.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
                 for e in ann {
-                    self.shared.announce.push(AddrAnnounce { id: e.id, addr: e.addr, port: None, echo: false, at: now });
+                    self.shared.announce.push(AddrAnnounce {
+                        id: e.id,
+                        addr: e.addr,
+                        port: None,
+                        echo: false,
+                        at: now,
+                    });
                 }
                 self.pending_joins.extend(joins);
             }
@@ -1188,7 +1220,8 @@ impl Connection {
                 sf.poll_transmit(now, &mut (), out)
             } else {
                 let mut hook = Hook { sh: &mut self.shared, ext, now, iss: sf.iss(), recv_window: 0 };
-                hook.recv_window = hook.sh.recv_limit.saturating_sub(self.rcv_buf.ready_len() + self.rcv_buf.ofo_len()) as u64;
+                hook.recv_window =
+                    hook.sh.recv_limit.saturating_sub(self.rcv_buf.ready_len() + self.rcv_buf.ofo_len()) as u64;
                 sf.poll_transmit(now, &mut hook, out)
             };
             if let Some(t) = t {

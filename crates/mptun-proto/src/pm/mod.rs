@@ -155,8 +155,7 @@ mod tests {
             max_add_addr_accepted: 0,
         };
         let mut st = PmState::default();
-        let (ann, joins) =
-            st.on_established(&cfg, "10.0.1.1".parse().unwrap(), "10.0.1.2".parse().unwrap(), 5000);
+        let (ann, joins) = st.on_established(&cfg, "10.0.1.1".parse().unwrap(), "10.0.1.2".parse().unwrap(), 5000);
         assert!(ann.is_empty());
         assert_eq!(joins.len(), 1);
         assert_eq!(joins[0].local, "10.0.2.1".parse::<IpAddr>().unwrap());
@@ -165,7 +164,8 @@ mod tests {
 
     #[test]
     fn announcements_are_accepted_up_to_the_limit_from_a_matching_source() {
-        let cfg = PmConfig { endpoints: vec![ep(1, "10.0.2.1", false, false)], max_subflows: 2, max_add_addr_accepted: 1 };
+        let cfg =
+            PmConfig { endpoints: vec![ep(1, "10.0.2.1", false, false)], max_subflows: 2, max_add_addr_accepted: 1 };
         let mut st = PmState::default();
         let l0 = "10.0.1.1".parse().unwrap();
         let j = st.on_add_addr(&cfg, l0, "10.0.2.2".parse().unwrap(), 5000, false).unwrap();

@@ -1,8 +1,8 @@
 //! Per-subflow tunables, with Linux's defaults so a run compares one to one
 //! with the kernel's TCP.
 
-use mptun_cc::{Algorithm, CubicConfig};
 use mptun_cc::PacerKind;
+use mptun_cc::{Algorithm, CubicConfig};
 use mptun_time::Duration;
 
 /// Buffer sizing: a fixed size (like setting `SO_SNDBUF`/`SO_RCVBUF`, which

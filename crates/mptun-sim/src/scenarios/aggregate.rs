@@ -121,6 +121,17 @@ impl Default for Params {
 }
 
 pub fn run_named(name: &'static str, p: &Params, client: EndpointConfig, server: EndpointConfig) -> Report {
+    run_named_traced(name, p, client, server, None)
+}
+
+/// [`run_named`] with the client's initial subflow traced every `sample_every`.
+pub fn run_named_traced(
+    name: &'static str,
+    p: &Params,
+    client: EndpointConfig,
+    server: EndpointConfig,
+    sample_every: Option<Duration>,
+) -> Report {
     let specs = paths(&p.paths);
     let actions = p
         .events
@@ -140,7 +151,7 @@ pub fn run_named(name: &'static str, p: &Params, client: EndpointConfig, server:
         seed: p.seed,
         max_time: Duration::from_secs(3600),
         port: 5201,
-        sample_every: None,
+        sample_every,
         actions,
     };
     let wall = std::time::Instant::now();

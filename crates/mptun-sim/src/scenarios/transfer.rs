@@ -68,6 +68,8 @@ pub struct TransferResult {
     /// Not serialised: the client's final TCP_INFO, for scenarios to dig into.
     #[serde(skip)]
     pub client_info: Option<TcpInfo>,
+    /// `mptcp` or `plain` (never offered, or fell back).
+    pub client_mode: &'static str,
     /// Not serialised: the client connection's subflows at the end.
     #[serde(skip)]
     pub client_subflows: Vec<mptun_proto::mptcp::SubflowInfo>,
@@ -180,6 +182,11 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
         sim_end_s: end.as_secs_f64(),
         client_info: info,
         client_subflows: sim.a.ep.conn(h).map(|c| c.info().subflows).unwrap_or_default(),
+        client_mode: match sim.a.ep.conn(h).map(|c| c.mode()) {
+            Some(mptun_proto::mptcp::Mode::Mptcp) => "mptcp",
+            Some(mptun_proto::mptcp::Mode::Pending) => "pending",
+            _ => "plain",
+        },
         slow_start_exit,
     }
 }

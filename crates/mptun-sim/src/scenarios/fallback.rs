@@ -1,0 +1,24 @@
+//! `fallback`: the client offers MPTCP, the server answers as plain TCP (no
+//! MP_CAPABLE in its SYN-ACK). The connection must fall back transparently
+//! and the transfer complete over the one path.
+
+use super::aggregate::{self, Params};
+use mptun_proto::endpoint::EndpointConfig;
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub aggregate: aggregate::Report,
+    /// The client's connection ended up plain TCP.
+    pub fallback: bool,
+}
+
+pub fn run(seed: u64, size: u64) -> Report {
+    let p = Params { size, seed, ..Params::default() };
+    let (client, _) = aggregate::mptcp_configs(p.paths.len());
+    let mut server = EndpointConfig::default();
+    server.mptcp.enabled = false;
+    let r = aggregate::run_named("fallback", &p, client, server);
+    Report { fallback: r.result.client_mode == "plain", aggregate: r }
+}
