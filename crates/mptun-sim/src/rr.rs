@@ -61,7 +61,13 @@ pub struct RrServer {
 
 impl RrServer {
     pub fn new(request_size: usize, response_size: usize) -> Self {
-        RrServer { request_size: request_size.max(1), response_size: response_size.max(1), got: 0, to_write: 0, served: 0 }
+        RrServer {
+            request_size: request_size.max(1),
+            response_size: response_size.max(1),
+            got: 0,
+            to_write: 0,
+            served: 0,
+        }
     }
 }
 

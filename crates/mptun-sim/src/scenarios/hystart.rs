@@ -226,9 +226,9 @@ pub fn run_variant(p: &Params, round_start: HystartRoundStart) -> VariantReport 
     b.ep.listen(server_addr);
     // More than the path can carry in `duration`: the sender is never app-limited.
     let bulk = (p.rate_bps / 8).saturating_mul(p.duration.as_secs().max(1) * 4);
-    b.accept_template = Some(BulkApp::new(bulk, p.seed ^ 0x5EED_B));
+    b.accept_template = Some(BulkApp::new(bulk, p.seed ^ 0x0005_EEDB));
     let h = a.ep.connect(Instant::ZERO, client_addr, server_addr);
-    a.attach(h, BulkApp::new(0, p.seed ^ 0x5EED_A));
+    a.attach(h, BulkApp::new(0, p.seed ^ 0x0005_EEDA));
     a.pump(Instant::ZERO);
 
     let mut sim = Sim::new(
@@ -296,12 +296,7 @@ pub fn run_variant(p: &Params, round_start: HystartRoundStart) -> VariantReport 
 
     // The bottleneck's output as seen at the client; windows of one min RTT
     // starting when the first data packet arrived.
-    let first_data = sim
-        .a
-        .arrivals()
-        .iter()
-        .find(|&&(_, len)| len >= IP_PACKET)
-        .map_or(end, |&(t, _)| t);
+    let first_data = sim.a.arrivals().iter().find(|&&(_, len)| len >= IP_PACKET).map_or(end, |&(t, _)| t);
     let rtt = p.rtt;
     let mut per_rtt = Vec::new();
     let mut from = first_data;

@@ -93,9 +93,9 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
     let mut a = StackHost::new(Endpoint::new(spec.client.clone(), seed32(spec.seed, 0xA)));
     let mut b = StackHost::new(Endpoint::new(spec.server.clone(), seed32(spec.seed, 0xB)));
     b.ep.listen(server_addr);
-    b.accept_template = Some(BulkApp::new(spec.reverse_size, spec.seed ^ 0x5EED_B));
+    b.accept_template = Some(BulkApp::new(spec.reverse_size, spec.seed ^ 0x0005_EEDB));
     let h: ConnectionHandle = a.ep.connect(Instant::ZERO, client_addr, server_addr);
-    a.attach(h, BulkApp::new(spec.size, spec.seed ^ 0x5EED_A));
+    a.attach(h, BulkApp::new(spec.size, spec.seed ^ 0x0005_EEDA));
     a.pump(Instant::ZERO);
 
     let mut sim = Sim::new(
