@@ -981,7 +981,10 @@ impl Connection {
         let _ = now;
         if failed && self.shared.mode == Mode::Mptcp {
             self.reinject_from(idx, true);
-            self.subflows[idx] = None;
+            if let Some((sf, _)) = self.subflows[idx].take() {
+                // Keep what the subflow counted.
+                self.shared.counters.add(&sf.counters());
+            }
             if self.subflows.iter().flatten().next().is_none() && !self.closed_event_sent {
                 self.closed_event_sent = true;
                 let done = self.shared.data_fin_acked && self.shared.peer_data_fin_done;

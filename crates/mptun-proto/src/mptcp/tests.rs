@@ -1,1 +1,319 @@
+//! MPTCP connection tests: two endpoints back to back through the real codec,
+//! with a hand on every packet in between (to drop or tamper with it).
 
+use super::*;
+use crate::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
+use crate::pm::{EndpointFlags, PmEndpoint};
+use mptun_wire::{emit_tcp_packet, parse_tcp_packet, TcpOption};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A client and a server endpoint, two addresses each (paths 1 and 2).
+struct Net {
+    a: Endpoint,
+    b: Endpoint,
+    now: Instant,
+}
+
+/// What the wire does with a packet: deliver (possibly rewritten) or drop.
+type Tamper<'a> = &'a mut dyn FnMut(bool, Vec<u8>) -> Option<Vec<u8>>;
+
+impl Net {
+    fn new(client: EndpointConfig, server: EndpointConfig) -> Net {
+        let mut b = Endpoint::new(server, [2; 32]);
+        b.listen("10.0.1.2:5000".parse().unwrap());
+        Net { a: Endpoint::new(client, [1; 32]), b, now: Instant::ZERO }
+    }
+
+    fn two_path() -> Net {
+        let mut c = EndpointConfig::default();
+        c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: ip("10.0.2.1"), flags: EndpointFlags::default() });
+        c.mptcp.pm.max_add_addr_accepted = 2;
+        let mut s = EndpointConfig::default();
+        s.mptcp.pm.endpoints.push(PmEndpoint {
+            id: 1,
+            addr: ip("10.0.2.2"),
+            flags: EndpointFlags { signal: true, ..Default::default() },
+        });
+        Net::new(c, s)
+    }
+
+    /// Runs for `dur` of virtual time with a 1 ms wire; `tamper` sees each packet.
+    fn run(&mut self, dur: Duration, tamper: Tamper<'_>) {
+        let end = self.now + dur;
+        let mut wire: VecDeque<(Instant, bool, Vec<u8>)> = VecDeque::new();
+        let mut buf = vec![0u8; 1600];
+        loop {
+            while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
+                if let Some(p) = tamper(true, buf[..t.len].to_vec()) {
+                    wire.push_back((self.now + Duration::from_millis(1), true, p));
+                }
+            }
+            while let Some(t) = self.b.poll_transmit(self.now, &mut buf) {
+                if let Some(p) = tamper(false, buf[..t.len].to_vec()) {
+                    wire.push_back((self.now + Duration::from_millis(1), false, p));
+                }
+            }
+            let next =
+                [wire.front().map(|w| w.0), self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
+            let Some(next) = next else { break };
+            if next > end {
+                break;
+            }
+            self.now = self.now.max(next);
+            while wire.front().is_some_and(|w| w.0 <= self.now) {
+                let (_, from_a, p) = wire.pop_front().unwrap();
+                if from_a {
+                    self.b.handle_packet(self.now, &p);
+                } else {
+                    self.a.handle_packet(self.now, &p);
+                }
+            }
+            self.a.handle_timeout(self.now);
+            self.b.handle_timeout(self.now);
+        }
+        self.now = self.now.max(end);
+    }
+
+    fn connect(&mut self) -> ConnectionHandle {
+        self.a.connect(self.now, "10.0.1.1:0".parse().unwrap(), "10.0.1.2:5000".parse().unwrap())
+    }
+}
+
+fn pass() -> impl FnMut(bool, Vec<u8>) -> Option<Vec<u8>> {
+    |_, p| Some(p)
+}
+
+/// Rewrites the MPTCP options of a packet with `f`, re-emitting it.
+fn rewrite(p: &[u8], f: &mut dyn FnMut(&mut MptcpOption)) -> Vec<u8> {
+    let pkt = parse_tcp_packet(p).unwrap();
+    let mut hdr = pkt.tcp.clone();
+    let mut opts = mptun_wire::TcpOptions::new();
+    for o in pkt.tcp.options.iter() {
+        let mut o = o.unwrap();
+        if let TcpOption::Mptcp(m) = &mut o {
+            f(m);
+        }
+        opts.push(&o).unwrap();
+    }
+    hdr.options = opts;
+    let mut out = vec![0u8; 1600];
+    let n = emit_tcp_packet(pkt.src, pkt.dst, pkt.ttl, &hdr, pkt.payload, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+fn mptcp_opts(p: &[u8]) -> Vec<MptcpOption> {
+    parse_tcp_packet(p).unwrap().tcp.options.summary().mptcp.into_iter().collect()
+}
+
+#[test]
+fn handshake_join_and_tokens() {
+    let mut n = Net::two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let c = n.a.conn(h).unwrap();
+    assert_eq!(c.mode(), Mode::Mptcp);
+    let info = c.info();
+    assert!(info.fully_established);
+    assert_eq!(info.subflows.len(), 2, "{info:?}");
+    let sh = n.b.accept().unwrap();
+    let s = n.b.conn(sh).unwrap();
+    assert_eq!(s.remote_token(), c.local_token());
+    assert_eq!(c.remote_token(), s.local_token());
+    let cc = n.b.counters();
+    assert_eq!(cc.mptcp_mp_join_ack_rx, 1);
+    assert_eq!(cc.mptcp_echo_add, 1);
+    assert_eq!(n.a.counters().mptcp_add_addr, 1);
+}
+
+#[test]
+fn join_with_bad_synack_hmac_is_refused() {
+    let mut n = Net::two_path();
+    n.connect();
+    let mut tampered = 0;
+    n.run(Duration::from_millis(200), &mut |from_a, p| {
+        if !from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpJoinSynAck { .. })) {
+            tampered += 1;
+            return Some(rewrite(&p, &mut |m| {
+                if let MptcpOption::MpJoinSynAck { hmac, .. } = m {
+                    *hmac ^= 1;
+                }
+            }));
+        }
+        Some(p)
+    });
+    assert!(tampered >= 1);
+    assert_eq!(n.a.counters().mptcp_mp_join_synack_hmac_failure, tampered);
+    assert!(n.a.counters().tcp_out_rsts >= 1);
+    let h = n.a.handles().next().unwrap();
+    let live: Vec<_> = n.a.conn(h).unwrap().subflows().filter(|(_, s)| !s.is_closed()).collect();
+    assert_eq!(live.len(), 1, "the refused join must not survive");
+}
+
+#[test]
+fn join_with_bad_ack_hmac_is_refused() {
+    let mut n = Net::two_path();
+    n.connect();
+    n.run(Duration::from_millis(300), &mut |from_a, p| {
+        if from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpJoinAck { .. })) {
+            return Some(rewrite(&p, &mut |m| {
+                if let MptcpOption::MpJoinAck { hmac } = m {
+                    hmac[0] ^= 0x80;
+                }
+            }));
+        }
+        Some(p)
+    });
+    assert!(n.b.counters().mptcp_mp_join_ack_hmac_failure >= 1);
+    assert_eq!(n.b.counters().mptcp_mp_join_ack_rx, 0);
+    let sh = n.b.accept().unwrap();
+    let live = n.b.conn(sh).unwrap().subflows().filter(|(_, s)| !s.is_closed()).count();
+    assert_eq!(live, 1);
+}
+
+#[test]
+fn join_for_unknown_token_gets_rst() {
+    let mut n = Net::new(EndpointConfig::default(), EndpointConfig::default());
+    let syn = {
+        let mut opts = mptun_wire::TcpOptions::new();
+        opts.push(&TcpOption::Mss(1460)).unwrap();
+        opts.push_aligned(&TcpOption::Mptcp(MptcpOption::MpJoinSyn {
+            backup: false,
+            addr_id: 3,
+            token: 0xdead_beef,
+            nonce: 7,
+        }))
+        .unwrap();
+        let mut hdr = TcpHeader::new(40000, 5000, 1234, 0, mptun_wire::TcpFlags::SYN, 65535);
+        hdr.options = opts;
+        let mut out = vec![0u8; 200];
+        let len = emit_tcp_packet(ip("10.0.2.1"), ip("10.0.1.2"), 64, &hdr, &[], &mut out).unwrap();
+        out.truncate(len);
+        out
+    };
+    n.b.handle_packet(Instant::ZERO, &syn);
+    assert_eq!(n.b.counters().mptcp_mp_join_no_token_found, 1);
+    let mut buf = vec![0u8; 1600];
+    let t = n.b.poll_transmit(Instant::ZERO, &mut buf).expect("a RST");
+    let rst = parse_tcp_packet(&buf[..t.len]).unwrap();
+    assert!(rst.tcp.flags.rst());
+    assert_eq!(rst.tcp.ack, 1235);
+    assert!(n.b.handles().next().is_none());
+}
+
+#[test]
+fn data_fin_closes_both_directions() {
+    let mut n = Net::two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let reply = b"thanks, bye";
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..200 {
+        sent += n.a.send(h, &data[sent..]);
+        if sent == data.len() {
+            n.a.close(h);
+        }
+        n.run(Duration::from_millis(20), &mut pass());
+        loop {
+            let k = n.b.recv(sh, n.now, &mut buf);
+            if k == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..k]);
+        }
+        if n.b.recv_finished(sh) {
+            break;
+        }
+    }
+    assert_eq!(got, data);
+    assert!(n.b.recv_finished(sh));
+    assert!(!n.a.recv_finished(h));
+    // The server answers and closes its direction.
+    assert_eq!(n.b.send(sh, reply), reply.len());
+    n.b.close(sh);
+    n.run(Duration::from_millis(500), &mut pass());
+    let k = n.a.recv(h, n.now, &mut buf);
+    assert_eq!(&buf[..k], reply);
+    assert!(n.a.recv_finished(h));
+    // Both DATA_FINs acknowledged: the subflows close (FIN), then TIME_WAIT.
+    n.run(Duration::from_secs(70), &mut pass());
+    assert!(n.a.is_closed(h) && n.b.is_closed(sh));
+    let evs: Vec<_> = std::iter::from_fn(|| n.a.poll_event()).filter(|(c, _)| *c == h).map(|(_, e)| e).collect();
+    assert!(evs.contains(&Event::PeerFin), "{evs:?}");
+}
+
+#[test]
+fn thirty_two_bit_data_acks_are_expanded() {
+    assert_eq!(expand32(0x0000_0010, 0x1_ffff_fff0), 0x2_0000_0010);
+    assert_eq!(expand32(0xffff_fff0, 0x2_0000_0010), 0x1_ffff_fff0);
+    assert_eq!(expand32(0x1234, 0x5_0000_1000), 0x5_0000_1234);
+    let mut n = Net::new(EndpointConfig::default(), {
+        let mut s = EndpointConfig::default();
+        s.mptcp.enabled = true;
+        s
+    });
+    let h = n.connect();
+    n.run(Duration::from_millis(50), &mut pass());
+    n.a.send(h, &[7u8; 3000]);
+    // Rewrite the server's DATA_ACKs to their 32-bit form.
+    n.run(Duration::from_millis(200), &mut |from_a, p| {
+        if from_a {
+            return Some(p);
+        }
+        Some(rewrite(&p, &mut |m| {
+            if let MptcpOption::Dss { data_ack: Some(a), .. } = m {
+                a.ack &= 0xffff_ffff;
+                a.ack64 = false;
+            }
+        }))
+    });
+    let c = n.a.conn(h).unwrap();
+    assert_eq!(c.info().bytes_acked, 3000);
+}
+
+#[test]
+fn duplicate_and_out_of_order_data_is_counted_at_the_connection_level() {
+    let mut n = Net::two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let data = vec![3u8; 400_000];
+    let mut sent = 0;
+    let mut got = 0;
+    let mut k = 0u32;
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..300 {
+        sent += n.a.send(h, &data[sent..]);
+        // Drop every 50th data packet on path 1: the receiver sees holes at
+        // the data level while path 2 keeps delivering.
+        n.run(Duration::from_millis(20), &mut |from_a, p| {
+            if from_a && p.len() > 200 && p[19] == 2 {
+                k += 1;
+                if k % 50 == 0 {
+                    return None;
+                }
+            }
+            Some(p)
+        });
+        loop {
+            let r = n.b.recv(sh, n.now, &mut buf);
+            if r == 0 {
+                break;
+            }
+            got += r;
+        }
+        if got == data.len() {
+            break;
+        }
+    }
+    assert_eq!(got, data.len());
+    let c = n.b.counters();
+    assert!(c.mptcp_ofo_queue > 0, "{c:?}");
+}
