@@ -1,1 +1,9 @@
-//! Shared helpers for the workspace integration tests.
+//! Shared helpers for the workspace integration tests: a two-namespace,
+//! N-path lab ([`Lab`]), kernel sockets inside it ([`kernel`]), and transfer
+//! helpers that check integrity with SHA-256 ([`xfer`]).
+
+pub mod kernel;
+pub mod lab;
+pub mod xfer;
+
+pub use lab::Lab;
