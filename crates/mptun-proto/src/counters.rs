@@ -133,6 +133,10 @@ counters! {
     mptcp_subflow_stale => "MPTcpExtSubflowStale",
     /// Stale subflows that recovered (`MPTcpExt SubflowRecover`).
     mptcp_subflow_recover => "MPTcpExtSubflowRecover",
+    /// Slow-subflow cwnd halvings applied (`MPTcpExt CwndPenalized`, reference patch 3/3).
+    mptcp_cwnd_penalized => "MPTcpExtCwndPenalized",
+    /// Times a slow subflow qualified for a penalty, guard or not (`MPTcpExt PenalCandidate`).
+    mptcp_penal_candidate => "MPTcpExtPenalCandidate",
     /// Packets dropped at the endpoint because they were malformed.
     mptun_malformed => "MptunMalformed",
     /// Packets for which no connection or listener existed.

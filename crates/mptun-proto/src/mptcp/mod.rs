@@ -18,7 +18,7 @@ mod hook;
 
 use crate::counters::Counters;
 use crate::pm::{JoinRequest, PmConfig, PmState};
-use crate::sched::{ConnView, DefaultScheduler, Scheduler, SubflowView};
+use crate::sched::{new_scheduler, ConnView, PenaltyConfig, Policy, Scheduler, SubflowView};
 use crate::seq::Seq;
 use crate::tcp::recv_buf::RecvBuf;
 use crate::tcp::send_buf::SendBuf;
@@ -46,6 +46,9 @@ pub struct MptcpConfig {
     pub stale_rto_streak: u32,
     /// Retransmission interval of an unechoed ADD_ADDR (`net.mptcp.add_addr_timeout`).
     pub add_addr_timeout: Duration,
+    /// Scheduler policy (`default`, `penalise`, `penalise-guarded`, `mptcp-org`).
+    pub scheduler: Policy,
+    pub penalty: PenaltyConfig,
 }
 
 impl Default for MptcpConfig {
@@ -57,6 +60,8 @@ impl Default for MptcpConfig {
             recv_buffer: BufferSize::Auto { initial: 128 * 1024, max: 6 * 1024 * 1024 },
             stale_rto_streak: 2,
             add_addr_timeout: Duration::from_secs(120),
+            scheduler: Policy::Default,
+            penalty: PenaltyConfig::default(),
         }
     }
 }
@@ -118,6 +123,9 @@ pub(crate) struct SubflowExt {
     pub reinjected_to: u64,
     /// Resend the MP_JOIN third ACK at this time if the fourth has not come.
     pub join_ack_retx: Option<Instant>,
+    /// A scheduler policy flagged this subflow for a cwnd halving; applied in
+    /// its own push path (`true`: halve ssthresh unconditionally, mptcp-org style).
+    pub penalty: Option<bool>,
 }
 
 impl SubflowExt {
@@ -132,6 +140,7 @@ impl SubflowExt {
             stale: false,
             reinjected_to: 0,
             join_ack_retx: None,
+            penalty: None,
         }
     }
 }
@@ -283,7 +292,7 @@ impl Connection {
             subflows: Vec::new(),
             snd_buf: SendBuf::new(Seq(0)),
             rcv_buf: RecvBuf::default(),
-            sched: Box::new(DefaultScheduler::new()),
+            sched: new_scheduler(cfg.mptcp.scheduler, cfg.mptcp.penalty),
             pm: PmState::default(),
             reinject: VecDeque::new(),
             events: VecDeque::new(),
@@ -1153,8 +1162,9 @@ impl Connection {
                 return;
             }
             let views = self.views();
-            let conn = ConnView { rwnd_limited: self.shared.write_seq > self.shared.wnd_end };
+            let conn = ConnView { rwnd_limited: self.shared.write_seq > self.shared.wnd_end, now: self.last_now };
             let Some(pick) = self.sched.select(&views, &conn) else { return };
+            self.apply_decision(pick.id, &views, &conn);
             let Some((sf, ext)) = self.subflows.get_mut(pick.id).and_then(|s| s.as_mut()) else { return };
             let mut len = (end - start).min(pick.max_burst as u64).min(u16::MAX as u64).min(sf.send_space() as u64);
             if !reinj {
@@ -1177,6 +1187,49 @@ impl Connection {
             }
             self.sched.on_pushed(pick.id, len as usize, &views);
         }
+    }
+
+    /// Records a policy's decision: flag the slow subflow, count, reinject.
+    fn apply_decision(&mut self, picked: usize, views: &[SubflowView], conn: &ConnView) {
+        let d = self.sched.after_pick(picked, views, conn);
+        self.shared.counters.mptcp_penal_candidate += d.candidate as u64;
+        if let Some(id) = d.penalise {
+            if let Some((_, ext)) = self.subflows.get_mut(id).and_then(|s| s.as_mut()) {
+                ext.penalty = Some(self.cfg.mptcp.scheduler == Policy::MptcpOrg);
+            }
+        }
+        if let Some((slow, _fast)) = d.reinject_head {
+            // Opportunistic retransmission: the oldest unacknowledged data of
+            // the slow subflow goes out again on a fast one.
+            let una = self.shared.snd_una;
+            let head = self.subflows.get(slow).and_then(|s| s.as_ref()).and_then(|(sf, ext)| {
+                let mss = sf.mss(0) as u64;
+                ext.tx_maps.iter().find(|m| m.dsn + m.len as u64 > una).map(|m| {
+                    let start = m.dsn.max(una);
+                    (start, (m.dsn + m.len as u64).min(start + mss))
+                })
+            });
+            if let Some((s, e)) = head {
+                if !self.reinject.iter().any(|&(a, b)| a <= s && e <= b) {
+                    self.reinject.push_back((s, e));
+                    self.shared.counters.mptcp_reinjected_bytes += e - s;
+                }
+            }
+        }
+    }
+
+    /// The halving a policy flagged, applied from the subflow's own push path
+    /// (the equivalent of doing it under the subflow socket lock).
+    fn apply_penalty(sf: &mut Subflow, ext: &mut SubflowExt, counters: &mut Counters) {
+        let Some(always_ssthresh) = ext.penalty.take() else { return };
+        let st = sf.cc_state_mut();
+        let old = st.cwnd;
+        st.cwnd = (old / 2).max(1);
+        st.cwnd_cnt = 0;
+        if always_ssthresh || (st.ssthresh != u32::MAX && old >= st.ssthresh) {
+            st.ssthresh = (st.ssthresh.min(old) / 2).max(2);
+        }
+        counters.mptcp_cwnd_penalized += 1;
     }
 
     // ------------------------------------------------------------------
@@ -1222,6 +1275,7 @@ impl Connection {
             let t = if self.shared.mode == Mode::Plain {
                 sf.poll_transmit(now, &mut (), out)
             } else {
+                Self::apply_penalty(sf, ext, &mut self.shared.counters);
                 let mut hook = Hook { sh: &mut self.shared, ext, now, iss: sf.iss(), recv_window: 0 };
                 hook.recv_window =
                     hook.sh.recv_limit.saturating_sub(self.rcv_buf.ready_len() + self.rcv_buf.ofo_len()) as u64;

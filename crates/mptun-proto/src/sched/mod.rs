@@ -11,8 +11,12 @@
 //! Schedulers see [`SubflowView`]s, not subflows, so they are unit-testable
 //! with synthetic states and cannot reach into protocol state.
 
+pub mod penalise;
+
+pub use penalise::{new_scheduler, PenaltyConfig, PenaltyDecision, Policy};
+
 use mptun_cc::CaState;
-use mptun_time::Duration;
+use mptun_time::{Duration, Instant};
 
 /// What a scheduler may know about one subflow.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,6 +47,7 @@ pub struct ConnView {
     /// The application queued past the send-window edge (`write_seq > wnd_end`):
     /// the receiver's window, not our cwnd, limits the connection.
     pub rwnd_limited: bool,
+    pub now: Instant,
 }
 
 /// A pick: the subflow and the most bytes to push to it in one go.
@@ -66,6 +71,11 @@ pub trait Scheduler: Send + core::fmt::Debug {
     /// Average pacing rate the scheduler keeps for subflow `id`, bytes/s.
     fn avg_pacing_rate(&self, _id: usize) -> Option<u64> {
         None
+    }
+    /// Called once a subflow was picked: a policy may flag a slow subflow
+    /// for a cwnd halving (applied in that subflow's push path).
+    fn after_pick(&mut self, _picked: usize, _subflows: &[SubflowView], _conn: &ConnView) -> PenaltyDecision {
+        PenaltyDecision::default()
     }
 }
 
