@@ -126,6 +126,8 @@ pub(crate) struct SubflowExt {
     /// A scheduler policy flagged this subflow for a cwnd halving; applied in
     /// its own push path (`true`: halve ssthresh unconditionally, mptcp-org style).
     pub penalty: Option<bool>,
+    /// Halvings applied to this subflow.
+    pub penalized: u64,
 }
 
 impl SubflowExt {
@@ -141,6 +143,7 @@ impl SubflowExt {
             reinjected_to: 0,
             join_ack_retx: None,
             penalty: None,
+            penalized: 0,
         }
     }
 }
@@ -247,6 +250,8 @@ pub struct SubflowInfo {
     pub tcp: crate::tcp::TcpInfo,
     /// Scheduler's `avg_pacing_rate`, bytes/s.
     pub avg_pacing_rate: Option<u64>,
+    /// Slow-subflow cwnd halvings applied to it.
+    pub penalized: u64,
 }
 
 /// 32-bit DSN or data-ACK expansion against a 64-bit reference (RFC 8684 3.3.1).
@@ -476,6 +481,7 @@ impl Connection {
                     joined: matches!(ext.join, JoinState::Joined | JoinState::Initial),
                     tcp: sf.info(),
                     avg_pacing_rate: self.sched.avg_pacing_rate(i),
+                    penalized: ext.penalized,
                 })
                 .collect(),
         }
@@ -1230,6 +1236,7 @@ impl Connection {
             st.ssthresh = (st.ssthresh.min(old) / 2).max(2);
         }
         counters.mptcp_cwnd_penalized += 1;
+        ext.penalized += 1;
     }
 
     // ------------------------------------------------------------------

@@ -7,5 +7,6 @@ pub mod edt_rr;
 pub mod failover;
 pub mod fallback;
 pub mod hystart;
+pub mod penalise;
 pub mod tcp_single;
 pub mod transfer;

@@ -84,8 +84,47 @@ fn seed32(seed: u64, salt: u8) -> [u8; 32] {
     s
 }
 
+/// One sample of one subflow of the traced connection.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SubflowSample {
+    pub t_s: f64,
+    pub subflow: usize,
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    pub srtt_us: u64,
+    pub bytes_acked: u64,
+    /// Slow-subflow halvings applied so far.
+    pub penalized: u64,
+}
+
+/// A transfer plus the per-subflow trace of one side's connection.
+pub struct Traced {
+    pub result: TransferResult,
+    pub subflow_trace: Vec<SubflowSample>,
+}
+
 /// Runs the transfer.
 pub fn run(spec: &TransferSpec) -> TransferResult {
+    run_with_subflow_trace(spec, false).result
+}
+
+fn sample_subflows(out: &mut Vec<SubflowSample>, now: Instant, c: &mptun_proto::Connection) {
+    for s in c.info().subflows {
+        out.push(SubflowSample {
+            t_s: now.as_secs_f64(),
+            subflow: s.id,
+            cwnd: s.tcp.cwnd,
+            ssthresh: s.tcp.ssthresh,
+            srtt_us: s.tcp.srtt.as_micros() as u64,
+            bytes_acked: s.tcp.bytes_acked,
+            penalized: s.penalized,
+        });
+    }
+}
+
+/// Runs the transfer, sampling every subflow of the server's (`trace_server`)
+/// or the client's connection every `spec.sample_every`.
+pub fn run_with_subflow_trace(spec: &TransferSpec, trace_server: bool) -> Traced {
     let first = spec.paths.first().expect("at least one path");
     let client_addr = SocketAddr::new(first.addr_a, 0);
     let server_addr = SocketAddr::new(first.addr_b, spec.port);
@@ -110,6 +149,7 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
     let size = spec.size;
     let rsize = spec.reverse_size;
     let mut trace = Vec::new();
+    let mut subflow_trace = Vec::new();
     let end = sim.run(
         |s| {
             let srv_done = s.b.apps.values().next().is_some_and(|app| app.received >= size);
@@ -117,7 +157,11 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
             srv_done && cli_done
         },
         spec.sample_every,
-        |now, a, _b| {
+        |now, a, b| {
+            let traced = if trace_server { b.apps.keys().next().and_then(|&sh| b.ep.conn(sh)) } else { a.ep.conn(h) };
+            if let Some(c) = traced {
+                sample_subflows(&mut subflow_trace, now, c);
+            }
             if let Some(sf) = a.ep.conn(h).and_then(|c| c.subflow(0)) {
                 let i = sf.info();
                 trace.push(TraceSample {
@@ -159,7 +203,7 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
     let initial = sim.a.ep.conn(h).and_then(|c| c.subflow(0));
     let info = initial.map(|c| c.info());
     let slow_start_exit = initial.and_then(|c| c.cc().slow_start_exit());
-    TransferResult {
+    let result = TransferResult {
         sha256_match: completed && sha_ok,
         completed,
         bytes_received: received,
@@ -188,5 +232,6 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
             _ => "plain",
         },
         slow_start_exit,
-    }
+    };
+    Traced { result, subflow_trace }
 }
