@@ -11,8 +11,8 @@
 pub mod apps;
 pub mod host;
 pub mod report;
-pub mod scenarios;
 pub mod rr;
+pub mod scenarios;
 pub mod stack;
 pub mod tap;
 pub mod world;

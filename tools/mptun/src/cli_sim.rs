@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use mptun_cc::Algorithm;
 use mptun_cc::PacerKind;
-use mptun_sim::scenarios::{hystart, tcp_single};
+use mptun_sim::scenarios::{cc_compare, edt_rr, hystart, tcp_single};
 
 #[derive(Args)]
 pub struct SimArgs {
@@ -20,6 +20,70 @@ enum Scenario {
     /// HyStart round-start fix experiment: one CUBIC flow, legacy vs fixed
     /// (default: 50 Mbit/s, 150 ms RTT, 1-BDP buffer of 619 packets, 1.5 s).
     Hystart(HystartArgs),
+    /// netperf TCP_RR (100-byte request/response) on a flow with a reduced
+    /// pacing rate: EDT pacing vs the old sch_fq quantum pacer.
+    EdtRr(EdtRrArgs),
+    /// A CUBIC and a Reno flow sharing one bottleneck: throughput shares over time.
+    CcCompare(CcCompareArgs),
+}
+
+#[derive(Args)]
+struct CcCompareArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Bottleneck rate, both directions.
+    #[arg(long, default_value = "50mbit", value_parser = parse_rate)]
+    rate: u64,
+    /// Round-trip propagation delay (split evenly between the directions).
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    rtt: mptun_time::Duration,
+    /// Bottleneck buffer in packets (default: 1 BDP).
+    #[arg(long)]
+    queue: Option<usize>,
+    /// Length of the run.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: mptun_time::Duration,
+    /// Start the CUBIC flow this long after the Reno flow.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    cubic_delay: mptun_time::Duration,
+    /// Interval of the per-flow throughput samples.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    sample: mptun_time::Duration,
+    /// RNG seed (the run is a pure function of it).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Args)]
+struct EdtRrArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Transactions per pacer.
+    #[arg(long, default_value_t = 50_000)]
+    transactions: u64,
+    /// Request size in bytes.
+    #[arg(long, default_value_t = 100)]
+    request: usize,
+    /// Response size in bytes.
+    #[arg(long, default_value_t = 100)]
+    response: usize,
+    /// SO_MAX_PACING_RATE on both ends (the reduced pacing rate).
+    #[arg(long, default_value = "80mbit", value_parser = parse_rate)]
+    pacing_rate: u64,
+    /// Link MTU: sets the MSS and the fq quantum (2 x MTU).
+    #[arg(long, default_value_t = 4000)]
+    mtu: usize,
+    /// Link rate, both directions.
+    #[arg(long, default_value = "10gbit", value_parser = parse_rate)]
+    rate: u64,
+    /// One-way delay, both directions.
+    #[arg(long, default_value = "10us", value_parser = parse_duration)]
+    delay: mptun_time::Duration,
+    /// RNG seed (the run is a pure function of it).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Args)]
@@ -88,6 +152,8 @@ struct TcpSingleArgs {
 pub fn run(a: SimArgs) -> Result<()> {
     match a.scenario {
         Scenario::Hystart(h) => run_hystart(h),
+        Scenario::EdtRr(e) => run_edt_rr(e),
+        Scenario::CcCompare(c) => run_cc_compare(c),
         Scenario::TcpSingle(t) => {
             let p = tcp_single::Params {
                 size: t.size,
@@ -170,5 +236,90 @@ fn run_hystart(h: HystartArgs) -> Result<()> {
         );
     }
     println!("  fixed - legacy: {:+} bytes; simulated in {:.3} s wall", r.delivered_gain_bytes, r.wall_s);
+    Ok(())
+}
+
+fn run_edt_rr(e: EdtRrArgs) -> Result<()> {
+    if e.transactions == 0 {
+        anyhow::bail!("--transactions must be at least 1");
+    }
+    let p = edt_rr::Params {
+        request_size: e.request,
+        response_size: e.response,
+        transactions: e.transactions,
+        max_pacing_rate: (e.pacing_rate / 8).max(1),
+        mtu: e.mtu,
+        link_rate_bps: e.rate,
+        one_way_delay: e.delay,
+        seed: e.seed,
+    };
+    let r = edt_rr::run(&p);
+    if e.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!(
+        "edt-rr: {}/{} byte request/response, pacing rate {:.1} Mbit/s, MTU {}, {} us one way",
+        r.request_size,
+        r.response_size,
+        r.max_pacing_rate_bps as f64 / 1e6,
+        r.mtu,
+        r.one_way_delay_us
+    );
+    println!("  pacer    Minimum Latency us,Mean Latency us,Maximum Latency us,99th Percentile Latency us,Stddev Latency us,Transactions");
+    for v in [&r.edt, &r.quantum] {
+        let l = &v.latency;
+        println!(
+            "  {:<8} {:.0},{:.2},{:.0},{:.0},{:.2},{}",
+            v.pacer, l.min_us, l.mean_us, l.max_us, l.p99_us, l.stddev_us, l.transactions
+        );
+    }
+    println!("  simulated in {:.3} s wall", r.wall_s);
+    Ok(())
+}
+
+fn run_cc_compare(c: CcCompareArgs) -> Result<()> {
+    let p = cc_compare::Params {
+        rate_bps: c.rate,
+        rtt: c.rtt,
+        queue_packets: c.queue,
+        duration: c.duration,
+        cubic_delay: c.cubic_delay,
+        sample_every: c.sample,
+        seed: c.seed,
+    };
+    let r = cc_compare::run(&p);
+    if c.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!(
+        "cc-compare: {:.1} Mbit/s, RTT {:.0} ms (BDP {} packets), buffer {} packets, {:.0} s",
+        r.rate_bps as f64 / 1e6,
+        r.rtt_ms,
+        r.bdp_packets,
+        r.queue_packets,
+        r.duration_s
+    );
+    println!("     t_s  cubic_mbps  reno_mbps  cubic_share  cubic_cwnd  reno_cwnd");
+    for s in &r.samples {
+        println!(
+            "  {:>6.1}  {:>10.2}  {:>9.2}  {:>11.3}  {:>10}  {:>9}",
+            s.t_s, s.cubic_mbps, s.reno_mbps, s.cubic_share, s.cubic_cwnd, s.reno_cwnd
+        );
+    }
+    for f in [&r.cubic, &r.reno] {
+        println!(
+            "  {:<5} second half {:.2} Mbit/s, {} bytes in all, {} recoveries, {} retransmits, {} timeouts",
+            f.cc, f.steady_mbps, f.bytes, f.recoveries, f.retransmits, f.timeouts
+        );
+    }
+    println!(
+        "  CUBIC share (second half) {:.1}%, Jain index {:.3}, utilisation {:.1}%; simulated in {:.3} s wall",
+        r.cubic_steady_share * 100.0,
+        r.jain_index,
+        r.link_utilisation * 100.0,
+        r.wall_s
+    );
     Ok(())
 }
