@@ -25,3 +25,28 @@ fn every_run_delivers_intact_data() {
         }
     }
 }
+
+#[test]
+#[ignore = "diagnostics"]
+fn print_case_runs() {
+    let cases = penalise::cases(Scenario::Suite);
+    for c in &cases {
+        for reverse in [false, true] {
+            let (r, trace) = penalise::run_traced(
+                c,
+                Policy::Default,
+                PenaltyConfig::default(),
+                1,
+                reverse,
+                Some(mptun_time::Duration::from_millis(1000)),
+            );
+            println!("{} {}: {:.3}s ofo {}", c.name, r.direction, r.runtime_s, r.ofo_queue);
+            for s in trace.iter().filter(|s| s.t_s < 20.0) {
+                println!(
+                    "   t={:.1} sf{} cwnd={} ssth={} srtt={}us acked={}",
+                    s.t_s, s.subflow, s.cwnd, s.ssthresh, s.srtt_us, s.bytes_acked
+                );
+            }
+        }
+    }
+}

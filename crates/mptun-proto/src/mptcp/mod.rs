@@ -635,7 +635,9 @@ impl Connection {
     /// Linux DRS at the connection level (`mptcp_rcv_space_adjust`).
     fn rcv_space_adjust(&mut self, now: Instant) {
         let BufferSize::Auto { max, .. } = self.cfg.mptcp.recv_buffer else { return };
-        let rtt = self.subflows.iter().flatten().filter_map(|(s, _)| s.srtt()).min();
+        // Linux mptcp_rcv_space_adjust: the largest subflow RTT, so the window
+        // covers what the fast path delivers while the slow one catches up.
+        let rtt = self.subflows.iter().flatten().filter_map(|(s, _)| s.rcv_rtt().or(s.srtt())).max();
         let Some(rtt) = rtt else { return };
         if now - self.rcvq_time < rtt {
             return;
@@ -831,15 +833,13 @@ impl Connection {
                         sh.counters.mptcp_mp_prio_rx += 1;
                         ext.backup = *backup;
                     }
-                    MptcpOption::MpFastclose { receiver_key } => {
-                        if *receiver_key == sh.local_key {
-                            sh.counters.mptcp_mp_fastclose_rx += 1;
-                            for (s, _) in self.subflows.iter_mut().flatten() {
-                                s.abort();
-                            }
-                            self.events.push_back(Event::Reset);
-                            return;
+                    MptcpOption::MpFastclose { receiver_key } if *receiver_key == sh.local_key => {
+                        sh.counters.mptcp_mp_fastclose_rx += 1;
+                        for (s, _) in self.subflows.iter_mut().flatten() {
+                            s.abort();
                         }
+                        self.events.push_back(Event::Reset);
+                        return;
                     }
                     MptcpOption::MpTcpRst { .. } => sh.counters.mptcp_mp_rst_rx += 1,
                     _ => {}

@@ -296,7 +296,7 @@ fn duplicate_and_out_of_order_data_is_counted_at_the_connection_level() {
         n.run(Duration::from_millis(20), &mut |from_a, p| {
             if from_a && p.len() > 200 && p[19] == 2 {
                 k += 1;
-                if k % 50 == 0 {
+                if k.is_multiple_of(50) {
                     return None;
                 }
             }

@@ -419,6 +419,7 @@ impl Subflow {
     }
 
     /// Passive open from a received SYN: the subflow answers with a SYN-ACK.
+    #[allow(clippy::too_many_arguments)]
     pub fn accept(
         now: Instant,
         cfg: TcpConfig,
@@ -585,6 +586,12 @@ impl Subflow {
     /// Current pacing rate in bytes per second.
     pub fn pacing_rate(&self) -> u64 {
         self.pacer.rate()
+    }
+
+    /// The receiver-side RTT estimate (Linux `rcv_rtt_est`, from timestamp
+    /// echoes), which a pure receiver has even though it never samples `srtt`.
+    pub fn rcv_rtt(&self) -> Option<Duration> {
+        (self.rcv_rtt_us > 0).then(|| Duration::from_micros(self.rcv_rtt_us as u64))
     }
 
     /// Smoothed RTT, if measured.
