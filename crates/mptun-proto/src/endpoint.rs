@@ -334,7 +334,8 @@ impl Endpoint {
             }
         }
         self.counters.mptun_no_socket += 1;
-        self.queue_rst(local, remote, &pkt.tcp, pkt.payload.len());
+        let refused_join = opts.mptcp.iter().any(|o| matches!(o, MptcpOption::MpJoinSyn { .. }));
+        self.queue_rst(local, remote, &pkt.tcp, pkt.payload.len(), refused_join);
     }
 
     fn accept_join(
@@ -361,7 +362,14 @@ impl Endpoint {
         }
     }
 
-    fn queue_rst(&mut self, local: SocketAddr, remote: SocketAddr, hdr: &TcpHeader, payload_len: usize) {
+    fn queue_rst(
+        &mut self,
+        local: SocketAddr,
+        remote: SocketAddr,
+        hdr: &TcpHeader,
+        payload_len: usize,
+        mptcp_err: bool,
+    ) {
         let f = hdr.flags;
         if f.rst() {
             return;
@@ -375,6 +383,13 @@ impl Endpoint {
         };
         let mut rst = TcpHeader::new(local.port(), remote.port(), seq, ack, flags, 0);
         rst.options = TcpOptions::new();
+        if mptcp_err {
+            // RFC 8684 3.6: say why (Linux: MPTCP_RST_EMPTCP for an unknown token).
+            let o = MptcpOption::MpTcpRst { flags: 0, reason: crate::mptcp::MPTCP_RST_EMPTCP };
+            if rst.options.push_aligned(&mptun_wire::TcpOption::Mptcp(o)).is_ok() {
+                self.counters.mptcp_mp_rst_tx += 1;
+            }
+        }
         if self.stray_rsts.len() < 64 {
             self.stray_rsts.push_back((local, remote, rst));
         }

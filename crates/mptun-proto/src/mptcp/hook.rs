@@ -113,7 +113,13 @@ impl SegmentHook for Hook<'_> {
 
     fn on_emit(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) -> Option<u64> {
         let (syn, ack) = (meta.flags.syn(), meta.flags.ack());
-        if meta.flags.rst() || self.sh.mode == Mode::Plain {
+        if meta.flags.rst() {
+            if let Some(reason) = self.ext.rst_reason {
+                push(opts, MptcpOption::MpTcpRst { flags: 0, reason });
+            }
+            return None;
+        }
+        if self.sh.mode == Mode::Plain {
             return None;
         }
         match self.ext.join {

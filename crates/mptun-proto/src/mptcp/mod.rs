@@ -31,6 +31,10 @@ use mptun_wire::{crypto, MptcpOption, TcpHeader};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
+/// MP_TCPRST reason "MPTCP-specific error" (RFC 8684 3.6), what Linux sends
+/// for a join it refuses (`MPTCP_RST_EMPTCP`).
+pub const MPTCP_RST_EMPTCP: u8 = 1;
+
 /// Connection-level MPTCP settings.
 #[derive(Clone, Debug)]
 pub struct MptcpConfig {
@@ -128,6 +132,8 @@ pub(crate) struct SubflowExt {
     pub penalty: Option<bool>,
     /// Halvings applied to this subflow.
     pub penalized: u64,
+    /// MP_TCPRST reason to put on our RST (RFC 8684 3.6).
+    pub rst_reason: Option<u8>,
 }
 
 impl SubflowExt {
@@ -144,6 +150,7 @@ impl SubflowExt {
             join_ack_retx: None,
             penalty: None,
             penalized: 0,
+            rst_reason: None,
         }
     }
 }
@@ -759,6 +766,7 @@ impl Connection {
                             sh.counters.mptcp_mp_join_synack_hmac_failure += 1;
                         }
                         sh.counters.mptcp_mp_rst_tx += 1;
+                        ext.rst_reason = Some(MPTCP_RST_EMPTCP);
                         // Let the subflow complete its view of the SYN-ACK, then reset it.
                         sf.handle_segment(now, hdr, opts, payload);
                         sf.abort();
@@ -784,6 +792,7 @@ impl Connection {
                     sh.counters.mptcp_mp_join_ack_hmac_failure += 1;
                 }
                 sh.counters.mptcp_mp_rst_tx += 1;
+                ext.rst_reason = Some(MPTCP_RST_EMPTCP);
                 sf.abort();
                 return;
             }

@@ -134,7 +134,12 @@ fn join_with_bad_synack_hmac_is_refused() {
     let mut n = Net::two_path();
     n.connect();
     let mut tampered = 0;
+    let mut rsts_with_reason = 0;
     n.run(Duration::from_millis(200), &mut |from_a, p| {
+        if from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpTcpRst { reason: MPTCP_RST_EMPTCP, .. }))
+        {
+            rsts_with_reason += 1;
+        }
         if !from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpJoinSynAck { .. })) {
             tampered += 1;
             return Some(rewrite(&p, &mut |m| {
@@ -147,6 +152,7 @@ fn join_with_bad_synack_hmac_is_refused() {
     });
     assert!(tampered >= 1);
     assert_eq!(n.a.counters().mptcp_mp_join_synack_hmac_failure, tampered);
+    assert_eq!(rsts_with_reason, tampered, "each refused join is reset with MP_TCPRST");
     assert!(n.a.counters().tcp_out_rsts >= 1);
     let h = n.a.handles().next().unwrap();
     let live: Vec<_> = n.a.conn(h).unwrap().subflows().filter(|(_, s)| !s.is_closed()).collect();
@@ -201,6 +207,7 @@ fn join_for_unknown_token_gets_rst() {
     let rst = parse_tcp_packet(&buf[..t.len]).unwrap();
     assert!(rst.tcp.flags.rst());
     assert_eq!(rst.tcp.ack, 1235);
+    assert!(mptcp_opts(&buf[..t.len]).contains(&MptcpOption::MpTcpRst { flags: 0, reason: MPTCP_RST_EMPTCP }));
     assert!(n.b.handles().next().is_none());
 }
 

@@ -1779,7 +1779,8 @@ impl Subflow {
     ) -> Option<Transmit> {
         let len = payload_len.unwrap_or(0);
         let meta = SegmentMeta { seq, len, flags, retransmit };
-        let hook_window = if flags.rst() { None } else { hook.on_emit(&meta, &mut options) };
+        // RSTs go through the hook too: MPTCP may say why (MP_TCPRST).
+        let hook_window = hook.on_emit(&meta, &mut options);
         let window = if flags.syn() {
             let w = self.recv_limit.min(65535) as u16;
             if flags.ack() {
