@@ -33,7 +33,7 @@ use mptun_time::{Duration, Instant};
 
 use crate::departure::DepartureQueue;
 use crate::state::{ConnState, Shared, State, BACKLOG};
-use crate::timer::HrTimer;
+use crate::timer::{HrTimer, SPIN_BELOW};
 use crate::StreamOptions;
 
 /// Iterations per poll before yielding to the runtime, so one busy stack
@@ -42,6 +42,11 @@ const ITERATIONS_PER_POLL: usize = 32;
 /// Packets produced per iteration before the lock is released and the
 /// batches are written.
 const TX_PER_ITERATION: usize = 256;
+/// Packets queued for writing that are worth a syscall even while more
+/// input is arriving.
+const FLUSH_AT: usize = 64;
+/// Longest a due packet waits in a batch for company; see step 6.
+const MAX_HOLD: Duration = Duration::from_micros(100);
 /// How often closed connections nobody owns are swept from the endpoint.
 const SWEEP_EVERY: Duration = Duration::from_millis(1000);
 /// Largest packet the endpoint may write (an IPv6 jumbo aside).
@@ -65,6 +70,8 @@ pub(crate) struct Driver {
     timer: HrTimer,
     last_sweep: Instant,
     wake: Vec<Waker>,
+    /// When the oldest packet now waiting in a device batch was queued.
+    batch_since: Option<Instant>,
 }
 
 enum Step {
@@ -94,6 +101,7 @@ impl Driver {
             timer: HrTimer::new(),
             last_sweep: Instant::ZERO,
             wake: Vec::new(),
+            batch_since: None,
         }
     }
 
@@ -108,7 +116,7 @@ impl Driver {
         self.routes.iter().find(|(ip, _)| *ip == src).map(|&(_, d)| d)
     }
 
-    fn iterate(&mut self, cx: &mut Context<'_>) -> Step {
+    fn iterate(&mut self, cx: &mut Context<'_>, more_iterations: bool) -> Step {
         // 1a. Receive, without the lock.
         let mut received = false;
         for d in self.devices.iter_mut().filter(|d| !d.dead) {
@@ -181,14 +189,36 @@ impl Driver {
             w.wake();
         }
 
-        // 6. Write.
-        let blocked = self.flush(cx);
+        // 6. Write. When the driver is about to iterate again at once
+        // (packets keep arriving, an ACK clock; or the next EDT slot is
+        // microseconds away), the next iteration adds to the batches, and
+        // writing now would cost a syscall per packet and defeat the
+        // device's TSO coalescing. So a small batch waits until the driver
+        // is about to sleep, the batch fills, or its first packet has waited
+        // MAX_HOLD: a burst of at most MAX_HOLD of the flow's pacing rate,
+        // as Linux's TSO autosizing allows (1 ms). Packets leave late by at
+        // most that, never early.
+        let now2 = shared.clock.now();
+        let due_soon = next.is_some_and(|t| t <= now2 + Duration::from_nanos(SPIN_BELOW.as_nanos() as u64));
+        let again = received || more_tx || due_soon;
+        let pending: usize = self.devices.iter().map(|d| d.tx.len()).sum();
+        let held_long = self.batch_since.is_some_and(|t0| now2.saturating_duration_since(t0) >= MAX_HOLD);
+        let blocked = if pending > 0 && again && more_iterations && pending < FLUSH_AT && !held_long {
+            false
+        } else {
+            let b = self.flush(cx);
+            if self.devices.iter().all(|d| d.tx.is_empty()) {
+                self.batch_since = None;
+            }
+            b
+        };
 
         // 7. Decide.
         if received || (more_tx && !blocked) {
             return Step::Again;
         }
         match next {
+            None if pending > 0 && !blocked => Step::Again,
             None => Step::Idle,
             Some(t) if t <= shared.clock.now() => Step::Again,
             Some(t) => {
@@ -215,6 +245,7 @@ impl Driver {
                 return true;
             }
             let (dev, buf) = self.departures.pop_due(now).expect("peeked");
+            self.batch_since.get_or_insert(now);
             if self.devices[dev].tx.push(&buf).is_err() {
                 st.stats.tx_oversize += 1;
             }
@@ -238,6 +269,7 @@ impl Driver {
                 }
                 continue;
             }
+            self.batch_since.get_or_insert(now);
             if let Err(e) = d.tx.push(packet) {
                 st.stats.tx_oversize += 1;
                 tracing::warn!(device = d.io.name(), "dropped an outgoing packet: {e}");
@@ -339,8 +371,8 @@ impl Future for Driver {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         this.shared.lock().stats.polls += 1;
-        for _ in 0..ITERATIONS_PER_POLL {
-            match this.iterate(cx) {
+        for i in 0..ITERATIONS_PER_POLL {
+            match this.iterate(cx, i + 1 < ITERATIONS_PER_POLL) {
                 Step::Again => {}
                 Step::Idle => return Poll::Pending,
                 Step::Shutdown => return Poll::Ready(()),

@@ -15,7 +15,7 @@ use crate::clock::Clock;
 use crate::driver::Driver;
 use crate::state::{Shared, State};
 use crate::stats::RuntimeStats;
-use crate::StreamOptions;
+use crate::{StreamInfo, StreamOptions};
 
 /// A user-space MPTCP/TCP host: every [`crate::MptcpStream`] and
 /// [`crate::MptcpListener`] lives on one.
@@ -234,6 +234,26 @@ impl Stack {
     /// than tokio's millisecond wheel; see the `timer` module.
     pub fn has_high_resolution_timer(&self) -> bool {
         self.inner.high_res_timer
+    }
+
+    /// A snapshot of every live connection, like `ss -tiM`: for monitoring
+    /// without owning the streams.
+    pub fn connections(&self) -> Vec<StreamInfo> {
+        let st = self.inner.shared.lock();
+        st.ep
+            .handles()
+            .filter_map(|h| {
+                let c = st.ep.conn(h)?;
+                let (local, remote) = st.ep.addresses(h)?;
+                Some(StreamInfo {
+                    local,
+                    remote,
+                    established: st.ep.is_established(h),
+                    conn: c.info(),
+                    counters: c.counters(),
+                })
+            })
+            .collect()
     }
 
     /// Live connections (including those closing or in TIME_WAIT).

@@ -1,0 +1,321 @@
+//! Goodput on unconstrained veth paths: mptun ↔ kernel against kernel ↔
+//! kernel MPTCP, on the same two-path topology (`netns-scripts/topo.sh up
+//! --paths 2 --kernel-mptcp`), in one run, with their ratio.
+//!
+//! `cargo bench -p mptun --bench interop_goodput` (root). Environment:
+//! `MPTUN_BENCH_MIB` (bytes per direction, default 512), `MPTUN_BENCH_PCAP`
+//! (a file: capture the mptun runs).
+//!
+//! Each run is one connection from the client namespace to a kernel MPTCP
+//! listener in the server namespace: first the client uploads N bytes
+//! (goodput timed at the receiver, first byte to end of stream), then the
+//! server sends N bytes back (timed at the client). mptun runs as the client
+//! behind one TUN per path, once offering MPTCP and once as plain TCP; the
+//! kernel client runs with `IPPROTO_MPTCP` (its `subflow` endpoint opens the
+//! second subflow over path 2) and with plain TCP for reference.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mptun::{MptcpStream, Stack};
+use mptun_io::{run_in_netns, spawn_tun_in_netns, PacketIo, TunConfig};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const IPPROTO_MPTCP: i32 = 262;
+const CHUNK: usize = 256 * 1024;
+const OCTET: u8 = 66;
+
+struct Topo {
+    prefix: String,
+}
+
+fn topo_sh() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../netns-scripts/topo.sh")
+}
+
+impl Topo {
+    fn up(prefix: &str) -> io::Result<Topo> {
+        let t = Topo { prefix: prefix.to_owned() };
+        let out = Command::new("bash")
+            .arg(topo_sh())
+            .args(["up", "--prefix", prefix, "--paths", "2", "--octet", &OCTET.to_string(), "--kernel-mptcp"])
+            .output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()));
+        }
+        Ok(t)
+    }
+    fn cli(&self) -> String {
+        format!("{}-cli", self.prefix)
+    }
+    fn srv(&self) -> String {
+        format!("{}-srv", self.prefix)
+    }
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").arg(topo_sh()).args(["down", "--prefix", &self.prefix]).output();
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proto {
+    Tcp,
+    Mptcp,
+}
+
+fn socket(addr: SocketAddr, proto: Proto) -> io::Result<Socket> {
+    let p = if proto == Proto::Mptcp { Protocol::from(IPPROTO_MPTCP) } else { Protocol::TCP };
+    Socket::new(Domain::for_address(addr), Type::STREAM, Some(p))
+}
+
+fn listen(ns: &str, addr: SocketAddr, proto: Proto) -> io::Result<TcpListener> {
+    run_in_netns(ns, || {
+        let s = socket(addr, proto)?;
+        s.set_reuse_address(true)?;
+        s.bind(&addr.into())?;
+        s.listen(4)?;
+        Ok(TcpListener::from(s))
+    })?
+}
+
+/// Reads to end of stream; returns bytes and time from first byte to EOF.
+fn drain(s: &mut TcpStream) -> io::Result<(u64, Duration)> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut n = 0u64;
+    let mut start = None;
+    loop {
+        let k = s.read(&mut buf)?;
+        if k == 0 {
+            break;
+        }
+        start.get_or_insert_with(Instant::now);
+        n += k as u64;
+    }
+    Ok((n, start.map_or(Duration::ZERO, |t| t.elapsed())))
+}
+
+fn blast(s: &mut TcpStream, bytes: u64, buf: &[u8]) -> io::Result<()> {
+    let mut left = bytes;
+    while left > 0 {
+        let k = left.min(buf.len() as u64) as usize;
+        s.write_all(&buf[..k])?;
+        left -= k as u64;
+    }
+    Ok(())
+}
+
+/// The kernel server: receive the upload (timed), send the download, close.
+fn server_thread(l: TcpListener, bytes: u64, buf: Arc<Vec<u8>>) -> std::thread::JoinHandle<io::Result<Duration>> {
+    std::thread::spawn(move || {
+        let (mut s, _) = l.accept()?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        let (n, t) = drain(&mut s)?;
+        if n != bytes {
+            return Err(io::Error::other(format!("upload short: {n} of {bytes}")));
+        }
+        blast(&mut s, bytes, &buf)?;
+        s.shutdown(Shutdown::Write)?;
+        let _ = s.read(&mut [0u8; 1]);
+        Ok(t)
+    })
+}
+
+struct Result {
+    name: &'static str,
+    up: f64,
+    down: f64,
+    note: String,
+}
+
+fn gbps(bytes: u64, t: Duration) -> f64 {
+    bytes as f64 * 8.0 / t.as_secs_f64().max(1e-9) / 1e9
+}
+
+fn kernel_run(topo: &Topo, name: &'static str, proto: Proto, port: u16, bytes: u64, buf: &Arc<Vec<u8>>) -> Result {
+    let server = SocketAddr::new(IpAddr::from([10, OCTET, 1, 2]), port);
+    let l = listen(&topo.srv(), server, proto).expect("listen");
+    let srv = server_thread(l, bytes, buf.clone());
+    let mut c = run_in_netns(&topo.cli(), || -> io::Result<TcpStream> {
+        let s = socket(server, proto)?;
+        s.connect(&server.into())?;
+        Ok(TcpStream::from(s))
+    })
+    .unwrap()
+    .expect("connect");
+    blast(&mut c, bytes, buf).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let (n, down_t) = drain(&mut c).unwrap();
+    assert_eq!(n, bytes);
+    let up_t = srv.join().unwrap().unwrap();
+    let ns = nstat(&topo.srv());
+    Result {
+        name,
+        up: gbps(bytes, up_t),
+        down: gbps(bytes, down_t),
+        note: format!("server MPJoinAckRx total {}", ns.unwrap_or(0)),
+    }
+}
+
+fn nstat(ns: &str) -> Option<u64> {
+    let text = run_in_netns(ns, || std::fs::read_to_string("/proc/thread-self/net/netstat")).ok()?.ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    for pair in lines.chunks(2) {
+        if let [names, values] = pair {
+            if names.starts_with("MPTcpExt:") {
+                let i = names.split_whitespace().position(|n| n == "MPJoinAckRx")?;
+                return values.split_whitespace().nth(i)?.parse().ok();
+            }
+        }
+    }
+    None
+}
+
+async fn mptun_run(
+    topo: &Topo,
+    name: &'static str,
+    mptcp: bool,
+    port: u16,
+    bytes: u64,
+    buf: &Arc<Vec<u8>>,
+    tag: &str,
+) -> io::Result<Result> {
+    let server = SocketAddr::new(IpAddr::from([10, OCTET, 1, 2]), port);
+    let l = listen(&topo.srv(), server, Proto::Mptcp)?;
+    let srv = server_thread(l, bytes, buf.clone());
+    let mut b = Stack::builder();
+    for i in 1..=2u8 {
+        let cfg = TunConfig::new(&format!("{tag}{i}"))
+            .address(IpAddr::from([10, OCTET, 100 + i, 1]), 24)?
+            .tx_queue_len(10_000);
+        let tun: Arc<dyn PacketIo> = Arc::new(spawn_tun_in_netns(&topo.cli(), &cfg)?);
+        b = b.path(IpAddr::from([10, OCTET, 100 + i, 2]), tun);
+    }
+    if let Ok(p) = std::env::var("MPTUN_BENCH_PCAP") {
+        b = b.pcap(format!("{p}.{tag}"));
+    }
+    let stack = b.build()?;
+    let opts = stack.stream_options().mptcp(mptcp);
+    let s = tokio::time::timeout(Duration::from_secs(10), MptcpStream::connect_with(&stack, server, opts))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect"))??;
+    let is_mptcp = s.info()?.is_mptcp();
+    let (mut r, mut w) = s.into_split();
+    let mut left = bytes;
+    let mut sample = String::new();
+    while left > 0 {
+        let k = left.min(buf.len() as u64) as usize;
+        w.write_all(&buf[..k]).await?;
+        left -= k as u64;
+        if sample.is_empty() && left < bytes / 2 {
+            // Mid-upload: what limits the sender (cwnd, rtt, pacing, peer window)?
+            if let Some(c) = stack.connections().first() {
+                for sf in &c.conn.subflows {
+                    let t = &sf.tcp;
+                    sample += &format!(
+                        " [{} cwnd={} srtt={:?} pacing={:.2}Gb/s snd_wnd={} inflight={} sndbuf={}]",
+                        sf.local.ip(),
+                        t.cwnd,
+                        t.srtt,
+                        t.pacing_rate as f64 * 8e-9,
+                        t.snd_wnd,
+                        t.packets_out,
+                        t.send_buffer
+                    );
+                }
+            }
+        }
+    }
+    let subflows = stack.connections().first().map_or(0, |c| c.conn.subflows.iter().filter(|s| s.joined).count());
+    w.shutdown().await?;
+    let mut rb = vec![0u8; CHUNK];
+    let mut n = 0u64;
+    let mut start = None;
+    loop {
+        let k = tokio::time::timeout(Duration::from_secs(30), r.read(&mut rb))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "download stalled"))??;
+        if k == 0 {
+            break;
+        }
+        start.get_or_insert_with(Instant::now);
+        n += k as u64;
+    }
+    let down_t = start.map_or(Duration::ZERO, |t| t.elapsed());
+    if n != bytes {
+        return Err(io::Error::other(format!("download short: {n} of {bytes}")));
+    }
+    let up_t =
+        tokio::task::spawn_blocking(move || srv.join()).await?.map_err(|_| io::Error::other("server panicked"))??;
+    let rs = stack.runtime_stats();
+    let c = stack.counters();
+    Ok(Result {
+        name,
+        up: gbps(bytes, up_t),
+        down: gbps(bytes, down_t),
+        note: format!(
+            "mptcp={is_mptcp} subflows={subflows} retrans={} tx_batches={} pkts/batch={:.1} polls={} timer_wakeups={}{sample}",
+            c.tcp_retrans_segs,
+            rs.tx_batches,
+            rs.tx_packets as f64 / rs.tx_batches.max(1) as f64,
+            rs.polls,
+            rs.timer_wakeups
+        ),
+    })
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if mptun_io::testutil::require_netns().is_some() {
+        return;
+    }
+    let mib: u64 = std::env::var("MPTUN_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(512);
+    let bytes = mib << 20;
+    let prefix = mptun_io::testutil::unique_name("mpb", 12);
+    let topo = Topo::up(&prefix).expect("topo.sh up");
+    let mut buf = vec![0u8; CHUNK];
+    let mut x = 0x1234_5678_9abc_def1u64;
+    for b in buf.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let buf = Arc::new(buf);
+    println!("interop_goodput: {mib} MiB per direction, 2 unconstrained veth paths (topo.sh --kernel-mptcp)");
+    let mut results = vec![
+        kernel_run(&topo, "kernel MPTCP <-> kernel MPTCP", Proto::Mptcp, 5401, bytes, &buf),
+        kernel_run(&topo, "kernel TCP   <-> kernel TCP", Proto::Tcp, 5402, bytes, &buf),
+    ];
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for (name, mptcp, port, tag) in
+        [("mptun MPTCP  <-> kernel MPTCP", true, 5403, "mbm"), ("mptun TCP    <-> kernel MPTCP", false, 5404, "mbt")]
+    {
+        match rt.block_on(mptun_run(&topo, name, mptcp, port, bytes, &buf, tag)) {
+            Ok(r) => results.push(r),
+            Err(e) => println!("{name}: FAILED: {e}"),
+        }
+    }
+    drop(rt);
+    println!("{:<32} {:>10} {:>10}   notes", "run", "up Gbit/s", "down Gbit/s");
+    for r in &results {
+        println!("{:<32} {:>10.2} {:>10.2}   {}", r.name, r.up, r.down, r.note);
+    }
+    let base = &results[0];
+    for r in results.iter().skip(2) {
+        println!(
+            "ratio {} / kernel MPTCP: up {:.2}, down {:.2} (goal >= 0.5)",
+            r.name.split("<->").next().unwrap_or("").trim(),
+            r.up / base.up,
+            r.down / base.down
+        );
+    }
+}
