@@ -77,6 +77,27 @@ fn hystart_reports_loss_when_the_buffer_ends_slow_start() {
 }
 
 #[test]
+fn degenerate_parameters_give_reports_not_hangs() {
+    let p = hystart::Params {
+        rtt: Duration::ZERO,
+        rate_bps: 0,
+        duration: Duration::from_millis(50),
+        ..hystart::Params::default()
+    };
+    let v = hystart::run_variant(&p, mptun_cc::HystartRoundStart::Legacy);
+    assert_eq!(v.bdp_packets, 0);
+    assert!(!v.bottleneck_saturated);
+    let r = edt_rr::run(&edt_rr::Params { transactions: 10, mtu: 100, ..Default::default() });
+    assert_eq!((r.edt.latency.transactions, r.quantum.latency.transactions), (10, 10));
+    let c = cc_compare::run(&cc_compare::Params {
+        duration: Duration::ZERO,
+        sample_every: Duration::ZERO,
+        ..Default::default()
+    });
+    assert_eq!(c.cubic.bytes + c.reno.bytes, 0);
+}
+
+#[test]
 fn edt_removes_the_quantum_artefact() {
     let p = edt_rr::Params { transactions: 20_000, ..edt_rr::Params::default() };
     let r = edt_rr::run(&p);

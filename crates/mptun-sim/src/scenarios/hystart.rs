@@ -297,7 +297,8 @@ pub fn run_variant(p: &Params, round_start: HystartRoundStart) -> VariantReport 
     // The bottleneck's output as seen at the client; windows of one min RTT
     // starting when the first data packet arrived.
     let first_data = sim.a.arrivals().iter().find(|&&(_, len)| len >= IP_PACKET).map_or(end, |&(t, _)| t);
-    let rtt = p.rtt;
+    // A zero RTT has no windows to cut; judge the tail over 1 ms instead.
+    let rtt = p.rtt.max(Duration::from_millis(1));
     let mut per_rtt = Vec::new();
     let mut from = first_data;
     while from + rtt <= end {
