@@ -100,7 +100,9 @@ pub struct Report {
     pub cubic_steady_share: f64,
     /// Jain's fairness index of the two second-half goodputs (1 = equal).
     pub jain_index: f64,
-    /// Both flows' goodput in the second half over the link rate.
+    /// Both flows' goodput in the second half over the link rate. Goodput is
+    /// what the applications read, so over short runs it can exceed 1: a
+    /// recovery releases out-of-order data received earlier all at once.
     pub link_utilisation: f64,
     pub dropped_queue: u64,
     pub samples: Vec<Sample>,
