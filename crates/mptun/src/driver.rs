@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use mptun_io::paths::DeviceId;
-use mptun_io::{PacketBatch, PacketIo};
+use mptun_io::{PacketBatch, PacketIo, SharedPcap};
 use mptun_proto::tcp::Event;
 use mptun_proto::{ConnConfig, ConnectionHandle};
 use mptun_time::{Duration, Instant};
@@ -72,6 +72,10 @@ pub(crate) struct Driver {
     wake: Vec<Waker>,
     /// When the oldest packet now waiting in a device batch was queued.
     batch_since: Option<Instant>,
+    /// Capture files, flushed with each sweep.
+    pcaps: Vec<SharedPcap>,
+    /// Packets went through since the last flush.
+    pcap_dirty: bool,
 }
 
 enum Step {
@@ -83,7 +87,12 @@ enum Step {
 }
 
 impl Driver {
-    pub(crate) fn new(shared: Arc<Shared>, devices: Vec<Arc<dyn PacketIo>>, routes: Vec<(IpAddr, DeviceId)>) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        devices: Vec<Arc<dyn PacketIo>>,
+        routes: Vec<(IpAddr, DeviceId)>,
+        pcaps: Vec<SharedPcap>,
+    ) -> Self {
         let devices = devices
             .into_iter()
             .map(|io| {
@@ -102,6 +111,8 @@ impl Driver {
             last_sweep: Instant::ZERO,
             wake: Vec::new(),
             batch_since: None,
+            pcaps,
+            pcap_dirty: false,
         }
     }
 
@@ -179,11 +190,25 @@ impl Driver {
         if now.saturating_duration_since(self.last_sweep) >= SWEEP_EVERY {
             self.last_sweep = now;
             sweep(&mut st);
+            if std::mem::take(&mut self.pcap_dirty) {
+                for p in &self.pcaps {
+                    if let Err(e) = p.lock().unwrap_or_else(std::sync::PoisonError::into_inner).flush() {
+                        tracing::warn!("pcap flush failed: {e}");
+                    }
+                }
+            }
         }
         st.stats.app_wakeups += self.wake.len() as u64;
         st.stats.held_packets = self.departures.len() as u64;
         st.stats.held_bytes = self.departures.bytes() as u64;
-        let next = Instant::min_opt(st.ep.poll_timeout(), self.departures.next_departure());
+        let mut next = Instant::min_opt(st.ep.poll_timeout(), self.departures.next_departure());
+        if !self.pcaps.is_empty() {
+            // Come back for the next flush even if the stack goes idle.
+            self.pcap_dirty |= received || more_tx || self.devices.iter().any(|d| !d.tx.is_empty());
+            if self.pcap_dirty {
+                next = Instant::min_opt(next, Some(self.last_sweep + SWEEP_EVERY));
+            }
+        }
         drop(st);
         for w in self.wake.drain(..) {
             w.wake();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use mptun_io::paths::DeviceId;
-use mptun_io::{IoStats, PacketIo, PcapTap, PcapWriter};
+use mptun_io::{IoStats, PacketIo, PcapTap, PcapWriter, SharedPcap};
 use mptun_proto::pm::{EndpointFlags, PmEndpoint};
 use mptun_proto::tcp::TcpConfig;
 use mptun_proto::{ConnConfig, Counters, Endpoint, EndpointConfig, MptcpConfig};
@@ -136,7 +136,7 @@ impl StackBuilder {
             routes.push((*local, id));
             paths.push(Path { local: *local, device: dev.name().to_owned() });
         }
-        let devices = self.wrap_pcap(devices)?;
+        let (devices, pcaps) = self.wrap_pcap(devices)?;
         let seed = match self.seed {
             Some(s) => s,
             None => {
@@ -161,32 +161,38 @@ impl StackBuilder {
         let ep = Endpoint::new(EndpointConfig { tcp: self.tcp.clone(), mptcp }, seed);
         let local_ips = routes.iter().map(|(ip, _)| *ip).collect();
         let shared = Arc::new(Shared::new(State::new(ep, local_ips), Clock::new()));
-        let driver = Driver::new(shared.clone(), devices.clone(), routes);
+        let driver = Driver::new(shared.clone(), devices.clone(), routes, pcaps);
         let high_res_timer = driver.high_resolution_timer();
         let span = tracing::info_span!("mptun", paths = ?paths.iter().map(|p| p.local).collect::<Vec<_>>());
         tokio::spawn(tracing::Instrument::instrument(driver, span));
         Ok(Stack { inner: Arc::new(StackInner { shared, devices, paths, default_cfg, high_res_timer }) })
     }
 
-    fn wrap_pcap(&self, devices: Vec<Arc<dyn PacketIo>>) -> io::Result<Vec<Arc<dyn PacketIo>>> {
+    /// Wraps the devices in pcap taps if asked; returns them and the writers
+    /// (the driver flushes those every second, so a capture of a process
+    /// that is killed is still readable up to the last second).
+    #[allow(clippy::type_complexity)]
+    fn wrap_pcap(&self, devices: Vec<Arc<dyn PacketIo>>) -> io::Result<(Vec<Arc<dyn PacketIo>>, Vec<SharedPcap>)> {
         if let Some(file) = &self.pcap {
-            let w = Arc::new(Mutex::new(PcapWriter::create(file)?));
-            return Ok(devices
+            let w: SharedPcap = Arc::new(Mutex::new(PcapWriter::create(file)?));
+            let devs = devices
                 .into_iter()
                 .map(|d| Arc::new(PcapTap::with_writer(d, w.clone())) as Arc<dyn PacketIo>)
-                .collect());
+                .collect();
+            return Ok((devs, vec![w]));
         }
         if let Some(dir) = &self.pcap_dir {
             std::fs::create_dir_all(dir)?;
-            return devices
-                .into_iter()
-                .map(|d| {
-                    let file = dir.join(format!("{}.pcap", d.name()));
-                    Ok(Arc::new(PcapTap::create(d, file)?) as Arc<dyn PacketIo>)
-                })
-                .collect();
+            let mut writers = Vec::new();
+            let mut devs = Vec::new();
+            for d in devices {
+                let w: SharedPcap = Arc::new(Mutex::new(PcapWriter::create(dir.join(format!("{}.pcap", d.name())))?));
+                writers.push(w.clone());
+                devs.push(Arc::new(PcapTap::with_writer(d, w)) as Arc<dyn PacketIo>);
+            }
+            return Ok((devs, writers));
         }
-        Ok(devices)
+        Ok((devices, Vec::new()))
     }
 }
 
