@@ -53,6 +53,8 @@ counters! {
     tcp_ext_tcp_reno_recovery => "TcpExtTCPRenoRecovery",
     /// Fast retransmissions (`TcpExt TCPFastRetrans`).
     tcp_ext_tcp_fast_retrans => "TcpExtTCPFastRetrans",
+    /// Retransmissions found lost again (RACK) and re-sent (`TcpExt TCPLostRetransmit`).
+    tcp_ext_tcp_lost_retransmit => "TcpExtTCPLostRetransmit",
     /// Retransmissions after an RTO (`TcpExt TCPLossProbes` is not this; `TCPSlowStartRetrans`).
     tcp_ext_tcp_slow_start_retrans => "TcpExtTCPSlowStartRetrans",
     /// Segments queued out of order at the receiver (`TcpExt TCPOFOQueue`).

@@ -19,9 +19,8 @@ fn split_num(s: &str) -> Result<(f64, String)> {
     Ok((v, unit.trim().to_ascii_lowercase()))
 }
 
-/// Bytes: `k`/`m`/`g` are powers of 1000 like iperf3's lower case? No: iperf3
-/// uses powers of 1024 for `K`/`M`/`G`; we follow it, and accept `KB` (1000)
-/// and `KiB` (1024) spelled out.
+/// Bytes. Like iperf3, `K`/`M`/`G` are powers of 1024; `KB`/`MB`/`GB` are
+/// powers of 1000 and `KiB`/`MiB`/`GiB` powers of 1024, spelled out.
 pub fn parse_size(s: &str) -> Result<u64> {
     let (v, unit) = split_num(s)?;
     let mult: f64 = match unit.as_str() {
@@ -35,7 +34,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
         _ => bail!("unknown size unit in '{s}' (use K, M, G, KB, MB, GB)"),
     };
     let b = v * mult;
-    if b < 1.0 || b > 1e15 {
+    if !(1.0..=1e15).contains(&b) {
         bail!("size '{s}' out of range");
     }
     Ok(b as u64)

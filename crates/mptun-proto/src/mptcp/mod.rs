@@ -313,7 +313,8 @@ impl Connection {
             data_fin_backoff: 0,
             closed_event_sent: false,
             rcvq_copied_at: 0,
-            rcvq_space: recv_limit / 2,
+            // As the subflow does (Linux starts at TCP_INIT_CWND × advmss).
+            rcvq_space: (10 * 1448usize).min(recv_limit),
             rcvq_time: now,
             app_read: 0,
             fallback_counted: false,

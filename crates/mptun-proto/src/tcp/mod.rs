@@ -214,6 +214,10 @@ pub struct Subflow {
     lost_out: u32,
     retrans_out: u32,
     dupacks: u32,
+    /// RACK (RFC 8985): send time of the most recently sent segment known
+    /// delivered, and its RTT; lets a lost retransmission be detected
+    /// without waiting for the RTO.
+    rack_xmit: Option<(Instant, Duration)>,
 
     // --- congestion control ---
     cc: Box<dyn CongestionControl>,
@@ -343,6 +347,7 @@ impl Subflow {
             lost_out: 0,
             retrans_out: 0,
             dupacks: 0,
+            rack_xmit: None,
             cc,
             ccs,
             ca_state: CaState::Open,
@@ -379,7 +384,8 @@ impl Subflow {
             challenge_ack: false,
             pending_rst: None,
             rcv_rtt_us: 0,
-            rcvq_space: recv_limit / 2,
+            // Linux tcp_init_buffer_space: min(rcv_wnd, TCP_INIT_CWND × advmss).
+            rcvq_space: (10 * (cfg.mss as usize).saturating_sub(TS_SPACE)).min(recv_limit),
             rcvq_copied_at: 0,
             rcvq_time: now,
             app_read: 0,
@@ -1116,6 +1122,9 @@ impl Subflow {
                     break;
                 }
                 let s = self.scoreboard.pop_front().expect("front exists");
+                if !s.sacked {
+                    self.rack_update(now, s.tx_time);
+                }
                 if s.sacked {
                     self.sacked_out -= 1;
                 } else {
@@ -1154,6 +1163,9 @@ impl Subflow {
         let ca_rtt = rtt_last.or(sack_rtt);
 
         let delivered = newly_acked_segs + newly_sacked;
+        if self.sack_ok {
+            self.rack_detect_lost_retransmits(now);
+        }
         if self.cfg.dup_thresh > 0 && !self.sack_ok && self.dupacks >= self.cfg.dup_thresh {
             self.mark_head_lost();
         }
@@ -1229,6 +1241,7 @@ impl Subflow {
     fn apply_sack(&mut self, now: Instant, blocks: &SackBlocks) -> (u32, Option<Duration>) {
         let mut n = 0;
         let mut rtt: Option<Duration> = None;
+        let mut newest: Option<Instant> = None;
         for &(l, r) in blocks {
             let (l, r) = (Seq(l), Seq(r));
             // Ignore D-SACKs and nonsense (RFC 2883 / RFC 5961 spirit).
@@ -1255,13 +1268,49 @@ impl Subflow {
                     s.retrans = false;
                     self.retrans_out -= 1;
                 }
+                let tx = s.tx_time;
                 if !s.ever_retrans {
-                    let t = now - s.tx_time;
+                    let t = now - tx;
                     rtt = Some(rtt.map_or(t, |x: Duration| x.min(t)));
                 }
+                newest = newest.max(Some(tx));
             }
         }
+        if let Some(tx) = newest {
+            self.rack_update(now, tx);
+        }
         (n, rtt)
+    }
+
+    /// RACK: remember the latest send time among delivered segments. A
+    /// delivery faster than the minimum RTT must be of an earlier copy
+    /// (the original of a retransmission) and says nothing (RFC 8985 6.2).
+    fn rack_update(&mut self, now: Instant, tx: Instant) {
+        let rtt = now - tx;
+        if self.rtt.min().is_some_and(|m| rtt < m) {
+            return;
+        }
+        if self.rack_xmit.is_none_or(|(t, _)| tx > t) {
+            self.rack_xmit = Some((tx, rtt));
+        }
+    }
+
+    /// RACK for retransmissions: one sent before a segment that has since been
+    /// delivered, and older than an RTT plus a reordering window, was lost
+    /// again; send it again instead of waiting for the RTO.
+    fn rack_detect_lost_retransmits(&mut self, now: Instant) {
+        let Some((xmit, rtt)) = self.rack_xmit else { return };
+        if self.retrans_out == 0 {
+            return;
+        }
+        let reo_wnd = self.rtt.min().unwrap_or(rtt) / 4;
+        for s in self.scoreboard.iter_mut() {
+            if s.retrans && !s.sacked && s.tx_time < xmit && now >= s.tx_time + rtt + reo_wnd {
+                s.retrans = false;
+                self.retrans_out -= 1;
+                self.counters.tcp_ext_tcp_lost_retransmit += 1;
+            }
+        }
     }
 
     /// RFC 6675 IsLost: a hole with at least `dup_thresh` SACKed segments above it is lost.

@@ -370,3 +370,43 @@ fn persist_is_not_armed_with_data_in_flight() {
     assert!(p.a.persist_at.is_none());
     assert!(p.a.rto_at.is_some());
 }
+
+#[test]
+fn lost_retransmission_is_detected_by_rack_without_timeout() {
+    let mut p = Pair::connect(TcpConfig::default(), TcpConfig::default());
+    let data = pattern(200_000);
+    let mut off = p.a.send(&data);
+    // Lose the 3rd data segment and, once, its retransmission.
+    let mut n = 0;
+    let mut victim = None;
+    let mut dropped_retx = false;
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        p.run_for(Duration::from_millis(50), |from_a, h| {
+            if !from_a || h.flags.syn() {
+                return true;
+            }
+            n += 1;
+            if n == 3 {
+                victim = Some(h.seq);
+                return false;
+            }
+            if Some(h.seq) == victim && !dropped_retx {
+                dropped_retx = true;
+                return false;
+            }
+            true
+        });
+        got.extend(Pair::read_all(&mut p.b, p.now));
+        off += p.a.send(&data[off..]);
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert!(dropped_retx);
+    assert_eq!(got, data);
+    let c = p.a.counters();
+    assert_eq!(c.tcp_ext_tcp_timeouts, 0, "{c:?}");
+    assert_eq!(c.tcp_ext_tcp_lost_retransmit, 1);
+    assert_eq!(c.tcp_retrans_segs, 2);
+}
