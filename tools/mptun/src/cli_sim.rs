@@ -25,6 +25,14 @@ enum Scenario {
     EdtRr(EdtRrArgs),
     /// A CUBIC and a Reno flow sharing one bottleneck: throughput shares over time.
     CcCompare(CcCompareArgs),
+    /// One MPTCP connection over 10 Mbit/s/20 ms and 3 Mbit/s/40 ms paths (32 MiB).
+    Aggregate(crate::cli_mptcp::AggregateArgs),
+    /// `aggregate` with the 10 Mbit/s path down from 5 s to 15 s.
+    Failover(crate::cli_mptcp::AggregateArgs),
+    /// The client offers MPTCP, the server answers as plain TCP.
+    Fallback(crate::cli_mptcp::AggregateArgs),
+    /// The slow-subflow penalty scenario matrix (suite/unbounded/rwnd/sndbuf/both) per scheduler policy.
+    Penalise(crate::cli_mptcp::PenaliseArgs),
 }
 
 #[derive(Args)]
@@ -154,6 +162,10 @@ pub fn run(a: SimArgs) -> Result<()> {
         Scenario::Hystart(h) => run_hystart(h),
         Scenario::EdtRr(e) => run_edt_rr(e),
         Scenario::CcCompare(c) => run_cc_compare(c),
+        Scenario::Aggregate(a) => crate::cli_mptcp::run_aggregate(a),
+        Scenario::Failover(a) => crate::cli_mptcp::run_failover(a),
+        Scenario::Fallback(a) => crate::cli_mptcp::run_fallback(a),
+        Scenario::Penalise(a) => crate::cli_mptcp::run_penalise(a),
         Scenario::TcpSingle(t) => {
             let p = tcp_single::Params {
                 size: t.size,

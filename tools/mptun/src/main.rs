@@ -2,7 +2,9 @@
 //! deterministic simulator's scenarios; the TUN-backed modes arrive with the
 //! runtime.
 
+mod cli_mptcp;
 mod cli_sim;
+mod plot;
 mod units;
 
 use clap::{Parser, Subcommand};

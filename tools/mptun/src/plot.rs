@@ -1,0 +1,69 @@
+//! SVG plots of simulator traces (plotters, SVG backend, with an embedded
+//! DejaVu font so a plot renders the same on a machine without fonts).
+
+use anyhow::{anyhow, Result};
+use mptun_sim::scenarios::transfer::SubflowSample;
+use plotters::prelude::*;
+use std::path::Path;
+use std::sync::Once;
+
+fn register_font() -> Result<()> {
+    static ONCE: Once = Once::new();
+    let mut res = Ok(());
+    ONCE.call_once(|| {
+        res = plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+            .map_err(|_| anyhow!("could not load the embedded font"));
+    });
+    res
+}
+
+const COLOURS: [RGBColor; 4] =
+    [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
+
+/// cwnd of every subflow over time, one panel per labelled run, with each
+/// slow-subflow halving marked by a cross on the curve of the subflow it hit.
+pub fn cwnd_panels(path: &Path, title: &str, runs: &[(String, Vec<SubflowSample>)]) -> Result<()> {
+    register_font()?;
+    let height = 320 * runs.len().max(1) as u32;
+    let root = SVGBackend::new(path, (900, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(|e| anyhow!("{e:?}"))?;
+    let panels = root.split_evenly((runs.len().max(1), 1));
+    for ((label, samples), area) in runs.iter().zip(panels.iter()) {
+        let t_max = samples.iter().map(|s| s.t_s).fold(0.1, f64::max);
+        let w_max = samples.iter().map(|s| s.cwnd).max().unwrap_or(10) as f64 * 1.1;
+        let mut chart = ChartBuilder::on(area)
+            .caption(label, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..t_max, 0.0..w_max)
+            .map_err(|e| anyhow!("{e:?}"))?;
+        chart.configure_mesh().x_desc("time (s)").y_desc("cwnd (packets)").draw().map_err(|e| anyhow!("{e:?}"))?;
+        let mut ids: Vec<usize> = samples.iter().map(|s| s.subflow).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for (k, id) in ids.iter().enumerate() {
+            let colour = COLOURS[k % COLOURS.len()];
+            let pts: Vec<&SubflowSample> = samples.iter().filter(|s| s.subflow == *id).collect();
+            chart
+                .draw_series(LineSeries::new(pts.iter().map(|s| (s.t_s, s.cwnd as f64)), colour.stroke_width(1)))
+                .map_err(|e| anyhow!("{e:?}"))?
+                .label(format!("subflow {id}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+            let halvings =
+                pts.windows(2).filter(|w| w[1].penalized > w[0].penalized).map(|w| (w[1].t_s, w[1].cwnd as f64));
+            chart
+                .draw_series(halvings.map(|p| Cross::new(p, 4, BLACK.stroke_width(1))))
+                .map_err(|e| anyhow!("{e:?}"))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| anyhow!("{e:?}"))?;
+    }
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
