@@ -3,8 +3,14 @@
 //! --paths 2 --kernel-mptcp`), in one run, with their ratio.
 //!
 //! `cargo bench -p mptun --bench interop_goodput` (root). Environment:
-//! `MPTUN_BENCH_MIB` (bytes per direction, default 512), `MPTUN_BENCH_PCAP`
-//! (a file: capture the mptun runs).
+//! `MPTUN_BENCH_MIB` (bytes per direction, default 512), `MPTUN_BENCH_ROUNDS`
+//! (default 3), `MPTUN_BENCH_PCAP` (a file prefix: capture the mptun runs),
+//! `MPTUN_BENCH_NOPACE` (mptun without pacing, for diagnosis).
+//!
+//! The runs are interleaved over the rounds and each is reported as best and
+//! median of its rounds: on a shared two-core machine a concurrent build
+//! steals the CPU from whichever run happens to be going, and interleaving
+//! spreads that over all of them instead of biasing one.
 //!
 //! Each run is one connection from the client namespace to a kernel MPTCP
 //! listener in the server namespace: first the client uploads N bytes
@@ -201,7 +207,10 @@ async fn mptun_run(
         b = b.pcap(format!("{p}.{tag}"));
     }
     let stack = b.build()?;
-    let opts = stack.stream_options().mptcp(mptcp);
+    let mut opts = stack.stream_options().mptcp(mptcp);
+    if std::env::var("MPTUN_BENCH_NOPACE").is_ok() {
+        opts.config_mut().tcp.pacer = mptun_cc::PacerKind::None;
+    }
     let s = tokio::time::timeout(Duration::from_secs(10), MptcpStream::connect_with(&stack, server, opts))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect"))??;
@@ -291,24 +300,47 @@ fn main() {
     }
     let buf = Arc::new(buf);
     println!("interop_goodput: {mib} MiB per direction, 2 unconstrained veth paths (topo.sh --kernel-mptcp)");
-    let mut results = vec![
-        kernel_run(&topo, "kernel MPTCP <-> kernel MPTCP", Proto::Mptcp, 5401, bytes, &buf),
-        kernel_run(&topo, "kernel TCP   <-> kernel TCP", Proto::Tcp, 5402, bytes, &buf),
-    ];
+    let rounds: usize = std::env::var("MPTUN_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    for (name, mptcp, port, tag) in
-        [("mptun MPTCP  <-> kernel MPTCP", true, 5403, "mbm"), ("mptun TCP    <-> kernel MPTCP", false, 5404, "mbt")]
-    {
-        match rt.block_on(mptun_run(&topo, name, mptcp, port, bytes, &buf, tag)) {
-            Ok(r) => results.push(r),
-            Err(e) => println!("{name}: FAILED: {e}"),
+    let mut all: Vec<Vec<Result>> = Vec::new();
+    for round in 0..rounds {
+        let port = 5400 + (round as u16) * 10;
+        let mut r = vec![
+            kernel_run(&topo, "kernel MPTCP <-> kernel MPTCP", Proto::Mptcp, port + 1, bytes, &buf),
+            kernel_run(&topo, "kernel TCP   <-> kernel TCP", Proto::Tcp, port + 2, bytes, &buf),
+        ];
+        for (name, mptcp, p, tag) in [
+            ("mptun MPTCP  <-> kernel MPTCP", true, port + 3, format!("mb{round}m")),
+            ("mptun TCP    <-> kernel MPTCP", false, port + 4, format!("mb{round}t")),
+        ] {
+            match rt.block_on(mptun_run(&topo, name, mptcp, p, bytes, &buf, &tag)) {
+                Ok(x) => r.push(x),
+                Err(e) => {
+                    println!("{name}: FAILED: {e}");
+                    r.push(Result { name, up: 0.0, down: 0.0, note: format!("FAILED: {e}") });
+                }
+            }
         }
+        for x in &r {
+            println!("round {round}: {:<32} up {:>6.2} down {:>6.2} Gbit/s  {}", x.name, x.up, x.down, x.note);
+        }
+        all.push(r);
     }
     drop(rt);
-    println!("{:<32} {:>10} {:>10}   notes", "run", "up Gbit/s", "down Gbit/s");
-    for r in &results {
-        println!("{:<32} {:>10.2} {:>10.2}   {}", r.name, r.up, r.down, r.note);
+    let stat = |i: usize, f: fn(&Result) -> f64| {
+        let mut v: Vec<f64> = all.iter().map(|r| f(&r[i])).collect();
+        v.sort_by(f64::total_cmp);
+        (v[v.len() - 1], v[v.len() / 2])
+    };
+    let mut results = Vec::new();
+    println!("{:<32} {:>16} {:>16}", "run (best / median)", "up Gbit/s", "down Gbit/s");
+    for (i, first) in all[0].iter().enumerate() {
+        let (ub, um) = stat(i, |r| r.up);
+        let (db, dm) = stat(i, |r| r.down);
+        println!("{:<32} {:>7.2} / {:>6.2} {:>7.2} / {:>6.2}", first.name, ub, um, db, dm);
+        results.push(Result { name: first.name, up: um, down: dm, note: String::new() });
     }
+    println!("ratios below use the medians");
     let base = &results[0];
     for r in results.iter().skip(2) {
         println!(
