@@ -269,12 +269,14 @@ async fn mptun_run(
         up: gbps(bytes, up_t),
         down: gbps(bytes, down_t),
         note: format!(
-            "mptcp={is_mptcp} subflows={subflows} retrans={} tx_batches={} pkts/batch={:.1} polls={} timer_wakeups={}{sample}",
+            "mptcp={is_mptcp} subflows={subflows} retrans={} tx_batches={} pkts/batch={:.1} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
             c.tcp_retrans_segs,
             rs.tx_batches,
             rs.tx_packets as f64 / rs.tx_batches.max(1) as f64,
             rs.polls,
-            rs.timer_wakeups
+            rs.timer_wakeups,
+            rs.app_wakeups,
+            rs.iterations
         ),
     })
 }
