@@ -262,6 +262,16 @@ async fn mptun_run(
     }
     let up_t =
         tokio::task::spawn_blocking(move || srv.join()).await?.map_err(|_| io::Error::other("server panicked"))??;
+    // What the kernel saw arrive on the TUNs: fewer packets than we wrote
+    // means our writes were coalesced into TSO super-packets.
+    let mut kernel_rx = 0u64;
+    for i in 1..=2u8 {
+        let out = mptun_io::netns::ip(&topo.cli(), ["-s", "-o", "link", "show", &format!("{tag}{i}")])?;
+        if let Some(after) = out.split("RX:").nth(1) {
+            let nums: Vec<u64> = after.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+            kernel_rx += nums.get(1).copied().unwrap_or(0);
+        }
+    }
     let rs = stack.runtime_stats();
     let c = stack.counters();
     Ok(Result {
@@ -269,8 +279,9 @@ async fn mptun_run(
         up: gbps(bytes, up_t),
         down: gbps(bytes, down_t),
         note: format!(
-            "mptcp={is_mptcp} subflows={subflows} retrans={} tx_batches={} pkts/batch={:.1} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
+            "mptcp={is_mptcp} subflows={subflows} retrans={} tun_kernel_rx={kernel_rx} tx_packets={} tx_batches={} pkts/batch={:.1} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
             c.tcp_retrans_segs,
+            rs.tx_packets,
             rs.tx_batches,
             rs.tx_packets as f64 / rs.tx_batches.max(1) as f64,
             rs.polls,
