@@ -51,3 +51,26 @@ impl WallClock {
         WallClock { wall_s, sim_gbps_per_wall_s: payload_bytes as f64 * 8.0 / wall_s.max(1e-9) / 1e9 }
     }
 }
+
+/// SHA-256 (hex) of a report with its wall-clock fields removed: two runs with
+/// the same arguments and seed print the same digest, so "is this run
+/// reproducible" is one string comparison.
+pub fn run_digest<T: Serialize>(report: &T) -> String {
+    use sha2::{Digest, Sha256};
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for k in ["wall_s", "sim_gbps_per_wall_s", "run_digest"] {
+                    m.remove(k);
+                }
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(report).expect("reports serialise");
+    strip(&mut v);
+    let digest = Sha256::digest(v.to_string().as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -96,6 +96,8 @@ pub struct Report {
     pub result: TransferResult,
     pub wall_s: f64,
     pub sim_gbps_per_wall_s: f64,
+    /// SHA-256 of this report without its wall-clock fields (see [`crate::report::run_digest`]).
+    pub run_digest: String,
 }
 
 pub struct Params {
@@ -158,7 +160,7 @@ pub fn run_named_traced(
     let r = transfer::run(&t);
     let wc = WallClock::new(wall.elapsed(), r.bytes_received);
     let sum: f64 = p.paths.iter().map(|p| p.rate_bps as f64).sum();
-    Report {
+    let mut report = Report {
         scenario: name,
         seed: p.seed,
         size_bytes: p.size,
@@ -183,7 +185,10 @@ pub fn run_named_traced(
         result: r,
         wall_s: wc.wall_s,
         sim_gbps_per_wall_s: wc.sim_gbps_per_wall_s,
-    }
+        run_digest: String::new(),
+    };
+    report.run_digest = crate::report::run_digest(&report);
+    report
 }
 
 pub fn run(p: &Params) -> Report {

@@ -61,6 +61,8 @@ pub struct Report {
     pub result: TransferResult,
     pub wall_s: f64,
     pub sim_gbps_per_wall_s: f64,
+    /// SHA-256 of this report without its wall-clock fields (see [`crate::report::run_digest`]).
+    pub run_digest: String,
 }
 
 /// Builds the path for these parameters (the link both ways; ACKs share it).
@@ -105,7 +107,7 @@ pub fn run(p: &Params) -> Report {
     let wall = std::time::Instant::now();
     let r = transfer::run(&t);
     let wc = WallClock::new(wall.elapsed(), r.bytes_received);
-    Report {
+    let mut report = Report {
         scenario: "tcp-single",
         cc: p.cc.to_string(),
         seed: p.seed,
@@ -119,5 +121,8 @@ pub fn run(p: &Params) -> Report {
         result: r,
         wall_s: wc.wall_s,
         sim_gbps_per_wall_s: wc.sim_gbps_per_wall_s,
-    }
+        run_digest: String::new(),
+    };
+    report.run_digest = crate::report::run_digest(&report);
+    report
 }
