@@ -141,6 +141,8 @@ counters! {
     mptcp_penal_candidate => "MPTcpExtPenalCandidate",
     /// Packets dropped at the endpoint because they were malformed.
     mptun_malformed => "MptunMalformed",
+    /// Packets that were not TCP (or used IP features we do not handle), ignored.
+    mptun_not_tcp => "MptunNotTcp",
     /// Packets for which no connection or listener existed.
     mptun_no_socket => "MptunNoSocket",
 }

@@ -88,6 +88,11 @@ impl Endpoint {
         self.listeners.insert(addr);
     }
 
+    /// Stops accepting connections to `addr` (a dropped listener).
+    pub fn unlisten(&mut self, addr: SocketAddr) {
+        self.listeners.remove(&addr);
+    }
+
     fn is_listening(&self, local: SocketAddr) -> bool {
         self.listeners.contains(&local)
             || self.listeners.iter().any(|l| l.ip().is_unspecified() && l.port() == local.port())
@@ -286,6 +291,11 @@ impl Endpoint {
     pub fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
         let pkt = match parse_tcp_packet(packet) {
             Ok(p) => p,
+            Err(mptun_wire::Error::NotTcp | mptun_wire::Error::Unsupported) => {
+                // Not ours to judge (ICMPv6 neighbour discovery on a TUN, UDP...).
+                self.counters.mptun_not_tcp += 1;
+                return;
+            }
             Err(_) => {
                 self.counters.tcp_in_errs += 1;
                 self.counters.mptun_malformed += 1;

@@ -608,6 +608,18 @@ impl Connection {
         self.shared.peer_data_fin_done && self.rcv_buf.ready_len() == 0
     }
 
+    /// `TCP_NODELAY` for every subflow, present and future.
+    pub fn set_nodelay(&mut self, nodelay: bool) {
+        self.cfg.tcp.nagle = !nodelay;
+        for (sf, _) in self.subflows.iter_mut().flatten() {
+            sf.set_nagle(!nodelay);
+        }
+    }
+
+    pub fn nodelay(&self) -> bool {
+        !self.cfg.tcp.nagle
+    }
+
     /// Orderly close: DATA_FIN after the queued data (FIN in plain mode).
     pub fn close(&mut self) {
         if self.plain() || self.shared.mode == Mode::Pending {
@@ -987,7 +999,8 @@ impl Connection {
         let mut failed = false;
         while let Some(ev) = sf.poll_event() {
             match (self.shared.mode, ev, ext.join) {
-                (Mode::Plain, e, _) => {
+                // Until the SYN-ACK decides, the initial subflow's fate is the connection's.
+                (Mode::Plain | Mode::Pending, e, _) => {
                     if e == Event::Connected && !self.fallback_counted {
                         self.fallback_counted = true;
                     }

@@ -566,6 +566,15 @@ impl Subflow {
         self.ca_state
     }
 
+    /// Turns Nagle's algorithm on or off (`TCP_NODELAY` is its negation).
+    pub fn set_nagle(&mut self, on: bool) {
+        self.cfg.nagle = on;
+    }
+
+    pub fn nagle(&self) -> bool {
+        self.cfg.nagle
+    }
+
     /// Sends an ACK at the next `poll_transmit` (a window update, or a
     /// segment that carries a connection-level option).
     pub fn request_ack(&mut self) {
@@ -717,7 +726,10 @@ impl Subflow {
         self.app_read += n as u64;
         self.rcv_space_adjust(now);
         // Linux tcp_cleanup_rbuf: announce a window that at least doubled.
-        let adv = self.rcv_adv - self.rcv_nxt;
+        // The window still open from what we advertised; under MPTCP the peer
+        // may legitimately be past the subflow's own edge (the connection's
+        // window is what goes on the wire), so this saturates.
+        let adv = self.rcv_wnd_now();
         let new = self.free_window() as u32;
         if self.state.can_receive() && new >= 2 * adv.max(1) && new >= self.mss(0) {
             self.ack_now = true;
@@ -1701,7 +1713,10 @@ impl Subflow {
             flags |= TcpFlags::FIN;
             self.fin_sent = true;
         }
-        if len > 0 {
+        // Linux sets PSH only on the segment that empties the write queue
+        // (tcp_mark_push); segments with identical headers can then be merged
+        // by TSO on the way out.
+        if len > 0 && len == unsent {
             flags |= TcpFlags::PSH;
         }
         let seq = self.snd_nxt;
