@@ -111,6 +111,8 @@ counters! {
     mptcp_ofo_merge => "MPTcpExtOFOMerge",
     /// Data already received at the connection level (`MPTcpExt DuplicateData`).
     mptcp_duplicate_data => "MPTcpExtDuplicateData",
+    /// Mappings whose DSS checksum did not match (`MPTcpExt DataCsumErr`).
+    mptcp_data_csum_err => "MPTcpExtDataCsumErr",
     /// ADD_ADDR received with a valid HMAC (`MPTcpExt AddAddr`).
     mptcp_add_addr => "MPTcpExtAddAddr",
     /// ADD_ADDR echoes received (`MPTcpExt EchoAdd`).

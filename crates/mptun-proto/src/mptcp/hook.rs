@@ -2,7 +2,7 @@
 //! carries (MP_CAPABLE, MP_JOIN, DSS with DATA_ACK and mapping, DATA_FIN,
 //! ADD_ADDR) and the connection-level window it advertises.
 
-use super::{JoinState, Mode, Shared, SubflowExt};
+use super::{dss_checksum, JoinState, Mode, Shared, SubflowExt};
 use crate::seq::Seq;
 use crate::tcp::{SegmentHook, SegmentMeta};
 use mptun_time::Instant;
@@ -30,6 +30,12 @@ fn push(opts: &mut TcpOptions, o: MptcpOption) -> bool {
 }
 
 impl Hook<'_> {
+    /// MP_CAPABLE flags: HMAC-SHA256, plus A when we ask for or agreed to checksums.
+    fn cap_flags(&self, agreed: bool) -> u8 {
+        let a = if (agreed && self.sh.csum) || self.sh.csum_request { cap_flags::CHECKSUM } else { 0 };
+        cap_flags::HMAC_SHA256 | a
+    }
+
     fn data_ack(&self) -> Option<DataAck> {
         self.sh.rx_base.map(|_| DataAck { ack: self.sh.rcv_nxt, ack64: true })
     }
@@ -48,7 +54,7 @@ impl Hook<'_> {
             dsn64: true,
             ssn: m.ssn,
             len: m.len as u16,
-            checksum: None,
+            checksum: self.sh.csum.then_some(m.csum),
         })
     }
 
@@ -61,7 +67,8 @@ impl Hook<'_> {
         }
         if self.sh.data_fin_due {
             if let Some(fin) = self.sh.data_fin_seq {
-                let m = DssMapping { dsn: fin, dsn64: true, ssn: 0, len: 1, checksum: None };
+                let checksum = self.sh.csum.then(|| dss_checksum(fin, 0, 1, &[]));
+                let m = DssMapping { dsn: fin, dsn64: true, ssn: 0, len: 1, checksum };
                 if push(opts, MptcpOption::Dss { data_ack, mapping: Some(m), data_fin: true }) {
                     self.sh.data_fin_due = false;
                 }
@@ -129,7 +136,7 @@ impl SegmentHook for Hook<'_> {
                         opts,
                         MptcpOption::MpCapable {
                             version: VERSION,
-                            flags: cap_flags::HMAC_SHA256,
+                            flags: self.cap_flags(false),
                             sender_key: None,
                             receiver_key: None,
                             data_len: None,
@@ -143,7 +150,7 @@ impl SegmentHook for Hook<'_> {
                         opts,
                         MptcpOption::MpCapable {
                             version: VERSION,
-                            flags: cap_flags::HMAC_SHA256,
+                            flags: self.cap_flags(true),
                             sender_key: Some(self.sh.local_key),
                             receiver_key: None,
                             data_len: None,
@@ -165,11 +172,11 @@ impl SegmentHook for Hook<'_> {
                             opts,
                             MptcpOption::MpCapable {
                                 version: VERSION,
-                                flags: cap_flags::HMAC_SHA256,
+                                flags: self.cap_flags(true),
                                 sender_key: Some(self.sh.local_key),
                                 receiver_key: self.sh.remote_key,
                                 data_len: first.map(|m| m.len),
-                                checksum: None,
+                                checksum: first.and_then(|m| m.checksum),
                             },
                         );
                     }

@@ -35,6 +35,24 @@ use std::net::{IpAddr, SocketAddr};
 /// for a join it refuses (`MPTCP_RST_EMPTCP`).
 pub const MPTCP_RST_EMPTCP: u8 = 1;
 
+/// MP_TCPRST reason "middlebox interference" (RFC 8684 3.6): a DSS checksum failed.
+pub const MPTCP_RST_EMIDDLEBOX: u8 = 6;
+
+/// The DSS checksum (RFC 8684 3.3.1): ones' complement of the sum of a
+/// pseudo-header (64-bit DSN, 32-bit relative subflow sequence, 16-bit
+/// data-level length, 16 zero bits) and the mapping's payload.
+pub fn dss_checksum(dsn: u64, ssn: u32, len: u16, payload: &[u8]) -> u16 {
+    let mut ph = [0u8; 16];
+    ph[..8].copy_from_slice(&dsn.to_be_bytes());
+    ph[8..12].copy_from_slice(&ssn.to_be_bytes());
+    ph[12..14].copy_from_slice(&len.to_be_bytes());
+    let mut acc = mptun_wire::checksum::sum(&ph) as u32 + mptun_wire::checksum::sum(payload) as u32;
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    !(acc as u16)
+}
+
 /// Connection-level MPTCP settings.
 #[derive(Clone, Debug)]
 pub struct MptcpConfig {
@@ -50,6 +68,9 @@ pub struct MptcpConfig {
     pub stale_rto_streak: u32,
     /// Retransmission interval of an unechoed ADD_ADDR (`net.mptcp.add_addr_timeout`).
     pub add_addr_timeout: Duration,
+    /// Ask for DSS checksums (`net.mptcp.checksum_enabled`, the MP_CAPABLE A
+    /// flag). They are used when either side asks.
+    pub checksum: bool,
     /// Scheduler policy (`default`, `penalise`, `penalise-guarded`, `mptcp-org`).
     pub scheduler: Policy,
     pub penalty: PenaltyConfig,
@@ -64,6 +85,7 @@ impl Default for MptcpConfig {
             recv_buffer: BufferSize::Auto { initial: 128 * 1024, max: 6 * 1024 * 1024 },
             stale_rto_streak: 2,
             add_addr_timeout: Duration::from_secs(120),
+            checksum: false,
             scheduler: Policy::Default,
             penalty: PenaltyConfig::default(),
         }
@@ -110,6 +132,8 @@ pub(crate) struct TxMap {
     pub ssn: u32,
     pub dsn: u64,
     pub len: u32,
+    /// DSS checksum of the mapping (computed only when checksums are on).
+    pub csum: u16,
 }
 
 /// MPTCP state of one subflow.
@@ -120,8 +144,8 @@ pub(crate) struct SubflowExt {
     pub remote_id: u8,
     pub backup: bool,
     pub tx_maps: VecDeque<TxMap>,
-    /// Received mappings: relative ssn → (dsn, len).
-    pub rx_maps: BTreeMap<u32, (u64, u32)>,
+    /// Received mappings: relative ssn → (dsn, len, DSS checksum).
+    pub rx_maps: BTreeMap<u32, (u64, u32, Option<u16>)>,
     pub stale: bool,
     /// Data sequence up to which this subflow's data was reinjected elsewhere.
     pub reinjected_to: u64,
@@ -170,6 +194,10 @@ pub(crate) struct AddrAnnounce {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub mode: Mode,
+    /// We ask for DSS checksums.
+    pub csum_request: bool,
+    /// DSS checksums are in use (either side asked).
+    pub csum: bool,
     pub server: bool,
     pub local_key: u64,
     pub remote_key: Option<u64>,
@@ -280,6 +308,8 @@ impl Connection {
             send_limit: cfg.mptcp.send_buffer.initial(),
             shared: Shared {
                 mode,
+                csum_request: cfg.mptcp.checksum,
+                csum: cfg.mptcp.checksum,
                 server,
                 local_key,
                 remote_key: None,
@@ -380,6 +410,11 @@ impl Connection {
         }
         let sf = Subflow::accept(now, sfcfg, local, remote, syn, opts, iss, ts_offset);
         c.subflows.push(Some((sf, SubflowExt::new(JoinState::Initial, 0, 0, false))));
+        // Checksums are on if the client asked (A flag) or we do.
+        c.shared.csum |= mptcp
+            && opts.mptcp.iter().any(
+                |o| matches!(o, MptcpOption::MpCapable { flags, .. } if flags & mptun_wire::mptcp::cap_flags::CHECKSUM != 0),
+            );
         c
     }
 
@@ -725,11 +760,14 @@ impl Connection {
         match ext.join {
             JoinState::Initial if sh.mode == Mode::Pending && f.syn() && f.ack() => {
                 let key = opts.mptcp.iter().find_map(|o| match o {
-                    MptcpOption::MpCapable { version: 1, sender_key: Some(k), receiver_key: None, .. } => Some(*k),
+                    MptcpOption::MpCapable { version: 1, flags, sender_key: Some(k), receiver_key: None, .. } => {
+                        Some((*k, flags & mptun_wire::mptcp::cap_flags::CHECKSUM != 0))
+                    }
                     _ => None,
                 });
                 match key {
-                    Some(k) => {
+                    Some((k, csum)) => {
+                        sh.csum |= csum;
                         sh.mode = Mode::Mptcp;
                         sh.remote_key = Some(k);
                         sh.rx_base = Some(crypto::idsn(k).wrapping_add(1));
@@ -831,11 +869,11 @@ impl Connection {
                             Self::on_mapping(sh, ext, m, *data_fin);
                         }
                     }
-                    MptcpOption::MpCapable { sender_key: Some(_), data_len: Some(len), .. }
+                    MptcpOption::MpCapable { sender_key: Some(_), data_len: Some(len), checksum, .. }
                         if sh.server && ext.join == JoinState::Initial =>
                     {
                         if let Some(base) = sh.rx_base {
-                            ext.rx_maps.entry(1).or_insert((base, *len as u32));
+                            ext.rx_maps.entry(1).or_insert((base, *len as u32, *checksum));
                         }
                     }
                     MptcpOption::AddAddr { echo, addr_id, addr, port, hmac } => {
@@ -901,7 +939,7 @@ impl Connection {
             len = len.saturating_sub(1);
         }
         if len > 0 && m.ssn != 0 {
-            ext.rx_maps.entry(m.ssn).or_insert((dsn, len));
+            ext.rx_maps.entry(m.ssn).or_insert((dsn, len, m.checksum));
         }
     }
 
@@ -952,7 +990,7 @@ impl Connection {
         loop {
             // Relative ssn of the next byte the subflow would hand out.
             let ssn = (sf.recv_offset() as u32).wrapping_add(1);
-            let Some((&mssn, &(mdsn, mlen))) = ext.rx_maps.range(..=ssn).next_back() else { break };
+            let Some((&mssn, &(mdsn, mlen, mcsum))) = ext.rx_maps.range(..=ssn).next_back() else { break };
             let into = ssn.wrapping_sub(mssn);
             if into >= mlen {
                 // Past this mapping and no later one known yet.
@@ -962,7 +1000,32 @@ impl Connection {
                 ext.rx_maps.remove(&mssn);
                 continue;
             }
-            let Some(chunk) = sf.recv_chunk(now, (mlen - into) as usize) else { break };
+            let chunk = match mcsum.filter(|_| sh.csum && into == 0) {
+                // With DSS checksums a mapping is delivered whole and only once verified.
+                Some(expect) => {
+                    if sf.recv_ready() < mlen as usize {
+                        break;
+                    }
+                    let mut whole = Vec::with_capacity(mlen as usize);
+                    while whole.len() < mlen as usize {
+                        let Some(c) = sf.recv_chunk(now, mlen as usize - whole.len()) else { break };
+                        whole.extend_from_slice(&c);
+                    }
+                    if dss_checksum(mdsn, mssn, mlen as u16, &whole) != expect {
+                        sh.counters.mptcp_data_csum_err += 1;
+                        ext.rx_maps.remove(&mssn);
+                        ext.rst_reason = Some(MPTCP_RST_EMIDDLEBOX);
+                        sh.counters.mptcp_mp_rst_tx += 1;
+                        sf.abort();
+                        break;
+                    }
+                    Bytes::from(whole)
+                }
+                None => {
+                    let Some(c) = sf.recv_chunk(now, (mlen - into) as usize) else { break };
+                    c
+                }
+            };
             let dsn = mdsn + into as u64;
             if dsn + chunk.len() as u64 <= sh.rcv_nxt {
                 sh.counters.mptcp_duplicate_data += 1;
@@ -1204,10 +1267,12 @@ impl Connection {
             }
             let data = self.snd_buf.slice_bytes(Seq((start - self.shared.tx_base) as u32), len as usize);
             let ssn = sf.write_seq() - sf.iss().0;
+            let data_for_csum = if self.shared.csum { data.clone() } else { Bytes::new() };
             if sf.send_bytes(data).is_err() {
                 return;
             }
-            ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn: start, len: len as u32 });
+            let csum = if self.shared.csum { dss_checksum(start, ssn.0, len as u16, &data_for_csum) } else { 0 };
+            ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn: start, len: len as u32, csum });
             if reinj {
                 let front = self.reinject.front_mut().expect("peeked");
                 front.0 = start + len;
