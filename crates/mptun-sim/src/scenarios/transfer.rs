@@ -169,7 +169,7 @@ pub fn run_with_subflow_trace(spec: &TransferSpec, trace_server: bool) -> Traced
                     cwnd: i.cwnd,
                     ssthresh: i.ssthresh,
                     srtt_us: i.srtt.as_micros() as u64,
-                    pacing_rate_bps: i.pacing_rate * 8,
+                    pacing_rate_bps: i.pacing_rate.saturating_mul(8),
                     bytes_acked: i.bytes_acked,
                     in_flight: i.packets_out.saturating_sub(i.sacked_out + i.lost_out) + i.retrans_out,
                 });
