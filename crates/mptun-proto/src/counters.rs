@@ -127,6 +127,8 @@ counters! {
     mptcp_mp_prio_rx => "MPTcpExtMPPrioRx",
     /// MP_FASTCLOSE received (`MPTcpExt MPFastcloseRx`).
     mptcp_mp_fastclose_rx => "MPTcpExtMPFastcloseRx",
+    /// MP_FASTCLOSE sent (`MPTcpExt MPFastcloseTx`).
+    mptcp_mp_fastclose_tx => "MPTcpExtMPFastcloseTx",
     /// MP_TCPRST received (`MPTcpExt MPRstRx`).
     mptcp_mp_rst_rx => "MPTcpExtMPRstRx",
     /// MP_TCPRST sent (`MPTcpExt MPRstTx`).

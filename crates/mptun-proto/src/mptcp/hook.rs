@@ -78,6 +78,11 @@ impl Hook<'_> {
         if data_ack.is_some() {
             push(opts, MptcpOption::Dss { data_ack, mapping: None, data_fin: false });
         }
+        if let Some(backup) = self.ext.prio_pending {
+            if push(opts, MptcpOption::MpPrio { backup }) {
+                self.ext.prio_pending = None;
+            }
+        }
         self.announce(opts);
     }
 
@@ -121,6 +126,11 @@ impl SegmentHook for Hook<'_> {
     fn on_emit(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) -> Option<u64> {
         let (syn, ack) = (meta.flags.syn(), meta.flags.ack());
         if meta.flags.rst() {
+            if self.ext.fastclose {
+                if let Some(rk) = self.sh.remote_key {
+                    push(opts, MptcpOption::MpFastclose { receiver_key: rk });
+                }
+            }
             if let Some(reason) = self.ext.rst_reason {
                 push(opts, MptcpOption::MpTcpRst { flags: 0, reason });
             }

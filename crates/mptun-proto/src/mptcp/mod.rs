@@ -158,6 +158,10 @@ pub(crate) struct SubflowExt {
     pub penalized: u64,
     /// MP_TCPRST reason to put on our RST (RFC 8684 3.6).
     pub rst_reason: Option<u8>,
+    /// Put MP_FASTCLOSE on our RST.
+    pub fastclose: bool,
+    /// MP_PRIO to send on the next pure ACK.
+    pub prio_pending: Option<bool>,
 }
 
 impl SubflowExt {
@@ -175,6 +179,8 @@ impl SubflowExt {
             penalty: None,
             penalized: 0,
             rst_reason: None,
+            fastclose: false,
+            prio_pending: None,
         }
     }
 }
@@ -669,10 +675,29 @@ impl Connection {
         }
     }
 
+    /// Abortive close. In MPTCP mode every subflow's RST carries
+    /// MP_FASTCLOSE with the peer's key (RFC 8684 3.5), so the peer tears
+    /// the whole connection down at once, not subflow by subflow.
     pub fn abort(&mut self) {
-        for (sf, _) in self.subflows.iter_mut().flatten() {
+        let fastclose = self.shared.mode == Mode::Mptcp && self.shared.remote_key.is_some();
+        for (sf, ext) in self.subflows.iter_mut().flatten() {
+            ext.fastclose = fastclose;
             sf.abort();
         }
+        if fastclose {
+            self.shared.counters.mptcp_mp_fastclose_tx += 1;
+        }
+    }
+
+    /// Marks subflow `id` backup (or not) and tells the peer with MP_PRIO.
+    pub fn set_backup(&mut self, id: usize, backup: bool) -> bool {
+        let Some((sf, ext)) = self.subflows.get_mut(id).and_then(|s| s.as_mut()) else { return false };
+        ext.backup = backup;
+        if self.shared.mode == Mode::Mptcp {
+            ext.prio_pending = Some(backup);
+            sf.request_ack();
+        }
+        true
     }
 
     pub fn is_established(&self) -> bool {
@@ -857,6 +882,7 @@ impl Connection {
 
         sf.handle_segment(now, hdr, opts, payload);
 
+        let mut rm_ids: Vec<u8> = Vec::new();
         if sh.mode == Mode::Mptcp {
             let wnd = (hdr.window as u64) << sf.snd_wscale();
             for o in &opts.mptcp {
@@ -888,7 +914,10 @@ impl Connection {
                             (*echo, *addr_id, *addr, *port, *hmac),
                         );
                     }
-                    MptcpOption::RmAddr { .. } => sh.counters.mptcp_rm_addr += 1,
+                    MptcpOption::RmAddr { ids } => {
+                        sh.counters.mptcp_rm_addr += 1;
+                        rm_ids.extend(ids.iter().copied());
+                    }
                     MptcpOption::MpPrio { backup } => {
                         sh.counters.mptcp_mp_prio_rx += 1;
                         ext.backup = *backup;
@@ -903,6 +932,13 @@ impl Connection {
                     }
                     MptcpOption::MpTcpRst { .. } => sh.counters.mptcp_mp_rst_rx += 1,
                     _ => {}
+                }
+            }
+            // The peer withdrew addresses: close our subflows to them (Linux
+            // mptcp_pm_nl_rm_subflow_received); their data is reinjected.
+            for (s2, e2) in self.subflows.iter_mut().flatten() {
+                if e2.join != JoinState::Initial && rm_ids.contains(&e2.remote_id) {
+                    s2.close();
                 }
             }
             // A client becomes fully established when the server shows it saw our key.
@@ -1251,11 +1287,23 @@ impl Connection {
             }
             let room = self.shared.wnd_end.saturating_sub(start);
             if start >= end || (room == 0 && !reinj) {
+                if std::env::var_os("MPTUN_DBG").is_some() {
+                    if start < end {
+                        eprintln!("W {:?}", self.last_now);
+                    } else {
+                        eprintln!("A {:?}", self.last_now);
+                    }
+                }
                 return;
             }
             let views = self.views();
             let conn = ConnView { rwnd_limited: self.shared.write_seq > self.shared.wnd_end, now: self.last_now };
-            let Some(pick) = self.sched.select(&views, &conn) else { return };
+            let Some(pick) = self.sched.select(&views, &conn) else {
+                if std::env::var_os("MPTUN_DBG").is_some() {
+                    eprintln!("S {:?}", self.last_now);
+                }
+                return;
+            };
             self.apply_decision(pick.id, &views, &conn);
             let Some((sf, ext)) = self.subflows.get_mut(pick.id).and_then(|s| s.as_mut()) else { return };
             let mut len = (end - start).min(pick.max_burst as u64).min(u16::MAX as u64).min(sf.send_space() as u64);

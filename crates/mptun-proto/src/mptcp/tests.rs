@@ -389,3 +389,53 @@ fn checksums_negotiated_by_either_side_and_corruption_caught() {
     assert_eq!(n.b.counters().mptcp_data_csum_err, 1);
     assert_eq!(got, data, "the corrupted mapping must not be delivered; it is re-sent on the other path");
 }
+
+#[test]
+fn abort_sends_mp_fastclose_and_the_peer_drops_the_whole_connection() {
+    let mut n = Net::two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(200), &mut pass());
+    let sh = n.b.accept().unwrap();
+    assert_eq!(n.b.conn(sh).unwrap().subflows().count(), 2);
+    n.a.abort(h);
+    let mut fastcloses = 0;
+    n.run(Duration::from_millis(50), &mut |from_a, p| {
+        if from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpFastclose { .. })) {
+            fastcloses += 1;
+        }
+        Some(p)
+    });
+    assert!(fastcloses >= 1);
+    assert_eq!(n.b.counters().mptcp_mp_fastclose_rx, 1);
+    assert!(n.b.is_closed(sh));
+    let evs: Vec<_> = std::iter::from_fn(|| n.b.poll_event()).filter(|(c, _)| *c == sh).map(|(_, e)| e).collect();
+    assert!(evs.contains(&Event::Reset), "{evs:?}");
+}
+
+#[test]
+fn mp_prio_marks_the_subflow_backup_on_both_ends() {
+    let mut n = Net::two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(200), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let joined = n.a.conn(h).unwrap().info().subflows.iter().find(|s| s.local.ip() == ip("10.0.2.1")).unwrap().id;
+    assert!(n.a.conn_mut(h).unwrap().set_backup(joined, true));
+    n.run(Duration::from_millis(50), &mut pass());
+    assert_eq!(n.b.counters().mptcp_mp_prio_rx, 1);
+    let srv = n.b.conn(sh).unwrap().info();
+    let s = srv.subflows.iter().find(|s| s.remote.ip() == ip("10.0.2.1")).unwrap();
+    assert!(s.backup);
+    // With an active subflow available, nothing new goes to the backup one.
+    let before = srv.subflows.iter().find(|s| s.remote.ip() == ip("10.0.2.1")).unwrap().tcp.bytes_received;
+    let mut sent = 0;
+    let data = vec![9u8; 200_000];
+    for _ in 0..50 {
+        sent += n.a.send(h, &data[sent..]);
+        n.run(Duration::from_millis(20), &mut pass());
+        let mut buf = vec![0u8; 65536];
+        while n.b.recv(sh, n.now, &mut buf) > 0 {}
+    }
+    let after = n.b.conn(sh).unwrap().info();
+    let s = after.subflows.iter().find(|s| s.remote.ip() == ip("10.0.2.1")).unwrap();
+    assert_eq!(s.tcp.bytes_received, before);
+}

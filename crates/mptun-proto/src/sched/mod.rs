@@ -111,7 +111,9 @@ impl Scheduler for DefaultScheduler {
     fn select(&mut self, subflows: &[SubflowView], _conn: &ConnView) -> Option<Pick> {
         // Index 0: active subflows, 1: backup ones; (linger, id) of the best.
         let mut best: [Option<(u128, usize)>; 2] = [None, None];
-        for v in subflows.iter().filter(|v| v.available && v.send_space > 0) {
+        let mut nr_active = 0;
+        for v in subflows.iter().filter(|v| v.available) {
+            nr_active += !v.backup as usize;
             let rate = self.avg(v).max(1);
             // Linux: div_u64((u64)ssk->sk_wmem_queued << 32, pace)
             let linger = ((v.queued as u128) << 32) / rate as u128;
@@ -120,7 +122,13 @@ impl Scheduler for DefaultScheduler {
                 *slot = Some((linger, v.id));
             }
         }
-        let (_, id) = best[0].or(best[1])?;
+        // Backup subflows only when no active one exists at all; a full
+        // active subflow means "wait", not "spill onto the backup".
+        let (_, id) = if nr_active > 0 { best[0]? } else { best[1]? };
+        let chosen = subflows.iter().find(|v| v.id == id)?;
+        if chosen.send_space == 0 {
+            return None;
+        }
         Some(Pick { id, max_burst: SEND_BURST_SIZE })
     }
 
@@ -171,15 +179,17 @@ mod tests {
     }
 
     #[test]
-    fn backup_only_when_no_active_subflow_can_send() {
+    fn backup_only_when_no_active_subflow_exists() {
         let mut s = DefaultScheduler::new();
         let mut b = view(1, 0, 10_000_000);
         b.backup = true;
         let mut a = view(0, 1_000_000, 1_000);
         assert_eq!(s.select(&[a, b], &ConnView::default()).unwrap().id, 0);
+        // A full active subflow means wait, as in Linux: no spill onto the backup.
         a.send_space = 0;
-        assert_eq!(s.select(&[a, b], &ConnView::default()).unwrap().id, 1);
+        assert!(s.select(&[a, b], &ConnView::default()).is_none());
         a.available = false;
+        assert_eq!(s.select(&[a, b], &ConnView::default()).unwrap().id, 1);
         b.available = false;
         assert!(s.select(&[a, b], &ConnView::default()).is_none());
     }
