@@ -53,6 +53,10 @@ counters! {
     tcp_ext_tcp_reno_recovery => "TcpExtTCPRenoRecovery",
     /// Fast retransmissions (`TcpExt TCPFastRetrans`).
     tcp_ext_tcp_fast_retrans => "TcpExtTCPFastRetrans",
+    /// Retransmissions found unnecessary (the original arrived), widening RACK's window.
+    tcp_ext_tcp_spurious_retrans => "TcpExtTCPSpuriousRetrans",
+    /// Tail loss probes sent (`TcpExt TCPLossProbes`).
+    tcp_ext_tcp_loss_probes => "TcpExtTCPLossProbes",
     /// Retransmissions found lost again (RACK) and re-sent (`TcpExt TCPLostRetransmit`).
     tcp_ext_tcp_lost_retransmit => "TcpExtTCPLostRetransmit",
     /// Retransmissions after an RTO (`TcpExt TCPLossProbes` is not this; `TCPSlowStartRetrans`).

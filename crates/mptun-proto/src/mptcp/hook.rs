@@ -15,6 +15,11 @@ const VERSION: u8 = 1;
 const DSS_FULL: usize = 28;
 /// DSS with a 64-bit DATA_ACK only.
 const DSS_ACK: usize = 12;
+/// DSS with a 64-bit mapping only (18 bytes, 20 aligned; 20 exactly with a checksum).
+const DSS_MAP: usize = 20;
+/// A data segment repeats an unchanged DATA_ACK at least this often, so a
+/// lost segment cannot hide it for long.
+const ACK_REFRESH_SEGS: u32 = 8;
 
 pub(crate) struct Hook<'a> {
     pub sh: &'a mut Shared,
@@ -58,13 +63,37 @@ impl Hook<'_> {
         })
     }
 
+    /// (DATA_ACK, window edge) a segment sent now would announce.
+    fn ack_info(&self) -> (u64, u64) {
+        let edge = self.sh.rcv_wnd_end.max(self.sh.rcv_nxt + self.recv_window);
+        (self.sh.rcv_nxt, edge)
+    }
+
+    /// Whether a data segment must carry the DATA_ACK: it (or the window
+    /// edge) changed since this subflow last sent it, or it is time to repeat
+    /// it. RFC 8684 3.3 makes the DATA_ACK optional per segment; with a one-way
+    /// transfer this frees 8 bytes of every data segment for payload.
+    fn data_ack_due(&self) -> bool {
+        self.sh.rx_base.is_some()
+            && (self.ext.last_ack_sent != Some(self.ack_info()) || self.ext.segs_without_ack >= ACK_REFRESH_SEGS)
+    }
+
     fn dss(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) {
         let data_ack = self.data_ack();
         if meta.len > 0 {
             let mapping = self.mapping_for(meta);
-            push(opts, MptcpOption::Dss { data_ack, mapping, data_fin: false });
+            let with_ack = self.data_ack_due();
+            if with_ack {
+                self.ext.last_ack_sent = Some(self.ack_info());
+                self.ext.segs_without_ack = 0;
+            } else {
+                self.ext.segs_without_ack += 1;
+            }
+            push(opts, MptcpOption::Dss { data_ack: data_ack.filter(|_| with_ack), mapping, data_fin: false });
             return;
         }
+        self.ext.last_ack_sent = Some(self.ack_info());
+        self.ext.segs_without_ack = 0;
         if self.sh.data_fin_due {
             if let Some(fin) = self.sh.data_fin_seq {
                 let checksum = self.sh.csum.then(|| dss_checksum(fin, 0, 1, &[]));
@@ -110,6 +139,14 @@ impl SegmentHook for Hook<'_> {
     fn option_space(&self, data: bool) -> usize {
         match self.sh.mode {
             Mode::Plain => 0,
+            Mode::Mptcp
+                if data
+                    && self.sh.fully_established
+                    && matches!(self.ext.join, JoinState::Joined | JoinState::Initial)
+                    && !self.data_ack_due() =>
+            {
+                DSS_MAP
+            }
             _ if data => DSS_FULL,
             _ => {
                 let handshake =

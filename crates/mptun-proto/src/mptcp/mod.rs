@@ -162,6 +162,11 @@ pub(crate) struct SubflowExt {
     pub fastclose: bool,
     /// MP_PRIO to send on the next pure ACK.
     pub prio_pending: Option<bool>,
+    /// (DATA_ACK, window edge) last sent on this subflow, and data segments
+    /// sent since: unchanged acknowledgement information is left off data
+    /// segments to give their payload the 8 bytes.
+    pub last_ack_sent: Option<(u64, u64)>,
+    pub segs_without_ack: u32,
 }
 
 impl SubflowExt {
@@ -181,6 +186,8 @@ impl SubflowExt {
             rst_reason: None,
             fastclose: false,
             prio_pending: None,
+            last_ack_sent: None,
+            segs_without_ack: 0,
         }
     }
 }

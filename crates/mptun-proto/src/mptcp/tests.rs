@@ -15,6 +15,8 @@ struct Net {
     a: Endpoint,
     b: Endpoint,
     now: Instant,
+    /// Packets on the wire, kept across runs.
+    wire: VecDeque<(Instant, bool, Vec<u8>)>,
 }
 
 /// What the wire does with a packet: deliver (possibly rewritten) or drop.
@@ -24,7 +26,7 @@ impl Net {
     fn new(client: EndpointConfig, server: EndpointConfig) -> Net {
         let mut b = Endpoint::new(server, [2; 32]);
         b.listen("10.0.1.2:5000".parse().unwrap());
-        Net { a: Endpoint::new(client, [1; 32]), b, now: Instant::ZERO }
+        Net { a: Endpoint::new(client, [1; 32]), b, now: Instant::ZERO, wire: VecDeque::new() }
     }
 
     fn two_path() -> Net {
@@ -43,7 +45,7 @@ impl Net {
     /// Runs for `dur` of virtual time with a 1 ms wire; `tamper` sees each packet.
     fn run(&mut self, dur: Duration, tamper: Tamper<'_>) {
         let end = self.now + dur;
-        let mut wire: VecDeque<(Instant, bool, Vec<u8>)> = VecDeque::new();
+        let mut wire = std::mem::take(&mut self.wire);
         let mut buf = vec![0u8; 1600];
         loop {
             while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
@@ -74,6 +76,7 @@ impl Net {
             self.a.handle_timeout(self.now);
             self.b.handle_timeout(self.now);
         }
+        self.wire = wire;
         self.now = self.now.max(end);
     }
 

@@ -218,6 +218,16 @@ pub struct Subflow {
     /// delivered, and its RTT; lets a lost retransmission be detected
     /// without waiting for the RTO.
     rack_xmit: Option<(Instant, Duration)>,
+    /// Tail loss probe (RFC 8985 7): when it fires, and the `snd_nxt` of
+    /// the probe in flight.
+    tlp_at: Option<Instant>,
+    tlp_high_seq: Option<Seq>,
+    tlp_probe_due: bool,
+    /// RACK reorder timer: re-run loss detection then.
+    rack_timer_at: Option<Instant>,
+    /// RACK reordering-window multiplier and recoveries since it last grew.
+    reo_wnd_mult: u32,
+    reo_wnd_recoveries: u32,
 
     // --- congestion control ---
     cc: Box<dyn CongestionControl>,
@@ -348,6 +358,12 @@ impl Subflow {
             retrans_out: 0,
             dupacks: 0,
             rack_xmit: None,
+            tlp_at: None,
+            tlp_high_seq: None,
+            tlp_probe_due: false,
+            rack_timer_at: None,
+            reo_wnd_mult: 1,
+            reo_wnd_recoveries: 0,
             cc,
             ccs,
             ca_state: CaState::Open,
@@ -1050,7 +1066,10 @@ impl Subflow {
     fn schedule_ack(&mut self, now: Instant) {
         self.ack_pending = true;
         // Linux: ACK at least every second full-sized segment, at once in quick-ack mode.
-        if self.quickacks > 0 || self.unacked_bytes >= 2 * self.mss(0) {
+        // A window about to close is announced at once (Linux does so under
+        // receive-buffer pressure), or the sender would wait for the timer.
+        let closing = self.free_window() < 2 * self.mss(0) as usize;
+        if self.quickacks > 0 || self.unacked_bytes >= 2 * self.mss(0) || closing {
             self.ack_now = true;
         } else if self.delack_at.is_none() {
             self.delack_at = Some(now + self.cfg.delayed_ack);
@@ -1135,7 +1154,7 @@ impl Subflow {
                 }
                 let s = self.scoreboard.pop_front().expect("front exists");
                 if !s.sacked {
-                    self.rack_update(now, s.tx_time);
+                    self.rack_update(now, s.tx_time, s.ever_retrans);
                 }
                 if s.sacked {
                     self.sacked_out -= 1;
@@ -1163,6 +1182,9 @@ impl Subflow {
             self.rtt.reset_backoff();
             // RFC 6298 5.3: restart the timer when new data is acknowledged.
             self.rto_at = (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto());
+            if self.tlp_high_seq.is_some_and(|h| self.snd_una.ge(h)) {
+                self.tlp_high_seq = None;
+            }
         } else if pure && ack == self.snd_una && !self.scoreboard.is_empty() && wnd == prior_wnd && newly_sacked == 0 {
             self.dupacks += 1;
         }
@@ -1176,7 +1198,7 @@ impl Subflow {
 
         let delivered = newly_acked_segs + newly_sacked;
         if self.sack_ok {
-            self.rack_detect_lost_retransmits(now);
+            self.rack_timer_at = self.rack_detect_loss(now);
         }
         if self.cfg.dup_thresh > 0 && !self.sack_ok && self.dupacks >= self.cfg.dup_thresh {
             self.mark_head_lost();
@@ -1231,6 +1253,9 @@ impl Subflow {
         }
         self.ccs.cwnd = self.ccs.cwnd.clamp(1, self.ccs.cwnd_clamp);
         self.update_pacing_rate();
+        if ack.gt(prior_una) || self.ca_state != CaState::Open {
+            self.schedule_tlp(now);
+        }
 
         // Our FIN acknowledged.
         if fin_acked {
@@ -1254,6 +1279,8 @@ impl Subflow {
         let mut n = 0;
         let mut rtt: Option<Duration> = None;
         let mut newest: Option<Instant> = None;
+        let mut spurious = false;
+        let min_rtt = self.rtt.min();
         for &(l, r) in blocks {
             let (l, r) = (Seq(l), Seq(r));
             // Ignore D-SACKs and nonsense (RFC 2883 / RFC 5961 spirit).
@@ -1284,12 +1311,17 @@ impl Subflow {
                 if !s.ever_retrans {
                     let t = now - tx;
                     rtt = Some(rtt.map_or(t, |x: Duration| x.min(t)));
+                } else if min_rtt.is_some_and(|m| now - tx < m) {
+                    spurious = true;
                 }
                 newest = newest.max(Some(tx));
             }
         }
+        if spurious {
+            self.rack_spurious();
+        }
         if let Some(tx) = newest {
-            self.rack_update(now, tx);
+            self.rack_update(now, tx, false);
         }
         (n, rtt)
     }
@@ -1297,9 +1329,12 @@ impl Subflow {
     /// RACK: remember the latest send time among delivered segments. A
     /// delivery faster than the minimum RTT must be of an earlier copy
     /// (the original of a retransmission) and says nothing (RFC 8985 6.2).
-    fn rack_update(&mut self, now: Instant, tx: Instant) {
+    fn rack_update(&mut self, now: Instant, tx: Instant, ever_retrans: bool) {
         let rtt = now - tx;
         if self.rtt.min().is_some_and(|m| rtt < m) {
+            if ever_retrans {
+                self.rack_spurious();
+            }
             return;
         }
         if self.rack_xmit.is_none_or(|(t, _)| tx > t) {
@@ -1307,22 +1342,47 @@ impl Subflow {
         }
     }
 
-    /// RACK for retransmissions: one sent before a segment that has since been
-    /// delivered, and older than an RTT plus a reordering window, was lost
-    /// again; send it again instead of waiting for the RTO.
-    fn rack_detect_lost_retransmits(&mut self, now: Instant) {
-        let Some((xmit, rtt)) = self.rack_xmit else { return };
-        if self.retrans_out == 0 {
-            return;
+    /// A retransmission turned out unnecessary (the original arrived: the
+    /// acknowledgement came sooner than any real round trip). The path
+    /// reorders: widen RACK's reordering window (RFC 8985 6.2, step 4,
+    /// with this in place of DSACK).
+    fn rack_spurious(&mut self) {
+        self.reo_wnd_mult = (self.reo_wnd_mult + 1).min(16);
+        self.reo_wnd_recoveries = 0;
+        self.counters.tcp_ext_tcp_spurious_retrans += 1;
+    }
+
+    /// RACK loss detection (RFC 8985 6.2): a segment sent before one that
+    /// has since been delivered, and older than that delivery's RTT plus a
+    /// reordering window, is lost — whether it is an original (a hole too
+    /// short for the three-SACK rule) or a retransmission. Returns when the
+    /// next not-yet-late candidate becomes late (the RACK reorder timer).
+    fn rack_detect_loss(&mut self, now: Instant) -> Option<Instant> {
+        let (xmit, rtt) = self.rack_xmit?;
+        if self.sacked_out == 0 && self.retrans_out == 0 {
+            return None;
         }
-        let reo_wnd = self.rtt.min().unwrap_or(rtt) / 4;
+        let reo_wnd = (self.rtt.min().unwrap_or(rtt) / 4 * self.reo_wnd_mult).min(self.rtt.smoothed().unwrap_or(rtt));
+        let mut next = None;
         for s in self.scoreboard.iter_mut() {
-            if s.retrans && !s.sacked && s.tx_time < xmit && now >= s.tx_time + rtt + reo_wnd {
+            if s.sacked || (s.lost && !s.retrans) || s.tx_time >= xmit {
+                continue;
+            }
+            let deadline = s.tx_time + rtt + reo_wnd;
+            if now < deadline {
+                next = Instant::min_opt(next, Some(deadline));
+                continue;
+            }
+            if s.retrans {
                 s.retrans = false;
                 self.retrans_out -= 1;
                 self.counters.tcp_ext_tcp_lost_retransmit += 1;
+            } else {
+                s.lost = true;
+                self.lost_out += 1;
             }
         }
+        next
     }
 
     /// RFC 6675 IsLost: a hole with at least `dup_thresh` SACKed segments above it is lost.
@@ -1381,6 +1441,12 @@ impl Subflow {
     }
 
     fn exit_recovery(&mut self, now: Instant) {
+        // RFC 8985: the widened reordering window decays after 16 recoveries.
+        self.reo_wnd_recoveries += 1;
+        if self.reo_wnd_recoveries >= 16 {
+            self.reo_wnd_mult = 1;
+            self.reo_wnd_recoveries = 0;
+        }
         // Linux tcp_end_cwnd_reduction.
         if self.ccs.ssthresh < u32::MAX {
             self.ccs.cwnd = self.ccs.ssthresh.max(1);
@@ -1461,6 +1527,8 @@ impl Subflow {
     /// EDT slot of a segment it holds back.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = Instant::min_opt(self.rto_at, self.delack_at);
+        t = Instant::min_opt(t, self.tlp_at);
+        t = Instant::min_opt(t, self.rack_timer_at);
         t = Instant::min_opt(t, self.persist_at);
         t = Instant::min_opt(t, self.time_wait_at);
         Instant::min_opt(t, self.paced_until)
@@ -1484,10 +1552,65 @@ impl Subflow {
             self.persist_at = None;
             self.send_window_probe(now);
         }
+        if self.rack_timer_at.is_some_and(|t| t <= now) {
+            self.rack_timer_at = self.rack_detect_loss(now);
+            if self.lost_out > 0 && matches!(self.ca_state, CaState::Open | CaState::Disorder) {
+                self.enter_recovery(now);
+            }
+        }
+        if self.tlp_at.is_some_and(|t| t <= now) {
+            self.tlp_at = None;
+            if !self.scoreboard.is_empty() && self.ca_state == CaState::Open && self.state.is_synchronized() {
+                self.tlp_probe_due = true;
+            }
+        }
         if self.rto_at.is_some_and(|t| t <= now) {
             self.rto_at = None;
+            self.tlp_at = None;
             self.on_rto(now);
         }
+    }
+
+    /// Linux `tcp_schedule_loss_probe`: if nothing is acknowledged within two
+    /// smoothed RTTs, send a probe so that a lost tail of the window is
+    /// repaired by SACK recovery instead of an RTO and a restart from cwnd 1.
+    fn schedule_tlp(&mut self, now: Instant) {
+        self.tlp_at = None;
+        if !self.sack_ok || self.scoreboard.is_empty() || self.ca_state != CaState::Open || self.tlp_high_seq.is_some()
+        {
+            return;
+        }
+        let mut pto = self.rtt.smoothed().map_or(self.cfg.rto_initial, |s| s * 2);
+        // RFC 8985 7.2 adds the worst-case delayed-ACK time for a single
+        // segment in flight; the same holds whenever less than two full
+        // segments are outstanding, since the receiver's "ACK every second
+        // full segment" rule cannot fire.
+        let flight: u32 = self.scoreboard.iter().filter(|s| !s.sacked).map(|s| s.len).sum();
+        if flight < 2 * self.mss(0) {
+            pto += self.cfg.rto_min;
+        }
+        let mut at = now + pto.max(Duration::from_millis(2));
+        if let Some(rto) = self.rto_at {
+            at = at.min(rto);
+        }
+        self.tlp_at = Some(at);
+    }
+
+    /// The loss probe: the highest segment sent, once more.
+    fn send_loss_probe(&mut self, now: Instant, hook: &mut dyn SegmentHook, out: &mut [u8]) -> Option<Transmit> {
+        let i = self.scoreboard.iter().rposition(|s| !s.sacked)?;
+        let s = self.scoreboard[i];
+        self.scoreboard[i].ever_retrans = true;
+        self.tlp_high_seq = Some(self.snd_nxt);
+        self.counters.tcp_ext_tcp_loss_probes += 1;
+        self.counters.tcp_retrans_segs += 1;
+        self.bytes_retrans += s.len as u64;
+        let opts = self.ack_options(now, hook.option_space(true));
+        let mut flags = TcpFlags::ACK | TcpFlags::PSH;
+        if s.fin {
+            flags |= TcpFlags::FIN;
+        }
+        self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts)
     }
 
     fn on_rto(&mut self, now: Instant) {
@@ -1639,6 +1762,11 @@ impl Subflow {
 
     fn poll_data(&mut self, now: Instant, hook: &mut dyn SegmentHook, out: &mut [u8]) -> Option<Transmit> {
         self.paced_until = None;
+        if std::mem::take(&mut self.tlp_probe_due) {
+            if let Some(t) = self.send_loss_probe(now, hook, out) {
+                return Some(t);
+            }
+        }
         if !self.can_send_data() {
             // Nothing sendable: zero window with data waiting arms the persist timer.
             let unsent = self.unsent_bytes();
@@ -1750,6 +1878,7 @@ impl Subflow {
 
     fn after_data_sent(&mut self, now: Instant, t: Option<Transmit>) {
         if let Some(t) = t {
+            self.schedule_tlp(now);
             self.data_segs_out += 1;
             self.pacer.on_send(now, t.len);
             let limited = self.in_flight() >= self.ccs.cwnd;

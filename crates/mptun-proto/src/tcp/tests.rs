@@ -42,6 +42,8 @@ struct Pair {
     a: Subflow,
     b: Subflow,
     now: Instant,
+    /// Packets on the wire: (arrival, from A, bytes); kept across runs.
+    wire: VecDeque<(Instant, bool, Vec<u8>)>,
 }
 
 impl Pair {
@@ -54,7 +56,7 @@ impl Pair {
         assert!(p.tcp.flags.syn() && !p.tcp.flags.ack());
         let opts = p.tcp.options.summary();
         let b = Subflow::accept(now, cfg_b, addr(B), addr(A), &p.tcp, &opts, u32::MAX - 10, 9);
-        let mut pair = Pair { a, b, now };
+        let mut pair = Pair { a, b, now, wire: VecDeque::new() };
         pair.run(|_, _| true);
         assert_eq!(pair.a.state(), State::Established);
         assert_eq!(pair.b.state(), State::Established);
@@ -68,7 +70,7 @@ impl Pair {
     /// Timers fire as time advances; stops after `limit`.
     fn run_for(&mut self, limit: Duration, mut pass: impl FnMut(bool, &TcpHeader) -> bool) {
         let end = self.now + limit;
-        let mut wire: VecDeque<(Instant, bool, Vec<u8>)> = VecDeque::new();
+        let mut wire = std::mem::take(&mut self.wire);
         loop {
             for p in drain(&mut self.a, self.now) {
                 if pass(true, &header(&p)) {
@@ -102,6 +104,7 @@ impl Pair {
                 self.b.handle_timeout(self.now);
             }
         }
+        self.wire = wire;
     }
 
     fn run(&mut self, pass: impl FnMut(bool, &TcpHeader) -> bool) {
@@ -168,7 +171,7 @@ fn simultaneous_open() {
     deliver(&mut b, now, &sa[0]);
     assert_eq!(a.state(), State::SynReceived);
     assert_eq!(b.state(), State::SynReceived);
-    let mut p = Pair { a, b, now };
+    let mut p = Pair { a, b, now, wire: VecDeque::new() };
     p.run(|_, _| true);
     assert_eq!(p.a.state(), State::Established);
     assert_eq!(p.b.state(), State::Established);
