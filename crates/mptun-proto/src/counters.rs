@@ -115,6 +115,8 @@ counters! {
     mptcp_ofo_merge => "MPTcpExtOFOMerge",
     /// Data already received at the connection level (`MPTcpExt DuplicateData`).
     mptcp_duplicate_data => "MPTcpExtDuplicateData",
+    /// Fell back to TCP mid-stream: options stripped on the only subflow (`MPTcpExt DSSFallback`).
+    mptcp_dss_fallback => "MPTcpExtDSSFallback",
     /// Mappings whose DSS checksum did not match (`MPTcpExt DataCsumErr`).
     mptcp_data_csum_err => "MPTcpExtDataCsumErr",
     /// ADD_ADDR received with a valid HMAC (`MPTcpExt AddAddr`).

@@ -139,6 +139,7 @@ impl SegmentHook for Hook<'_> {
     fn option_space(&self, data: bool) -> usize {
         match self.sh.mode {
             Mode::Plain => 0,
+            _ if self.sh.infinite => 0,
             Mode::Mptcp
                 if data
                     && self.sh.fully_established
@@ -173,7 +174,7 @@ impl SegmentHook for Hook<'_> {
             }
             return None;
         }
-        if self.sh.mode == Mode::Plain {
+        if self.sh.mode == Mode::Plain || self.sh.infinite {
             return None;
         }
         match self.ext.join {

@@ -207,6 +207,10 @@ pub(crate) struct AddrAnnounce {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub mode: Mode,
+    /// The connection fell back to TCP mid-stream (options stripped): the
+    /// single subflow's byte stream continues the data sequence space as an
+    /// infinite mapping (RFC 8684 3.7); no MPTCP option is sent any more.
+    pub infinite: bool,
     /// We ask for DSS checksums.
     pub csum_request: bool,
     /// DSS checksums are in use (either side asked).
@@ -321,6 +325,7 @@ impl Connection {
             send_limit: cfg.mptcp.send_buffer.initial(),
             shared: Shared {
                 mode,
+                infinite: false,
                 csum_request: cfg.mptcp.checksum,
                 csum: cfg.mptcp.checksum,
                 server,
@@ -785,6 +790,8 @@ impl Connection {
         payload: &[u8],
     ) {
         self.last_now = self.last_now.max(now);
+        let single_subflow = self.subflows.iter().flatten().count() == 1;
+        let ofo_empty = self.rcv_buf.ofo_is_empty();
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let sh = &mut self.shared;
         let f = hdr.flags;
@@ -888,6 +895,30 @@ impl Connection {
         }
 
         sf.handle_segment(now, hdr, opts, payload);
+
+        // A middlebox stripped our options mid-stream: data (or an ACK of new
+        // data) without any MPTCP option on the only subflow, once fully
+        // established. Fall back to an infinite mapping (RFC 8684 3.7).
+        if sh.mode == Mode::Mptcp
+            && !sh.infinite
+            && sh.fully_established
+            && opts.mptcp.is_empty()
+            && !f.syn()
+            && !f.rst()
+            && (!payload.is_empty() || sf.snd_una() != sf.iss() + 1)
+            && ext.join == JoinState::Initial
+            && single_subflow
+            && ofo_empty
+        {
+            sh.infinite = true;
+            sh.counters.mptcp_dss_fallback += 1;
+            // Receive side: everything from the subflow's next byte on continues at rcv_nxt.
+            let next_ssn = (sf.recv_offset() as u32).wrapping_add(1);
+            ext.rx_maps.retain(|&ssn, &mut (_, len, _)| Seq(ssn + len).gt(Seq(next_ssn)));
+            if !ext.rx_maps.keys().any(|&k| Seq(k).le(Seq(next_ssn))) {
+                ext.rx_maps.insert(next_ssn, (sh.rcv_nxt, u32::MAX / 2, None));
+            }
+        }
 
         let mut rm_ids: Vec<u8> = Vec::new();
         if sh.mode == Mode::Mptcp {
@@ -1114,6 +1145,11 @@ impl Connection {
                 }
                 (_, Event::Connected, JoinState::Initial) => self.events.push_back(Event::Connected),
                 (_, Event::Connected, _) => {}
+                (_, Event::PeerFin, _) if self.shared.infinite => {
+                    // After a fallback the subflow's FIN is the DATA_FIN.
+                    self.shared.peer_data_fin_done = true;
+                    self.events.push_back(Event::PeerFin);
+                }
                 (_, Event::PeerFin, _) => {
                     // The peer closed this subflow: close ours too.
                     sf.close();
@@ -1169,6 +1205,23 @@ impl Connection {
     pub(crate) fn progress(&mut self, now: Instant) {
         if self.shared.mode != Mode::Mptcp {
             return;
+        }
+        if self.shared.infinite {
+            // No DATA_ACK after a fallback: what the subflow has acknowledged is acknowledged.
+            if let Some((sf, ext)) = self.subflows.iter().flatten().next() {
+                let sf_una = (sf.snd_una() - sf.iss().0).0;
+                let mut una = self.shared.snd_una;
+                for m in &ext.tx_maps {
+                    let into = sf_una.wrapping_sub(m.ssn);
+                    una = una.max(m.dsn + (into.min(m.len)) as u64);
+                    if into < m.len {
+                        break;
+                    }
+                }
+                self.shared.snd_una = una;
+                let wnd = sf.info().snd_wnd as u64;
+                self.shared.wnd_end = self.shared.wnd_end.max(una + wnd);
+            }
         }
         // Release acknowledged data and mappings.
         let una = self.shared.snd_una;
@@ -1239,6 +1292,17 @@ impl Connection {
     fn data_fin_progress(&mut self, now: Instant) {
         let sh = &mut self.shared;
         let Some(fin) = sh.data_fin_seq else { return };
+        if sh.infinite {
+            // After a fallback the subflow's FIN carries the DATA_FIN.
+            if sh.snd_nxt == fin {
+                if let Some((sf, _)) = self.subflows.iter_mut().flatten().next() {
+                    if matches!(sf.state(), State::Established | State::CloseWait) {
+                        sf.close();
+                    }
+                }
+            }
+            return;
+        }
         if sh.data_fin_acked || sh.snd_nxt != fin || !self.reinject.is_empty() {
             self.data_fin_rto = None;
             return;

@@ -442,3 +442,62 @@ fn mp_prio_marks_the_subflow_backup_on_both_ends() {
     let s = after.subflows.iter().find(|s| s.remote.ip() == ip("10.0.2.1")).unwrap();
     assert_eq!(s.tcp.bytes_received, before);
 }
+
+/// Removes every MPTCP option from a packet (a middlebox that strips them).
+fn strip_mptcp(p: &[u8]) -> Vec<u8> {
+    let pkt = parse_tcp_packet(p).unwrap();
+    let mut hdr = pkt.tcp.clone();
+    let mut opts = mptun_wire::TcpOptions::new();
+    for o in pkt.tcp.options.iter() {
+        let o = o.unwrap();
+        if !matches!(o, TcpOption::Mptcp(_)) {
+            opts.push(&o).unwrap();
+        }
+    }
+    opts.pad_to_word();
+    hdr.options = opts;
+    let mut out = vec![0u8; 1600];
+    let n = emit_tcp_packet(pkt.src, pkt.dst, pkt.ttl, &hdr, pkt.payload, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn options_stripped_mid_stream_fall_back_to_an_infinite_mapping() {
+    let mut n = Net::new(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    n.run(Duration::from_millis(50), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let data: Vec<u8> = (0..400_000u32).map(|i| (i % 241) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let mut step = 0;
+    for _ in 0..400 {
+        step += 1;
+        // A slow writer, so the options disappear in the middle of the stream.
+        let upto = (sent + 8192).min(data.len());
+        sent += n.a.send(h, &data[sent..upto]);
+        if sent == data.len() {
+            n.a.close(h);
+        }
+        // After 100 ms of MPTCP, a middlebox starts stripping the options both ways.
+        let strip = step > 5;
+        n.run(Duration::from_millis(20), &mut |_, p| Some(if strip { strip_mptcp(&p) } else { p }));
+        loop {
+            let k = n.b.recv(sh, n.now, &mut buf);
+            if k == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..k]);
+        }
+        if n.b.recv_finished(sh) {
+            break;
+        }
+    }
+    assert_eq!(got.len(), data.len());
+    assert!(got == data, "stream corrupted across the fallback");
+    assert!(n.b.recv_finished(sh), "the FIN must end the stream after the fallback");
+    assert_eq!(n.a.counters().mptcp_dss_fallback, 1);
+    assert_eq!(n.b.counters().mptcp_dss_fallback, 1);
+}
