@@ -47,3 +47,38 @@ fn fallback_to_plain_tcp_is_transparent() {
     assert_eq!(r.aggregate.subflows.len(), 1);
     assert_eq!(r.aggregate.result.client_counters.get("MPTcpExtMPCapableFallbackSYNACK"), Some(&1));
 }
+
+#[test]
+#[ignore = "diagnostics"]
+fn print_aggregate_timeline() {
+    use mptun_sim::scenarios::transfer::{self, TransferSpec};
+    let p = Params::default();
+    let (client, server) = aggregate::mptcp_configs(2);
+    let spec = TransferSpec {
+        paths: aggregate::paths(&p.paths),
+        size: p.size,
+        reverse_size: 0,
+        client,
+        server,
+        seed: 1,
+        max_time: mptun_time::Duration::from_secs(100),
+        port: 5201,
+        sample_every: Some(mptun_time::Duration::from_millis(1000)),
+        actions: Vec::new(),
+    };
+    let t = transfer::run_with_subflow_trace(&spec, false);
+    let mut last = [0u64; 2];
+    for s in &t.subflow_trace {
+        let d = s.bytes_acked - last[s.subflow.min(1)];
+        last[s.subflow.min(1)] = s.bytes_acked;
+        println!(
+            "t={:.0} sf{} {:.2} Mbit/s cwnd={} srtt={}ms",
+            s.t_s,
+            s.subflow,
+            d as f64 * 8.0 / 1e6,
+            s.cwnd,
+            s.srtt_us / 1000
+        );
+    }
+    println!("end {:.2}s", t.result.sim_end_s);
+}

@@ -17,15 +17,17 @@ const DSS_FULL: usize = 28;
 const DSS_ACK: usize = 12;
 /// DSS with a 64-bit mapping only (18 bytes, 20 aligned; 20 exactly with a checksum).
 const DSS_MAP: usize = 20;
-/// A data segment repeats an unchanged DATA_ACK at least this often, so a
-/// lost segment cannot hide it for long.
-const ACK_REFRESH_SEGS: u32 = 8;
+/// An unchanged DATA_ACK is still repeated on every this many mappings, so
+/// a lost segment cannot hide it for long.
+const ACK_REFRESH_MAPS: u32 = 4;
 
 pub(crate) struct Hook<'a> {
     pub sh: &'a mut Shared,
     pub ext: &'a mut SubflowExt,
     pub now: Instant,
     pub iss: Seq,
+    /// Relative subflow sequence number of the next new data byte.
+    pub next_ssn: u32,
     /// Free space of the connection receive buffer.
     pub recv_window: u64,
 }
@@ -75,25 +77,50 @@ impl Hook<'_> {
     /// transfer this frees 8 bytes of every data segment for payload.
     fn data_ack_due(&self) -> bool {
         self.sh.rx_base.is_some()
-            && (self.ext.last_ack_sent != Some(self.ack_info()) || self.ext.segs_without_ack >= ACK_REFRESH_SEGS)
+            && (self.ext.last_ack_sent != Some(self.ack_info()) || self.ext.maps_without_ack >= ACK_REFRESH_MAPS)
+    }
+
+    /// The mapping holding relative subflow sequence `ssn`.
+    fn map_index(&self, ssn: u32) -> Option<usize> {
+        self.ext.tx_maps.iter().position(|m| ssn.wrapping_sub(m.ssn) < m.len)
+    }
+
+    /// Whether the segments of the mapping holding `ssn` carry the DATA_ACK,
+    /// without deciding it.
+    fn peek_with_ack(&self, ssn: u32) -> bool {
+        match self.map_index(ssn).and_then(|i| self.ext.tx_maps[i].with_ack) {
+            Some(d) => d,
+            None => self.data_ack_due(),
+        }
+    }
+
+    /// Decides (once per mapping) whether its segments carry the DATA_ACK.
+    fn with_ack(&mut self, ssn: u32) -> bool {
+        let Some(i) = self.map_index(ssn) else { return self.data_ack_due() };
+        if let Some(d) = self.ext.tx_maps[i].with_ack {
+            return d;
+        }
+        let d = self.data_ack_due();
+        self.ext.tx_maps[i].with_ack = Some(d);
+        if d {
+            self.ext.last_ack_sent = Some(self.ack_info());
+            self.ext.maps_without_ack = 0;
+        } else {
+            self.ext.maps_without_ack += 1;
+        }
+        d
     }
 
     fn dss(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) {
         let data_ack = self.data_ack();
         if meta.len > 0 {
             let mapping = self.mapping_for(meta);
-            let with_ack = self.data_ack_due();
-            if with_ack {
-                self.ext.last_ack_sent = Some(self.ack_info());
-                self.ext.segs_without_ack = 0;
-            } else {
-                self.ext.segs_without_ack += 1;
-            }
+            let with_ack = self.with_ack(meta.seq - self.iss);
             push(opts, MptcpOption::Dss { data_ack: data_ack.filter(|_| with_ack), mapping, data_fin: false });
             return;
         }
         self.ext.last_ack_sent = Some(self.ack_info());
-        self.ext.segs_without_ack = 0;
+        self.ext.maps_without_ack = 0;
         if self.sh.data_fin_due {
             if let Some(fin) = self.sh.data_fin_seq {
                 let checksum = self.sh.csum.then(|| dss_checksum(fin, 0, 1, &[]));
@@ -144,7 +171,7 @@ impl SegmentHook for Hook<'_> {
                 if data
                     && self.sh.fully_established
                     && matches!(self.ext.join, JoinState::Joined | JoinState::Initial)
-                    && !self.data_ack_due() =>
+                    && !self.peek_with_ack(self.next_ssn) =>
             {
                 DSS_MAP
             }

@@ -134,6 +134,11 @@ pub(crate) struct TxMap {
     pub len: u32,
     /// DSS checksum of the mapping (computed only when checksums are on).
     pub csum: u16,
+    /// Whether this mapping's segments carry the DATA_ACK, decided at its
+    /// first segment so that all its segments have identical options (TSO
+    /// on a TUN merges only byte-identical headers) and a retransmission
+    /// fits the size the original was cut to.
+    pub with_ack: Option<bool>,
 }
 
 /// MPTCP state of one subflow.
@@ -162,11 +167,11 @@ pub(crate) struct SubflowExt {
     pub fastclose: bool,
     /// MP_PRIO to send on the next pure ACK.
     pub prio_pending: Option<bool>,
-    /// (DATA_ACK, window edge) last sent on this subflow, and data segments
-    /// sent since: unchanged acknowledgement information is left off data
-    /// segments to give their payload the 8 bytes.
+    /// (DATA_ACK, window edge) last sent on this subflow, and mappings sent
+    /// since without it: unchanged acknowledgement information is left off
+    /// data segments to give their payload the 8 bytes.
     pub last_ack_sent: Option<(u64, u64)>,
-    pub segs_without_ack: u32,
+    pub maps_without_ack: u32,
 }
 
 impl SubflowExt {
@@ -187,7 +192,7 @@ impl SubflowExt {
             fastclose: false,
             prio_pending: None,
             last_ack_sent: None,
-            segs_without_ack: 0,
+            maps_without_ack: 0,
         }
     }
 }
@@ -1237,9 +1242,20 @@ impl Connection {
                 }
             }
         }
-        // Linux sizes the msk send buffer as the sum of its subflows'.
+        // Linux sizes the msk send buffer as the sum of its subflows'
+        // sk_sndbuf. Those count memory: 2 × cwnd × ~4352 bytes of skb per
+        // MSS-sized segment (tcp_sndbuf_expand), while the msk's queue is
+        // charged about its payload. In payload terms the msk holds ~3× the
+        // subflows' payload buffers, room for the data the receiver holds
+        // out of order while the slow path catches up.
         if let BufferSize::Auto { max, .. } = self.cfg.mptcp.send_buffer {
-            let sum: usize = self.subflows.iter().flatten().map(|(sf, _)| sf.info().send_buffer).sum();
+            const TRUESIZE_PER_MSS: usize = 4352;
+            let sum: usize = self
+                .subflows
+                .iter()
+                .flatten()
+                .map(|(sf, _)| sf.info().send_buffer / sf.mss(0).max(1) as usize * TRUESIZE_PER_MSS)
+                .sum();
             self.send_limit = self.send_limit.max(sum.min(max));
         }
         // Stale subflows: reinject their data elsewhere, once per streak.
@@ -1391,7 +1407,7 @@ impl Connection {
                 return;
             }
             let csum = if self.shared.csum { dss_checksum(start, ssn.0, len as u16, &data_for_csum) } else { 0 };
-            ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn: start, len: len as u32, csum });
+            ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn: start, len: len as u32, csum, with_ack: None });
             if reinj {
                 let front = self.reinject.front_mut().expect("peeked");
                 front.0 = start + len;
@@ -1490,7 +1506,8 @@ impl Connection {
                 sf.poll_transmit(now, &mut (), out)
             } else {
                 Self::apply_penalty(sf, ext, &mut self.shared.counters);
-                let mut hook = Hook { sh: &mut self.shared, ext, now, iss: sf.iss(), recv_window: 0 };
+                let next_ssn = (sf.snd_nxt() - sf.iss().0).0;
+                let mut hook = Hook { sh: &mut self.shared, ext, now, iss: sf.iss(), next_ssn, recv_window: 0 };
                 hook.recv_window =
                     hook.sh.recv_limit.saturating_sub(self.rcv_buf.ready_len() + self.rcv_buf.ofo_len()) as u64;
                 sf.poll_transmit(now, &mut hook, out)

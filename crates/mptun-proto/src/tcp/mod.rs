@@ -510,6 +510,11 @@ impl Subflow {
         self.snd_una
     }
 
+    /// `snd_nxt`: where the next new segment starts.
+    pub fn snd_nxt(&self) -> Seq {
+        self.snd_nxt
+    }
+
     /// Sequence number the next written byte will get.
     pub fn write_seq(&self) -> Seq {
         self.send_buf.end()
