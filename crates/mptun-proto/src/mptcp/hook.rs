@@ -43,6 +43,19 @@ impl Hook<'_> {
         cap_flags::HMAC_SHA256 | a
     }
 
+    /// MP_CAPABLE in the form the handshake step needs: no key (SYN), our
+    /// key (SYN-ACK), both keys (third ACK), and a data length (first data).
+    fn mp_capable(&self, syn: bool, receiver_key: Option<u64>, data: Option<&DssMapping>) -> MptcpOption {
+        MptcpOption::MpCapable {
+            version: VERSION,
+            flags: self.cap_flags(!syn),
+            sender_key: (!syn).then_some(self.sh.local_key),
+            receiver_key,
+            data_len: data.map(|m| m.len),
+            checksum: data.and_then(|m| m.checksum),
+        }
+    }
+
     fn data_ack(&self) -> Option<DataAck> {
         self.sh.rx_base.map(|_| DataAck { ack: self.sh.rcv_nxt, ack64: true })
     }
@@ -207,31 +220,11 @@ impl SegmentHook for Hook<'_> {
         match self.ext.join {
             JoinState::Initial => {
                 if syn && !ack {
-                    push(
-                        opts,
-                        MptcpOption::MpCapable {
-                            version: VERSION,
-                            flags: self.cap_flags(false),
-                            sender_key: None,
-                            receiver_key: None,
-                            data_len: None,
-                            checksum: None,
-                        },
-                    );
+                    push(opts, self.mp_capable(true, None, None));
                     return None;
                 }
                 if syn {
-                    push(
-                        opts,
-                        MptcpOption::MpCapable {
-                            version: VERSION,
-                            flags: self.cap_flags(true),
-                            sender_key: Some(self.sh.local_key),
-                            receiver_key: None,
-                            data_len: None,
-                            checksum: None,
-                        },
-                    );
+                    push(opts, self.mp_capable(false, None, None));
                     return None;
                 }
                 if self.sh.mode != Mode::Mptcp {
@@ -243,17 +236,7 @@ impl SegmentHook for Hook<'_> {
                     if meta.len > 0 && first.is_none() {
                         self.dss(meta, opts);
                     } else {
-                        push(
-                            opts,
-                            MptcpOption::MpCapable {
-                                version: VERSION,
-                                flags: self.cap_flags(true),
-                                sender_key: Some(self.sh.local_key),
-                                receiver_key: self.sh.remote_key,
-                                data_len: first.map(|m| m.len),
-                                checksum: first.and_then(|m| m.checksum),
-                            },
-                        );
+                        push(opts, self.mp_capable(false, self.sh.remote_key, first.as_ref()));
                     }
                 } else {
                     self.dss(meta, opts);
