@@ -1,11 +1,20 @@
-//! `mptun`: the command users touch first. `mptun sim ...` runs the
-//! deterministic simulator's scenarios; the TUN-backed modes arrive with the
-//! runtime.
+//! `mptun`: the command users touch first. `serve`/`send` measure a bulk
+//! transfer like iperf3 over mptun's TUN-backed stack (or the kernel's with
+//! `--kernel`), `demo` shows MPTCP working in the simulator without root,
+//! `sim ...` runs the deterministic simulator's scenarios and `lab` runs
+//! one in real namespaces behind emulated links.
 
+mod bulk;
 mod cli_mptcp;
 mod cli_sim;
+mod cli_xfer;
+mod conn;
+mod kernel;
+mod pathspec;
 mod plot;
+mod report;
 mod units;
+mod wire;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,12 +30,18 @@ struct Cli {
 enum Command {
     /// Run a scenario in the deterministic simulator (no root needed).
     Sim(cli_sim::SimArgs),
+    /// Accept bulk-transfer tests (like `iperf3 -s`) on mptun's stack or the kernel's.
+    Serve(cli_xfer::ServeArgs),
+    /// Run a bulk-transfer test against `mptun serve` (like `iperf3 -c`).
+    Send(cli_xfer::SendArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Command::Sim(a) => cli_sim::run(a),
+        Command::Serve(a) => cli_xfer::run_serve(a),
+        Command::Send(a) => cli_xfer::run_send(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,147 @@
+//! Shared by the cli_* tests (each includes it with `#[path]`); compiled alone it has no tests.
+#![allow(dead_code)]
+//! Running the `mptun` command from tests: finding the binary, running it
+//! inside a lab namespace, and stopping what was started even when a test
+//! fails.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The `mptun` binary: `$MPTUN_BIN`, or the one cargo built next to this
+/// test (`cargo test --workspace` builds it, because `tools/mptun` has an
+/// integration test of its own).
+pub fn mptun_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("MPTUN_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps");
+    let bin = dir.join("mptun");
+    assert!(
+        bin.exists(),
+        "{} not built: run `cargo test --workspace` or `cargo build -p mptun-cli` first (or set MPTUN_BIN)",
+        bin.display()
+    );
+    bin
+}
+
+/// `mptun ARGS` run to completion (in namespace `ns` if given), bounded in time.
+pub fn run(ns: Option<&str>, args: &[&str], limit: Duration) -> Output {
+    let mut c = command(ns, args);
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().expect("spawn mptun");
+    let mut guard = Running { child: Some(child), what: args.join(" "), lines: Default::default() };
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(ch) = guard.child.as_mut() {
+            if ch.try_wait().expect("wait").is_some() {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "mptun {} did not finish within {limit:?}", guard.what);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    guard.child.take().expect("child").wait_with_output().expect("output")
+}
+
+fn command(ns: Option<&str>, args: &[&str]) -> Command {
+    let bin = mptun_bin();
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(&bin);
+            c
+        }
+        None => Command::new(&bin),
+    };
+    c.args(args);
+    c
+}
+
+/// A background `mptun` (a server); killed on drop if still running.
+pub struct Running {
+    child: Option<Child>,
+    what: String,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Running {
+    /// Starts `mptun ARGS` in `ns` and waits until a line of its stdout or
+    /// stderr contains `ready` (e.g. "Server listening").
+    pub fn start(ns: Option<&str>, args: &[&str], ready: &str, limit: Duration) -> Running {
+        let mut c = command(ns, args);
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn mptun");
+        let (tx, rx) = mpsc::channel::<String>();
+        for pipe in [
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().expect("stderr")) as Box<dyn std::io::Read + Send>,
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let r = Running { child: Some(child), what: args.join(" "), lines: Default::default() };
+        let deadline = Instant::now() + limit;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok(line) if line.contains(ready) => break,
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("mptun {} never printed {ready:?}; output: {seen:?}", r.what),
+            }
+        }
+        // Keep draining the pipes so the server never blocks on a full one.
+        *r.lines.lock().expect("lines") = seen;
+        let l2 = r.lines.clone();
+        std::thread::spawn(move || {
+            while let Ok(line) = rx.recv() {
+                l2.lock().map(|mut v| v.push(line)).ok();
+            }
+        });
+        r
+    }
+
+    /// Everything it printed so far (stdout and stderr interleaved by line).
+    pub fn output(&self) -> String {
+        self.lines.lock().map(|v| v.join("\n")).unwrap_or_default()
+    }
+
+    /// Waits for the process to end within `limit`; its exit status.
+    pub fn wait(mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        let ch = self.child.as_mut().expect("child");
+        loop {
+            if let Some(st) = ch.try_wait().expect("wait") {
+                self.child = None;
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mptun {} did not exit within {limit:?}; output: {}",
+                self.what,
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // `ip netns exec` execs the program, so this pid is mptun itself.
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,495 @@
+//! `mptun serve` and `mptun send`: iperf3-style bulk transfer over mptun's
+//! TUN-backed stack, or over the kernel's MPTCP with `--kernel`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use mptun::{MptcpListener, MptcpStream, Stack, StreamOptions};
+use mptun_cc::Algorithm;
+use mptun_proto::sched::Policy;
+
+use crate::bulk::{self, ClientTest, Pattern, ServerConfig, Settings, Sink, Source};
+use crate::conn::{Conn, CounterSource};
+use crate::kernel::{self, KernelOptions};
+use crate::pathspec::{self, PathSpec};
+use crate::report::{self, Report};
+use crate::units::{parse_rate, parse_size};
+use crate::wire::{Amount, Request, MAX_BYTES};
+
+/// Options both ends share: the stack, its paths, the socket options, output.
+#[derive(Args, Clone, Debug)]
+pub struct Common {
+    /// A path of mptun's stack: a TUN device to create in this namespace and
+    /// mptun's address on it, `dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR][,mtu=M]`
+    /// (repeat for several paths).
+    #[arg(long = "path", value_name = "SPEC", value_parser = parse_path)]
+    paths: Vec<PathSpec>,
+    /// A named address plan instead of --path: lab-a, lab-b, linkem-client,
+    /// linkem-server, optionally with `:N` paths.
+    #[arg(long, value_name = "NAME[:N]", conflicts_with = "paths")]
+    topology: Option<String>,
+    /// Use the kernel's stack (an IPPROTO_MPTCP socket) instead of mptun.
+    #[arg(long)]
+    kernel: bool,
+    /// Plain TCP instead of MPTCP (either stack).
+    #[arg(long)]
+    no_mptcp: bool,
+    /// Congestion control: reno or cubic (mptun); any the kernel has (--kernel).
+    #[arg(long, value_name = "NAME")]
+    cc: Option<String>,
+    /// MPTCP scheduler policy (mptun): default, penalise, penalise-guarded, mptcp-org.
+    #[arg(long, value_name = "POLICY")]
+    scheduler: Option<String>,
+    /// SO_SNDBUF: a fixed send buffer (autotuning off), e.g. 256K.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    sndbuf: Option<u64>,
+    /// SO_RCVBUF: a fixed receive buffer (autotuning off).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    rcvbuf: Option<u64>,
+    /// SO_MAX_PACING_RATE per subflow, e.g. 100mbit.
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    max_pacing_rate: Option<u64>,
+    /// Seconds between interval reports.
+    #[arg(short = 'i', long, default_value = "1", value_name = "SECS", value_parser = parse_secs)]
+    interval: Duration,
+    /// Print one iperf3-shaped JSON document at the end instead of text.
+    #[arg(short = 'J', long)]
+    json: bool,
+    /// No progress bar (it is off anyway when stderr is not a terminal).
+    #[arg(long)]
+    no_progress: bool,
+    /// Give up when no data moves for this long.
+    #[arg(long, default_value = "30", value_name = "SECS", value_parser = parse_secs)]
+    idle_timeout: Duration,
+    /// Record mptun's packets into a pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Port to listen on.
+    #[arg(short, long, default_value_t = 5201)]
+    port: u16,
+    /// Address to listen on (default: all of the stack's).
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    bind: Option<IpAddr>,
+    /// Serve one test, then exit.
+    #[arg(short = '1', long)]
+    one_off: bool,
+    /// Where files sent with `send --file` are stored (under their base name).
+    #[arg(long, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+    /// The file a client asking `send --reverse --file` receives.
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    /// The server: ADDR, ADDR:PORT or HOST.
+    server: String,
+    #[command(flatten)]
+    common: Common,
+    /// Server port (when SERVER has none).
+    #[arg(short, long, default_value_t = 5201)]
+    port: u16,
+    /// Bytes to move, e.g. 64M, 1G, 20MB (default: -t 10).
+    #[arg(short = 'n', long, value_name = "SIZE", value_parser = parse_size, conflicts_with_all = ["time", "file"])]
+    bytes: Option<u64>,
+    /// Seconds to send for.
+    #[arg(short = 't', long, value_name = "SECS", value_parser = parse_secs, conflicts_with = "file")]
+    time: Option<Duration>,
+    /// Send this file (the server stores it, SHA-256 checked); with
+    /// --reverse, receive the server's --file into it.
+    #[arg(short = 'F', long, value_name = "PATH")]
+    file: Option<PathBuf>,
+    /// The server sends, this side receives.
+    #[arg(short = 'R', long)]
+    reverse: bool,
+    /// Give up connecting after this long.
+    #[arg(long, default_value = "10", value_name = "SECS", value_parser = parse_secs)]
+    connect_timeout: Duration,
+}
+
+fn parse_path(s: &str) -> Result<PathSpec> {
+    s.parse()
+}
+
+fn parse_secs(s: &str) -> Result<Duration> {
+    let v: f64 = s.trim_end_matches('s').parse().map_err(|_| anyhow!("'{s}' is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        bail!("'{s}' seconds out of range (0, 86400]");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// The checked form of [`Common`].
+struct Plan {
+    kernel: bool,
+    paths: Vec<PathSpec>,
+    /// Applied to the stack's own defaults (which carry its path manager's
+    /// endpoints), as setsockopt on a socket of that stack.
+    options: StreamSettings,
+    kernel_options: KernelOptions,
+    settings: Settings,
+    pcap: Option<PathBuf>,
+}
+
+impl Common {
+    fn check(&self, client: bool) -> Result<Plan> {
+        let scheduler: Policy = match &self.scheduler {
+            Some(s) => s.parse().map_err(|e: String| anyhow!("--scheduler: {e}"))?,
+            None => Policy::Default,
+        };
+        let sz = |v: Option<u64>, what: &str| -> Result<Option<usize>> {
+            match v {
+                Some(b) if b > 1 << 31 => bail!("--{what} of {b} bytes is more than 2 GiB"),
+                Some(b) if b < 1024 => bail!("--{what} of {b} bytes is less than 1 KiB"),
+                v => Ok(v.map(|b| b as usize)),
+            }
+        };
+        let (sndbuf, rcvbuf) = (sz(self.sndbuf, "sndbuf")?, sz(self.rcvbuf, "rcvbuf")?);
+        let pacing = self.max_pacing_rate.map(|bits| (bits / 8).max(1));
+        let mut paths = Vec::new();
+        if self.kernel {
+            if !self.paths.is_empty() || self.topology.is_some() {
+                bail!("--path/--topology configure mptun's TUN paths; --kernel uses the kernel's addresses and routes");
+            }
+            if scheduler != Policy::Default {
+                bail!("--scheduler {scheduler}: the kernel stack runs its own scheduler (net.mptcp.scheduler)");
+            }
+            if self.pcap.is_some() {
+                bail!("--pcap records mptun's packets; for --kernel use tcpdump");
+            }
+        } else {
+            paths = match &self.topology {
+                Some(t) => pathspec::topology(t)?,
+                None => self.paths.clone(),
+            };
+            if paths.is_empty() {
+                bail!(
+                    "no paths: give --path dev=NAME,addr=A/PREFIX (repeatable) or --topology NAME, or --kernel for the kernel's stack"
+                );
+            }
+        }
+        let mut options = StreamSettings { mptcp: !self.no_mptcp, cc: None, sndbuf, rcvbuf, pacing, scheduler };
+        let cc_name = match &self.cc {
+            Some(c) if !self.kernel => {
+                let a: Algorithm = c.parse().map_err(|e| anyhow!("--cc: {e}"))?;
+                options.cc = Some(a);
+                a.to_string()
+            }
+            Some(c) => {
+                if c.is_empty() || c.len() > 15 || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    bail!("--cc '{c}' is no congestion control name");
+                }
+                c.clone()
+            }
+            None if self.kernel => "default".into(),
+            None => StreamOptions::default().config().tcp.congestion_control.to_string(),
+        };
+        let kernel_options = KernelOptions {
+            mptcp: !self.no_mptcp,
+            cc: self.cc.clone().filter(|_| self.kernel),
+            sndbuf,
+            rcvbuf,
+            max_pacing_rate: pacing,
+        };
+        let path_names = if self.kernel {
+            vec!["kernel routes".into()]
+        } else {
+            paths.iter().map(|p| format!("{} on {}", p.addr.addr, p.dev)).collect()
+        };
+        Ok(Plan {
+            kernel: self.kernel,
+            paths,
+            options,
+            kernel_options,
+            settings: Settings {
+                client,
+                interval: self.interval,
+                json: self.json,
+                progress: !self.no_progress,
+                idle_timeout: self.idle_timeout,
+                paths: path_names,
+                congestion: cc_name,
+                scheduler: if self.kernel { "kernel".into() } else { scheduler.to_string() },
+                connecting_to: None,
+            },
+            pcap: self.pcap.clone(),
+        })
+    }
+}
+
+/// The per-stream settings of `Common`, checked.
+#[derive(Clone, Debug)]
+struct StreamSettings {
+    mptcp: bool,
+    cc: Option<Algorithm>,
+    sndbuf: Option<usize>,
+    rcvbuf: Option<usize>,
+    pacing: Option<u64>,
+    scheduler: Policy,
+}
+
+impl StreamSettings {
+    fn apply(&self, mut o: StreamOptions) -> StreamOptions {
+        o = o.mptcp(self.mptcp).max_pacing_rate(self.pacing);
+        if let Some(a) = self.cc {
+            o = o.congestion_control(a);
+        }
+        if let Some(b) = self.sndbuf {
+            o = o.send_buffer_size(b);
+        }
+        if let Some(b) = self.rcvbuf {
+            o = o.recv_buffer_size(b);
+        }
+        o.config_mut().mptcp.scheduler = self.scheduler;
+        o
+    }
+}
+
+impl Plan {
+    /// mptun's stack over freshly created TUN devices.
+    fn stack(&self) -> Result<Stack> {
+        let devs = pathspec::create_tuns(&self.paths)?;
+        // Listeners take the stack's defaults: make them these settings.
+        let cfg = self.options.apply(StreamOptions::default()).config().clone();
+        let mut b = Stack::builder().tcp_config(cfg.tcp).mptcp_config(cfg.mptcp);
+        for (addr, dev) in devs {
+            b = b.path(addr, dev);
+        }
+        if let Some(p) = &self.pcap {
+            b = b.pcap(p);
+        }
+        b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn emit(r: &Report, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+    } else {
+        print!("{}", report::end_lines(r));
+    }
+    Ok(())
+}
+
+pub fn run_send(a: SendArgs) -> Result<()> {
+    let mut plan = a.common.check(true)?;
+    let (host, port) = split_host_port(&a.server, a.port)?;
+    let amount = match (a.bytes, a.time, &a.file) {
+        (Some(n), _, _) => {
+            if n > MAX_BYTES {
+                bail!("-n {n}: at most {MAX_BYTES} bytes");
+            }
+            Amount::Bytes(n)
+        }
+        (None, Some(t), _) => Amount::DurationMs((t.as_millis() as u64).max(1)),
+        (None, None, Some(_)) => Amount::Bytes(1), // replaced by the file's size below
+        (None, None, None) => Amount::DurationMs(10_000),
+    };
+    let (mut source, mut sink, mut amount, file_name) = (None, Sink::Discard, amount, None::<String>);
+    let mut file_name = file_name;
+    if let Some(path) = &a.file {
+        if a.reverse {
+            let f = std::fs::File::create(path).map_err(|e| anyhow!("cannot create {}: {e}", path.display()))?;
+            sink = Sink::File(f, path.clone());
+            file_name = Some(String::new());
+        } else {
+            let f = std::fs::File::open(path).map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
+            let meta = f.metadata().with_context(|| format!("stat {}", path.display()))?;
+            if !meta.is_file() {
+                bail!("{} is not a regular file", path.display());
+            }
+            if meta.len() == 0 {
+                bail!("{} is empty", path.display());
+            }
+            amount = Amount::Bytes(meta.len());
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| anyhow!("{}: the file name must be UTF-8", path.display()))?;
+            if name.len() > crate::wire::MAX_NAME {
+                bail!("file name {name} is longer than {} bytes", crate::wire::MAX_NAME);
+            }
+            file_name = Some(name.to_owned());
+            source = Some(Source::File(f, path.clone()));
+        }
+    }
+    if source.is_none() && !a.reverse {
+        source = Some(Source::Pattern(Pattern::new(1)));
+    }
+    let request = Request { reverse: a.reverse, amount, file: file_name };
+    plan.settings.connecting_to = Some((host.clone(), port));
+    let json = plan.settings.json;
+    let rt = runtime()?;
+    let report = rt.block_on(async move {
+        let to = resolve(&host, port).await?;
+        let (conn, counters) = if plan.kernel {
+            let counters = CounterSource::kernel();
+            let s = tokio::time::timeout(a.connect_timeout, kernel::connect(to, &plan.kernel_options))
+                .await
+                .map_err(|_| anyhow!("connect to {to}: no answer within {} s", a.connect_timeout.as_secs()))?
+                .map_err(|e| anyhow!("connect to {to}: {e:#}"))?;
+            (Conn::Kernel(s), counters)
+        } else {
+            let stack = plan.stack()?;
+            let options = plan.options.apply(stack.stream_options());
+            let s = tokio::time::timeout(a.connect_timeout, MptcpStream::connect_with(&stack, to, options))
+                .await
+                .map_err(|_| anyhow!("connect to {to}: no answer within {} s", a.connect_timeout.as_secs()))?
+                .map_err(|e| anyhow!("connect to {to}: {e}"))?;
+            (Conn::Mptun(s), CounterSource::Mptun(stack))
+        };
+        bulk::run_client(conn, ClientTest { request, source, sink }, plan.settings.clone(), counters).await
+    })?;
+    emit(&report, json)?;
+    if !report.end.mptcp.sha256_match {
+        bail!(
+            "integrity check failed: sent {} bytes (SHA-256 {}), the receiver got {} (SHA-256 {})",
+            report.end.sum_sent.bytes,
+            report.end.mptcp.sha256_sent,
+            report.end.sum_received.bytes,
+            report.end.mptcp.sha256_received
+        );
+    }
+    Ok(())
+}
+
+pub fn run_serve(a: ServeArgs) -> Result<()> {
+    let plan = a.common.check(false)?;
+    if let Some(d) = &a.output_dir {
+        if !d.is_dir() {
+            bail!("--output-dir {}: not a directory", d.display());
+        }
+    }
+    if let Some(f) = &a.file {
+        let m = std::fs::metadata(f).map_err(|e| anyhow!("--file {}: {e}", f.display()))?;
+        if !m.is_file() {
+            bail!("--file {}: not a regular file", f.display());
+        }
+    }
+    let cfg = ServerConfig { output_dir: a.output_dir.clone(), file: a.file.clone() };
+    let json = plan.settings.json;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let bind_ip = a.bind.unwrap_or(if plan.paths.first().is_some_and(|p| p.addr.addr.is_ipv6()) {
+            IpAddr::from([0u16; 8])
+        } else {
+            IpAddr::from([0u8; 4])
+        });
+        let bind = SocketAddr::new(bind_ip, a.port);
+        enum L {
+            K(tokio::net::TcpListener),
+            M(MptcpListener, Stack),
+        }
+        let listener = if plan.kernel {
+            L::K(kernel::listen(bind, &plan.kernel_options)?)
+        } else {
+            let stack = plan.stack()?;
+            let l = MptcpListener::bind(&stack, bind).await.map_err(|e| anyhow!("listen on {bind}: {e}"))?;
+            L::M(l, stack)
+        };
+        let what = if plan.kernel { "kernel".to_string() } else { format!("mptun, {} path(s)", plan.paths.len()) };
+        let line = format!("Server listening on {bind} ({what})");
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+            println!("-----------------------------------------------------------");
+        }
+        loop {
+            let (conn, peer, counters) = match &listener {
+                L::K(l) => {
+                    let counters = CounterSource::kernel();
+                    let (s, peer) = l.accept().await.context("accept")?;
+                    s.set_nodelay(true).ok();
+                    (Conn::Kernel(s), peer, counters)
+                }
+                L::M(l, stack) => {
+                    let (s, peer) = l.accept().await.context("accept")?;
+                    (Conn::Mptun(s), peer, CounterSource::Mptun(stack.clone()))
+                }
+            };
+            if !json {
+                println!("Accepted connection from {}, port {}", peer.ip(), peer.port());
+            }
+            match bulk::run_server(conn, &cfg, plan.settings.clone(), counters).await {
+                Ok(r) => {
+                    emit(&r, json)?;
+                    if !r.end.mptcp.sha256_match && a.one_off {
+                        bail!("integrity check failed");
+                    }
+                }
+                Err(e) if a.one_off => return Err(e),
+                Err(e) => eprintln!("mptun: test with {peer} failed: {e:#}"),
+            }
+            if a.one_off {
+                return Ok(());
+            }
+            if !json {
+                println!("-----------------------------------------------------------");
+                println!("Server listening on {bind} ({what})");
+            }
+        }
+    })
+}
+
+fn split_host_port(s: &str, default_port: u16) -> Result<(String, u16)> {
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Ok((sa.ip().to_string(), sa.port()));
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip.to_string(), default_port));
+    }
+    let (h, p) = match s.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => (h, p.parse::<u16>().map_err(|_| anyhow!("'{s}': bad port '{p}'"))?),
+        _ => (s, default_port),
+    };
+    if h.is_empty() || !h.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.') {
+        bail!("'{s}' is not an address or host name");
+    }
+    Ok((h.to_owned(), p))
+}
+
+async fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+    tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| anyhow!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| anyhow!("{host} has no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port() {
+        assert_eq!(split_host_port("10.0.0.1", 5201).unwrap(), ("10.0.0.1".into(), 5201));
+        assert_eq!(split_host_port("10.0.0.1:7", 5201).unwrap(), ("10.0.0.1".into(), 7));
+        assert_eq!(split_host_port("[fd00::1]:7", 5201).unwrap(), ("fd00::1".into(), 7));
+        assert_eq!(split_host_port("fd00::1", 9).unwrap(), ("fd00::1".into(), 9));
+        assert_eq!(split_host_port("host-a:80", 9).unwrap(), ("host-a".into(), 80));
+        assert!(split_host_port("a b", 9).is_err());
+        assert!(split_host_port("h:xx", 9).is_err());
+        assert!(parse_secs("0").is_err());
+        assert!(parse_secs("1e9").is_err());
+        assert_eq!(parse_secs("2.5").unwrap(), Duration::from_millis(2500));
+    }
+}

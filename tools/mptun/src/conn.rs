@@ -1,0 +1,189 @@
+//! One connection, whichever stack carries it: an mptun stream over TUN or
+//! a kernel socket, with the same byte stream and the same [`Probe`] of its
+//! subflows, so the transfer code and the report never ask which.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// One subflow as either stack reports it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SubflowProbe {
+    pub id: usize,
+    pub local: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub bytes_retrans: u64,
+    /// Retransmitted segments (kernel: `tcpi_total_retrans`; mptun: bytes / MSS).
+    pub retrans_segs: u64,
+    /// Congestion window, packets.
+    pub cwnd: u64,
+    pub mss: u64,
+    pub srtt_us: u64,
+    pub rttvar_us: u64,
+    /// Slow-subflow halvings (mptun's penalise schedulers).
+    pub penalized: u64,
+}
+
+/// A snapshot of a connection.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Probe {
+    /// `mptcp` or `tcp` (never offered, or fell back).
+    pub mode: &'static str,
+    pub subflows: Vec<SubflowProbe>,
+    /// Retransmitted segments over the connection's life.
+    pub retrans_segs: u64,
+}
+
+/// A connected stream of either stack.
+pub enum Conn {
+    Mptun(mptun::MptcpStream),
+    Kernel(tokio::net::TcpStream),
+}
+
+impl Conn {
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Conn::Mptun(s) => s.local_addr().ok(),
+            Conn::Kernel(s) => s.local_addr().ok(),
+        }
+    }
+
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Conn::Mptun(s) => s.peer_addr().ok(),
+            Conn::Kernel(s) => s.peer_addr().ok(),
+        }
+    }
+
+    /// Which stack carries it, for reports.
+    pub fn stack_name(&self) -> &'static str {
+        match self {
+            Conn::Mptun(_) => "mptun",
+            Conn::Kernel(_) => "kernel",
+        }
+    }
+
+    pub fn probe(&self) -> Probe {
+        match self {
+            Conn::Kernel(s) => crate::kernel::probe(s),
+            Conn::Mptun(s) => {
+                let Ok(info) = s.info() else { return Probe { mode: "tcp", ..Default::default() } };
+                let subflows = info
+                    .conn
+                    .subflows
+                    .iter()
+                    .map(|sf| {
+                        let mss = u64::from(sf.tcp.mss.max(1));
+                        SubflowProbe {
+                            id: sf.id,
+                            local: Some(sf.local),
+                            remote: Some(sf.remote),
+                            bytes_acked: sf.tcp.bytes_acked,
+                            bytes_received: sf.tcp.bytes_received,
+                            bytes_retrans: sf.tcp.bytes_retrans,
+                            retrans_segs: sf.tcp.bytes_retrans.div_ceil(mss),
+                            cwnd: u64::from(sf.tcp.cwnd),
+                            mss,
+                            srtt_us: sf.tcp.srtt.as_micros() as u64,
+                            rttvar_us: sf.tcp.rttvar.as_micros() as u64,
+                            penalized: sf.penalized,
+                        }
+                    })
+                    .collect();
+                Probe {
+                    mode: if info.is_mptcp() { "mptcp" } else { "tcp" },
+                    subflows,
+                    retrans_segs: info.counters.tcp_retrans_segs,
+                }
+            }
+        }
+    }
+
+    /// Of the `written` bytes this side wrote, how many the peer has
+    /// acknowledged at the connection level (MPTCP data ACK; TCP ACK after
+    /// a fallback).
+    pub fn acked(&self, written: u64) -> u64 {
+        let a = match self {
+            Conn::Kernel(s) => match crate::kernel::unacked(s) {
+                Some(q) => written.saturating_sub(q),
+                None => crate::kernel::probe(s).subflows.iter().map(|s| s.bytes_acked).sum(),
+            },
+            Conn::Mptun(s) => match s.info() {
+                Ok(i) if i.is_mptcp() => i.conn.bytes_acked,
+                Ok(i) => i.conn.subflows.first().map_or(0, |s| s.tcp.bytes_acked),
+                Err(_) => written,
+            },
+        };
+        a.min(written)
+    }
+
+    /// The congestion control in use.
+    pub fn congestion(&self) -> String {
+        match self {
+            Conn::Kernel(s) => crate::kernel::congestion(s).unwrap_or_else(|| "unknown".into()),
+            Conn::Mptun(s) => s.stack().stream_options().config().tcp.congestion_control.to_string(),
+        }
+    }
+}
+
+/// Counters of a stack since a baseline: mptun's own (the stack's, which
+/// for a one-connection test are the connection's), or the namespace's
+/// kernel counters.
+pub enum CounterSource {
+    Mptun(mptun::Stack),
+    Kernel(BTreeMap<String, u64>),
+}
+
+impl CounterSource {
+    pub fn kernel() -> Self {
+        CounterSource::Kernel(crate::kernel::netstat())
+    }
+
+    /// Non-zero counters (kernel: the increase since [`CounterSource::kernel`]).
+    pub fn read(&self) -> BTreeMap<String, u64> {
+        match self {
+            CounterSource::Mptun(s) => {
+                s.counters().iter().filter(|(_, v)| *v != 0).map(|(k, v)| (k.to_owned(), v)).collect()
+            }
+            CounterSource::Kernel(before) => crate::kernel::netstat_delta(before, &crate::kernel::netstat()),
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Mptun(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Kernel(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Mptun(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Kernel(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Mptun(s) => Pin::new(s).poll_flush(cx),
+            Conn::Kernel(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Mptun(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Kernel(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}

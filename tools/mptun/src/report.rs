@@ -1,0 +1,406 @@
+//! The one report format of `send`, `serve`, `demo` and `lab`: iperf3's JSON
+//! (`start`, `intervals[].streams[]`, `end.sum_sent`, `end.sum_received`,
+//! `end.streams[]`, `cpu_utilization_percent`) so existing iperf3 tooling
+//! reads it, with MPTCP additions: `subflows[]` next to each stream and an
+//! `end.mptcp` object (mode, subflows, SHA-256 of both ends, counters).
+//! The human rendering follows iperf3's layout, with one line per subflow.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub start: Start,
+    pub intervals: Vec<Interval>,
+    pub end: End,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Start {
+    pub connected: Vec<Connected>,
+    pub version: String,
+    pub system_info: String,
+    pub timestamp: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub connecting_to: Option<HostPort>,
+    pub test_start: TestStart,
+    /// mptun addition: which stack, which side, over what.
+    pub mptun: StartExtra,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Connected {
+    pub socket: u32,
+    pub local_host: String,
+    pub local_port: u16,
+    pub remote_host: String,
+    pub remote_port: u16,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Timestamp {
+    pub time: String,
+    pub timesecs: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HostPort {
+    pub host: String,
+    pub port: u16,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TestStart {
+    pub protocol: String,
+    pub num_streams: u32,
+    pub blksize: u64,
+    pub omit: u32,
+    /// Seconds (0: a byte count or file decides).
+    pub duration: u64,
+    pub bytes: u64,
+    pub blocks: u64,
+    pub reverse: u8,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StartExtra {
+    /// `mptun`, `kernel` or `sim`.
+    pub stack: String,
+    /// `client` or `server`.
+    pub role: String,
+    /// Whether this side sends the data.
+    pub sender: bool,
+    pub paths: Vec<String>,
+    pub congestion: String,
+    pub scheduler: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub file: Option<String>,
+}
+
+/// One reporting interval.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Interval {
+    pub streams: Vec<IntervalStream>,
+    pub sum: Sum,
+}
+
+/// iperf3's per-interval and end-of-test figures.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct Sum {
+    pub start: f64,
+    pub end: f64,
+    pub seconds: f64,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub retransmits: Option<u64>,
+    pub omitted: bool,
+    pub sender: bool,
+}
+
+impl Sum {
+    pub fn new(start: f64, end: f64, bytes: u64, retransmits: Option<u64>, sender: bool) -> Sum {
+        let seconds = (end - start).max(0.0);
+        Sum {
+            start,
+            end,
+            seconds,
+            bytes,
+            bits_per_second: if seconds > 0.0 { bytes as f64 * 8.0 / seconds } else { 0.0 },
+            retransmits,
+            omitted: false,
+            sender,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct IntervalStream {
+    pub socket: u32,
+    #[serde(flatten)]
+    pub sum: Sum,
+    /// Sum of the subflows' congestion windows, bytes (iperf3: the socket's).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub snd_cwnd: Option<u64>,
+    /// Smoothed RTT of the first subflow, µs.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rtt: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rttvar: Option<u64>,
+    /// mptun addition: the stream's subflows over the interval.
+    pub subflows: Vec<SubflowInterval>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct SubflowInterval {
+    pub id: usize,
+    pub local: String,
+    pub remote: String,
+    /// Bytes this subflow carried in the interval (acknowledged at the
+    /// sender, received at the receiver).
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    pub retransmits: u64,
+    /// Congestion window at the end of the interval, bytes and packets.
+    pub snd_cwnd: u64,
+    pub snd_cwnd_packets: u64,
+    /// Smoothed RTT, µs.
+    pub rtt: u64,
+    pub rttvar: u64,
+    /// Slow-subflow halvings so far.
+    pub penalized: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct End {
+    pub streams: Vec<EndStream>,
+    pub sum_sent: Sum,
+    pub sum_received: Sum,
+    pub cpu_utilization_percent: Cpu,
+    pub sender_tcp_congestion: String,
+    pub receiver_tcp_congestion: String,
+    /// mptun addition.
+    pub mptcp: MptcpEnd,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EndStream {
+    pub sender: Sum,
+    pub receiver: Sum,
+    /// mptun addition: what each subflow carried over the whole test.
+    pub subflows: Vec<SubflowEnd>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct SubflowEnd {
+    pub id: usize,
+    pub local: String,
+    pub remote: String,
+    pub bytes: u64,
+    /// Share of all subflows' bytes.
+    pub share: f64,
+    pub retransmits: u64,
+    pub bytes_retrans: u64,
+    pub max_snd_cwnd: u64,
+    pub rtt: u64,
+    pub penalized: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct Cpu {
+    pub host_total: f64,
+    pub host_user: f64,
+    pub host_system: f64,
+    pub remote_total: f64,
+    pub remote_user: f64,
+    pub remote_system: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct MptcpEnd {
+    /// `mptcp` or `tcp` (never offered, refused, or fell back).
+    pub mode: String,
+    /// Most subflows seen at once.
+    pub subflows_max: usize,
+    pub sha256_sent: String,
+    pub sha256_received: String,
+    pub sha256_match: bool,
+    /// Goodput (sum_received) over the sum of the path rates, when known (sim, lab).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub efficiency: Option<f64>,
+    /// This side's counters (mptun: the stack's; kernel: the namespace's
+    /// increase during the test), nstat names.
+    pub counters: BTreeMap<String, u64>,
+    /// The peer's, as it sent them at the end.
+    pub peer_counters: BTreeMap<String, u64>,
+}
+
+impl MptcpEnd {
+    /// A counter of the data receiver (this side's or the peer's).
+    pub fn receiver_counter(&self, sender: bool, name: &str) -> u64 {
+        let m = if sender { &self.peer_counters } else { &self.counters };
+        m.get(name).copied().unwrap_or(0)
+    }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().fold(String::with_capacity(b.len() * 2), |mut s, x| {
+        let _ = write!(s, "{x:02x}");
+        s
+    })
+}
+
+/// `12.3 MBytes` (iperf3 uses powers of 1024 for sizes).
+pub fn bytes_h(b: u64) -> String {
+    let b = b as f64;
+    if b >= 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2} GBytes", b / (1024.0 * 1024.0 * 1024.0))
+    } else if b >= 1024.0 * 1024.0 {
+        format!("{:.2} MBytes", b / (1024.0 * 1024.0))
+    } else if b >= 1024.0 {
+        format!("{:.1} KBytes", b / 1024.0)
+    } else {
+        format!("{b:.0} Bytes")
+    }
+}
+
+/// `9.41 Mbits/sec` (powers of 1000 for rates, as iperf3).
+pub fn rate_h(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2} Gbits/sec", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.2} Mbits/sec", bps / 1e6)
+    } else if bps >= 1e3 {
+        format!("{:.1} Kbits/sec", bps / 1e3)
+    } else {
+        format!("{bps:.0} bits/sec")
+    }
+}
+
+/// The header before the interval lines.
+pub fn header_lines(r: &Start) -> String {
+    let mut s = String::new();
+    let x = &r.mptun;
+    if let Some(c) = &r.connecting_to {
+        let _ = writeln!(s, "Connecting to host {}, port {} ({})", c.host, c.port, x.stack);
+    }
+    for c in &r.connected {
+        let _ = writeln!(
+            s,
+            "[{:>3}] local {} port {} connected to {} port {}",
+            c.socket, c.local_host, c.local_port, c.remote_host, c.remote_port
+        );
+    }
+    let _ = writeln!(
+        s,
+        "      {} {} over {} path(s) [{}], congestion {}, scheduler {}",
+        x.role,
+        if x.sender { "sending" } else { "receiving" },
+        x.paths.len(),
+        x.paths.join(", "),
+        x.congestion,
+        x.scheduler
+    );
+    let _ = writeln!(s, "[ ID] Interval           Transfer     Bitrate         Retr  Cwnd");
+    s
+}
+
+/// One interval: the stream line, then one line per subflow.
+pub fn interval_lines(i: &Interval) -> String {
+    let mut s = String::new();
+    for st in &i.streams {
+        let _ = writeln!(
+            s,
+            "[{:>3}] {:>6.2}-{:<6.2} sec  {:>12}  {:>15}  {:>4}  {}",
+            st.socket,
+            st.sum.start,
+            st.sum.end,
+            bytes_h(st.sum.bytes),
+            rate_h(st.sum.bits_per_second),
+            st.sum.retransmits.map_or(String::new(), |r| r.to_string()),
+            st.snd_cwnd.map_or(String::new(), bytes_h),
+        );
+        for sf in &st.subflows {
+            let _ = writeln!(
+                s,
+                "        sf{} {} -> {}  {:>12}  {:>15}  retr {:<4} cwnd {:>4} pkts  srtt {:.1} ms{}",
+                sf.id,
+                sf.local,
+                sf.remote,
+                bytes_h(sf.bytes),
+                rate_h(sf.bits_per_second),
+                sf.retransmits,
+                sf.snd_cwnd_packets,
+                sf.rtt as f64 / 1000.0,
+                if sf.penalized > 0 { format!("  penalized {}", sf.penalized) } else { String::new() }
+            );
+        }
+    }
+    s
+}
+
+/// The end-of-test summary.
+pub fn end_lines(r: &Report) -> String {
+    let mut s = String::new();
+    let e = &r.end;
+    let _ = writeln!(s, "- - - - - - - - - - - - - - - - - - - - - - - - -");
+    let _ = writeln!(s, "[ ID] Interval           Transfer     Bitrate         Retr");
+    let sock = r.start.connected.first().map_or(5, |c| c.socket);
+    for (sum, label) in [(&e.sum_sent, "sender"), (&e.sum_received, "receiver")] {
+        let _ = writeln!(
+            s,
+            "[{sock:>3}] {:>6.2}-{:<6.2} sec  {:>12}  {:>15}  {:>4}  {label}",
+            sum.start,
+            sum.end,
+            bytes_h(sum.bytes),
+            rate_h(sum.bits_per_second),
+            sum.retransmits.map_or(String::new(), |r| r.to_string()),
+        );
+    }
+    for st in &e.streams {
+        for sf in &st.subflows {
+            let _ = writeln!(
+                s,
+                "        sf{} {} -> {}  {:>12} ({:>5.1}%)  retr {}  max cwnd {}{}",
+                sf.id,
+                sf.local,
+                sf.remote,
+                bytes_h(sf.bytes),
+                sf.share * 100.0,
+                sf.retransmits,
+                bytes_h(sf.max_snd_cwnd),
+                if sf.penalized > 0 { format!("  penalized {}", sf.penalized) } else { String::new() }
+            );
+        }
+    }
+    let m = &e.mptcp;
+    let _ = writeln!(
+        s,
+        "{} with {} subflow(s); SHA-256 sent {}… received {}… ({})",
+        m.mode.to_uppercase(),
+        m.subflows_max,
+        m.sha256_sent.get(..16).unwrap_or(&m.sha256_sent),
+        m.sha256_received.get(..16).unwrap_or(&m.sha256_received),
+        if m.sha256_match { "match" } else { "MISMATCH" }
+    );
+    let c = &e.cpu_utilization_percent;
+    let _ = writeln!(
+        s,
+        "CPU Utilization: local/{} {:.1}% ({:.1}%u/{:.1}%s), remote/{} {:.1}% ({:.1}%u/{:.1}%s)",
+        if r.start.mptun.sender { "sender" } else { "receiver" },
+        c.host_total,
+        c.host_user,
+        c.host_system,
+        if r.start.mptun.sender { "receiver" } else { "sender" },
+        c.remote_total,
+        c.remote_user,
+        c.remote_system
+    );
+    let ofo = m.receiver_counter(r.start.mptun.sender, "MPTcpExtOFOQueue");
+    let interesting: Vec<String> = m
+        .counters
+        .iter()
+        .filter(|(k, _)| k.starts_with("MPTcpExt"))
+        .map(|(k, v)| format!("{} {v}", k.trim_start_matches("MPTcpExt")))
+        .collect();
+    let _ = writeln!(s, "receiver MPTcpExtOFOQueue {ofo}; local MPTcpExt: {}", interesting.join(", "));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_like_iperf3() {
+        assert_eq!(bytes_h(11_796_480), "11.25 MBytes");
+        assert_eq!(bytes_h(512), "512 Bytes");
+        assert_eq!(rate_h(9_410_000.0), "9.41 Mbits/sec");
+        assert_eq!(rate_h(2.5e9), "2.50 Gbits/sec");
+        let s = Sum::new(1.0, 3.0, 250_000, Some(2), true);
+        assert_eq!((s.seconds, s.bits_per_second), (2.0, 1_000_000.0));
+        assert_eq!(Sum::new(1.0, 1.0, 5, None, false).bits_per_second, 0.0);
+        assert_eq!(hex(&[0, 0xab]), "00ab");
+    }
+}

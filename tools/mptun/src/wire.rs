@@ -1,0 +1,357 @@
+//! The control messages `mptun send` and `mptun serve` exchange over the data
+//! connection itself (as iperf3 negotiates a test, but without a second
+//! connection: one MPTCP connection is what is being measured).
+//!
+//! ```text
+//! client → server  Request   "MPTN" ver=1 flags mode name_len reserved amount name
+//! server → client  Response  "MPTA" status reserved msg_len amount msg
+//! sender → peer    data ..., Trailer, FIN
+//! receiver → peer  Trailer, summary_len:u32, Summary (JSON), FIN
+//! Trailer (72 bytes): "MPTE" retransmits:u32 bytes:u64 elapsed_us:u64
+//!                   cpu_user_us:u64 cpu_sys_us:u64 sha256:[u8; 32]
+//! ```
+//!
+//! The sender's trailer is the last 72 bytes of its stream, so a receiver
+//! that does not know the length in advance (a duration test) holds back the
+//! last 72 bytes it has read and hashes the rest. Every field is checked:
+//! the peer is another process, possibly not ours.
+
+use anyhow::{bail, Result};
+
+/// Request magic.
+pub const REQUEST_MAGIC: [u8; 4] = *b"MPTN";
+/// Response magic.
+pub const RESPONSE_MAGIC: [u8; 4] = *b"MPTA";
+/// Trailer magic.
+pub const TRAILER_MAGIC: [u8; 4] = *b"MPTE";
+/// Protocol version this build speaks.
+pub const VERSION: u8 = 1;
+/// Fixed part of a request.
+pub const REQUEST_LEN: usize = 24;
+/// Fixed part of a response.
+pub const RESPONSE_LEN: usize = 16;
+/// A trailer.
+pub const TRAILER_LEN: usize = 72;
+/// Largest file name a request may carry.
+pub const MAX_NAME: usize = 255;
+/// Largest response message.
+pub const MAX_MESSAGE: usize = 1024;
+/// Largest counters blob after the receiver's trailer.
+pub const MAX_COUNTERS: usize = 64 * 1024;
+/// Largest byte count a request may ask for (1 PiB: far beyond any test,
+/// small enough that rates and progress never overflow).
+pub const MAX_BYTES: u64 = 1 << 50;
+/// Longest duration a request may ask for (one day, in milliseconds).
+pub const MAX_DURATION_MS: u64 = 86_400_000;
+
+const FLAG_REVERSE: u8 = 1;
+const FLAG_FILE: u8 = 2;
+
+/// How much the sender moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Amount {
+    /// Exactly this many bytes.
+    Bytes(u64),
+    /// For this many milliseconds.
+    DurationMs(u64),
+}
+
+/// What the client asks the server for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The server sends and the client receives.
+    pub reverse: bool,
+    pub amount: Amount,
+    /// A file is transferred: its base name (forward: what the server
+    /// stores it as; reverse: empty, the server sends its `--file`).
+    pub file: Option<String>,
+}
+
+impl Request {
+    pub fn encode(&self) -> Vec<u8> {
+        let name = self.file.as_deref().unwrap_or("").as_bytes();
+        let mut b = Vec::with_capacity(REQUEST_LEN + name.len());
+        b.extend_from_slice(&REQUEST_MAGIC);
+        b.push(VERSION);
+        b.push((u8::from(self.reverse) * FLAG_REVERSE) | (u8::from(self.file.is_some()) * FLAG_FILE));
+        b.extend_from_slice(&(name.len().min(MAX_NAME) as u16).to_be_bytes());
+        let (mode, v) = match self.amount {
+            Amount::Bytes(n) => (1u8, n),
+            Amount::DurationMs(ms) => (2u8, ms),
+        };
+        b.push(mode);
+        b.extend_from_slice(&[0; 7]);
+        b.extend_from_slice(&v.to_be_bytes());
+        b.extend_from_slice(&name[..name.len().min(MAX_NAME)]);
+        b
+    }
+
+    /// Parses the fixed part; returns the request (without its name) and
+    /// the name length still to read.
+    pub fn decode_fixed(b: &[u8; REQUEST_LEN]) -> Result<(Request, usize)> {
+        if b[..4] != REQUEST_MAGIC {
+            bail!("not an mptun client (bad magic {:02x?})", &b[..4]);
+        }
+        if b[4] != VERSION {
+            bail!("client speaks protocol version {}, this server {VERSION}", b[4]);
+        }
+        let flags = b[5];
+        if flags & !(FLAG_REVERSE | FLAG_FILE) != 0 {
+            bail!("unknown request flags {flags:#04x}");
+        }
+        let name_len = usize::from(u16::from_be_bytes([b[6], b[7]]));
+        if name_len > MAX_NAME {
+            bail!("file name of {name_len} bytes (at most {MAX_NAME})");
+        }
+        if b[9..16].iter().any(|&x| x != 0) {
+            bail!("reserved request bytes are not zero");
+        }
+        let v = u64::from_be_bytes(b[16..24].try_into().expect("8 bytes"));
+        let amount = match b[8] {
+            1 if v == 0 || v > MAX_BYTES => bail!("requested byte count {v} out of range 1..={MAX_BYTES}"),
+            1 => Amount::Bytes(v),
+            2 if v == 0 || v > MAX_DURATION_MS => bail!("requested duration {v} ms out of range"),
+            2 => Amount::DurationMs(v),
+            m => bail!("unknown request mode {m}"),
+        };
+        let file = flags & FLAG_FILE != 0;
+        if !file && name_len != 0 {
+            bail!("a file name without the file flag");
+        }
+        Ok((Request { reverse: flags & FLAG_REVERSE != 0, amount, file: file.then(String::new) }, name_len))
+    }
+
+    /// Checks and stores the file name that followed the fixed part: a
+    /// plain base name, so a client cannot write outside the server's
+    /// output directory.
+    pub fn set_name(&mut self, raw: &[u8]) -> Result<()> {
+        if self.file.is_none() {
+            if !raw.is_empty() {
+                bail!("a file name without the file flag");
+            }
+            return Ok(());
+        }
+        let name = std::str::from_utf8(raw).map_err(|_| anyhow::anyhow!("file name is not UTF-8"))?;
+        if self.reverse {
+            if !name.is_empty() {
+                bail!("a reverse file request carries no name");
+            }
+        } else if name.is_empty()
+            || name == "."
+            || name == ".."
+            || name.contains(['/', '\\', '\0'])
+            || name.chars().any(char::is_control)
+        {
+            bail!("unsafe file name {name:?}");
+        }
+        self.file = Some(name.to_owned());
+        Ok(())
+    }
+}
+
+/// The server's answer to a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// `None`: accepted; `Some(reason)`: refused.
+    pub refused: Option<String>,
+    /// Reverse tests: bytes the server will send (0: until the duration ends).
+    pub amount: u64,
+}
+
+impl Response {
+    pub fn encode(&self) -> Vec<u8> {
+        let msg = self.refused.as_deref().unwrap_or("").as_bytes();
+        let msg = &msg[..msg.len().min(MAX_MESSAGE)];
+        let mut b = Vec::with_capacity(RESPONSE_LEN + msg.len());
+        b.extend_from_slice(&RESPONSE_MAGIC);
+        b.push(u8::from(self.refused.is_some()));
+        b.push(0);
+        b.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+        b.extend_from_slice(&self.amount.to_be_bytes());
+        b.extend_from_slice(msg);
+        b
+    }
+
+    /// Parses the fixed part; returns the response and the message length.
+    pub fn decode_fixed(b: &[u8; RESPONSE_LEN]) -> Result<(Response, usize)> {
+        if b[..4] != RESPONSE_MAGIC {
+            bail!("the server is not an mptun server (bad magic {:02x?})", &b[..4]);
+        }
+        let len = usize::from(u16::from_be_bytes([b[6], b[7]]));
+        if len > MAX_MESSAGE {
+            bail!("server message of {len} bytes (at most {MAX_MESSAGE})");
+        }
+        let refused = match b[4] {
+            0 => None,
+            1 => Some(String::new()),
+            s => bail!("unknown response status {s}"),
+        };
+        let amount = u64::from_be_bytes(b[8..16].try_into().expect("8 bytes"));
+        if amount > MAX_BYTES {
+            bail!("server announces {amount} bytes (at most {MAX_BYTES})");
+        }
+        Ok((Response { refused, amount }, len))
+    }
+}
+
+/// What one side says about its half of the transfer when it ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Trailer {
+    /// Data bytes sent (sender) or received (receiver).
+    pub bytes: u64,
+    /// Segments this side retransmitted (saturating at u32::MAX).
+    pub retransmits: u32,
+    /// First data byte to the last, microseconds.
+    pub elapsed_us: u64,
+    /// CPU time of the process during the test, microseconds.
+    pub cpu_user_us: u64,
+    pub cpu_sys_us: u64,
+    /// SHA-256 of the data bytes.
+    pub sha256: [u8; 32],
+}
+
+impl Trailer {
+    pub fn encode(&self) -> [u8; TRAILER_LEN] {
+        let mut b = [0u8; TRAILER_LEN];
+        b[..4].copy_from_slice(&TRAILER_MAGIC);
+        b[4..8].copy_from_slice(&self.retransmits.to_be_bytes());
+        b[8..16].copy_from_slice(&self.bytes.to_be_bytes());
+        b[16..24].copy_from_slice(&self.elapsed_us.to_be_bytes());
+        b[24..32].copy_from_slice(&self.cpu_user_us.to_be_bytes());
+        b[32..40].copy_from_slice(&self.cpu_sys_us.to_be_bytes());
+        b[40..72].copy_from_slice(&self.sha256);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Trailer> {
+        let Ok(b) = <&[u8; TRAILER_LEN]>::try_from(b) else {
+            bail!("the peer's stream ended {} bytes short of its trailer", TRAILER_LEN.saturating_sub(b.len()));
+        };
+        if b[..4] != TRAILER_MAGIC {
+            bail!("the peer's stream does not end in a trailer (bad magic {:02x?})", &b[..4]);
+        }
+        let u = |r: std::ops::Range<usize>| u64::from_be_bytes(b[r].try_into().expect("8 bytes"));
+        let t = Trailer {
+            bytes: u(8..16),
+            retransmits: u32::from_be_bytes(b[4..8].try_into().expect("4 bytes")),
+            elapsed_us: u(16..24),
+            cpu_user_us: u(24..32),
+            cpu_sys_us: u(32..40),
+            sha256: b[40..72].try_into().expect("32 bytes"),
+        };
+        if t.bytes > MAX_BYTES {
+            bail!("peer reports {} bytes (at most {MAX_BYTES})", t.bytes);
+        }
+        Ok(t)
+    }
+}
+
+/// Holds back the last [`TRAILER_LEN`] bytes of a stream whose length is
+/// unknown, releasing everything before them as data.
+#[derive(Default)]
+pub struct Holdback {
+    tail: Vec<u8>,
+}
+
+impl Holdback {
+    /// Feeds `chunk`; calls `data` with the bytes now known to be data.
+    pub fn push(&mut self, chunk: &[u8], mut data: impl FnMut(&[u8])) {
+        if chunk.len() >= TRAILER_LEN {
+            if !self.tail.is_empty() {
+                data(&self.tail);
+            }
+            let cut = chunk.len() - TRAILER_LEN;
+            if cut > 0 {
+                data(&chunk[..cut]);
+            }
+            self.tail.clear();
+            self.tail.extend_from_slice(&chunk[cut..]);
+        } else {
+            self.tail.extend_from_slice(chunk);
+            if self.tail.len() > TRAILER_LEN {
+                let cut = self.tail.len() - TRAILER_LEN;
+                data(&self.tail[..cut]);
+                self.tail.drain(..cut);
+            }
+        }
+    }
+
+    /// The held-back bytes: the trailer, once the stream has ended.
+    pub fn tail(&self) -> &[u8] {
+        &self.tail
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trips_and_rejects_nonsense() {
+        for r in [
+            Request { reverse: false, amount: Amount::Bytes(64 << 20), file: None },
+            Request { reverse: true, amount: Amount::DurationMs(10_000), file: None },
+            Request { reverse: false, amount: Amount::Bytes(5), file: Some("a.bin".into()) },
+        ] {
+            let b = r.encode();
+            let (mut d, n) = Request::decode_fixed(b[..REQUEST_LEN].try_into().unwrap()).unwrap();
+            d.set_name(&b[REQUEST_LEN..REQUEST_LEN + n]).unwrap();
+            assert_eq!(d, r);
+        }
+        let good = Request { reverse: false, amount: Amount::Bytes(1), file: None }.encode();
+        let fixed = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = good.clone();
+            f(&mut b);
+            Request::decode_fixed(b[..REQUEST_LEN].try_into().unwrap())
+        };
+        assert!(fixed(&|b| b[0] = b'X').is_err());
+        assert!(fixed(&|b| b[4] = 9).is_err());
+        assert!(fixed(&|b| b[5] = 0x80).is_err());
+        assert!(fixed(&|b| b[8] = 7).is_err());
+        assert!(fixed(&|b| b[12] = 1).is_err());
+        assert!(fixed(&|b| b[16..24].copy_from_slice(&0u64.to_be_bytes())).is_err());
+        assert!(fixed(&|b| b[16..24].copy_from_slice(&u64::MAX.to_be_bytes())).is_err());
+        assert!(fixed(&|b| b[6..8].copy_from_slice(&3u16.to_be_bytes())).is_err(), "name without file flag");
+        let mut r = Request { reverse: false, amount: Amount::Bytes(1), file: Some(String::new()) };
+        for bad in [&b"../etc/passwd"[..], b"..", b"a/b", b"", b"\xff", b"a\nb"] {
+            assert!(r.set_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(r.set_name(b"ok.bin").is_ok());
+    }
+
+    #[test]
+    fn response_and_trailer_round_trip() {
+        for r in [Response { refused: None, amount: 77 }, Response { refused: Some("no file".into()), amount: 0 }] {
+            let b = r.encode();
+            let (mut d, n) = Response::decode_fixed(b[..RESPONSE_LEN].try_into().unwrap()).unwrap();
+            if d.refused.is_some() {
+                d.refused = Some(String::from_utf8(b[RESPONSE_LEN..RESPONSE_LEN + n].to_vec()).unwrap());
+            }
+            assert_eq!(d, r);
+        }
+        let t = Trailer { bytes: 9, retransmits: 4, elapsed_us: 8, cpu_user_us: 7, cpu_sys_us: 6, sha256: [5; 32] };
+        assert_eq!(Trailer::decode(&t.encode()).unwrap(), t);
+        assert!(Trailer::decode(&t.encode()[1..]).is_err());
+        let mut bad = t.encode();
+        bad[0] = 0;
+        assert!(Trailer::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn holdback_keeps_exactly_the_trailer_whatever_the_chunking() {
+        let stream: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        for chunk in [1, 5, 71, 72, 73, 200, 1000] {
+            let mut h = Holdback::default();
+            let mut data = Vec::new();
+            for c in stream.chunks(chunk) {
+                h.push(c, |d| data.extend_from_slice(d));
+            }
+            assert_eq!(data, stream[..1000 - TRAILER_LEN], "chunk {chunk}");
+            assert_eq!(h.tail(), &stream[1000 - TRAILER_LEN..]);
+        }
+        let mut h = Holdback::default();
+        let mut n = 0;
+        h.push(&[1; 10], |d| n += d.len());
+        assert_eq!((n, h.tail().len()), (0, 10), "a short stream is all trailer (and fails to decode)");
+    }
+}

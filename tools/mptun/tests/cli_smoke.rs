@@ -1,0 +1,15 @@
+//! The binary as a user starts it, without root. Its presence also makes
+//! `cargo test --workspace` build the `mptun` binary that the workspace
+//! tests in `tests/tests/cli_*.rs` run inside namespaces.
+
+use std::process::Command;
+
+#[test]
+fn help_lists_every_command() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mptun")).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for cmd in ["sim", "serve", "send"] {
+        assert!(text.contains(cmd), "--help lacks {cmd}: {text}");
+    }
+}
