@@ -1106,11 +1106,12 @@ impl Connection {
                 }
             };
             let dsn = mdsn + into as u64;
-            if dsn + chunk.len() as u64 <= sh.rcv_nxt {
+            let clen = chunk.len() as u32;
+            if dsn + clen as u64 <= sh.rcv_nxt {
                 sh.counters.mptcp_duplicate_data += 1;
             } else {
                 let off = dsn.wrapping_sub(base);
-                let ins = self.rcv_buf.insert(off, &chunk);
+                let ins = self.rcv_buf.insert_bytes(off, chunk);
                 if ins.queued_ofo {
                     sh.counters.mptcp_ofo_queue += 1;
                     sh.counters.mptcp_ofo_queue_tail += ins.tail as u64;
@@ -1121,7 +1122,7 @@ impl Connection {
                 }
             }
             sh.rcv_nxt = base + self.rcv_buf.next();
-            if into + chunk.len() as u32 >= mlen {
+            if into + clen >= mlen {
                 ext.rx_maps.remove(&mssn);
             }
         }

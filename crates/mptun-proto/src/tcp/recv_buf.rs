@@ -61,6 +61,20 @@ impl RecvBuf {
 
     /// Inserts `data` at stream offset `off`. The caller has trimmed it to the window.
     pub fn insert(&mut self, off: u64, data: &[u8]) -> Insert {
+        self.insert_with(off, data, |d| Bytes::copy_from_slice(d))
+    }
+
+    /// [`RecvBuf::insert`] for data already in a `Bytes`: in-order data is
+    /// queued without a copy (the MPTCP layer moves subflow chunks this way).
+    pub fn insert_bytes(&mut self, off: u64, data: Bytes) -> Insert {
+        let whole = data.clone();
+        self.insert_with(off, &data, move |d| {
+            // `d` is a suffix of `data`: slice the same allocation.
+            whole.slice(whole.len() - d.len()..)
+        })
+    }
+
+    fn insert_with(&mut self, off: u64, data: &[u8], to_bytes: impl FnOnce(&[u8]) -> Bytes) -> Insert {
         let mut res = Insert::default();
         let end = off + data.len() as u64;
         if data.is_empty() {
@@ -74,7 +88,7 @@ impl RecvBuf {
         let (off, data) = if off < self.next { (self.next, &data[(self.next - off) as usize..]) } else { (off, data) };
         if off == self.next {
             let before = self.next;
-            self.push_ready(Bytes::copy_from_slice(data));
+            self.push_ready(to_bytes(data));
             self.next = end;
             // Pull in everything the out-of-order queue now continues.
             while let Some(entry) = self.ofo.first_entry() {
@@ -209,6 +223,21 @@ mod tests {
         assert!(r.ofo_is_empty());
         assert_eq!(drain(&mut r), b"abcdefgh");
         assert!(r.insert(3, b"d").duplicate);
+    }
+
+    #[test]
+    fn in_order_bytes_are_queued_without_a_copy() {
+        let mut r = RecvBuf::default();
+        let data = Bytes::from(vec![7u8; 1000]);
+        let ptr = data.as_ptr();
+        r.insert_bytes(0, data.slice(..600));
+        // Overlapping retransmission: only the new suffix is queued, still zero-copy.
+        r.insert_bytes(500, data.slice(500..));
+        let a = r.read_chunk(10_000).unwrap();
+        let b = r.read_chunk(10_000).unwrap();
+        assert_eq!((a.len(), b.len()), (600, 400));
+        assert_eq!(a.as_ptr(), ptr);
+        assert_eq!(b.as_ptr(), ptr.wrapping_add(600));
     }
 
     proptest! {
