@@ -61,7 +61,7 @@ impl RecvBuf {
 
     /// Inserts `data` at stream offset `off`. The caller has trimmed it to the window.
     pub fn insert(&mut self, off: u64, data: &[u8]) -> Insert {
-        self.insert_with(off, data, |d| Bytes::copy_from_slice(d))
+        self.insert_with(off, data, Bytes::copy_from_slice)
     }
 
     /// [`RecvBuf::insert`] for data already in a `Bytes`: in-order data is
