@@ -118,7 +118,8 @@ pub struct SendArgs {
 }
 
 fn parse_path(s: &str) -> Result<PathSpec> {
-    s.parse()
+    // clap prints the error's Display: fold the context chain into one line.
+    s.parse().map_err(|e: anyhow::Error| anyhow!("{e:#}"))
 }
 
 fn parse_secs(s: &str) -> Result<Duration> {

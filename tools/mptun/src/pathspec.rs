@@ -233,7 +233,7 @@ mod tests {
             ("dev=tun0,addr=10.0.1.2,mtu=10", "mtu"),
             ("tun0", "KEY=VALUE"),
         ] {
-            let e = s.parse::<PathSpec>().unwrap_err().to_string();
+            let e = format!("{:#}", s.parse::<PathSpec>().unwrap_err());
             assert!(e.contains(why), "{s}: {e}");
         }
     }

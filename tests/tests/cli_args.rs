@@ -1,0 +1,112 @@
+//! Argument validation of `mptun`: every mistake a user can make on the
+//! command line ends in a clear error and a non-zero exit, never a panic or
+//! a backtrace (RUST_BACKTRACE=1 is set to make one visible if it happened).
+//! None of these cases gets as far as sending a packet.
+
+#[path = "cli_support.rs"]
+mod support;
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output};
+
+use support::mptun_bin;
+
+fn mptun(args: &[&str]) -> Output {
+    Command::new(mptun_bin()).args(args).env("RUST_BACKTRACE", "1").output().expect("run mptun")
+}
+
+/// Fails unless `out` is a failure with an error mentioning `want`, free of
+/// panics and backtraces; `one_line` also requires exactly one line (our
+/// own errors; clap adds a usage hint to its own).
+fn check(args: &[&str], out: &Output, want: &str, one_line: bool) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "mptun {args:?} succeeded; stderr {err}");
+    assert!(!err.contains("panicked") && !err.contains("backtrace"), "mptun {args:?} panicked: {err}");
+    assert!(err.contains(want), "mptun {args:?}: expected {want:?} in {err}");
+    if one_line {
+        assert_eq!(err.trim_end().lines().count(), 1, "mptun {args:?}: not one line: {err}");
+        assert!(err.starts_with("mptun: "), "{err}");
+        assert_eq!(out.status.code(), Some(1));
+    } else {
+        assert_eq!(out.status.code(), Some(2), "clap's usage errors exit 2");
+    }
+}
+
+#[test]
+fn nonsense_sizes_and_numbers() {
+    for (args, want) in [
+        (&["send", "10.9.9.9", "-n", "lots"][..], "does not start with a number"),
+        (&["send", "10.9.9.9", "-n", "5Q"], "unknown size unit"),
+        (&["send", "10.9.9.9", "-n", "0"], "out of range"),
+        (&["send", "10.9.9.9", "-n", "-3"], "unexpected argument"),
+        (&["send", "10.9.9.9", "-t", "forever"], "not a number of seconds"),
+        (&["send", "10.9.9.9", "--sndbuf", "12XB"], "unknown size unit"),
+        (&["send", "10.9.9.9", "--max-pacing-rate", "fast"], "does not start with a number"),
+        (&["send", "10.9.9.9", "-n", "1G", "-t", "3"], "cannot be used with"),
+        (&["sim", "aggregate", "--size", "huge"], "does not start with a number"),
+    ] {
+        check(args, &mptun(args), want, false);
+    }
+    for (args, want) in [
+        (&["send", "10.9.9.9", "--kernel", "--sndbuf", "10"][..], "less than 1 KiB"),
+        (&["send", "10.9.9.9", "--kernel", "--cc", "no such!"], "no congestion control name"),
+        (&["send", "10.9.9.9", "--topology", "lab-a", "--cc", "vegas"], "--cc"),
+        (&["send", "10.9.9.9", "--topology", "lab-a", "--scheduler", "fastest"], "--scheduler"),
+        (&["send", "not an address!", "--kernel"], "not an address"),
+    ] {
+        check(args, &mptun(args), want, true);
+    }
+}
+
+#[test]
+fn unknown_paths_and_missing_devices() {
+    for (args, want) in [
+        (&["send", "10.9.9.9", "--path", "addr=10.77.1.2"][..], "missing device"),
+        (&["send", "10.9.9.9", "--path", "dev=mptx0"], "missing address"),
+        (&["send", "10.9.9.9", "--path", "dev=mptx0,addr=10.77.1.2,colour=red"], "unknown key 'colour'"),
+        (&["send", "10.9.9.9", "--path", "dev=mptx0,addr=10.77.1.300"], "invalid IP address"),
+        (&["send", "10.9.9.9", "--path", "dev=a-name-far-too-long,addr=10.77.1.2"], "bad interface name"),
+        (&["serve", "--path", "tun0"], "KEY=VALUE"),
+    ] {
+        check(args, &mptun(args), want, false);
+    }
+    for (args, want) in [
+        (&["send", "10.9.9.9", "--topology", "atlantis"][..], "unknown topology 'atlantis'"),
+        (&["send", "10.9.9.9"], "no paths: give --path"),
+        (&["serve"], "no paths: give --path"),
+        (&["send", "10.9.9.9", "--kernel", "--topology", "lab-a"], "--kernel uses the kernel's"),
+        (&["send", "10.9.9.9", "--kernel", "--file", "/nonexistent/mptun-file"], "cannot open /nonexistent/mptun-file"),
+        (&["serve", "--kernel", "--output-dir", "/nonexistent/mptun-dir"], "not a directory"),
+        (&["serve", "--kernel", "--file", "/nonexistent/mptun-file"], "--file /nonexistent/mptun-file"),
+    ] {
+        check(args, &mptun(args), want, true);
+    }
+}
+
+/// Creating a TUN needs CAP_NET_ADMIN: without it, one line that says so
+/// (and points at --kernel). Run as root, the command is started as user
+/// `nobody` so the test means the same everywhere.
+#[test]
+fn no_root_when_tun_is_needed() {
+    let args = ["send", "10.9.9.9", "-n", "1M", "--path", "dev=mptnoroot0,addr=10.77.1.2"];
+    let mut cmd = Command::new(mptun_bin());
+    cmd.args(args).env("RUST_BACKTRACE", "1");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.uid(65534).gid(65534);
+    }
+    let out = match cmd.output() {
+        Ok(o) => o,
+        Err(e) => {
+            println!("skipped: cannot run mptun as nobody ({e})");
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("Permission denied") && err.contains("mptun") && !err.starts_with("mptun:") {
+        println!("skipped: user nobody cannot execute {} ({err})", mptun_bin().display());
+        return;
+    }
+    check(&args, &out, "needs root or CAP_NET_ADMIN", true);
+    assert!(err.contains("mptnoroot0"), "{err}");
+}
