@@ -1,6 +1,8 @@
 //! `mptun sim aggregate|failover|fallback|penalise`: the MPTCP scenarios.
 
 use crate::plot;
+use crate::report::AggregateLine;
+use crate::traces;
 use crate::units::parse_size;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -20,6 +22,14 @@ pub struct AggregateArgs {
     /// RNG seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Write the client's per-subflow time series (cwnd, ssthresh, srtt,
+    /// bytes, throughput, penalties; every 100 ms) as DIR/<scenario>.csv.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+    /// Plot the time series (cwnd, throughput, srtt per subflow, halvings
+    /// marked) into DIR/<scenario>.svg.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -46,25 +56,39 @@ pub struct PenaliseArgs {
     #[arg(long)]
     compare: bool,
     /// Write an SVG of both subflows' cwnd (halvings marked) for `default`
-    /// and the chosen policy, first seed, forward direction, into DIR.
+    /// and the chosen policy, first seed, forward direction, into DIR; and
+    /// the chosen policy's cwnd/throughput/srtt panels.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+    /// Write the chosen policy's per-subflow time series (first case, first
+    /// seed, forward) as DIR/penalise-<scenario>-<policy>.csv.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
 }
 
 fn print_aggregate(r: &aggregate::Report) {
-    println!(
-        "{}: {:.2} Mbit/s goodput over {:.1} Mbit/s of paths (efficiency {:.3}), {:.2} s, OFOQueue {}, sha256 {}",
-        r.scenario,
-        r.result.goodput_bps / 1e6,
-        r.sum_path_bps / 1e6,
-        r.efficiency,
-        r.result.duration_s,
-        r.ofo_queue,
-        if r.result.sha256_match { "match" } else { "MISMATCH" }
+    print!(
+        "{}",
+        AggregateLine {
+            name: r.scenario,
+            goodput_bps: r.result.goodput_bps,
+            sum_path_bps: r.sum_path_bps,
+            duration_s: r.result.duration_s,
+            ofo_queue: r.ofo_queue,
+            sha256_match: r.result.sha256_match,
+            subflows: r.subflows.iter().map(|s| (s.local.clone(), s.remote.clone(), s.bytes_acked)).collect(),
+        }
     );
-    for s in &r.subflows {
-        println!("  subflow {} -> {}: {} bytes", s.local, s.remote, s.bytes_acked);
+}
+
+/// `--csv`/`--plot` of aggregate and failover: the same (deterministic) run, traced.
+fn series(a: &AggregateArgs, name: &str, failover: bool) -> Result<()> {
+    if a.csv.is_none() && a.plot.is_none() {
+        return Ok(());
     }
+    let (t, _) = traces::aggregate_traced(a.size, a.seed, failover);
+    let title = format!("{name}: 10 Mbit/s/20 ms + 3 Mbit/s/40 ms, {} bytes, seed {}", a.size, a.seed);
+    traces::emit_series(a.csv.as_deref(), a.plot.as_deref(), name, &title, &t.subflow_trace)
 }
 
 fn emit<T: serde::Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<()> {
@@ -79,6 +103,7 @@ fn emit<T: serde::Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<(
 pub fn run_aggregate(a: AggregateArgs) -> Result<()> {
     let r = aggregate::run(&aggregate::Params { size: a.size, seed: a.seed, ..Default::default() });
     emit(a.json, &r, || print_aggregate(&r))?;
+    series(&a, "aggregate", false)?;
     if !r.result.sha256_match {
         bail!("transfer incomplete or corrupted");
     }
@@ -99,6 +124,7 @@ pub fn run_failover(a: AggregateArgs) -> Result<()> {
             if r.recovered_path_used { "used again" } else { "NOT used again" }
         );
     })?;
+    series(&a, "failover", true)?;
     if !r.aggregate.result.sha256_match {
         bail!("transfer incomplete or corrupted");
     }
@@ -111,6 +137,9 @@ pub fn run_fallback(a: AggregateArgs) -> Result<()> {
         print_aggregate(&r.aggregate);
         println!("  fallback to TCP: {}", r.fallback);
     })?;
+    if a.csv.is_some() || a.plot.is_some() {
+        bail!("--csv/--plot: fallback runs plain TCP with no subflows to trace (use tcp-single)");
+    }
     if !r.aggregate.result.sha256_match {
         bail!("transfer incomplete or corrupted");
     }
@@ -144,6 +173,13 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
         plot::cwnd_panels(&file, &format!("{} ({}), subflow cwnd, halvings marked ×", a.scenario, case.name), &runs)?;
         eprintln!("wrote {}", file.display());
     }
+    if a.csv.is_some() || a.plot.is_some() {
+        let case = penalise::cases(a.scenario).remove(0);
+        let (_, trace) = penalise::run_traced(&case, a.policy, penalty, 1, false, Some(traces::SAMPLE));
+        let name = format!("penalise-{}-{}", a.scenario, a.policy);
+        let title = format!("penalise {} ({}), policy {}, seed 1, forward", a.scenario, case.name, a.policy);
+        traces::emit_series(a.csv.as_deref(), a.plot.as_deref(), &name, &title, &trace)?;
+    }
     if a.compare {
         let reports = penalise::compare(a.scenario, a.seeds, penalty);
         if a.json {
@@ -163,6 +199,58 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
     emit(a.json, &r, || print!("{}", penalise::compare_table(std::slice::from_ref(&r))))?;
     if !r.summary.sha256_match {
         bail!("a run did not deliver its data intact");
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Print the iperf3-shaped JSON report instead of text.
+    #[arg(long, short = 'J')]
+    json: bool,
+    /// Bytes to transfer.
+    #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
+    size: u64,
+    /// RNG seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the per-subflow time series as DIR/demo.csv.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+    /// Also plot it into DIR/demo.svg.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+}
+
+/// `mptun demo`: the `aggregate` scenario, reported exactly as `mptun send`
+/// reports a real transfer.
+pub fn run_demo(a: DemoArgs) -> Result<()> {
+    let wall = std::time::Instant::now();
+    let (t, paths) = traces::aggregate_traced(a.size, a.seed, false);
+    let wall_s = wall.elapsed().as_secs_f64();
+    let names: Vec<String> = paths
+        .iter()
+        .map(|p| format!("{} Mbit/s, {} ms one way", p.rate_bps as f64 / 1e6, p.delay.as_millis()))
+        .collect();
+    let sum: f64 = paths.iter().map(|p| p.rate_bps as f64).sum();
+    let cc = mptun_proto::EndpointConfig::default().tcp.congestion_control.to_string();
+    let r = traces::sim_report(&t, a.size, &names, Some(sum), &cc, wall_s);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!("mptun demo: one MPTCP connection over two simulated paths (deterministic simulator, no root)");
+        print!("{}", crate::report::header_lines(&r.start));
+        for i in &r.intervals {
+            print!("{}", crate::report::interval_lines(i));
+        }
+        print!("{}", crate::report::end_lines(&r));
+        print!("{}", AggregateLine::from_report("aggregate (sim)", &r, sum));
+        println!("simulated {:.1} s in {:.3} s of wall time", r.end.sum_received.seconds, wall_s);
+    }
+    let title = format!("demo (aggregate): {} bytes, seed {}", a.size, a.seed);
+    traces::emit_series(a.csv.as_deref(), a.plot.as_deref(), "demo", &title, &t.subflow_trace)?;
+    if !r.end.mptcp.sha256_match {
+        bail!("transfer incomplete or corrupted");
     }
     Ok(())
 }

@@ -155,6 +155,13 @@ struct TcpSingleArgs {
     /// RNG seed (the run is a pure function of it).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Write the flow's time series (cwnd, ssthresh, srtt, bytes,
+    /// throughput; every 100 ms) as DIR/tcp-single.csv.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<std::path::PathBuf>,
+    /// Plot cwnd, throughput and srtt over time into DIR/tcp-single.svg.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: SimArgs) -> Result<()> {
@@ -200,6 +207,23 @@ pub fn run(a: SimArgs) -> Result<()> {
             }
             if !r.result.sha256_match {
                 anyhow::bail!("transfer incomplete or corrupted");
+            }
+            if t.csv.is_some() || t.plot.is_some() {
+                let tr = crate::traces::tcp_single_traced(&p);
+                let title = format!(
+                    "tcp-single: {} over {:.1} Mbit/s, {} ms one way, seed {}",
+                    r.cc,
+                    p.rate_bps as f64 / 1e6,
+                    p.delay.as_millis(),
+                    p.seed
+                );
+                crate::traces::emit_series(
+                    t.csv.as_deref(),
+                    t.plot.as_deref(),
+                    "tcp-single",
+                    &title,
+                    &tr.subflow_trace,
+                )?;
             }
             Ok(())
         }

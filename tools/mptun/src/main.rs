@@ -13,6 +13,7 @@ mod kernel;
 mod pathspec;
 mod plot;
 mod report;
+mod traces;
 mod units;
 mod wire;
 
@@ -28,6 +29,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// MPTCP in seconds, without root: a two-path transfer in the simulator,
+    /// reported as `mptun send` reports a real one.
+    Demo(cli_mptcp::DemoArgs),
     /// Run a scenario in the deterministic simulator (no root needed).
     Sim(cli_sim::SimArgs),
     /// Accept bulk-transfer tests (like `iperf3 -s`) on mptun's stack or the kernel's.
@@ -39,6 +43,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
+        Command::Demo(a) => cli_mptcp::run_demo(a),
         Command::Sim(a) => cli_sim::run(a),
         Command::Serve(a) => cli_xfer::run_serve(a),
         Command::Send(a) => cli_xfer::run_send(a),

@@ -67,3 +67,55 @@ pub fn cwnd_panels(path: &Path, title: &str, runs: &[(String, Vec<SubflowSample>
     root.present().map_err(|e| anyhow!("{e:?}"))?;
     Ok(())
 }
+
+/// cwnd, throughput and srtt of every subflow over time, one panel each,
+/// with slow-subflow halvings marked by crosses (on every panel, at the
+/// subflow's value then).
+pub fn subflow_panels(path: &Path, title: &str, samples: &[SubflowSample]) -> Result<()> {
+    register_font()?;
+    let rows = crate::traces::rows(samples);
+    let root = SVGBackend::new(path, (900, 900)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(|e| anyhow!("{e:?}"))?;
+    let panels = root.split_evenly((3, 1));
+    let t_max = samples.iter().map(|s| s.t_s).fold(0.1, f64::max);
+    let mut ids: Vec<usize> = samples.iter().map(|s| s.subflow).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    type Metric = (&'static str, &'static str, fn(&crate::traces::Row<'_>) -> f64);
+    let metrics: [Metric; 3] = [
+        ("congestion window", "cwnd (packets)", |r| f64::from(r.s.cwnd)),
+        ("throughput (bytes_acked deltas)", "Mbit/s", |r| r.throughput_bps / 1e6),
+        ("smoothed RTT", "srtt (ms)", |r| r.s.srtt_us as f64 / 1e3),
+    ];
+    for ((caption, unit, f), area) in metrics.iter().zip(panels.iter()) {
+        let y_max = rows.iter().map(f).fold(1e-3, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(area)
+            .caption(*caption, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(55)
+            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+            .map_err(|e| anyhow!("{e:?}"))?;
+        chart.configure_mesh().x_desc("time (s)").y_desc(*unit).draw().map_err(|e| anyhow!("{e:?}"))?;
+        for (k, id) in ids.iter().enumerate() {
+            let colour = COLOURS[k % COLOURS.len()];
+            let pts: Vec<&crate::traces::Row<'_>> = rows.iter().filter(|r| r.s.subflow == *id).collect();
+            chart
+                .draw_series(LineSeries::new(pts.iter().map(|r| (r.s.t_s, f(r))), colour.stroke_width(1)))
+                .map_err(|e| anyhow!("{e:?}"))?
+                .label(format!("subflow {id}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+            let marks = pts.windows(2).filter(|w| w[1].s.penalized > w[0].s.penalized).map(|w| (w[1].s.t_s, f(w[1])));
+            chart.draw_series(marks.map(|p| Cross::new(p, 4, BLACK.stroke_width(1)))).map_err(|e| anyhow!("{e:?}"))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| anyhow!("{e:?}"))?;
+    }
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}

@@ -388,6 +388,60 @@ pub fn end_lines(r: &Report) -> String {
     s
 }
 
+/// The `aggregate` summary shared by `sim aggregate`, `demo` and `lab`, so
+/// simulator and real results read the same way.
+pub struct AggregateLine<'a> {
+    pub name: &'a str,
+    pub goodput_bps: f64,
+    pub sum_path_bps: f64,
+    pub duration_s: f64,
+    pub ofo_queue: u64,
+    pub sha256_match: bool,
+    /// (local, remote, bytes)
+    pub subflows: Vec<(String, String, u64)>,
+}
+
+impl std::fmt::Display for AggregateLine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{}: {:.2} Mbit/s goodput over {:.1} Mbit/s of paths (efficiency {:.3}), {:.2} s, OFOQueue {}, sha256 {}",
+            self.name,
+            self.goodput_bps / 1e6,
+            self.sum_path_bps / 1e6,
+            if self.sum_path_bps > 0.0 { self.goodput_bps / self.sum_path_bps } else { 0.0 },
+            self.duration_s,
+            self.ofo_queue,
+            if self.sha256_match { "match" } else { "MISMATCH" }
+        )?;
+        for (l, r, b) in &self.subflows {
+            writeln!(f, "  subflow {l} -> {r}: {b} bytes")?;
+        }
+        Ok(())
+    }
+}
+
+impl<'a> AggregateLine<'a> {
+    /// The line for a report of `send` (or `demo`) whose paths sum to `sum_path_bps`.
+    pub fn from_report(name: &'a str, r: &Report, sum_path_bps: f64) -> Self {
+        AggregateLine {
+            name,
+            goodput_bps: r.end.sum_received.bits_per_second,
+            sum_path_bps,
+            duration_s: r.end.sum_received.seconds,
+            ofo_queue: r.end.mptcp.receiver_counter(r.start.mptun.sender, "MPTcpExtOFOQueue"),
+            sha256_match: r.end.mptcp.sha256_match,
+            subflows: r
+                .end
+                .streams
+                .iter()
+                .flat_map(|s| s.subflows.iter())
+                .map(|s| (s.local.clone(), s.remote.clone(), s.bytes))
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
