@@ -106,6 +106,7 @@ struct Meter {
     last_retrans: u64,
     base_retrans: u64,
     last_sf: HashMap<usize, u64>,
+    last_sf_retrans: HashMap<usize, u64>,
     max_cwnd: HashMap<usize, u64>,
     subflows_max: usize,
     intervals: Vec<Interval>,
@@ -136,6 +137,7 @@ impl Meter {
             last_retrans: probe.retrans_segs,
             base_retrans: probe.retrans_segs,
             last_sf: HashMap::new(),
+            last_sf_retrans: probe.subflows.iter().map(|s| (s.id, s.retrans_segs)).collect(),
             max_cwnd: HashMap::new(),
             subflows_max: probe.subflows.len(),
             intervals: Vec::new(),
@@ -188,13 +190,14 @@ impl Meter {
             let m = self.max_cwnd.entry(s.id).or_insert(0);
             *m = (*m).max(cwnd);
             let d = b.saturating_sub(prev);
+            let prev_r = self.last_sf_retrans.insert(s.id, s.retrans_segs).unwrap_or(0);
             subflows.push(SubflowInterval {
                 id: s.id,
                 local: s.local.map_or("?".into(), |a| a.to_string()),
                 remote: s.remote.map_or("?".into(), |a| a.to_string()),
                 bytes: d,
                 bits_per_second: d as f64 * 8.0 / secs,
-                retransmits: s.retrans_segs,
+                retransmits: s.retrans_segs.saturating_sub(prev_r),
                 snd_cwnd: cwnd,
                 snd_cwnd_packets: s.cwnd,
                 rtt: s.srtt_us,

@@ -5,6 +5,7 @@
 //! one in real namespaces behind emulated links.
 
 mod bulk;
+mod cli_lab;
 mod cli_mptcp;
 mod cli_sim;
 mod cli_xfer;
@@ -38,6 +39,8 @@ enum Command {
     Serve(cli_xfer::ServeArgs),
     /// Run a bulk-transfer test against `mptun serve` (like `iperf3 -c`).
     Send(cli_xfer::SendArgs),
+    /// Run a scenario in real namespaces behind linkem paths (needs root), reported like `sim`.
+    Lab(cli_lab::LabArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => cli_sim::run(a),
         Command::Serve(a) => cli_xfer::run_serve(a),
         Command::Send(a) => cli_xfer::run_send(a),
+        Command::Lab(a) => cli_lab::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
