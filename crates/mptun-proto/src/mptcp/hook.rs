@@ -144,6 +144,9 @@ impl Hook<'_> {
                 return;
             }
         }
+        // ADD_ADDR first: an IPv6 one with its HMAC (28 bytes) leaves no room
+        // for the DSS, which Linux then leaves off that ACK too.
+        self.announce(opts);
         if data_ack.is_some() {
             push(opts, MptcpOption::Dss { data_ack, mapping: None, data_fin: false });
         }
@@ -152,7 +155,6 @@ impl Hook<'_> {
                 self.ext.prio_pending = None;
             }
         }
-        self.announce(opts);
     }
 
     /// ADD_ADDR (or its echo) on a pure ACK, when one is due and fits.
@@ -171,6 +173,10 @@ impl Hook<'_> {
                 // Retransmitted until echoed (Linux add_addr_timeout).
                 self.sh.announce[i].at = now + mptun_time::Duration::from_secs(120);
             }
+        } else {
+            // No room on this segment (SACK blocks took it): try again shortly
+            // rather than asking for an ACK at once, forever.
+            self.sh.announce[i].at = now + mptun_time::Duration::from_millis(10);
         }
     }
 }

@@ -985,7 +985,12 @@ impl Connection {
                 }
             }
             // A client becomes fully established when the server shows it saw our key.
-            if !sh.server && !sh.fully_established && opts.mptcp.iter().any(|o| matches!(o, MptcpOption::Dss { .. })) {
+            // Any MPTCP option but MP_CAPABLE proves it: the server sends DSS
+            // and ADD_ADDR (HMAC'd with our key) only once it has our key.
+            if !sh.server
+                && !sh.fully_established
+                && opts.mptcp.iter().any(|o| !matches!(o, MptcpOption::MpCapable { .. }))
+            {
                 sh.fully_established = true;
             }
         }

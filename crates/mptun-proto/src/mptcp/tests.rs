@@ -47,13 +47,20 @@ impl Net {
         let end = self.now + dur;
         let mut wire = std::mem::take(&mut self.wire);
         let mut buf = vec![0u8; 1600];
+        let mut stuck = 0u32;
         loop {
+            let mut burst = 0;
             while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
+                burst += 1;
+                assert!(burst < 100_000, "runaway transmitter: {:?}", parse_tcp_packet(&buf[..t.len]).map(|p| p.tcp));
                 if let Some(p) = tamper(true, buf[..t.len].to_vec()) {
                     wire.push_back((self.now + Duration::from_millis(1), true, p));
                 }
             }
+            let mut burst = 0;
             while let Some(t) = self.b.poll_transmit(self.now, &mut buf) {
+                burst += 1;
+                assert!(burst < 100_000, "runaway transmitter: {:?}", parse_tcp_packet(&buf[..t.len]).map(|p| p.tcp));
                 if let Some(p) = tamper(false, buf[..t.len].to_vec()) {
                     wire.push_back((self.now + Duration::from_millis(1), false, p));
                 }
@@ -63,6 +70,20 @@ impl Net {
             let Some(next) = next else { break };
             if next > end {
                 break;
+            }
+            stuck = if next <= self.now { stuck + 1 } else { 0 };
+            if stuck >= 100_000 {
+                for ep in [&self.a, &self.b] {
+                    for h in ep.handles() {
+                        let c = ep.conn(h).unwrap();
+                        eprintln!("conn {:?} {}", c.poll_timeout(), c.debug_state());
+                        for (i, sf) in c.subflows() {
+                            eprintln!("  sf{i} {:?} {:?}", sf.poll_timeout(), sf);
+                        }
+                        eprintln!("  announce {:?}", c.shared.announce);
+                    }
+                }
+                panic!("time stands still at {:?}", self.now);
             }
             self.now = self.now.max(next);
             while wire.front().is_some_and(|w| w.0 <= self.now) {
@@ -500,4 +521,49 @@ fn options_stripped_mid_stream_fall_back_to_an_infinite_mapping() {
     assert!(n.b.recv_finished(sh), "the FIN must end the stream after the fallback");
     assert_eq!(n.a.counters().mptcp_dss_fallback, 1);
     assert_eq!(n.b.counters().mptcp_dss_fallback, 1);
+}
+
+#[test]
+fn mptcp_over_ipv6_with_a_join() {
+    let v6 = |s: &str| -> IpAddr { s.parse().unwrap() };
+    let mut c = EndpointConfig::default();
+    c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: v6("fd00:0:0:2::1"), flags: EndpointFlags::default() });
+    c.mptcp.pm.max_add_addr_accepted = 2;
+    let mut s = EndpointConfig::default();
+    s.mptcp.pm.endpoints.push(PmEndpoint {
+        id: 1,
+        addr: v6("fd00:0:0:2::2"),
+        flags: EndpointFlags { signal: true, ..Default::default() },
+    });
+    let mut b = Endpoint::new(s, [2; 32]);
+    b.listen("[fd00:0:0:1::2]:5000".parse().unwrap());
+    let mut n = Net { a: Endpoint::new(c, [1; 32]), b, now: Instant::ZERO, wire: VecDeque::new() };
+    let h = n.a.connect(n.now, "[fd00:0:0:1::1]:0".parse().unwrap(), "[fd00:0:0:1::2]:5000".parse().unwrap());
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 239) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let mut sh = None;
+    for _ in 0..200 {
+        sent += n.a.send(h, &data[sent..]);
+        n.run(Duration::from_millis(20), &mut pass());
+        sh = sh.or_else(|| n.b.accept());
+        if let Some(sh) = sh {
+            loop {
+                let k = n.b.recv(sh, n.now, &mut buf);
+                if k == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..k]);
+            }
+        }
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert_eq!(got, data);
+    let info = n.a.conn(h).unwrap().info();
+    assert_eq!(info.mode, Mode::Mptcp);
+    assert_eq!(info.subflows.len(), 2, "the announced IPv6 address is joined");
+    assert!(info.subflows.iter().all(|s| s.local.is_ipv6()));
 }
