@@ -74,19 +74,20 @@ pub fn cwnd_panels(path: &Path, title: &str, runs: &[(String, Vec<SubflowSample>
 pub fn subflow_panels(path: &Path, title: &str, samples: &[SubflowSample]) -> Result<()> {
     register_font()?;
     let rows = crate::traces::rows(samples);
-    let root = SVGBackend::new(path, (900, 900)).into_drawing_area();
+    let root = SVGBackend::new(path, (900, 1200)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
     let root = root.titled(title, ("sans-serif", 20)).map_err(|e| anyhow!("{e:?}"))?;
-    let panels = root.split_evenly((3, 1));
+    let panels = root.split_evenly((4, 1));
     let t_max = samples.iter().map(|s| s.t_s).fold(0.1, f64::max);
     let mut ids: Vec<usize> = samples.iter().map(|s| s.subflow).collect();
     ids.sort_unstable();
     ids.dedup();
     type Metric = (&'static str, &'static str, fn(&crate::traces::Row<'_>) -> f64);
-    let metrics: [Metric; 3] = [
+    let metrics: [Metric; 4] = [
         ("congestion window", "cwnd (packets)", |r| f64::from(r.s.cwnd)),
         ("throughput (bytes_acked deltas)", "Mbit/s", |r| r.throughput_bps / 1e6),
         ("smoothed RTT", "srtt (ms)", |r| r.s.srtt_us as f64 / 1e3),
+        ("receiver MPTcpExtOFOQueue (cumulative)", "segments", |r| r.s.receiver_ofo_queue as f64),
     ];
     for ((caption, unit, f), area) in metrics.iter().zip(panels.iter()) {
         let y_max = rows.iter().map(f).fold(1e-3, f64::max) * 1.1;

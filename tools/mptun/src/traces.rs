@@ -41,20 +41,28 @@ pub fn rows(samples: &[SubflowSample]) -> Vec<Row<'_>> {
         .collect()
 }
 
-/// Writes `DIR/<name>.csv`: t_s,subflow,cwnd,ssthresh,srtt_us,bytes_acked,throughput_bps,penalized.
+/// Writes `DIR/<name>.csv`: t_s,subflow,cwnd,ssthresh,srtt_us,bytes_acked,throughput_bps,penalized,receiver_ofo_queue.
 pub fn write_csv(dir: &Path, name: &str, samples: &[SubflowSample]) -> Result<std::path::PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join(format!("{name}.csv"));
     let mut f = std::io::BufWriter::new(
         std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?,
     );
-    writeln!(f, "t_s,subflow,cwnd,ssthresh,srtt_us,bytes_acked,throughput_bps,penalized")?;
+    writeln!(f, "t_s,subflow,cwnd,ssthresh,srtt_us,bytes_acked,throughput_bps,penalized,receiver_ofo_queue")?;
     for r in rows(samples) {
         let s = r.s;
         writeln!(
             f,
-            "{:.3},{},{},{},{},{},{:.0},{}",
-            s.t_s, s.subflow, s.cwnd, s.ssthresh, s.srtt_us, s.bytes_acked, r.throughput_bps, s.penalized
+            "{:.3},{},{},{},{},{},{:.0},{},{}",
+            s.t_s,
+            s.subflow,
+            s.cwnd,
+            s.ssthresh,
+            s.srtt_us,
+            s.bytes_acked,
+            r.throughput_bps,
+            s.penalized,
+            s.receiver_ofo_queue
         )?;
     }
     f.flush()?;
@@ -322,6 +330,7 @@ mod tests {
             srtt_us: 1,
             bytes_acked: b,
             penalized: 0,
+            receiver_ofo_queue: 0,
         };
         let v = [s(0.1, 0, 0), s(0.1, 1, 0), s(0.2, 0, 12_500), s(0.2, 1, 0)];
         let r = rows(&v);

@@ -82,7 +82,12 @@ impl Default for MptcpConfig {
             enabled: true,
             pm: PmConfig::default(),
             send_buffer: BufferSize::Auto { initial: 64 * 1024, max: 4 * 1024 * 1024 },
-            recv_buffer: BufferSize::Auto { initial: 128 * 1024, max: 6 * 1024 * 1024 },
+            // Twice Linux's tcp_rmem[1]: the connection's window must hold what
+            // the fast path delivers while the slow one's data is in flight
+            // from the first round trips on; with 128 KiB the `aggregate`
+            // scenario starves early (efficiency 0.879 vs 0.936) although DRS
+            // catches up within ~1.3 s. DRS grows it from there as Linux does.
+            recv_buffer: BufferSize::Auto { initial: 256 * 1024, max: 6 * 1024 * 1024 },
             stale_rto_streak: 2,
             add_addr_timeout: Duration::from_secs(120),
             checksum: false,
@@ -573,7 +578,7 @@ impl Connection {
             })
             .collect();
         format!(
-            "snd_una={} snd_nxt={} write_seq={} wnd_end={} rcv_nxt={} rx_base={:?} ofo={} ready={} reinject={:?} fin={:?}/{} peer_fin={:?} {:?}",
+            "snd_una={} snd_nxt={} write_seq={} wnd_end={} rcv_nxt={} rx_base={:?} ofo={} ready={} recv_limit={} send_limit={} reinject={:?} fin={:?}/{} peer_fin={:?} {:?}",
             self.shared.snd_una - self.shared.tx_base,
             self.shared.snd_nxt - self.shared.tx_base,
             self.shared.write_seq - self.shared.tx_base,
@@ -582,6 +587,8 @@ impl Connection {
             self.shared.rx_base.is_some(),
             self.rcv_buf.ofo_len(),
             self.rcv_buf.ready_len(),
+            self.shared.recv_limit,
+            self.send_limit,
             self.reinject,
             self.shared.data_fin_seq.map(|f| f - self.shared.tx_base),
             self.shared.data_fin_acked,
@@ -1380,23 +1387,11 @@ impl Connection {
             }
             let room = self.shared.wnd_end.saturating_sub(start);
             if start >= end || (room == 0 && !reinj) {
-                if std::env::var_os("MPTUN_DBG").is_some() {
-                    if start < end {
-                        eprintln!("W {:?}", self.last_now);
-                    } else {
-                        eprintln!("A {:?}", self.last_now);
-                    }
-                }
                 return;
             }
             let views = self.views();
             let conn = ConnView { rwnd_limited: self.shared.write_seq > self.shared.wnd_end, now: self.last_now };
-            let Some(pick) = self.sched.select(&views, &conn) else {
-                if std::env::var_os("MPTUN_DBG").is_some() {
-                    eprintln!("S {:?}", self.last_now);
-                }
-                return;
-            };
+            let Some(pick) = self.sched.select(&views, &conn) else { return };
             self.apply_decision(pick.id, &views, &conn);
             let Some((sf, ext)) = self.subflows.get_mut(pick.id).and_then(|s| s.as_mut()) else { return };
             let mut len = (end - start).min(pick.max_burst as u64).min(u16::MAX as u64).min(sf.send_space() as u64);

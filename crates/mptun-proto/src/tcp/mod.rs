@@ -825,6 +825,9 @@ impl Subflow {
             if !self.syn_retransmitted {
                 self.rtt.update(now, now - self.syn_tx_time);
             }
+            // Linux sets the pacing rate once the handshake gave an RTT
+            // (tcp_init_transfer), not only on the first data ACK.
+            self.update_pacing_rate();
             self.rto_at = None;
             self.retries = 0;
             self.state = State::Established;
@@ -925,6 +928,7 @@ impl Subflow {
                 if !self.syn_retransmitted {
                     self.rtt.update(now, now - self.syn_tx_time);
                 }
+                self.update_pacing_rate();
                 self.snd_wnd = (hdr.window as u32) << self.snd_wscale;
                 self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
                 self.snd_wl1 = seq;

@@ -95,6 +95,9 @@ pub struct SubflowSample {
     pub bytes_acked: u64,
     /// Slow-subflow halvings applied so far.
     pub penalized: u64,
+    /// The receiving end's MPTcpExtOFOQueue so far (connection-level
+    /// out-of-order segments, cumulative), at the same instant.
+    pub receiver_ofo_queue: u64,
 }
 
 /// A transfer plus the per-subflow trace of one side's connection.
@@ -108,7 +111,7 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
     run_with_subflow_trace(spec, false).result
 }
 
-fn sample_subflows(out: &mut Vec<SubflowSample>, now: Instant, c: &mptun_proto::Connection) {
+fn sample_subflows(out: &mut Vec<SubflowSample>, now: Instant, c: &mptun_proto::Connection, rx_ofo: u64) {
     for s in c.info().subflows {
         out.push(SubflowSample {
             t_s: now.as_secs_f64(),
@@ -118,6 +121,7 @@ fn sample_subflows(out: &mut Vec<SubflowSample>, now: Instant, c: &mptun_proto::
             srtt_us: s.tcp.srtt.as_micros() as u64,
             bytes_acked: s.tcp.bytes_acked,
             penalized: s.penalized,
+            receiver_ofo_queue: rx_ofo,
         });
     }
 }
@@ -160,7 +164,8 @@ pub fn run_with_subflow_trace(spec: &TransferSpec, trace_server: bool) -> Traced
         |now, a, b| {
             let traced = if trace_server { b.apps.keys().next().and_then(|&sh| b.ep.conn(sh)) } else { a.ep.conn(h) };
             if let Some(c) = traced {
-                sample_subflows(&mut subflow_trace, now, c);
+                let receiver = if trace_server { &a.ep } else { &b.ep };
+                sample_subflows(&mut subflow_trace, now, c, receiver.counters().mptcp_ofo_queue);
             }
             if let Some(sf) = a.ep.conn(h).and_then(|c| c.subflow(0)) {
                 let i = sf.info();
