@@ -207,8 +207,11 @@ pub fn run(a: LabArgs) -> Result<()> {
         .iter()
         .map(|p| {
             let l = p.link();
+            // The simulator's `aggregate` buffer is a router queue (packets
+            // waiting for the link); linkem's default counts the delay line
+            // too (netem `limit`), which would make the lab's buffer smaller.
             format!(
-                "rate={}mbit,delay={}ms,limit={}",
+                "rate={}mbit,delay={}ms,limit={},limit-scope=bottleneck",
                 p.rate_bps / 1_000_000,
                 p.delay.as_millis(),
                 l.limit_packets.unwrap_or(100)
