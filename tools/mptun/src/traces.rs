@@ -121,23 +121,7 @@ pub fn aggregate_traced(size: u64, seed: u64, failover: bool) -> (Traced, Vec<Pa
 
 /// `tcp-single` traced (one subflow).
 pub fn tcp_single_traced(p: &tcp_single::Params) -> Traced {
-    let (path, _) = tcp_single::path(p);
-    let mut cfg = mptun_proto::EndpointConfig::default();
-    cfg.tcp.congestion_control = p.cc;
-    cfg.mptcp.enabled = p.mptcp;
-    let spec = TransferSpec {
-        paths: vec![path],
-        size: p.size,
-        reverse_size: 0,
-        client: cfg.clone(),
-        server: cfg,
-        seed: p.seed,
-        max_time: Duration::from_secs(3600),
-        port: 5201,
-        sample_every: Some(SAMPLE),
-        actions: Vec::new(),
-    };
-    transfer::run_with_subflow_trace(&spec, false)
+    transfer::run_with_subflow_trace(&tcp_single::spec(p, Some(SAMPLE)), false)
 }
 
 /// The report `mptun send` would print for a simulated transfer: 1 s

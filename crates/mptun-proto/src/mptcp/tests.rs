@@ -101,6 +101,18 @@ impl Net {
         self.now = self.now.max(end);
     }
 
+    /// Everything connection `sh` of B has ready to read.
+    fn read_b(&mut self, sh: ConnectionHandle, buf: &mut [u8]) -> Vec<u8> {
+        let mut got = Vec::new();
+        loop {
+            let k = self.b.recv(sh, self.now, buf);
+            if k == 0 {
+                return got;
+            }
+            got.extend_from_slice(&buf[..k]);
+        }
+    }
+
     fn connect(&mut self) -> ConnectionHandle {
         self.a.connect(self.now, "10.0.1.1:0".parse().unwrap(), "10.0.1.2:5000".parse().unwrap())
     }
@@ -252,13 +264,7 @@ fn data_fin_closes_both_directions() {
             n.a.close(h);
         }
         n.run(Duration::from_millis(20), &mut pass());
-        loop {
-            let k = n.b.recv(sh, n.now, &mut buf);
-            if k == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..k]);
-        }
+        got.extend(n.read_b(sh, &mut buf));
         if n.b.recv_finished(sh) {
             break;
         }
@@ -398,13 +404,7 @@ fn checksums_negotiated_by_either_side_and_corruption_caught() {
             }
             Some(p)
         });
-        loop {
-            let k = n.b.recv(sh, n.now, &mut buf);
-            if k == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..k]);
-        }
+        got.extend(n.read_b(sh, &mut buf));
         if got.len() == data.len() {
             break;
         }
@@ -505,13 +505,7 @@ fn options_stripped_mid_stream_fall_back_to_an_infinite_mapping() {
         // After 100 ms of MPTCP, a middlebox starts stripping the options both ways.
         let strip = step > 5;
         n.run(Duration::from_millis(20), &mut |_, p| Some(if strip { strip_mptcp(&p) } else { p }));
-        loop {
-            let k = n.b.recv(sh, n.now, &mut buf);
-            if k == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..k]);
-        }
+        got.extend(n.read_b(sh, &mut buf));
         if n.b.recv_finished(sh) {
             break;
         }
@@ -549,13 +543,7 @@ fn mptcp_over_ipv6_with_a_join() {
         n.run(Duration::from_millis(20), &mut pass());
         sh = sh.or_else(|| n.b.accept());
         if let Some(sh) = sh {
-            loop {
-                let k = n.b.recv(sh, n.now, &mut buf);
-                if k == 0 {
-                    break;
-                }
-                got.extend_from_slice(&buf[..k]);
-            }
+            got.extend(n.read_b(sh, &mut buf));
         }
         if got.len() == data.len() {
             break;

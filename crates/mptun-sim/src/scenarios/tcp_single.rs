@@ -87,12 +87,13 @@ pub fn path(p: &Params) -> (PathSpec, usize) {
     (spec, queue)
 }
 
-pub fn run(p: &Params) -> Report {
-    let (spec, queue) = path(p);
+/// The transfer this scenario runs, traced every `sample_every` if given.
+pub fn spec(p: &Params, sample_every: Option<Duration>) -> TransferSpec {
+    let (spec, _) = path(p);
     let mut cfg = EndpointConfig::default();
     cfg.tcp.congestion_control = p.cc;
     cfg.mptcp.enabled = p.mptcp;
-    let t = TransferSpec {
+    TransferSpec {
         paths: vec![spec],
         size: p.size,
         reverse_size: 0,
@@ -101,9 +102,14 @@ pub fn run(p: &Params) -> Report {
         seed: p.seed,
         max_time: Duration::from_secs(3600),
         port: 5201,
-        sample_every: None,
+        sample_every,
         actions: Vec::new(),
-    };
+    }
+}
+
+pub fn run(p: &Params) -> Report {
+    let (_, queue) = path(p);
+    let t = spec(p, None);
     let wall = std::time::Instant::now();
     let r = transfer::run(&t);
     let wc = WallClock::new(wall.elapsed(), r.bytes_received);
