@@ -117,6 +117,8 @@ counters! {
     mptcp_duplicate_data => "MPTcpExtDuplicateData",
     /// Fell back to TCP mid-stream: options stripped on the only subflow (`MPTcpExt DSSFallback`).
     mptcp_dss_fallback => "MPTcpExtDSSFallback",
+    /// Mappings that placed data outside the offered window; the subflow is reset (`MPTcpExt DSSNotMatching`).
+    mptcp_dss_not_matching => "MPTcpExtDSSNotMatching",
     /// Mappings whose DSS checksum did not match (`MPTcpExt DataCsumErr`).
     mptcp_data_csum_err => "MPTcpExtDataCsumErr",
     /// ADD_ADDR received with a valid HMAC (`MPTcpExt AddAddr`).

@@ -1117,8 +1117,21 @@ impl Connection {
                     c
                 }
             };
-            let dsn = mdsn + into as u64;
+            let dsn = mdsn.wrapping_add(into as u64);
             let clen = chunk.len() as u32;
+            // A mapping that puts data outside the window we offered (or
+            // before the data sequence space) is a broken or hostile peer:
+            // reset the subflow as Linux does for an invalid mapping, rather
+            // than let it park data anywhere in the reassembly queue.
+            let edge = sh.rcv_wnd_end.max(sh.rcv_nxt + self.rcv_buf.ofo_len() as u64 + sh.recv_limit as u64);
+            if dsn < base || dsn.saturating_add(clen as u64) > edge {
+                sh.counters.mptcp_dss_not_matching += 1;
+                ext.rx_maps.remove(&mssn);
+                ext.rst_reason = Some(MPTCP_RST_EMPTCP);
+                sh.counters.mptcp_mp_rst_tx += 1;
+                sf.abort();
+                break;
+            }
             if dsn + clen as u64 <= sh.rcv_nxt {
                 sh.counters.mptcp_duplicate_data += 1;
             } else {

@@ -555,3 +555,38 @@ fn mptcp_over_ipv6_with_a_join() {
     assert_eq!(info.subflows.len(), 2, "the announced IPv6 address is joined");
     assert!(info.subflows.iter().all(|s| s.local.is_ipv6()));
 }
+
+#[test]
+fn a_mapping_outside_the_window_resets_the_subflow_and_the_data_arrives_anyway() {
+    let mut n = Net::two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(200), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 233) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let mut forged = 0;
+    for _ in 0..300 {
+        sent += n.a.send(h, &data[sent..]);
+        n.run(Duration::from_millis(20), &mut |from_a, p| {
+            // A hostile (or broken) rewrite moves one mapping on path 2 a gigabyte ahead.
+            if from_a && forged == 0 && p.len() > 1000 && p[14] == 2 {
+                forged += 1;
+                return Some(rewrite(&p, &mut |m| {
+                    if let MptcpOption::Dss { mapping: Some(map), .. } = m {
+                        map.dsn += 1 << 30;
+                    }
+                }));
+            }
+            Some(p)
+        });
+        got.extend(n.read_b(sh, &mut buf));
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert_eq!(forged, 1);
+    assert_eq!(n.b.counters().mptcp_dss_not_matching, 1);
+    assert_eq!(got, data, "the reset subflow's data is reinjected on the other path");
+}
