@@ -271,7 +271,6 @@ pub struct Connection {
     rcvq_space: usize,
     rcvq_time: Instant,
     app_read: u64,
-    fallback_counted: bool,
     /// Time of the last input, timer or output call: what application calls
     /// (which carry no time) act at.
     last_now: Instant,
@@ -375,7 +374,6 @@ impl Connection {
             rcvq_space: (10 * 1448usize).min(recv_limit),
             rcvq_time: now,
             app_read: 0,
-            fallback_counted: false,
             last_now: now,
             cfg,
         }
@@ -1019,9 +1017,11 @@ impl Connection {
     }
 
     fn on_mapping(sh: &mut Shared, ext: &mut SubflowExt, m: &DssMapping, data_fin: bool) {
-        let Some(base) = sh.rx_base else { return };
+        // Nothing can be mapped before the peer's key (and so its IDSN) is known.
+        if sh.rx_base.is_none() {
+            return;
+        }
         let dsn = if m.dsn64 { m.dsn } else { expand32(m.dsn, sh.rcv_nxt) };
-        let _ = base;
         let mut len = m.len as u32;
         if data_fin {
             // The DATA_FIN takes the last data sequence number of the mapping.
@@ -1070,7 +1070,7 @@ impl Connection {
         if self.shared.mode == Mode::Mptcp {
             self.drain_subflow(now, idx);
         }
-        self.on_subflow_events(now, idx);
+        self.on_subflow_events(idx);
         self.progress(now);
     }
 
@@ -1162,18 +1162,13 @@ impl Connection {
         }
     }
 
-    fn on_subflow_events(&mut self, now: Instant, idx: usize) {
+    fn on_subflow_events(&mut self, idx: usize) {
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let mut failed = false;
         while let Some(ev) = sf.poll_event() {
             match (self.shared.mode, ev, ext.join) {
                 // Until the SYN-ACK decides, the initial subflow's fate is the connection's.
-                (Mode::Plain | Mode::Pending, e, _) => {
-                    if e == Event::Connected && !self.fallback_counted {
-                        self.fallback_counted = true;
-                    }
-                    self.events.push_back(e);
-                }
+                (Mode::Plain | Mode::Pending, e, _) => self.events.push_back(e),
                 (_, Event::Connected, JoinState::Initial) => self.events.push_back(Event::Connected),
                 (_, Event::Connected, _) => {}
                 (_, Event::PeerFin, _) if self.shared.infinite => {
@@ -1189,9 +1184,8 @@ impl Connection {
                 (_, Event::Closed, _) => failed = true,
             }
         }
-        let _ = now;
         if failed && self.shared.mode == Mode::Mptcp {
-            self.reinject_from(idx, true);
+            self.reinject_from(idx);
             if let Some((sf, _)) = self.subflows[idx].take() {
                 // Keep what the subflow counted.
                 self.shared.counters.add(&sf.counters());
@@ -1205,7 +1199,7 @@ impl Connection {
     }
 
     /// Queues the not yet DATA_ACKed data of subflow `idx` for another subflow.
-    fn reinject_from(&mut self, idx: usize, all: bool) {
+    fn reinject_from(&mut self, idx: usize) {
         let Some((_, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let una = self.shared.snd_una;
         for m in &ext.tx_maps {
@@ -1219,7 +1213,6 @@ impl Connection {
         if let Some(m) = ext.tx_maps.back() {
             ext.reinjected_to = ext.reinjected_to.max(m.dsn + m.len as u64);
         }
-        let _ = all;
     }
 
     /// [`Connection::progress`] at the time of the last driver call.
@@ -1292,7 +1285,7 @@ impl Connection {
             if stale_now && !ext.stale {
                 ext.stale = true;
                 self.shared.counters.mptcp_subflow_stale += 1;
-                self.reinject_from(i, false);
+                self.reinject_from(i);
             } else if !stale_now && ext.stale {
                 ext.stale = false;
                 self.shared.counters.mptcp_subflow_recover += 1;
@@ -1504,7 +1497,7 @@ impl Connection {
                 ext.join_ack_retx = Some(now + sf.info().rto.max(Duration::from_millis(200)));
                 sf.request_ack();
             }
-            self.on_subflow_events(now, i);
+            self.on_subflow_events(i);
         }
         self.progress(now);
     }
@@ -1527,10 +1520,10 @@ impl Connection {
                 sf.poll_transmit(now, &mut hook, out)
             };
             if let Some(t) = t {
-                self.on_subflow_events(now, i);
+                self.on_subflow_events(i);
                 return Some((i, t));
             }
-            self.on_subflow_events(now, i);
+            self.on_subflow_events(i);
         }
         None
     }
