@@ -24,3 +24,32 @@ pub trait Host {
     /// When to call `handle_timeout` next.
     fn poll_timeout(&self) -> Option<Instant>;
 }
+
+/// Implements [`Host`] for a type that holds an `ep: Endpoint` and runs its
+/// applications in `fn pump(&mut self, now: Instant)`: feed the endpoint,
+/// then let the applications react.
+#[macro_export]
+macro_rules! endpoint_host {
+    ($t:ty) => {
+        impl $crate::host::Host for $t {
+            fn handle_packet(&mut self, now: mptun_time::Instant, packet: &[u8]) {
+                self.ep.handle_packet(now, packet);
+                self.pump(now);
+            }
+
+            fn handle_timeout(&mut self, now: mptun_time::Instant) {
+                self.ep.handle_timeout(now);
+                self.pump(now);
+            }
+
+            fn poll_transmit(&mut self, now: mptun_time::Instant, out: &mut [u8]) -> Option<$crate::host::Outgoing> {
+                let t = self.ep.poll_transmit(now, out)?;
+                Some($crate::host::Outgoing { len: t.len, src: t.src.ip(), dst: t.dst.ip() })
+            }
+
+            fn poll_timeout(&self) -> Option<mptun_time::Instant> {
+                self.ep.poll_timeout()
+            }
+        }
+    };
+}

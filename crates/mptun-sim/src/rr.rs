@@ -6,7 +6,6 @@
 //! whatever the stack (pacing, delayed ACKs, timers) adds — which is exactly
 //! what an RPC workload feels.
 
-use crate::host::{Host, Outgoing};
 use mptun_proto::endpoint::{ConnectionHandle, Endpoint};
 use mptun_time::{Duration, Instant};
 use serde::Serialize;
@@ -172,26 +171,7 @@ impl RrHost {
     }
 }
 
-impl Host for RrHost {
-    fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
-        self.ep.handle_packet(now, packet);
-        self.pump(now);
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        self.ep.handle_timeout(now);
-        self.pump(now);
-    }
-
-    fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<Outgoing> {
-        let t = self.ep.poll_transmit(now, out)?;
-        Some(Outgoing { len: t.len, src: t.src.ip(), dst: t.dst.ip() })
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.ep.poll_timeout()
-    }
-}
+crate::endpoint_host!(RrHost);
 
 /// Latency summary in netperf's `-o MIN_LATENCY,MEAN_LATENCY,MAX_LATENCY,
 /// P99_LATENCY,STDDEV_LATENCY` terms, microseconds (fractional: simulated

@@ -1,9 +1,7 @@
 //! A simulated host running the mptun endpoint with bulk applications.
 
 use crate::apps::BulkApp;
-use crate::host::{Host, Outgoing};
 use mptun_proto::endpoint::{ConnectionHandle, Endpoint};
-use mptun_proto::tcp::Event;
 use mptun_time::Instant;
 use std::collections::BTreeMap;
 
@@ -33,11 +31,9 @@ impl StackHost {
                 self.apps.insert(h, t.clone());
             }
         }
-        while let Some((h, ev)) = self.ep.poll_event() {
-            if matches!(ev, Event::Reset | Event::TimedOut) {
-                tracing_event(h, ev);
-            }
-        }
+        // The applications poll readiness (and `recv_finished`) directly;
+        // the event queue only needs draining so it does not grow.
+        while self.ep.poll_event().is_some() {}
         for (&h, app) in self.apps.iter_mut() {
             let Some(conn) = self.ep.conn_mut(h) else { continue };
             loop {
@@ -64,25 +60,4 @@ impl StackHost {
     }
 }
 
-fn tracing_event(_h: ConnectionHandle, _ev: Event) {}
-
-impl Host for StackHost {
-    fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
-        self.ep.handle_packet(now, packet);
-        self.pump(now);
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        self.ep.handle_timeout(now);
-        self.pump(now);
-    }
-
-    fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<Outgoing> {
-        let t = self.ep.poll_transmit(now, out)?;
-        Some(Outgoing { len: t.len, src: t.src.ip(), dst: t.dst.ip() })
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.ep.poll_timeout()
-    }
-}
+crate::endpoint_host!(StackHost);
