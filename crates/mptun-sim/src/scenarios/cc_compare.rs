@@ -107,6 +107,8 @@ pub struct Report {
     pub dropped_queue: u64,
     pub samples: Vec<Sample>,
     pub wall_s: f64,
+    /// SHA-256 of this report without its wall-clock fields (see [`crate::report::run_digest`]).
+    pub run_digest: String,
 }
 
 fn seed32(seed: u64, salt: u8) -> [u8; 32] {
@@ -281,7 +283,7 @@ pub fn run(p: &Params) -> Report {
     let reno_report = flow_report(&reno, rb, sr);
     let jain = if sc + sr > 0.0 { (sc + sr).powi(2) / (2.0 * (sc * sc + sr * sr)) } else { 0.0 };
     let (ab, _) = sim.link_stats(0);
-    Report {
+    let mut report = Report {
         scenario: "cc-compare",
         seed: p.seed,
         rate_bps: p.rate_bps,
@@ -298,5 +300,8 @@ pub fn run(p: &Params) -> Report {
         dropped_queue: ab.dropped_queue,
         samples,
         wall_s: wall.elapsed().as_secs_f64(),
-    }
+        run_digest: String::new(),
+    };
+    report.run_digest = crate::report::run_digest(&report);
+    report
 }

@@ -2,14 +2,14 @@
 //! earliest-departure-time pacing model (Eric Dumazet, "tcp: switch tcp and
 //! sch_fq to new earliest departure time model", 4.20), run on both pacers.
 //!
-//! The seed: 100-byte requests and responses over a flow whose pacing rate
+//! The patch: 100-byte requests and responses over a flow whose pacing rate
 //! is *reduced* — as after a few losses shrink cwnd, or with an RTT above a
 //! few ms. The old `sch_fq` paced such a flow in quanta: each flow gets
 //! `quantum` (2 × MTU) bytes of credit, and when a dequeue exhausts it, the
 //! flow is throttled for `quantum / rate` (halved by fq's drift credit)
 //! before its next packet, however small. A request/response flow spends its
 //! credit 150 bytes at a time, so every ~quantum/150 packets one message sits
-//! out a multi-millisecond throttle: the seed saw max 5279 µs and P99 3825 µs
+//! out a multi-millisecond throttle: the patch saw max 5279 µs and P99 3825 µs
 //! against a 20 µs minimum. EDT charges each packet only `len / rate` from
 //! the previous departure, which a transaction round trip already covers, so
 //! the artefact disappears (max 128 µs, P99 63 µs).
@@ -21,11 +21,11 @@
 //! the same place, but in a simulator with no other traffic the estimate
 //! would be set by the RR flow itself (cwnd 10, 20 µs srtt: gigabytes per
 //! second) — the cap is the faithful way to put the flow at a rate where the
-//! mechanism shows, and it is what the seed's `fq` would also apply.
+//! mechanism shows, and it is what the patch's `fq` would also apply.
 //!
 //! The default rate, 80 Mbit/s (10 MB/s), keeps EDT's per-packet spacing
 //! (152 bytes / rate = 15 µs) below the 20 µs transaction round trip, so EDT
-//! adds nothing, as in the seed. The MTU sets the fq quantum (2 × MTU) and
+//! adds nothing, as in the patch. The MTU sets the fq quantum (2 × MTU) and
 //! decides what the artefact can look like:
 //! * the throttle is `quantum / rate / 2` and EDT's spacing `pkt / rate`, so
 //!   quantum-over-EDT latency is bounded by `quantum / (2 × pkt)`: with a
@@ -39,7 +39,7 @@
 //!
 //! The default MTU, 4000 (quantum 8000 bytes), sits inside that window.
 //! `--mtu 1500` shows the bounded version of the artefact; `--mtu 9000
-//! --pacing-rate 19.2mbit` is what the seed's own numbers point to (a
+//! --pacing-rate 19.2mbit` is what the patch's own numbers point to (a
 //! ≈3.8 ms throttle), where the P99 hides the artefact because of the
 //! in-phase credits.
 //!
@@ -54,7 +54,7 @@ use mptun_time::{Duration, Instant};
 use serde::Serialize;
 use std::net::SocketAddr;
 
-/// Parameters (defaults reproduce the seed's shape).
+/// Parameters (defaults reproduce the patch's shape).
 #[derive(Clone, Debug)]
 pub struct Params {
     pub request_size: usize,
@@ -114,6 +114,8 @@ pub struct Report {
     pub edt: VariantReport,
     pub quantum: VariantReport,
     pub wall_s: f64,
+    /// SHA-256 of this report without its wall-clock fields (see [`crate::report::run_digest`]).
+    pub run_digest: String,
 }
 
 fn seed32(seed: u64, salt: u8) -> [u8; 32] {
@@ -175,7 +177,7 @@ pub fn run(p: &Params) -> Report {
     let wall = std::time::Instant::now();
     let edt = run_variant(p, PacerKind::Edt);
     let quantum = run_variant(p, PacerKind::Quantum);
-    Report {
+    let mut report = Report {
         scenario: "edt-rr",
         seed: p.seed,
         request_size: p.request_size,
@@ -187,5 +189,8 @@ pub fn run(p: &Params) -> Report {
         edt,
         quantum,
         wall_s: wall.elapsed().as_secs_f64(),
-    }
+        run_digest: String::new(),
+    };
+    report.run_digest = crate::report::run_digest(&report);
+    report
 }

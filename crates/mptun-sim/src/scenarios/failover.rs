@@ -40,7 +40,7 @@ pub fn run(seed: u64, size: u64) -> Report {
     };
     let path0_bytes_at_up = at(up);
     let path0_bytes_at_end = r.subflows.first().map_or(0, |s| s.bytes_acked);
-    Report {
+    let mut report = Report {
         down_at_s: down.as_secs_f64(),
         up_at_s: up.as_secs_f64(),
         reinjected_bytes: r.result.client_counters.get("MptunMPReinjectedBytes").copied().unwrap_or(0),
@@ -48,5 +48,8 @@ pub fn run(seed: u64, size: u64) -> Report {
         path0_bytes_at_up,
         path0_bytes_at_end,
         aggregate: r,
-    }
+    };
+    // The flattened aggregate digest covers only its own fields: cover ours too.
+    report.aggregate.run_digest = crate::report::run_digest(&report);
+    report
 }

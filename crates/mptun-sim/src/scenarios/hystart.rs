@@ -11,11 +11,11 @@
 //!
 //! # Ethernet framing
 //!
-//! The seed counts 1514-byte Ethernet frames; our links carry IP packets
+//! The patch counts 1514-byte Ethernet frames; our links carry IP packets
 //! (1500 bytes at MSS 1460 with timestamps). The link is therefore given the
 //! *IP-equivalent* rate `rate × 1500 / 1514`, which makes a full-sized packet
 //! take exactly the time a 1514-byte frame takes at `rate`; the BDP is
-//! computed in 1514-byte frames as in the seed, and utilisation counts IP
+//! computed in 1514-byte frames as in the patch, and utilisation counts IP
 //! length + 14 bytes against `rate`. (Small packets are charged slightly less
 //! than their real framing; only ACKs are small, and they use the other
 //! direction.)
@@ -34,12 +34,12 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 /// Ethernet header bytes on the wire per IP packet (no FCS/preamble, as
-/// the seed's 1514 counts them).
+/// the patch's 1514 counts them).
 pub const ETHERNET_OVERHEAD: u32 = 14;
 /// IP packet size of a full-sized segment (MSS 1460, timestamps on: 1448 payload).
 pub const IP_PACKET: u32 = 1500;
 
-/// Parameters (defaults are the seed's).
+/// Parameters (defaults are the patch's).
 #[derive(Clone, Debug)]
 pub struct Params {
     /// Bottleneck rate on the wire (Ethernet frames), bits per second.
@@ -50,7 +50,7 @@ pub struct Params {
     pub queue_packets: Option<usize>,
     /// How long the server sends, from the moment it accepted the connection.
     pub duration: Duration,
-    /// The sender's pacer. Default `None`: the seed's sender ran CUBIC
+    /// The sender's pacer. Default `None`: the patch's sender ran CUBIC
     /// without the `fq` qdisc, and Linux TCP then does not pace
     /// (`sk_pacing_status == SK_PACING_NONE`), which also selects HyStart's
     /// `delay_min / 2` train threshold.
@@ -58,7 +58,7 @@ pub struct Params {
     /// The client's receive buffer, fixed (like `SO_RCVBUF`) at this many
     /// bytes, or `None` for the subflow's autotuning. Default: Linux's
     /// `tcp_rmem[2]` (6 MiB), so the receive window never limits the sender,
-    /// as a Linux receiver's autotuning does not in the seed; the subflow's
+    /// as a Linux receiver's autotuning does not in the patch; the subflow's
     /// own autotuning currently lags one RTT in slow start (see `docs/cc.md`).
     pub fixed_recv_buffer: Option<usize>,
     /// Sample the sender's state every this often into `trace` (None: no trace).
@@ -164,6 +164,8 @@ pub struct Report {
     /// Extra bytes the fix delivered (fixed − legacy).
     pub delivered_gain_bytes: i64,
     pub wall_s: f64,
+    /// SHA-256 of this report without its wall-clock fields (see [`crate::report::run_digest`]).
+    pub run_digest: String,
 }
 
 /// The path: data (server B → client A) through the bottleneck; ACKs back
@@ -207,7 +209,7 @@ struct Watch {
 /// Runs one variant.
 pub fn run_variant(p: &Params, round_start: HystartRoundStart) -> VariantReport {
     let (spec, _) = path(p);
-    // Plain TCP on both ends, as in the seed.
+    // Plain TCP on both ends, as in the patch.
     let mut server_cfg = EndpointConfig::default();
     server_cfg.mptcp.enabled = false;
     server_cfg.tcp.congestion_control = Algorithm::Cubic;
@@ -355,7 +357,7 @@ pub fn run(p: &Params) -> Report {
     let legacy = run_variant(p, HystartRoundStart::Legacy);
     let fixed = run_variant(p, HystartRoundStart::Fixed);
     let (_, queue) = path(p);
-    Report {
+    let mut report = Report {
         scenario: "hystart",
         seed: p.seed,
         rate_bps: p.rate_bps,
@@ -369,5 +371,8 @@ pub fn run(p: &Params) -> Report {
         legacy,
         fixed,
         wall_s: wall.elapsed().as_secs_f64(),
-    }
+        run_digest: String::new(),
+    };
+    report.run_digest = crate::report::run_digest(&report);
+    report
 }

@@ -183,6 +183,8 @@ pub struct Report {
     pub summary: Summary,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cases: Vec<CaseReport>,
+    /// SHA-256 of this report (see [`crate::report::run_digest`]).
+    pub run_digest: String,
 }
 
 /// Settings of a matrix run.
@@ -310,14 +312,17 @@ pub fn run(p: &Params) -> Report {
             summary: Summary::of(runs),
         });
     }
-    Report {
+    let mut report = Report {
         scenario: p.scenario.to_string(),
         policy: p.policy.to_string(),
         seeds: p.seeds,
         factor: p.penalty.factor,
         summary: Summary::of(all),
         cases: if p.scenario == Scenario::Suite { case_reports } else { Vec::new() },
-    }
+        run_digest: String::new(),
+    };
+    report.run_digest = crate::report::run_digest(&report);
+    report
 }
 
 /// All policies on one scenario, for `--compare`.

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prints the `run_digest` of every simulator scenario, one "name digest" line
+# each. A pure restructuring of the protocol core must leave this list
+# unchanged: run it before and after and diff the two outputs.
+#
+#   tools/mptun/scripts/sim-digests.sh [path/to/mptun] > digests.txt
+set -euo pipefail
+MPTUN=${1:-target/release/mptun}
+[ -x "$MPTUN" ] || { echo "build it first: cargo build --release --bin mptun" >&2; exit 1; }
+digest() {
+    local name=$1; shift
+    printf '%-44s %s\n' "$name" "$("$MPTUN" sim "$@" --json | sed -n 's/.*"run_digest": *"\([0-9a-f]*\)".*/\1/p' | tail -1)"
+}
+for cc in reno cubic; do
+    digest "tcp-single/$cc" tcp-single --cc "$cc"
+    digest "tcp-single/$cc/loss1%" tcp-single --cc "$cc" --loss 1%
+    digest "tcp-single/$cc/reorder2%" tcp-single --cc "$cc" --reorder 2% --seed 7
+done
+digest hystart hystart
+digest edt-rr edt-rr
+digest cc-compare cc-compare
+digest aggregate aggregate
+digest failover failover
+digest fallback fallback
+for scenario in suite unbounded rwnd sndbuf both; do
+    for policy in default penalise penalise-guarded mptcp-org; do
+        digest "penalise/$scenario/$policy" penalise --scenario "$scenario" --policy "$policy" --seeds "${SEEDS:-2}"
+    done
+done
