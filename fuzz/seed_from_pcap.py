@@ -12,7 +12,7 @@ import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PCAP = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "../../shared/vectors/kernel-mptcp-2paths.pcap")
+PCAP = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "../crates/mptun-wire/tests/data/kernel-mptcp-2paths.pcap")
 OUT = os.path.join(HERE, "corpus", "parse_packet")
 LINK_HDR = {1: 14, 101: 0, 113: 16, 276: 20}
 

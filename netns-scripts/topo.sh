@@ -184,7 +184,7 @@ up() {
         set_rate "$SRV" "$s" "${rates[$((i - 1))]:-}"
     done
     if [ "$KERNEL_MPTCP" = 1 ]; then
-        # A kernel-to-kernel baseline between the veth addresses (as in shared/vectors).
+        # A kernel-to-kernel baseline between the veth addresses (as in crates/mptun-wire/tests/data/).
         ns_sysctl "$CLI" net.mptcp.enabled 1
         ns_sysctl "$SRV" net.mptcp.enabled 1
         ip -n "$CLI" mptcp endpoint flush

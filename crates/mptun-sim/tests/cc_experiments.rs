@@ -40,7 +40,7 @@ fn hystart_fix_reproduces_the_seed() {
         fixed.exit_cwnd,
         fixed.delivered_bytes
     );
-    assert_eq!(r.queue_packets, 619, "1 BDP of 1514-byte frames, as in the seed");
+    assert_eq!(r.queue_packets, 619, "1 BDP of 1514-byte frames, as in the patch");
     assert_eq!(legacy.bdp_packets, 619);
 
     // Legacy: HyStart's delay detector fires below the BDP; the pipe is not full.
@@ -54,10 +54,10 @@ fn hystart_fix_reproduces_the_seed() {
     assert!(fixed.exit_cwnd >= fixed.bdp_packets, "fixed exit {}", fixed.exit_cwnd);
     assert!(fixed.bottleneck_saturated, "tail utilisation {}", fixed.tail_utilisation);
     assert_eq!(fixed.server_counters.get("TcpExtTCPHystartTrainDetect"), Some(&1));
-    // Not a runaway slow start either: the exit is within 10% of the seed's 632.
+    // Not a runaway slow start either: the exit is within 10% of the patch's 632.
     assert!((570..=700).contains(&fixed.exit_cwnd), "fixed exit {}", fixed.exit_cwnd);
 
-    // The fix delivers more (the seed: +300 KB), without losses on either run.
+    // The fix delivers more (the patch: +300 KB), without losses on either run.
     assert!(r.delivered_gain_bytes > 200_000, "gain {}", r.delivered_gain_bytes);
     assert_eq!(legacy.retransmits + fixed.retransmits, 0);
 }

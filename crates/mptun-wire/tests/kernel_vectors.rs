@@ -1,4 +1,4 @@
-//! The codec against a real Linux 6.18 MPTCP exchange (`shared/vectors/`):
+//! The codec against a real Linux 6.18 MPTCP exchange (`tests/data/`, see its README):
 //! every TCP option of every frame decodes, re-emits byte-exact and rebuilds
 //! byte-exact through the Linux-layout builders; the decoded values match
 //! tshark's independent dissection; token, IDSN and every HMAC recomputed
@@ -12,7 +12,7 @@ use mptun_wire::tcp::{TcpHeader, TcpOption, TcpOptions};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/vectors/");
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
 
 /// One captured frame: the IP packet (possibly cut by the snap length).
 struct Frame {
@@ -25,7 +25,7 @@ struct Frame {
 /// Linux capture can have: Ethernet, Linux cooked SLL and SLL2, raw IP.
 fn read_pcap(path: &str) -> Vec<Frame> {
     let data = std::fs::read(path).unwrap_or_else(|e| {
-        panic!("cannot read {path}: {e} (CI keeps shared/ beside the clone; the vectors are required)")
+        panic!("cannot read {path}: {e} (the vectors live in the repository: crates/mptun-wire/tests/data/)")
     });
     assert!(data.len() >= 24, "pcap shorter than its global header");
     let magic = u32::from_le_bytes(data[0..4].try_into().unwrap());

@@ -1,7 +1,8 @@
 //! Slow-subflow penalties on top of the default scheduler, as A/B policies.
 //!
 //! * `penalise` — patch 1/3 of the reference series
-//!   (`shared/reference/mptcp-sched-penalise-slow-subflow.txt`): once a
+//!   ("[PATCH mptcp-next 0/3] mptcp: sched: penalise a slow subflow", #345 of
+//!   the multipath-tcp/mptcp_net-next tracker): once a
 //!   subflow has been picked, flag a *slow* one for a cwnd halving, applied
 //!   later in that subflow's own push path. Slow means its average pacing
 //!   rate is below `factor` × the fastest active subflow's; the fastest must
