@@ -15,6 +15,8 @@ pub mod pm;
 pub mod sched;
 pub mod seq;
 pub mod tcp;
+#[cfg(test)]
+mod test_util;
 
 pub use counters::Counters;
 pub use endpoint::{ConnectionHandle, Endpoint, EndpointConfig};

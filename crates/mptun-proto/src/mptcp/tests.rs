@@ -4,103 +4,42 @@
 use super::*;
 use crate::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
 use crate::pm::{EndpointFlags, PmEndpoint};
+use crate::test_util::{pass, Pair};
 use mptun_wire::{emit_tcp_packet, parse_tcp_packet, TcpOption};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// A client and a server endpoint, two addresses each (paths 1 and 2).
-struct Net {
-    a: Endpoint,
-    b: Endpoint,
-    now: Instant,
-    /// Packets on the wire, kept across runs.
-    wire: VecDeque<(Instant, bool, Vec<u8>)>,
+/// A client and a server endpoint on the shared harness.
+type Net = Pair<Endpoint>;
+
+fn net(client: EndpointConfig, server: EndpointConfig) -> Net {
+    let mut b = Endpoint::new(server, [2; 32]);
+    b.listen("10.0.1.2:5000".parse().unwrap());
+    Net::new(Endpoint::new(client, [1; 32]), b, Instant::ZERO)
 }
 
-/// What the wire does with a packet: deliver (possibly rewritten) or drop.
-type Tamper<'a> = &'a mut dyn FnMut(bool, Vec<u8>) -> Option<Vec<u8>>;
+/// Two addresses each (paths 1 and 2); the server announces its second.
+fn two_path() -> Net {
+    let mut c = EndpointConfig::default();
+    c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: ip("10.0.2.1"), flags: EndpointFlags::default() });
+    c.mptcp.pm.max_add_addr_accepted = 2;
+    let mut s = EndpointConfig::default();
+    s.mptcp.pm.endpoints.push(PmEndpoint {
+        id: 1,
+        addr: ip("10.0.2.2"),
+        flags: EndpointFlags { signal: true, ..Default::default() },
+    });
+    net(c, s)
+}
 
-impl Net {
-    fn new(client: EndpointConfig, server: EndpointConfig) -> Net {
-        let mut b = Endpoint::new(server, [2; 32]);
-        b.listen("10.0.1.2:5000".parse().unwrap());
-        Net { a: Endpoint::new(client, [1; 32]), b, now: Instant::ZERO, wire: VecDeque::new() }
-    }
+trait NetExt {
+    fn read_b(&mut self, sh: ConnectionHandle, buf: &mut [u8]) -> Vec<u8>;
+    fn connect(&mut self) -> ConnectionHandle;
+}
 
-    fn two_path() -> Net {
-        let mut c = EndpointConfig::default();
-        c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: ip("10.0.2.1"), flags: EndpointFlags::default() });
-        c.mptcp.pm.max_add_addr_accepted = 2;
-        let mut s = EndpointConfig::default();
-        s.mptcp.pm.endpoints.push(PmEndpoint {
-            id: 1,
-            addr: ip("10.0.2.2"),
-            flags: EndpointFlags { signal: true, ..Default::default() },
-        });
-        Net::new(c, s)
-    }
-
-    /// Runs for `dur` of virtual time with a 1 ms wire; `tamper` sees each packet.
-    fn run(&mut self, dur: Duration, tamper: Tamper<'_>) {
-        let end = self.now + dur;
-        let mut wire = std::mem::take(&mut self.wire);
-        let mut buf = vec![0u8; 1600];
-        let mut stuck = 0u32;
-        loop {
-            let mut burst = 0;
-            while let Some(t) = self.a.poll_transmit(self.now, &mut buf) {
-                burst += 1;
-                assert!(burst < 100_000, "runaway transmitter: {:?}", parse_tcp_packet(&buf[..t.len]).map(|p| p.tcp));
-                if let Some(p) = tamper(true, buf[..t.len].to_vec()) {
-                    wire.push_back((self.now + Duration::from_millis(1), true, p));
-                }
-            }
-            let mut burst = 0;
-            while let Some(t) = self.b.poll_transmit(self.now, &mut buf) {
-                burst += 1;
-                assert!(burst < 100_000, "runaway transmitter: {:?}", parse_tcp_packet(&buf[..t.len]).map(|p| p.tcp));
-                if let Some(p) = tamper(false, buf[..t.len].to_vec()) {
-                    wire.push_back((self.now + Duration::from_millis(1), false, p));
-                }
-            }
-            let next =
-                [wire.front().map(|w| w.0), self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
-            let Some(next) = next else { break };
-            if next > end {
-                break;
-            }
-            stuck = if next <= self.now { stuck + 1 } else { 0 };
-            if stuck >= 100_000 {
-                for ep in [&self.a, &self.b] {
-                    for h in ep.handles() {
-                        let c = ep.conn(h).unwrap();
-                        eprintln!("conn {:?} {}", c.poll_timeout(), c.debug_state());
-                        for (i, sf) in c.subflows() {
-                            eprintln!("  sf{i} {:?} {:?}", sf.poll_timeout(), sf);
-                        }
-                        eprintln!("  announce {:?}", c.shared.announce);
-                    }
-                }
-                panic!("time stands still at {:?}", self.now);
-            }
-            self.now = self.now.max(next);
-            while wire.front().is_some_and(|w| w.0 <= self.now) {
-                let (_, from_a, p) = wire.pop_front().unwrap();
-                if from_a {
-                    self.b.handle_packet(self.now, &p);
-                } else {
-                    self.a.handle_packet(self.now, &p);
-                }
-            }
-            self.a.handle_timeout(self.now);
-            self.b.handle_timeout(self.now);
-        }
-        self.wire = wire;
-        self.now = self.now.max(end);
-    }
-
+impl NetExt for Net {
     /// Everything connection `sh` of B has ready to read.
     fn read_b(&mut self, sh: ConnectionHandle, buf: &mut [u8]) -> Vec<u8> {
         let mut got = Vec::new();
@@ -116,10 +55,6 @@ impl Net {
     fn connect(&mut self) -> ConnectionHandle {
         self.a.connect(self.now, "10.0.1.1:0".parse().unwrap(), "10.0.1.2:5000".parse().unwrap())
     }
-}
-
-fn pass() -> impl FnMut(bool, Vec<u8>) -> Option<Vec<u8>> {
-    |_, p| Some(p)
 }
 
 /// Rewrites the MPTCP options of a packet with `f`, re-emitting it.
@@ -147,7 +82,7 @@ fn mptcp_opts(p: &[u8]) -> Vec<MptcpOption> {
 
 #[test]
 fn handshake_join_and_tokens() {
-    let mut n = Net::two_path();
+    let mut n = two_path();
     let h = n.connect();
     n.run(Duration::from_millis(100), &mut pass());
     let c = n.a.conn(h).unwrap();
@@ -167,7 +102,7 @@ fn handshake_join_and_tokens() {
 
 #[test]
 fn join_with_bad_synack_hmac_is_refused() {
-    let mut n = Net::two_path();
+    let mut n = two_path();
     n.connect();
     let mut tampered = 0;
     let mut rsts_with_reason = 0;
@@ -197,7 +132,7 @@ fn join_with_bad_synack_hmac_is_refused() {
 
 #[test]
 fn join_with_bad_ack_hmac_is_refused() {
-    let mut n = Net::two_path();
+    let mut n = two_path();
     n.connect();
     n.run(Duration::from_millis(300), &mut |from_a, p| {
         if from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpJoinAck { .. })) {
@@ -218,7 +153,7 @@ fn join_with_bad_ack_hmac_is_refused() {
 
 #[test]
 fn join_for_unknown_token_gets_rst() {
-    let mut n = Net::new(EndpointConfig::default(), EndpointConfig::default());
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
     let syn = {
         let mut opts = mptun_wire::TcpOptions::new();
         opts.push(&TcpOption::Mss(1460)).unwrap();
@@ -249,7 +184,7 @@ fn join_for_unknown_token_gets_rst() {
 
 #[test]
 fn data_fin_closes_both_directions() {
-    let mut n = Net::two_path();
+    let mut n = two_path();
     let h = n.connect();
     n.run(Duration::from_millis(100), &mut pass());
     let sh = n.b.accept().unwrap();
@@ -291,7 +226,7 @@ fn thirty_two_bit_data_acks_are_expanded() {
     assert_eq!(expand32(0x0000_0010, 0x1_ffff_fff0), 0x2_0000_0010);
     assert_eq!(expand32(0xffff_fff0, 0x2_0000_0010), 0x1_ffff_fff0);
     assert_eq!(expand32(0x1234, 0x5_0000_1000), 0x5_0000_1234);
-    let mut n = Net::new(EndpointConfig::default(), {
+    let mut n = net(EndpointConfig::default(), {
         let mut s = EndpointConfig::default();
         s.mptcp.enabled = true;
         s
@@ -317,7 +252,7 @@ fn thirty_two_bit_data_acks_are_expanded() {
 
 #[test]
 fn duplicate_and_out_of_order_data_is_counted_at_the_connection_level() {
-    let mut n = Net::two_path();
+    let mut n = two_path();
     let h = n.connect();
     n.run(Duration::from_millis(100), &mut pass());
     let sh = n.b.accept().unwrap();
@@ -370,7 +305,7 @@ fn dss_checksum_matches_the_rfc_construction() {
 
 #[test]
 fn checksums_negotiated_by_either_side_and_corruption_caught() {
-    let mut n = Net::two_path();
+    let mut n = two_path();
     n.a = {
         let mut c = EndpointConfig::default();
         c.mptcp.checksum = true;
@@ -379,9 +314,18 @@ fn checksums_negotiated_by_either_side_and_corruption_caught() {
         Endpoint::new(c, [1; 32])
     };
     let h = n.connect();
-    n.run(Duration::from_millis(100), &mut pass());
+    let mut server_a_flag = None;
+    n.run(Duration::from_millis(100), &mut |from_a, p| {
+        let syn_ack = parse_tcp_packet(&p).unwrap().tcp.flags.syn() && !from_a;
+        for o in mptcp_opts(&p) {
+            if let (true, MptcpOption::MpCapable { flags, .. }) = (syn_ack, o) {
+                server_a_flag.get_or_insert(flags & mptun_wire::mptcp::cap_flags::CHECKSUM != 0);
+            }
+        }
+        Some(p)
+    });
     let sh = n.b.accept().unwrap();
-    assert!(n.b.conn(sh).unwrap().shared.csum, "the server must agree to the client's A flag");
+    assert_eq!(server_a_flag, Some(true), "the server must agree to the client's A flag");
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
     let mut sent = 0;
     let mut got = Vec::new();
@@ -416,7 +360,7 @@ fn checksums_negotiated_by_either_side_and_corruption_caught() {
 
 #[test]
 fn abort_sends_mp_fastclose_and_the_peer_drops_the_whole_connection() {
-    let mut n = Net::two_path();
+    let mut n = two_path();
     let h = n.connect();
     n.run(Duration::from_millis(200), &mut pass());
     let sh = n.b.accept().unwrap();
@@ -438,7 +382,7 @@ fn abort_sends_mp_fastclose_and_the_peer_drops_the_whole_connection() {
 
 #[test]
 fn mp_prio_marks_the_subflow_backup_on_both_ends() {
-    let mut n = Net::two_path();
+    let mut n = two_path();
     let h = n.connect();
     n.run(Duration::from_millis(200), &mut pass());
     let sh = n.b.accept().unwrap();
@@ -485,7 +429,7 @@ fn strip_mptcp(p: &[u8]) -> Vec<u8> {
 
 #[test]
 fn options_stripped_mid_stream_fall_back_to_an_infinite_mapping() {
-    let mut n = Net::new(EndpointConfig::default(), EndpointConfig::default());
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
     let h = n.connect();
     n.run(Duration::from_millis(50), &mut pass());
     let sh = n.b.accept().unwrap();
@@ -531,7 +475,7 @@ fn mptcp_over_ipv6_with_a_join() {
     });
     let mut b = Endpoint::new(s, [2; 32]);
     b.listen("[fd00:0:0:1::2]:5000".parse().unwrap());
-    let mut n = Net { a: Endpoint::new(c, [1; 32]), b, now: Instant::ZERO, wire: VecDeque::new() };
+    let mut n = Net::new(Endpoint::new(c, [1; 32]), b, Instant::ZERO);
     let h = n.a.connect(n.now, "[fd00:0:0:1::1]:0".parse().unwrap(), "[fd00:0:0:1::2]:5000".parse().unwrap());
     let data: Vec<u8> = (0..200_000u32).map(|i| (i % 239) as u8).collect();
     let mut sent = 0;
@@ -558,7 +502,7 @@ fn mptcp_over_ipv6_with_a_join() {
 
 #[test]
 fn a_mapping_outside_the_window_resets_the_subflow_and_the_data_arrives_anyway() {
-    let mut n = Net::two_path();
+    let mut n = two_path();
     let h = n.connect();
     n.run(Duration::from_millis(200), &mut pass());
     let sh = n.b.accept().unwrap();
