@@ -351,3 +351,59 @@ macro_rules! recv_nothing {
 }
 
 pub(super) use {recv, recv_nothing, send};
+
+impl Sf {
+    /// A plain-peer client driven into `state` by the shortest exchange;
+    /// returns it with (snd_nxt, rcv_nxt) there. Every segment on the way
+    /// is checked; nothing is left to send.
+    pub fn in_state(state: State) -> (Sf, u32, u32) {
+        let mut t = Sf::established();
+        let (s, r) = (ISS + 1, IRS + 1);
+        let fin_wait_1 = |t: &mut Sf| {
+            t.sf.close();
+            recv!(t, seq: s, ack: r, flags: FIN | ACK);
+        };
+        let peer_fin = |t: &mut Sf, ack: u32, snd: u32| {
+            send!(t, seq: r, ack: ack, flags: FIN | ACK);
+            recv!(t, seq: snd, ack: r + 1);
+            assert_eq!(t.events(), vec![Event::PeerFin]);
+        };
+        let out = match state {
+            State::Established => (s, r),
+            State::FinWait1 => {
+                fin_wait_1(&mut t);
+                (s + 1, r)
+            }
+            State::FinWait2 => {
+                fin_wait_1(&mut t);
+                send!(t, seq: r, ack: s + 1);
+                (s + 1, r)
+            }
+            State::Closing => {
+                fin_wait_1(&mut t);
+                peer_fin(&mut t, s, s + 1);
+                (s + 1, r + 1)
+            }
+            State::TimeWait => {
+                fin_wait_1(&mut t);
+                send!(t, seq: r, ack: s + 1);
+                peer_fin(&mut t, s + 1, s + 1);
+                (s + 1, r + 1)
+            }
+            State::CloseWait => {
+                peer_fin(&mut t, s, s);
+                (s, r + 1)
+            }
+            State::LastAck => {
+                peer_fin(&mut t, s, s);
+                t.sf.close();
+                recv!(t, seq: s, ack: r + 1, flags: FIN | ACK);
+                (s + 1, r + 1)
+            }
+            other => panic!("in_state({other:?}) is not a synchronized state"),
+        };
+        assert_eq!(t.state(), state);
+        recv_nothing!(t);
+        (t, out.0, out.1)
+    }
+}
