@@ -39,7 +39,7 @@ pub fn flags(f: &[TcpFlags]) -> TcpFlags {
 }
 
 /// One segment, as the peer sends it or as we expect to see it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Seg {
     pub seq: u32,
     /// Zero when the ACK flag is off.
@@ -53,6 +53,30 @@ pub struct Seg {
     pub ts: Option<(u32, u32)>,
     pub sack: Vec<(u32, u32)>,
     pub payload: Vec<u8>,
+}
+
+impl core::fmt::Debug for Seg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "seq={} ack={} {:?} win={}", self.seq, self.ack, self.flags, self.window)?;
+        if let Some(m) = self.mss {
+            write!(f, " mss={m}")?;
+        }
+        if let Some(w) = self.ws {
+            write!(f, " ws={w}")?;
+        }
+        if self.sack_perm {
+            write!(f, " sackOK")?;
+        }
+        if let Some((v, e)) = self.ts {
+            write!(f, " ts={v}/{e}")?;
+        }
+        if !self.sack.is_empty() {
+            write!(f, " sack={:?}", self.sack)?;
+        }
+        // The bytes themselves are compared; a checksum of them is enough to read.
+        let sum = self.payload.iter().fold(0u32, |a, &b| a.wrapping_mul(31).wrapping_add(b as u32));
+        write!(f, " len={} (sum {sum:08x})", self.payload.len())
+    }
 }
 
 /// The header template: a pure ACK with our empty-buffer window, no options.
@@ -405,5 +429,21 @@ impl Sf {
         assert_eq!(t.state(), state);
         recv_nothing!(t);
         (t, out.0, out.1)
+    }
+}
+
+impl Sf {
+    /// The peer fills our receive buffer with `n` bytes from `rcv_nxt` in
+    /// MSS-sized segments (nobody reads); the ACKs are drained. Returns the
+    /// new `rcv_nxt`.
+    pub fn fill(&mut self, rcv_nxt: u32, snd_nxt: u32, n: usize) -> u32 {
+        let mut off = 0;
+        while off < n {
+            let k = (n - off).min(MSS as usize);
+            send!(self, seq: rcv_nxt + off as u32, ack: snd_nxt, payload: bytes(k));
+            off += k;
+            self.recv_all();
+        }
+        rcv_nxt + n as u32
     }
 }
