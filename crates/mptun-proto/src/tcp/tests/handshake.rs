@@ -339,3 +339,11 @@ fn our_mss_bounds_segments_when_the_peer_offers_more() {
     let t = Sf::client(TcpConfig { mss: 1200, ..cfg() }, PeerOpts { mss: Some(9000), ..PLAIN });
     assert_eq!(t.sf.mss(0), 1200);
 }
+
+#[test]
+fn passive_open_with_every_option_then_data_carries_timestamps() {
+    let mut t = Sf::server(cfg(), FULL);
+    assert_eq!(t.sf.mss(0), 1448);
+    t.write(b"hi");
+    recv!(t, seq: ISS + 1, ack: IRS + 1, flags: ACK | PSH, ts: Some((t.ms(), PEER_TS)), payload: b"hi".to_vec());
+}

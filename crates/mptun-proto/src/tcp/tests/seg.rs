@@ -34,10 +34,6 @@ pub const FIN: TcpFlags = TcpFlags::FIN;
 pub const RST: TcpFlags = TcpFlags::RST;
 pub const PSH: TcpFlags = TcpFlags::PSH;
 
-pub fn flags(f: &[TcpFlags]) -> TcpFlags {
-    f.iter().fold(TcpFlags(0), |a, &b| a | b)
-}
-
 /// One segment, as the peer sends it or as we expect to see it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Seg {
@@ -303,7 +299,7 @@ impl Sf {
 
     /// Moves the clock on by `d`, firing a due timer.
     pub fn advance(&mut self, d: Duration) {
-        self.now = self.now + d;
+        self.now += d;
         if self.sf.poll_timeout().is_some_and(|t| t <= self.now) {
             self.sf.handle_timeout(self.now);
         }
