@@ -1,7 +1,10 @@
-//! One bulk-transfer test over one connection, either side, either stack:
-//! the request/response exchange, the data phase with per-interval
-//! sampling, SHA-256 of the stream on both ends, the trailers, and the
-//! assembled [`Report`].
+//! One bulk-transfer test over one connection, either side, either stack.
+//! Here: the request/response exchange that opens it ([`run_client`],
+//! [`run_server`]) and what the two sides agree on. The data phase with its
+//! SHA-256 and trailers is in `transfer`, the per-interval sampling in
+//! `meter`, the assembled [`Report`] in `outcome`, the host's own figures
+//! (CPU time, uname) in `host`; the messages themselves in
+//! [`crate::control`].
 
 mod host;
 mod meter;
