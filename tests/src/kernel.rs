@@ -1,7 +1,7 @@
 //! Kernel sockets inside a lab namespace, driven by plain threads, and the
 //! kernel's own counters (`nstat`) read from inside the namespace.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
@@ -83,27 +83,6 @@ pub fn is_mptcp(s: &TcpStream) -> bool {
 
 /// The kernel's SNMP/netstat counters of namespace `ns` by nstat name
 /// (`TcpExtTCPTimeouts`, `MPTcpExtMPJoinAckRx`, …).
-pub fn nstat(ns: &str) -> io::Result<HashMap<String, u64>> {
-    let text = run_in_netns(ns, || -> io::Result<String> {
-        // /proc/thread-self follows the calling thread's namespace
-        // (/proc/self/net would be the process leader's).
-        let mut s = std::fs::read_to_string("/proc/thread-self/net/netstat")?;
-        s.push_str(&std::fs::read_to_string("/proc/thread-self/net/snmp")?);
-        Ok(s)
-    })??;
-    let mut out = HashMap::new();
-    let lines: Vec<&str> = text.lines().collect();
-    for pair in lines.chunks(2) {
-        let [names, values] = pair else { continue };
-        let mut n = names.split_whitespace();
-        let mut v = values.split_whitespace();
-        let (Some(prefix), Some(_)) = (n.next(), v.next()) else { continue };
-        let prefix = prefix.trim_end_matches(':');
-        for (name, value) in n.zip(v) {
-            if let Ok(x) = value.parse::<u64>() {
-                out.insert(format!("{prefix}{name}"), x);
-            }
-        }
-    }
-    Ok(out)
+pub fn nstat(ns: &str) -> io::Result<BTreeMap<String, u64>> {
+    run_in_netns(ns, mptun_io::netstat::read)?
 }

@@ -15,38 +15,70 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Chunk size of every write and read.
 const CHUNK: usize = 64 * 1024;
 
-/// Deterministic bytes (xorshift64*), cheap enough not to be the bottleneck.
-pub struct Pattern(u64);
+pub use mptun::pattern::Pattern;
 
-impl Pattern {
-    pub fn new(seed: u64) -> Self {
-        Pattern(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+/// The sending side of an exchange: `len` bytes of `Pattern::new(seed)` in
+/// chunks, hashed as they are produced.
+struct Outgoing {
+    pattern: Pattern,
+    hash: Sha256,
+    buf: Vec<u8>,
+    left: usize,
+}
+
+impl Outgoing {
+    fn new(seed: u64, len: usize) -> Self {
+        Outgoing { pattern: Pattern::new(seed), hash: Sha256::new(), buf: vec![0u8; CHUNK], left: len }
     }
 
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for c in buf.chunks_mut(8) {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
-            c.copy_from_slice(&v[..c.len()]);
+    /// The next chunk to write, `None` once `len` bytes have been produced.
+    fn next_chunk(&mut self) -> Option<&[u8]> {
+        if self.left == 0 {
+            return None;
+        }
+        let n = self.left.min(CHUNK);
+        self.pattern.fill(&mut self.buf[..n]);
+        self.hash.update(&self.buf[..n]);
+        self.left -= n;
+        Some(&self.buf[..n])
+    }
+
+    fn sha(self) -> [u8; 32] {
+        self.hash.finalize().into()
+    }
+}
+
+/// The receiving side: bytes counted and hashed, timed from the first.
+#[derive(Default)]
+struct Incoming {
+    hash: Sha256,
+    received: u64,
+    start: Option<Instant>,
+}
+
+impl Incoming {
+    fn add(&mut self, data: &[u8]) {
+        self.start.get_or_insert_with(Instant::now);
+        self.hash.update(data);
+        self.received += data.len() as u64;
+    }
+
+    fn report(self, sent: usize, sent_sha: [u8; 32]) -> Report {
+        Report {
+            sent: sent as u64,
+            sent_sha,
+            received: self.received,
+            received_sha: self.hash.finalize().into(),
+            recv_time: self.start.map_or(Duration::ZERO, |s| s.elapsed()),
         }
     }
 }
 
 /// SHA-256 of the first `len` bytes of `Pattern::new(seed)`.
 pub fn pattern_sha(seed: u64, len: usize) -> [u8; 32] {
-    let mut p = Pattern::new(seed);
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; CHUNK];
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(CHUNK);
-        p.fill(&mut buf[..n]);
-        h.update(&buf[..n]);
-        left -= n;
-    }
-    h.finalize().into()
+    let mut out = Outgoing::new(seed, len);
+    while out.next_chunk().is_some() {}
+    out.sha()
 }
 
 /// What one side of an exchange saw.
@@ -76,37 +108,25 @@ where
 {
     let (mut r, mut w) = tokio::io::split(s);
     let writer = tokio::spawn(async move {
-        let mut p = Pattern::new(seed);
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; CHUNK];
-        let mut left = len;
-        while left > 0 {
-            let n = left.min(CHUNK);
-            p.fill(&mut buf[..n]);
-            h.update(&buf[..n]);
-            w.write_all(&buf[..n]).await?;
-            left -= n;
+        let mut out = Outgoing::new(seed, len);
+        while let Some(chunk) = out.next_chunk() {
+            w.write_all(chunk).await?;
         }
         w.shutdown().await?;
-        io::Result::Ok((w, <[u8; 32]>::from(h.finalize())))
+        io::Result::Ok((w, out.sha()))
     });
-    let mut h = Sha256::new();
+    let mut inc = Incoming::default();
     let mut buf = vec![0u8; CHUNK];
-    let mut received = 0u64;
-    let mut start = None;
     loop {
         let n = r.read(&mut buf).await?;
         if n == 0 {
             break;
         }
-        start.get_or_insert_with(Instant::now);
-        h.update(&buf[..n]);
-        received += n as u64;
-        progress.store(received, Ordering::Relaxed);
+        inc.add(&buf[..n]);
+        progress.store(inc.received, Ordering::Relaxed);
     }
-    let recv_time = start.map_or(Duration::ZERO, |s| s.elapsed());
     let (_w, sent_sha) = writer.await.map_err(io::Error::other)??;
-    Ok(Report { sent: len as u64, sent_sha, received, received_sha: h.finalize().into(), recv_time })
+    Ok(inc.report(len, sent_sha))
 }
 
 /// The same over a blocking kernel socket: a writer thread and the calling
@@ -116,37 +136,25 @@ pub fn exchange_blocking(s: TcpStream, len: usize, seed: u64, idle: Duration) ->
     s.set_write_timeout(Some(idle))?;
     let mut w = s.try_clone()?;
     let writer = std::thread::spawn(move || -> io::Result<[u8; 32]> {
-        let mut p = Pattern::new(seed);
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; CHUNK];
-        let mut left = len;
-        while left > 0 {
-            let n = left.min(CHUNK);
-            p.fill(&mut buf[..n]);
-            h.update(&buf[..n]);
-            w.write_all(&buf[..n])?;
-            left -= n;
+        let mut out = Outgoing::new(seed, len);
+        while let Some(chunk) = out.next_chunk() {
+            w.write_all(chunk)?;
         }
         w.shutdown(Shutdown::Write)?;
-        Ok(h.finalize().into())
+        Ok(out.sha())
     });
     let mut r = s;
-    let mut h = Sha256::new();
+    let mut inc = Incoming::default();
     let mut buf = vec![0u8; CHUNK];
-    let mut received = 0u64;
-    let mut start = None;
     loop {
         let n = r.read(&mut buf)?;
         if n == 0 {
             break;
         }
-        start.get_or_insert_with(Instant::now);
-        h.update(&buf[..n]);
-        received += n as u64;
+        inc.add(&buf[..n]);
     }
-    let recv_time = start.map_or(Duration::ZERO, |s| s.elapsed());
     let sent_sha = writer.join().map_err(|_| io::Error::other("writer thread panicked"))??;
-    Ok(Report { sent: len as u64, sent_sha, received, received_sha: h.finalize().into(), recv_time })
+    Ok(inc.report(len, sent_sha))
 }
 
 /// Asserts that what each side received is exactly what the other sent.

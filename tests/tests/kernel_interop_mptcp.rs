@@ -8,7 +8,7 @@
 //! reason otherwise, failed when MPTUN_REQUIRE_NETNS=1.
 #![cfg(feature = "mptcp-interop")]
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -54,7 +54,7 @@ fn watch(stack: Stack, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Seen> {
     })
 }
 
-fn counter(map: &HashMap<String, u64>, name: &str) -> u64 {
+fn counter(map: &BTreeMap<String, u64>, name: &str) -> u64 {
     map.get(name).copied().unwrap_or(0)
 }
 

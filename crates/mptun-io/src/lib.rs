@@ -6,19 +6,25 @@
 //!   `IFF_VNET_HDR` TSO/GRO offload, created in any network namespace.
 //! - [`ChannelIo`]: an in-memory pair for tests without root.
 //! - [`netns`]: create/enter namespaces, run `ip -n`.
+//! - [`netstat`]: the kernel's TCP/MPTCP counters by their `nstat` names.
 //! - [`pcap`] and [`PcapTap`]: capture any device to a file Wireshark opens.
-//! - [`testutil`]: the skip-or-fail rule for namespace tests, packet builders.
+//! - `testutil` (feature `testutil`, for tests and benches only): the
+//!   skip-or-fail rule for namespace tests, packet builders.
 //!
 //! A path is (local address, device): one TUN per path, or one TUN carrying
 //! several addresses; see [`paths::PathSet`].
 
+#![deny(missing_docs)]
+
 mod batch;
 mod channel;
 pub mod netns;
+pub mod netstat;
 mod packet_io;
 pub mod paths;
 pub mod pcap;
 mod tap;
+#[cfg(any(test, feature = "testutil"))]
 pub mod testutil;
 mod tun;
 

@@ -185,6 +185,7 @@ where
 
 /// Runs `ip ARGS...` in the process's own namespace, for read-only queries
 /// (`ip netns list`). Never use it to change the root namespace.
+#[cfg(any(test, feature = "testutil"))]
 pub(crate) fn ip_here<I, S>(args: I) -> io::Result<String>
 where
     I: IntoIterator<Item = S>,

@@ -29,6 +29,12 @@ struct Lab {
 }
 
 impl Lab {
+    /// A fresh pair of namespaces, or `None` where namespaces cannot be
+    /// made (the test then passes as skipped, per `require_netns`).
+    fn if_netns() -> Option<Lab> {
+        require_netns().is_none().then(Lab::new)
+    }
+
     fn new() -> Lab {
         let a = Netns::create(&unique_name("mptio-a-", 24)).unwrap();
         let b = Netns::create(&unique_name("mptio-b-", 24)).unwrap();
@@ -125,10 +131,7 @@ async fn namespace_guard_creates_enters_and_deletes() {
 
 #[tokio::test]
 async fn tun_echo_ipv4() {
-    if require_netns().is_some() {
-        return;
-    }
-    let lab = Lab::new();
+    let Some(lab) = Lab::if_netns() else { return };
     let tun = spawn_tun_in_netns(lab.a.name(), &tun_config("mtun0", &[("10.201.0.1", 24)])).unwrap();
     assert_eq!(tun.name(), "mtun0");
     assert_eq!(tun.mtu(), 1400);
@@ -143,10 +146,7 @@ async fn tun_echo_ipv4() {
 
 #[tokio::test]
 async fn one_tun_two_addresses_v4_and_v6() {
-    if require_netns().is_some() {
-        return;
-    }
-    let lab = Lab::new();
+    let Some(lab) = Lab::if_netns() else { return };
     let cfg = tun_config("mtun0", &[("10.201.0.1", 24), ("10.202.0.1", 24), ("fd00:201::1", 64)]);
     let tun = spawn_tun_in_netns(lab.a.name(), &cfg).unwrap();
     let shown = lab.a.ip(["-o", "addr", "show", "dev", "mtun0"]).unwrap();
@@ -163,10 +163,7 @@ async fn one_tun_two_addresses_v4_and_v6() {
 
 #[tokio::test]
 async fn two_tuns_each_get_their_own_traffic() {
-    if require_netns().is_some() {
-        return;
-    }
-    let lab = Lab::new();
+    let Some(lab) = Lab::if_netns() else { return };
     let t0 = spawn_tun_in_netns(lab.a.name(), &tun_config("mtun0", &[("10.201.0.1", 24)])).unwrap();
     let t1 = spawn_tun_in_netns(lab.a.name(), &tun_config("mtun1", &[("10.202.0.1", 24)])).unwrap();
     lab.route_via_a("10.201.0.0/24");
@@ -194,10 +191,7 @@ async fn two_tuns_each_get_their_own_traffic() {
 
 #[tokio::test]
 async fn batching_drains_a_burst_in_few_wakeups() {
-    if require_netns().is_some() {
-        return;
-    }
-    let lab = Lab::new();
+    let Some(lab) = Lab::if_netns() else { return };
     let tun = spawn_tun_in_netns(lab.a.name(), &tun_config("mtun0", &[("10.201.0.1", 24)])).unwrap();
     lab.route_via_a("10.201.0.0/24");
     let sock = lab.peer_socket(false);
@@ -241,10 +235,7 @@ async fn batching_drains_a_burst_in_few_wakeups() {
 
 #[tokio::test]
 async fn offload_device_still_carries_plain_packets() {
-    if require_netns().is_some() {
-        return;
-    }
-    let lab = Lab::new();
+    let Some(lab) = Lab::if_netns() else { return };
     let cfg = tun_config("mtun0", &[("10.201.0.1", 24), ("fd00:201::1", 64)]).offload(true);
     let tun = spawn_tun_in_netns(lab.a.name(), &cfg).unwrap();
     assert!(tun.offload(), "IFF_VNET_HDR accepted by this kernel");
@@ -278,13 +269,10 @@ fn kernel_rx_packets(ns: &NetnsGuard, dev: &str) -> u64 {
 
 #[tokio::test]
 async fn offload_coalesced_tcp_reaches_a_kernel_socket_intact() {
-    if require_netns().is_some() {
-        return;
-    }
     // We are a TCP sender behind the TUN; a kernel socket on the TUN's own
     // address receives. With offload, tun-rs merges the segments of a batch
     // into one super-packet per write: the kernel must get every byte right.
-    let lab = Lab::new();
+    let Some(lab) = Lab::if_netns() else { return };
     let cfg = tun_config("mtun0", &[("10.201.0.1", 24)]).mtu(1500).offload(true);
     let tun = spawn_tun_in_netns(lab.a.name(), &cfg).unwrap();
     let listener = run_in_netns(lab.a.name(), || std::net::TcpListener::bind("10.201.0.1:5001")).unwrap().unwrap();
@@ -346,13 +334,10 @@ fn tcp4_checksum_ok(p: &[u8]) -> bool {
 
 #[tokio::test]
 async fn offload_super_packets_arrive_split_and_checksummed() {
-    if require_netns().is_some() {
-        return;
-    }
     // A kernel TCP sender in namespace a, talking to us behind the TUN: its
     // TSO super-packets must reach the caller as wire-sized segments with
     // complete checksums and contiguous sequence numbers.
-    let lab = Lab::new();
+    let Some(lab) = Lab::if_netns() else { return };
     let cfg = tun_config("mtun0", &[("10.201.0.1", 24)]).mtu(1500).offload(true);
     let tun = spawn_tun_in_netns(lab.a.name(), &cfg).unwrap();
     let me: SocketAddr = "10.201.0.2:5001".parse().unwrap();
@@ -424,10 +409,7 @@ async fn offload_super_packets_arrive_split_and_checksummed() {
 
 #[tokio::test]
 async fn malformed_writes_are_counted_and_skipped() {
-    if require_netns().is_some() {
-        return;
-    }
-    let lab = Lab::new();
+    let Some(lab) = Lab::if_netns() else { return };
     let tun = spawn_tun_in_netns(lab.a.name(), &tun_config("mtun0", &[("10.201.0.1", 24)])).unwrap();
     lab.route_via_a("10.201.0.0/24");
     let sock = lab.peer_socket(false);
@@ -446,10 +428,7 @@ async fn malformed_writes_are_counted_and_skipped() {
 
 #[tokio::test]
 async fn pcap_tap_on_a_tun_opens_in_tcpdump() {
-    if require_netns().is_some() {
-        return;
-    }
-    let lab = Lab::new();
+    let Some(lab) = Lab::if_netns() else { return };
     let path = std::env::temp_dir().join(format!("{}.pcap", unique_name("mptio-cap-", 40)));
     let tun = spawn_tun_in_netns(lab.a.name(), &tun_config("mtun0", &[("10.201.0.1", 24)])).unwrap();
     let tap = PcapTap::create(tun, &path).unwrap();

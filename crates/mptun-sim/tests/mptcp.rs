@@ -48,11 +48,14 @@ fn fallback_to_plain_tcp_is_transparent() {
     assert_eq!(r.aggregate.result.client_counters.get("MPTcpExtMPCapableFallbackSYNACK"), Some(&1));
 }
 
+/// The aggregate run second by second: the two subflows together never
+/// deliver more than the two paths carry, and once both are past slow start
+/// they keep the pair busy until the data runs out.
 #[test]
-#[ignore = "diagnostics"]
-fn print_aggregate_timeline() {
+fn aggregate_timeline_fills_both_paths_and_never_exceeds_them() {
     use mptun_sim::scenarios::transfer::{self, TransferSpec};
     let p = Params::default();
+    let capacity_bps: f64 = p.paths.iter().map(|x| x.rate_bps as f64).sum();
     let (client, server) = aggregate::mptcp_configs(2);
     let spec = TransferSpec {
         paths: aggregate::paths(&p.paths),
@@ -67,18 +70,28 @@ fn print_aggregate_timeline() {
         actions: Vec::new(),
     };
     let t = transfer::run_with_subflow_trace(&spec, false);
-    let mut last = [0u64; 2];
+    assert!(t.result.sha256_match);
+    let end = t.result.sim_end_s;
+    // Bits acknowledged per whole second, both subflows together.
+    let mut per_second = vec![0u64; end.ceil() as usize + 1];
+    let mut last = std::collections::HashMap::new();
     for s in &t.subflow_trace {
-        let d = s.bytes_acked - last[s.subflow.min(1)];
-        last[s.subflow.min(1)] = s.bytes_acked;
-        println!(
-            "t={:.0} sf{} {:.2} Mbit/s cwnd={} srtt={}ms",
-            s.t_s,
-            s.subflow,
-            d as f64 * 8.0 / 1e6,
-            s.cwnd,
-            s.srtt_us / 1000
-        );
+        let prev = last.insert(s.subflow, s.bytes_acked).unwrap_or(0);
+        assert!(s.bytes_acked >= prev, "subflow {} acked bytes went back at {} s", s.subflow, s.t_s);
+        per_second[s.t_s.round() as usize] += (s.bytes_acked - prev) * 8;
     }
-    println!("end {:.2}s", t.result.sim_end_s);
+    assert_eq!(last.len(), 2, "both subflows are sampled");
+    // The last sample is at most a second before the end: all but that
+    // second's worth is acknowledged in it.
+    let acked: u64 = last.values().sum();
+    let tail = (capacity_bps / 8.0) as u64;
+    assert!(acked + tail >= p.size && acked <= p.size, "the subflows acknowledged {acked} of {} bytes", p.size);
+    for (sec, &bits) in per_second.iter().enumerate() {
+        // ACKs bunch up at a sample's edge: allow 10 % over the line rate.
+        assert!(bits as f64 <= capacity_bps * 1.10, "{sec} s: {bits} bit/s over {capacity_bps} bit/s of paths");
+        // Past slow start (3 s) and before the last, partial second.
+        if sec >= 3 && (sec as f64) < end.floor() {
+            assert!(bits as f64 >= capacity_bps * 0.80, "{sec} s: only {bits} bit/s of {capacity_bps}");
+        }
+    }
 }

@@ -450,7 +450,7 @@ fn dispatch_accept(st: &mut State, h: ConnectionHandle) {
     let cfg = ConnConfig { tcp: cfg.tcp.clone(), mptcp: cfg.mptcp.clone() };
     let span = tracing::debug_span!("conn", id = h.0, %local, %remote, side = "server");
     span.in_scope(|| tracing::debug!("accepted"));
-    let mut cs = ConnState::new(1, StreamOptions::wake_space(&cfg), cfg.tcp.nagle, span);
+    let mut cs = ConnState::new(1, StreamOptions::wake_space(&cfg), span);
     cs.connected = st.ep.is_established(h);
     match id.and_then(|id| st.listeners.get_mut(&id)).filter(|l| l.queue.len() < BACKLOG) {
         Some(l) => {

@@ -9,8 +9,12 @@ use mptun_proto::Counters;
 /// A connection-level snapshot.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StreamInfo {
+    /// Where the first subflow started: the address `local_addr()` gives.
     pub local: SocketAddr,
+    /// The peer of the first subflow, as `peer_addr()` gives it.
     pub remote: SocketAddr,
+    /// Whether the handshake has completed (a connecting stream reports
+    /// itself before it has): data can flow only when true.
     pub established: bool,
     /// MPTCP or plain TCP (never offered, refused, or fallen back), tokens,
     /// bytes, and every subflow's cwnd, srtt, pacing rate, bytes,

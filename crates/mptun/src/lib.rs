@@ -25,6 +25,10 @@
 //! - [`StreamOptions`]: per-stream buffers, congestion control, pacing cap.
 //! - [`Stack::counters`] (kernel `nstat` names), [`MptcpStream::info`]
 //!   (`TCP_INFO`-like per subflow), tracing spans `conn` and `subflow`.
+//! - [`pattern`]: the deterministic test data the CLI and the interop tests
+//!   both send, so either can check what the other received.
+
+#![deny(missing_docs)]
 
 mod clock;
 mod departure;
@@ -32,6 +36,7 @@ mod driver;
 mod info;
 mod listener;
 mod options;
+pub mod pattern;
 mod split;
 mod stack;
 mod state;
@@ -47,8 +52,8 @@ pub use stack::{Path, Stack, StackBuilder};
 pub use stats::RuntimeStats;
 pub use stream::MptcpStream;
 
-pub use mptun_cc::Algorithm;
+pub use mptun_cc::{Algorithm, PacerKind};
 pub use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
-pub use mptun_proto::sched::{DefaultScheduler, Scheduler};
+pub use mptun_proto::sched::{DefaultScheduler, PenaltyConfig, Policy, Scheduler};
 pub use mptun_proto::tcp::{BufferSize, TcpConfig, TcpInfo};
 pub use mptun_proto::{ConnConfig, Counters, MptcpConfig};

@@ -11,6 +11,11 @@ use tokio::net::ToSocketAddrs;
 use crate::state::{ListenerState, State};
 use crate::{MptcpStream, Stack};
 
+/// Linux's default `net.ipv4.ip_local_port_range` (32768–60999): a listener
+/// bound to port 0 gets a port from it, as a kernel socket would, so a peer
+/// or a firewall rule sees the ports it expects.
+pub(crate) const EPHEMERAL_PORTS: std::ops::RangeInclusive<u16> = 32768..=60999;
+
 /// A listening socket of a [`Stack`].
 ///
 /// Connections whose handshake completed wait in its queue (up to Linux's
@@ -56,9 +61,10 @@ impl MptcpListener {
             };
             if addr.port() == 0 {
                 // The ephemeral range, scanned from a point that varies per call.
-                let start = 32768 + (st.next_listener as u16).wrapping_mul(7919) % 28232;
-                let port = (0..28232u16)
-                    .map(|i| 32768 + (start - 32768 + i) % 28232)
+                let (first, count) = (*EPHEMERAL_PORTS.start(), EPHEMERAL_PORTS.len() as u16);
+                let start = (st.next_listener as u16).wrapping_mul(7919) % count;
+                let port = (0..count)
+                    .map(|i| first + (start + i) % count)
                     .find(|&p| !clashes(st, SocketAddr::new(addr.ip(), p)))
                     .ok_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port"))?;
                 addr.set_port(port);

@@ -5,11 +5,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::stream::StreamInner;
 
@@ -28,42 +24,26 @@ pub(crate) fn split(inner: Arc<StreamInner>) -> (OwnedReadHalf, OwnedWriteHalf) 
     (OwnedReadHalf { inner: inner.clone() }, OwnedWriteHalf { inner })
 }
 
-impl OwnedReadHalf {
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.inner.local())
-    }
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.inner.peer())
-    }
+macro_rules! addrs {
+    ($half:ty) => {
+        impl $half {
+            /// The stream's local address (the halves share one connection,
+            /// so both answer what the stream would).
+            pub fn local_addr(&self) -> io::Result<SocketAddr> {
+                Ok(self.inner.local())
+            }
+            /// The stream's peer address, as the unsplit stream reports it.
+            pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+                Ok(self.inner.peer())
+            }
+        }
+    };
 }
 
-impl OwnedWriteHalf {
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.inner.local())
-    }
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.inner.peer())
-    }
-}
-
-impl AsyncRead for OwnedReadHalf {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        self.inner.poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for OwnedWriteHalf {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.inner.poll_write(cx, buf)
-    }
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.inner.shutdown_write();
-        Poll::Ready(Ok(()))
-    }
-}
+addrs!(OwnedReadHalf);
+addrs!(OwnedWriteHalf);
+crate::stream::forward_read!(OwnedReadHalf);
+crate::stream::forward_write!(OwnedWriteHalf);
 
 impl Drop for OwnedWriteHalf {
     fn drop(&mut self) {

@@ -45,7 +45,10 @@ impl Drop for StackInner {
 /// A path of the stack: a local address and the device that carries it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Path {
+    /// The address the stack owns on this path: subflows are bound to it.
     pub local: IpAddr,
+    /// The device's name as the OS shows it (`ip link`), for reports and
+    /// for telling paths apart when several share one device.
     pub device: String,
 }
 

@@ -69,13 +69,11 @@ pub(crate) struct ConnState {
     /// Send-buffer room that wakes a blocked writer: waking it for every
     /// acknowledged segment would cost a task switch per 1448 bytes.
     pub(crate) wake_space: usize,
-    /// Nagle's algorithm as configured at creation.
-    pub(crate) nagle: bool,
     pub(crate) span: tracing::Span,
 }
 
 impl ConnState {
-    pub(crate) fn new(refs: usize, wake_space: usize, nagle: bool, span: tracing::Span) -> Self {
+    pub(crate) fn new(refs: usize, wake_space: usize, span: tracing::Span) -> Self {
         ConnState {
             refs,
             read: None,
@@ -85,7 +83,6 @@ impl ConnState {
             error: None,
             write_shutdown: false,
             wake_space: wake_space.max(1),
-            nagle,
             span,
         }
     }

@@ -10,12 +10,11 @@
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use mptun_proto::ConnectionHandle;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::ReadBuf;
 use tokio::net::ToSocketAddrs;
 
 use crate::info::{StreamInfo, SubflowInfo};
@@ -84,7 +83,6 @@ impl MptcpStream {
                 ));
             }
             let wake_space = StreamOptions::wake_space(&cfg);
-            let nagle = cfg.tcp.nagle;
             let now = shared.clock.now();
             let h = st.ep.connect_conn(now, local, remote, cfg);
             if let (Some(make), Some(conn)) = (&scheduler, st.ep.conn_mut(h)) {
@@ -93,7 +91,7 @@ impl MptcpStream {
             let local = st.ep.addresses(h).map_or(local, |a| a.0);
             let span = tracing::debug_span!("conn", id = h.0, %local, %remote, side = "client");
             span.in_scope(|| tracing::debug!("connecting"));
-            st.conns.insert(h, ConnState::new(1, wake_space, nagle, span));
+            st.conns.insert(h, ConnState::new(1, wake_space, span));
             Ok((h, local))
         })?;
         // From here a cancelled connect (the future dropped) closes the
@@ -138,24 +136,23 @@ impl MptcpStream {
         Ok(self.inner.peer)
     }
 
-    /// `TCP_NODELAY`. The core fixes Nagle's algorithm at creation, so this
-    /// succeeds when the stream already has the requested setting (nodelay
-    /// is the default) and is `Unsupported` otherwise: set it with
-    /// [`StreamOptions::nodelay`] before connecting.
+    /// `TCP_NODELAY`, at any time as on a kernel socket: the connection and
+    /// every subflow switch Nagle's algorithm at once. Turning it off wakes
+    /// the driver, which sends what Nagle was holding back.
     pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
-        if self.nodelay()? == nodelay {
-            return Ok(());
-        }
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "Nagle's algorithm is fixed when a connection is created; use StreamOptions::nodelay",
-        ))
+        let h = self.inner.h;
+        self.inner.stack.shared().update(|st| {
+            let conn = st.ep.conn_mut(h).ok_or_else(State::gone_error)?;
+            conn.set_nodelay(nodelay);
+            Ok(())
+        })
     }
 
-    /// Whether Nagle's algorithm is off.
+    /// Whether Nagle's algorithm is off (the default here, unlike a kernel
+    /// socket: a stack in userspace pays per packet less than per wait).
     pub fn nodelay(&self) -> io::Result<bool> {
         let st = self.inner.stack.shared().lock();
-        st.conns.get(&self.inner.h).map(|cs| !cs.nagle).ok_or_else(State::gone_error)
+        st.ep.conn(self.inner.h).map(|c| c.nodelay()).ok_or_else(State::gone_error)
     }
 
     /// A `TCP_INFO`/`MPTCP_INFO`-like snapshot of the connection and its subflows.
@@ -289,28 +286,57 @@ impl Drop for StreamInner {
     }
 }
 
-impl AsyncRead for MptcpStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        self.inner.poll_read(cx, buf)
-    }
+/// `AsyncRead` for a handle of a [`StreamInner`] (the stream, its read half).
+macro_rules! forward_read {
+    ($t:ty) => {
+        impl tokio::io::AsyncRead for $t {
+            fn poll_read(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                self.inner.poll_read(cx, buf)
+            }
+        }
+    };
 }
 
-impl AsyncWrite for MptcpStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.inner.poll_write(cx, buf)
-    }
+/// `AsyncWrite` for a handle of a [`StreamInner`] (the stream, its write
+/// half): shutdown sends the FIN.
+macro_rules! forward_write {
+    ($t:ty) => {
+        impl tokio::io::AsyncWrite for $t {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                self.inner.poll_write(cx, buf)
+            }
 
-    /// Data is handed to the stack on write; like a kernel socket there is
-    /// nothing to flush.
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
+            /// Data is handed to the stack on write; like a kernel socket
+            /// there is nothing to flush.
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                _cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::task::Poll::Ready(Ok(()))
+            }
 
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.inner.shutdown_write();
-        Poll::Ready(Ok(()))
-    }
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                _cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                self.inner.shutdown_write();
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+    };
 }
+pub(crate) use {forward_read, forward_write};
+
+forward_read!(MptcpStream);
+forward_write!(MptcpStream);
 
 impl std::fmt::Debug for MptcpStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

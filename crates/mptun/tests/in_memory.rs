@@ -225,3 +225,38 @@ async fn pcap_capture_is_flushed_while_the_stack_runs() {
     drop((c, s, sa));
     let _ = std::fs::remove_file(&file);
 }
+
+/// `set_nodelay` works at any time, as on a kernel socket: `nodelay()` reads
+/// the connection's own setting back, tiny writes under Nagle are delivered
+/// (held only while data is in flight, never stalled), and switching it off
+/// again delivers the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nagle_can_be_switched_on_and_off_on_a_live_stream() {
+    const WRITES: usize = 400;
+    const PIECE: usize = 10;
+    let (sa, sb) = pair();
+    let listener = MptcpListener::bind(&sb, "10.0.0.2:5005").await.unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    let mut client = MptcpStream::connect(&sa, "10.0.0.2:5005").await.unwrap();
+    assert!(client.nodelay().unwrap(), "nodelay is the default");
+
+    client.set_nodelay(false).unwrap();
+    assert!(!client.nodelay().unwrap());
+    for i in 0..WRITES {
+        client.write_all(&[i as u8; PIECE]).await.unwrap();
+    }
+
+    client.set_nodelay(true).unwrap();
+    assert!(client.nodelay().unwrap());
+    client.write_all(b"end").await.unwrap();
+    client.shutdown().await.unwrap();
+    let got = timeout(Duration::from_secs(10), server).await.unwrap().unwrap();
+    let mut want: Vec<u8> = (0..WRITES).flat_map(|i| [i as u8; PIECE]).collect();
+    want.extend_from_slice(b"end");
+    assert_eq!(got, want);
+}

@@ -25,6 +25,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use mptun_sim::scenarios::aggregate::Params;
 
+use crate::cli_shared::JsonDocument;
 use crate::report::{self, AggregateLine, Report};
 use crate::units::parse_size;
 
@@ -41,6 +42,7 @@ pub enum LabStack {
 }
 
 #[derive(Args, Debug)]
+#[command(mut_arg("json", |a| a.help("Print the client's JSON report (with efficiency) instead of text")))]
 pub struct LabArgs {
     scenario: LabScenario,
     /// Whose MPTCP runs at both ends.
@@ -61,9 +63,8 @@ pub struct LabArgs {
     /// Congestion control at both ends.
     #[arg(long)]
     cc: Option<String>,
-    /// Print the client's JSON report (with efficiency) instead of text.
-    #[arg(long, short = 'J')]
-    json: bool,
+    #[command(flatten)]
+    json: JsonDocument,
 }
 
 fn find_scripts(given: Option<&Path>) -> Result<PathBuf> {
@@ -299,7 +300,7 @@ pub fn run(a: LabArgs) -> Result<()> {
             LabStack::Kernel => "kernel",
         }
     );
-    if a.json {
+    if a.json.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print!("{}", report::header_lines(&r.start));

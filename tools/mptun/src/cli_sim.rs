@@ -1,10 +1,10 @@
 //! `mptun sim <scenario>`: runs a simulator scenario and prints its report.
 
+use crate::cli_shared::{Json, Seed, Series};
 use crate::units::{parse_duration, parse_rate, parse_ratio, parse_size};
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use mptun_cc::Algorithm;
-use mptun_cc::PacerKind;
+use mptun::{Algorithm, PacerKind};
 use mptun_sim::scenarios::{cc_compare, edt_rr, hystart, tcp_single};
 
 #[derive(Args)]
@@ -26,20 +26,19 @@ enum Scenario {
     /// A CUBIC and a Reno flow sharing one bottleneck: throughput shares over time.
     CcCompare(CcCompareArgs),
     /// One MPTCP connection over 10 Mbit/s/20 ms and 3 Mbit/s/40 ms paths (32 MiB).
-    Aggregate(crate::cli_mptcp::AggregateArgs),
+    Aggregate(crate::cli_sim_mptcp::AggregateArgs),
     /// `aggregate` with the 10 Mbit/s path down from 5 s to 15 s.
-    Failover(crate::cli_mptcp::AggregateArgs),
+    Failover(crate::cli_sim_mptcp::AggregateArgs),
     /// The client offers MPTCP, the server answers as plain TCP.
-    Fallback(crate::cli_mptcp::AggregateArgs),
+    Fallback(crate::cli_sim_mptcp::AggregateArgs),
     /// The slow-subflow penalty scenario matrix (suite/unbounded/rwnd/sndbuf/both) per scheduler policy.
-    Penalise(crate::cli_mptcp::PenaliseArgs),
+    Penalise(crate::cli_sim_mptcp::PenaliseArgs),
 }
 
 #[derive(Args)]
 struct CcCompareArgs {
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    json: Json,
     /// Bottleneck rate, both directions.
     #[arg(long, default_value = "50mbit", value_parser = parse_rate)]
     rate: u64,
@@ -58,16 +57,14 @@ struct CcCompareArgs {
     /// Interval of the per-flow throughput samples.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     sample: mptun_time::Duration,
-    /// RNG seed (the run is a pure function of it).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    seed: Seed,
 }
 
 #[derive(Args)]
 struct EdtRrArgs {
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    json: Json,
     /// Transactions per pacer.
     #[arg(long, default_value_t = 50_000)]
     transactions: u64,
@@ -89,16 +86,14 @@ struct EdtRrArgs {
     /// One-way delay, both directions.
     #[arg(long, default_value = "10us", value_parser = parse_duration)]
     delay: mptun_time::Duration,
-    /// RNG seed (the run is a pure function of it).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    seed: Seed,
 }
 
 #[derive(Args)]
 struct HystartArgs {
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    json: Json,
     /// Bottleneck rate on the wire (Ethernet frames of 1514 bytes).
     #[arg(long, default_value = "50mbit", value_parser = parse_rate)]
     rate: u64,
@@ -121,16 +116,19 @@ struct HystartArgs {
     /// Include a trace of the sender's state sampled this often (e.g. 10ms).
     #[arg(long, value_parser = parse_duration)]
     trace: Option<mptun_time::Duration>,
-    /// RNG seed (the run is a pure function of it).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    seed: Seed,
 }
 
 #[derive(Args)]
+#[command(
+    mut_arg("csv", |a| a.help(
+        "Write the flow's time series (cwnd, ssthresh, srtt, bytes, throughput; every 100 ms) as DIR/tcp-single.csv")),
+    mut_arg("plot", |a| a.help("Plot cwnd, throughput and srtt over time into DIR/tcp-single.svg")),
+)]
 struct TcpSingleArgs {
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    json: Json,
     /// Congestion control: reno or cubic.
     #[arg(long, default_value = "reno")]
     cc: Algorithm,
@@ -152,16 +150,10 @@ struct TcpSingleArgs {
     /// Probability that a packet skips the delay line and overtakes others (netem `reorder`).
     #[arg(long, default_value = "0", value_parser = parse_ratio)]
     reorder: f64,
-    /// RNG seed (the run is a pure function of it).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Write the flow's time series (cwnd, ssthresh, srtt, bytes,
-    /// throughput; every 100 ms) as DIR/tcp-single.csv.
-    #[arg(long, value_name = "DIR")]
-    csv: Option<std::path::PathBuf>,
-    /// Plot cwnd, throughput and srtt over time into DIR/tcp-single.svg.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    seed: Seed,
+    #[command(flatten)]
+    series: Series,
 }
 
 pub fn run(a: SimArgs) -> Result<()> {
@@ -169,10 +161,10 @@ pub fn run(a: SimArgs) -> Result<()> {
         Scenario::Hystart(h) => run_hystart(h),
         Scenario::EdtRr(e) => run_edt_rr(e),
         Scenario::CcCompare(c) => run_cc_compare(c),
-        Scenario::Aggregate(a) => crate::cli_mptcp::run_aggregate(a),
-        Scenario::Failover(a) => crate::cli_mptcp::run_failover(a),
-        Scenario::Fallback(a) => crate::cli_mptcp::run_fallback(a),
-        Scenario::Penalise(a) => crate::cli_mptcp::run_penalise(a),
+        Scenario::Aggregate(a) => crate::cli_sim_mptcp::run_aggregate(a),
+        Scenario::Failover(a) => crate::cli_sim_mptcp::run_failover(a),
+        Scenario::Fallback(a) => crate::cli_sim_mptcp::run_fallback(a),
+        Scenario::Penalise(a) => crate::cli_sim_mptcp::run_penalise(a),
         Scenario::TcpSingle(t) => {
             let p = tcp_single::Params {
                 size: t.size,
@@ -182,11 +174,11 @@ pub fn run(a: SimArgs) -> Result<()> {
                 loss: t.loss,
                 reorder: t.reorder,
                 cc: t.cc,
-                seed: t.seed,
+                seed: t.seed.seed,
                 ..tcp_single::Params::default()
             };
             let r = tcp_single::run(&p);
-            if t.json {
+            if t.json.json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!(
@@ -208,7 +200,7 @@ pub fn run(a: SimArgs) -> Result<()> {
             if !r.result.sha256_match {
                 anyhow::bail!("transfer incomplete or corrupted");
             }
-            if t.csv.is_some() || t.plot.is_some() {
+            if t.series.wanted() {
                 let tr = crate::traces::tcp_single_traced(&p);
                 let title = format!(
                     "tcp-single: {} over {:.1} Mbit/s, {} ms one way, seed {}",
@@ -217,13 +209,7 @@ pub fn run(a: SimArgs) -> Result<()> {
                     p.delay.as_millis(),
                     p.seed
                 );
-                crate::traces::emit_series(
-                    t.csv.as_deref(),
-                    t.plot.as_deref(),
-                    "tcp-single",
-                    &title,
-                    &tr.subflow_trace,
-                )?;
+                crate::traces::emit_series(t.series.csv(), t.series.plot(), "tcp-single", &title, &tr.subflow_trace)?;
             }
             Ok(())
         }
@@ -243,10 +229,10 @@ fn run_hystart(h: HystartArgs) -> Result<()> {
             Some(usize::try_from(parse_size(&h.rcvbuf)?)?)
         },
         trace_every: h.trace,
-        seed: h.seed,
+        seed: h.seed.seed,
     };
     let r = hystart::run(&p);
-    if h.json {
+    if h.json.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
@@ -287,10 +273,10 @@ fn run_edt_rr(e: EdtRrArgs) -> Result<()> {
         mtu: e.mtu,
         link_rate_bps: e.rate,
         one_way_delay: e.delay,
-        seed: e.seed,
+        seed: e.seed.seed,
     };
     let r = edt_rr::run(&p);
-    if e.json {
+    if e.json.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
@@ -322,10 +308,10 @@ fn run_cc_compare(c: CcCompareArgs) -> Result<()> {
         duration: c.duration,
         cubic_delay: c.cubic_delay,
         sample_every: c.sample,
-        seed: c.seed,
+        seed: c.seed.seed,
     };
     let r = cc_compare::run(&p);
-    if c.json {
+    if c.json.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }

@@ -7,20 +7,20 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use mptun::{MptcpListener, MptcpStream, Stack, StreamOptions};
-use mptun_cc::Algorithm;
-use mptun_proto::sched::Policy;
+use mptun::{Algorithm, MptcpListener, MptcpStream, Policy, Stack, StreamOptions};
 
 use crate::bulk::{self, ClientTest, Pattern, ServerConfig, Settings, Sink, Source};
+use crate::cli_shared::JsonDocument;
 use crate::conn::{Conn, CounterSource};
+use crate::control::{Amount, Request, MAX_BYTES};
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, PathSpec};
 use crate::report::{self, Report};
 use crate::units::{parse_rate, parse_size};
-use crate::wire::{Amount, Request, MAX_BYTES};
 
 /// Options both ends share: the stack, its paths, the socket options, output.
 #[derive(Args, Clone, Debug)]
+#[command(mut_arg("json", |a| a.help("Print one iperf3-shaped JSON document at the end instead of text")))]
 pub struct Common {
     /// A path of mptun's stack: a TUN device to create in this namespace and
     /// mptun's address on it, `dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR][,mtu=M]`
@@ -55,9 +55,8 @@ pub struct Common {
     /// Seconds between interval reports.
     #[arg(short = 'i', long, default_value = "1", value_name = "SECS", value_parser = parse_secs)]
     interval: Duration,
-    /// Print one iperf3-shaped JSON document at the end instead of text.
-    #[arg(short = 'J', long)]
-    json: bool,
+    #[command(flatten)]
+    json: JsonDocument,
     /// No progress bar (it is off anyway when stderr is not a terminal).
     #[arg(long)]
     no_progress: bool,
@@ -215,7 +214,7 @@ impl Common {
             settings: Settings {
                 client,
                 interval: self.interval,
-                json: self.json,
+                json: self.json.json,
                 progress: !self.no_progress,
                 idle_timeout: self.idle_timeout,
                 paths: path_names,
@@ -325,8 +324,8 @@ pub fn run_send(a: SendArgs) -> Result<()> {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .ok_or_else(|| anyhow!("{}: the file name must be UTF-8", path.display()))?;
-            if name.len() > crate::wire::MAX_NAME {
-                bail!("file name {name} is longer than {} bytes", crate::wire::MAX_NAME);
+            if name.len() > crate::control::MAX_NAME {
+                bail!("file name {name} is longer than {} bytes", crate::control::MAX_NAME);
             }
             file_name = Some(name.to_owned());
             source = Some(Source::File(f, path.clone()));

@@ -208,27 +208,9 @@ pub fn congestion(s: &tokio::net::TcpStream) -> Option<String> {
 
 /// This namespace's `MPTcpExt*`/`TcpExt*`/`Tcp*` counters (nstat names).
 pub fn netstat() -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    for f in ["/proc/self/net/netstat", "/proc/self/net/snmp"] {
-        let Ok(text) = std::fs::read_to_string(f) else { continue };
-        let lines: Vec<&str> = text.lines().collect();
-        for pair in lines.chunks(2) {
-            let [names, values] = pair else { continue };
-            let mut n = names.split_whitespace();
-            let mut v = values.split_whitespace();
-            let (Some(prefix), Some(_)) = (n.next(), v.next()) else { continue };
-            let prefix = prefix.trim_end_matches(':');
-            if !matches!(prefix, "MPTcpExt" | "TcpExt" | "Tcp") {
-                continue;
-            }
-            for (name, value) in n.zip(v) {
-                if let Ok(x) = value.parse::<u64>() {
-                    out.insert(format!("{prefix}{name}"), x);
-                }
-            }
-        }
-    }
-    out
+    let mut all = mptun_io::netstat::read().unwrap_or_default();
+    all.retain(|k, _| ["MPTcpExt", "TcpExt", "Tcp"].iter().any(|p| k.starts_with(p)));
+    all
 }
 
 /// Counters that grew from `before` to `after` (gauges like TcpCurrEstab

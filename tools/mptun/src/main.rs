@@ -5,18 +5,20 @@
 //! one in real namespaces behind emulated links.
 
 mod bulk;
+mod cli_demo;
 mod cli_lab;
-mod cli_mptcp;
+mod cli_shared;
 mod cli_sim;
+mod cli_sim_mptcp;
 mod cli_xfer;
 mod conn;
+mod control;
 mod kernel;
 mod pathspec;
 mod plot;
 mod report;
 mod traces;
 mod units;
-mod wire;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -32,7 +34,7 @@ struct Cli {
 enum Command {
     /// MPTCP in seconds, without root: a two-path transfer in the simulator,
     /// reported as `mptun send` reports a real one.
-    Demo(cli_mptcp::DemoArgs),
+    Demo(cli_demo::DemoArgs),
     /// Run a scenario in the deterministic simulator (no root needed).
     Sim(cli_sim::SimArgs),
     /// Accept bulk-transfer tests (like `iperf3 -s`) on mptun's stack or the kernel's.
@@ -46,7 +48,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
-        Command::Demo(a) => cli_mptcp::run_demo(a),
+        Command::Demo(a) => cli_demo::run(a),
         Command::Sim(a) => cli_sim::run(a),
         Command::Serve(a) => cli_xfer::run_serve(a),
         Command::Send(a) => cli_xfer::run_send(a),

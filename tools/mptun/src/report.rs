@@ -442,6 +442,25 @@ impl<'a> AggregateLine<'a> {
     }
 }
 
+/// `Tue, 02 Jan 2024 10:00:00 GMT`, as iperf3 writes it.
+pub fn http_date(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days.rem_euclid(7)) as usize];
+    let mon = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][(m - 1) as usize];
+    format!("{wd}, {d:02} {mon} {y} {:02}:{:02}:{:02} GMT", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,5 +475,11 @@ mod tests {
         assert_eq!((s.seconds, s.bits_per_second), (2.0, 1_000_000.0));
         assert_eq!(Sum::new(1.0, 1.0, 5, None, false).bits_per_second, 0.0);
         assert_eq!(hex(&[0, 0xab]), "00ab");
+    }
+
+    #[test]
+    fn dates_like_iperf3() {
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(http_date(1_704_189_600), "Tue, 02 Jan 2024 10:00:00 GMT");
     }
 }

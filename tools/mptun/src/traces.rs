@@ -255,7 +255,7 @@ pub fn sim_report(
             }],
             version: format!("mptun {}", env!("CARGO_PKG_VERSION")),
             system_info: "deterministic simulator (virtual time)".into(),
-            timestamp: Timestamp { time: crate::bulk::http_date(0), timesecs: 0 },
+            timestamp: Timestamp { time: crate::report::http_date(0), timesecs: 0 },
             connecting_to: None,
             test_start: TestStart {
                 protocol: if r.client_mode == "mptcp" { "MPTCP".into() } else { "TCP".into() },

@@ -1,42 +1,50 @@
-//! `mptun sim aggregate|failover|fallback|penalise`: the MPTCP scenarios.
+//! `mptun sim aggregate|failover|fallback|penalise`: the MPTCP scenarios
+//! of the simulator, reported as text or JSON, traced into CSV and SVG.
 
+use crate::cli_shared::{Json, Seed, Series};
 use crate::plot;
 use crate::report::AggregateLine;
 use crate::traces;
 use crate::units::parse_size;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use mptun_proto::sched::{PenaltyConfig, Policy};
+use mptun::{PenaltyConfig, Policy};
 use mptun_sim::scenarios::penalise::{self, Scenario};
 use mptun_sim::scenarios::{aggregate, failover, fallback};
-use std::path::PathBuf;
 
 #[derive(Args)]
+#[command(
+    mut_arg("seed", |a| a.help("RNG seed")),
+    mut_arg("csv", |a| a.help(
+        "Write the client's per-subflow time series (cwnd, ssthresh, srtt, bytes, throughput, penalties; \
+         every 100 ms) as DIR/<scenario>.csv")),
+    mut_arg("plot", |a| a.help(
+        "Plot the time series (cwnd, throughput, srtt per subflow, halvings marked) into DIR/<scenario>.svg")),
+)]
 pub struct AggregateArgs {
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    json: Json,
     /// Bytes to transfer.
     #[arg(long, default_value = "32M", value_parser = parse_size)]
     size: u64,
-    /// RNG seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Write the client's per-subflow time series (cwnd, ssthresh, srtt,
-    /// bytes, throughput, penalties; every 100 ms) as DIR/<scenario>.csv.
-    #[arg(long, value_name = "DIR")]
-    csv: Option<PathBuf>,
-    /// Plot the time series (cwnd, throughput, srtt per subflow, halvings
-    /// marked) into DIR/<scenario>.svg.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    seed: Seed,
+    #[command(flatten)]
+    series: Series,
 }
 
 #[derive(Args)]
+#[command(
+    mut_arg("plot", |a| a.help(
+        "Write an SVG of both subflows' cwnd (halvings marked) for `default` and the chosen policy, first seed, \
+         forward direction, into DIR; and the chosen policy's cwnd/throughput/srtt panels")),
+    mut_arg("csv", |a| a.help(
+        "Write the chosen policy's per-subflow time series (first case, first seed, forward) as \
+         DIR/penalise-<scenario>-<policy>.csv")),
+)]
 pub struct PenaliseArgs {
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    json: Json,
     /// suite, unbounded, rwnd, sndbuf or both.
     #[arg(long, default_value = "sndbuf")]
     scenario: Scenario,
@@ -55,15 +63,8 @@ pub struct PenaliseArgs {
     /// Run every policy and print them side by side with deltas against `default`.
     #[arg(long)]
     compare: bool,
-    /// Write an SVG of both subflows' cwnd (halvings marked) for `default`
-    /// and the chosen policy, first seed, forward direction, into DIR; and
-    /// the chosen policy's cwnd/throughput/srtt panels.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
-    /// Write the chosen policy's per-subflow time series (first case, first
-    /// seed, forward) as DIR/penalise-<scenario>-<policy>.csv.
-    #[arg(long, value_name = "DIR")]
-    csv: Option<PathBuf>,
+    #[command(flatten)]
+    series: Series,
 }
 
 fn print_aggregate(r: &aggregate::Report) {
@@ -83,12 +84,13 @@ fn print_aggregate(r: &aggregate::Report) {
 
 /// `--csv`/`--plot` of aggregate and failover: the same (deterministic) run, traced.
 fn series(a: &AggregateArgs, name: &str, failover: bool) -> Result<()> {
-    if a.csv.is_none() && a.plot.is_none() {
+    if !a.series.wanted() {
         return Ok(());
     }
-    let (t, _) = traces::aggregate_traced(a.size, a.seed, failover);
-    let title = format!("{name}: 10 Mbit/s/20 ms + 3 Mbit/s/40 ms, {} bytes, seed {}", a.size, a.seed);
-    traces::emit_series(a.csv.as_deref(), a.plot.as_deref(), name, &title, &t.subflow_trace)
+    let seed = a.seed.seed;
+    let (t, _) = traces::aggregate_traced(a.size, seed, failover);
+    let title = format!("{name}: 10 Mbit/s/20 ms + 3 Mbit/s/40 ms, {} bytes, seed {}", a.size, seed);
+    traces::emit_series(a.series.csv(), a.series.plot(), name, &title, &t.subflow_trace)
 }
 
 fn emit<T: serde::Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<()> {
@@ -101,8 +103,8 @@ fn emit<T: serde::Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<(
 }
 
 pub fn run_aggregate(a: AggregateArgs) -> Result<()> {
-    let r = aggregate::run(&aggregate::Params { size: a.size, seed: a.seed, ..Default::default() });
-    emit(a.json, &r, || print_aggregate(&r))?;
+    let r = aggregate::run(&aggregate::Params { size: a.size, seed: a.seed.seed, ..Default::default() });
+    emit(a.json.json, &r, || print_aggregate(&r))?;
     series(&a, "aggregate", false)?;
     if !r.result.sha256_match {
         bail!("transfer incomplete or corrupted");
@@ -111,8 +113,8 @@ pub fn run_aggregate(a: AggregateArgs) -> Result<()> {
 }
 
 pub fn run_failover(a: AggregateArgs) -> Result<()> {
-    let r = failover::run(a.seed, a.size);
-    emit(a.json, &r, || {
+    let r = failover::run(a.seed.seed, a.size);
+    emit(a.json.json, &r, || {
         print_aggregate(&r.aggregate);
         println!(
             "  path 1 down {:.0}-{:.0} s: {} bytes reinjected; initial subflow {} bytes when the path came back, {} at the end ({})",
@@ -132,12 +134,12 @@ pub fn run_failover(a: AggregateArgs) -> Result<()> {
 }
 
 pub fn run_fallback(a: AggregateArgs) -> Result<()> {
-    let r = fallback::run(a.seed, a.size);
-    emit(a.json, &r, || {
+    let r = fallback::run(a.seed.seed, a.size);
+    emit(a.json.json, &r, || {
         print_aggregate(&r.aggregate);
         println!("  fallback to TCP: {}", r.fallback);
     })?;
-    if a.csv.is_some() || a.plot.is_some() {
+    if a.series.wanted() {
         bail!("--csv/--plot: fallback runs plain TCP with no subflows to trace (use tcp-single)");
     }
     if !r.aggregate.result.sha256_match {
@@ -157,7 +159,7 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
         bail!("--seeds must be between 1 and 1000, got {}", a.seeds);
     }
     let penalty = PenaltyConfig { factor: a.factor, interval_rtts: a.interval_rtts };
-    if let Some(dir) = &a.plot {
+    if let Some(dir) = &a.series.plot {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let case = penalise::cases(a.scenario).remove(0);
         let mut runs = Vec::new();
@@ -173,16 +175,16 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
         plot::cwnd_panels(&file, &format!("{} ({}), subflow cwnd, halvings marked ×", a.scenario, case.name), &runs)?;
         eprintln!("wrote {}", file.display());
     }
-    if a.csv.is_some() || a.plot.is_some() {
+    if a.series.wanted() {
         let case = penalise::cases(a.scenario).remove(0);
         let (_, trace) = penalise::run_traced(&case, a.policy, penalty, 1, false, Some(traces::SAMPLE));
         let name = format!("penalise-{}-{}", a.scenario, a.policy);
         let title = format!("penalise {} ({}), policy {}, seed 1, forward", a.scenario, case.name, a.policy);
-        traces::emit_series(a.csv.as_deref(), a.plot.as_deref(), &name, &title, &trace)?;
+        traces::emit_series(a.series.csv(), a.series.plot(), &name, &title, &trace)?;
     }
     if a.compare {
         let reports = penalise::compare(a.scenario, a.seeds, penalty);
-        if a.json {
+        if a.json.json {
             println!("{}", serde_json::to_string_pretty(&reports)?);
         } else {
             print!("{}", penalise::compare_table(&reports));
@@ -196,61 +198,9 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
         penalty,
         first_seed: 1,
     });
-    emit(a.json, &r, || print!("{}", penalise::compare_table(std::slice::from_ref(&r))))?;
+    emit(a.json.json, &r, || print!("{}", penalise::compare_table(std::slice::from_ref(&r))))?;
     if !r.summary.sha256_match {
         bail!("a run did not deliver its data intact");
-    }
-    Ok(())
-}
-
-#[derive(Args)]
-pub struct DemoArgs {
-    /// Print the iperf3-shaped JSON report instead of text.
-    #[arg(long, short = 'J')]
-    json: bool,
-    /// Bytes to transfer.
-    #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
-    size: u64,
-    /// RNG seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Also write the per-subflow time series as DIR/demo.csv.
-    #[arg(long, value_name = "DIR")]
-    csv: Option<PathBuf>,
-    /// Also plot it into DIR/demo.svg.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
-}
-
-/// `mptun demo`: the `aggregate` scenario, reported exactly as `mptun send`
-/// reports a real transfer.
-pub fn run_demo(a: DemoArgs) -> Result<()> {
-    let wall = std::time::Instant::now();
-    let (t, paths) = traces::aggregate_traced(a.size, a.seed, false);
-    let wall_s = wall.elapsed().as_secs_f64();
-    let names: Vec<String> = paths
-        .iter()
-        .map(|p| format!("{} Mbit/s, {} ms one way", p.rate_bps as f64 / 1e6, p.delay.as_millis()))
-        .collect();
-    let sum: f64 = paths.iter().map(|p| p.rate_bps as f64).sum();
-    let cc = mptun_proto::EndpointConfig::default().tcp.congestion_control.to_string();
-    let r = traces::sim_report(&t, a.size, &names, Some(sum), &cc, wall_s);
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        println!("mptun demo: one MPTCP connection over two simulated paths (deterministic simulator, no root)");
-        print!("{}", crate::report::header_lines(&r.start));
-        for i in &r.intervals {
-            print!("{}", crate::report::interval_lines(i));
-        }
-        print!("{}", crate::report::end_lines(&r));
-        print!("{}", AggregateLine::from_report("aggregate (sim)", &r, sum));
-        println!("simulated {:.1} s in {:.3} s of wall time", r.end.sum_received.seconds, wall_s);
-    }
-    let title = format!("demo (aggregate): {} bytes, seed {}", a.size, a.seed);
-    traces::emit_series(a.csv.as_deref(), a.plot.as_deref(), "demo", &title, &t.subflow_trace)?;
-    if !r.end.mptcp.sha256_match {
-        bail!("transfer incomplete or corrupted");
     }
     Ok(())
 }

@@ -1,0 +1,225 @@
+//! One bulk-transfer test over one connection, either side, either stack.
+//! Here: the request/response exchange that opens it ([`run_client`],
+//! [`run_server`]) and what the two sides agree on. The data phase with its
+//! SHA-256 and trailers is in `transfer`, the per-interval sampling in
+//! `meter`, the assembled [`Report`] in `outcome`, the host's own figures
+//! (CPU time, uname) in `host`; the messages themselves in
+//! [`crate::control`].
+
+mod host;
+mod meter;
+mod outcome;
+mod transfer;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+pub use mptun::pattern::Pattern;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::conn::{Conn, CounterSource};
+use crate::control::{self, Amount, Request, Response};
+use crate::report::{self, Report};
+use outcome::{assemble, start_section};
+use transfer::{recv_phase, send_phase};
+
+/// Bytes per write/read, iperf3's TCP default.
+pub const BLKSIZE: usize = 128 * 1024;
+/// How long the first exchange may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a side reports and what it tells the report about itself.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub client: bool,
+    pub interval: Duration,
+    pub json: bool,
+    pub progress: bool,
+    /// No data for this long ends the test with an error.
+    pub idle_timeout: Duration,
+    pub paths: Vec<String>,
+    pub congestion: String,
+    pub scheduler: String,
+    pub connecting_to: Option<(String, u16)>,
+}
+
+/// Where the sender's bytes come from.
+pub enum Source {
+    Pattern(Pattern),
+    File(std::fs::File, PathBuf),
+}
+
+/// Where the receiver's bytes go.
+pub enum Sink {
+    Discard,
+    File(std::fs::File, PathBuf),
+}
+
+/// What the receiver sends after its trailer.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Summary {
+    #[serde(default)]
+    pub counters: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub congestion: String,
+    #[serde(default)]
+    pub subflows_max: usize,
+}
+
+async fn read_exact_timeout(conn: &mut Conn, buf: &mut [u8], what: &str) -> Result<()> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.read_exact(buf)).await {
+        Err(_) => bail!("no {what} within {} s", HANDSHAKE_TIMEOUT.as_secs()),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => bail!("the peer closed before its {what}"),
+        Ok(Err(e)) => bail!("reading the {what}: {e}"),
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
+/// What the client wants to move.
+pub struct ClientTest {
+    pub request: Request,
+    /// Forward: what to send. Reverse: ignored.
+    pub source: Option<Source>,
+    /// Reverse: where to put what arrives.
+    pub sink: Sink,
+}
+
+/// Runs a test as the client: request, response, then the data phase.
+pub async fn run_client(
+    mut conn: Conn,
+    test: ClientTest,
+    settings: Settings,
+    counters: CounterSource,
+) -> Result<Report> {
+    let req = test.request.encode();
+    conn.write_all(&req).await.context("sending the request")?;
+    let mut fixed = [0u8; control::RESPONSE_LEN];
+    read_exact_timeout(&mut conn, &mut fixed, "response from the server").await?;
+    let (resp, mlen) = Response::decode_fixed(&fixed)?;
+    let mut msg = vec![0u8; mlen];
+    read_exact_timeout(&mut conn, &mut msg, "response message").await?;
+    if resp.refused.is_some() {
+        bail!("the server refused the test: {}", String::from_utf8_lossy(&msg));
+    }
+    let start = start_section(&conn, &settings, &test.request, !test.request.reverse);
+    if !settings.json {
+        print!("{}", report::header_lines(&start));
+    }
+    let (outcome, intervals, sfmax, file) = if test.request.reverse {
+        let total = match test.request.amount {
+            Amount::Bytes(_) if resp.amount > 0 => Some(resp.amount),
+            Amount::Bytes(n) => Some(n),
+            Amount::DurationMs(_) => None,
+        };
+        recv_phase(&mut conn, test.sink, total, settings, &counters, req.len() as u64).await?
+    } else {
+        let source = test.source.unwrap_or(Source::Pattern(Pattern::new(1)));
+        send_phase(&mut conn, source, test.request.amount, settings, &counters, req.len() as u64).await?
+    };
+    Ok(assemble(start, intervals, outcome, sfmax, file))
+}
+
+/// What a server offers.
+pub struct ServerConfig {
+    pub output_dir: Option<PathBuf>,
+    pub file: Option<PathBuf>,
+}
+
+/// Runs one test as the server.
+pub async fn run_server(
+    mut conn: Conn,
+    cfg: &ServerConfig,
+    settings: Settings,
+    counters: CounterSource,
+) -> Result<Report> {
+    let mut fixed = [0u8; control::REQUEST_LEN];
+    read_exact_timeout(&mut conn, &mut fixed, "request from the client").await?;
+    let parsed: Result<Request> = async {
+        let (mut req, nlen) = Request::decode_fixed(&fixed)?;
+        let mut name = vec![0u8; nlen];
+        read_exact_timeout(&mut conn, &mut name, "file name").await?;
+        req.set_name(&name)?;
+        Ok(req)
+    }
+    .await;
+    let mut req = match parsed {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = format!("bad request: {e:#}");
+            conn.write_all(&Response { refused: Some(msg.clone()), amount: 0 }.encode()).await.ok();
+            conn.shutdown().await.ok();
+            bail!("{msg}");
+        }
+    };
+    // Decide, and tell the client either way.
+    let plan: Result<(Option<Source>, Sink, u64)> = (|| match (&req.file, req.reverse) {
+        (Some(name), false) => {
+            let dir = cfg
+                .output_dir
+                .as_ref()
+                .ok_or_else(|| anyhow!("this server stores no files (start it with --output-dir DIR)"))?;
+            let path = dir.join(name);
+            let f = std::fs::File::create(&path).map_err(|e| anyhow!("cannot create {}: {e}", path.display()))?;
+            Ok((None, Sink::File(f, path), 0))
+        }
+        (Some(_), true) => {
+            let path = cfg
+                .file
+                .as_ref()
+                .ok_or_else(|| anyhow!("this server has no file to send (start it with --file PATH)"))?;
+            let f = std::fs::File::open(path).map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
+            let len = f.metadata()?.len();
+            if len == 0 {
+                bail!("{} is empty", path.display());
+            }
+            Ok((Some(Source::File(f, path.clone())), Sink::Discard, len))
+        }
+        (None, true) => {
+            let n = match req.amount {
+                Amount::Bytes(n) => n,
+                Amount::DurationMs(_) => 0,
+            };
+            Ok((Some(Source::Pattern(Pattern::new(2))), Sink::Discard, n))
+        }
+        (None, false) => Ok((None, Sink::Discard, 0)),
+    })();
+    let (source, sink, amount) = match plan {
+        Ok(p) => p,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            conn.write_all(&Response { refused: Some(msg.clone()), amount: 0 }.encode()).await.ok();
+            conn.shutdown().await.ok();
+            bail!("refused the test: {msg}");
+        }
+    };
+    let resp = Response { refused: None, amount }.encode();
+    conn.write_all(&resp).await.context("sending the response")?;
+    if let (Some(Source::File(..)), true) = (&source, req.reverse) {
+        req.amount = Amount::Bytes(amount);
+    }
+    let start = start_section(&conn, &settings, &req, req.reverse);
+    if !settings.json {
+        print!("{}", report::header_lines(&start));
+    }
+    let (outcome, intervals, sfmax, file) = if req.reverse {
+        send_phase(
+            &mut conn,
+            source.unwrap_or(Source::Pattern(Pattern::new(2))),
+            req.amount,
+            settings,
+            &counters,
+            resp.len() as u64,
+        )
+        .await?
+    } else {
+        let total = match req.amount {
+            Amount::Bytes(n) => Some(n),
+            Amount::DurationMs(_) => None,
+        };
+        recv_phase(&mut conn, sink, total, settings, &counters, resp.len() as u64).await?
+    };
+    Ok(assemble(start, intervals, outcome, sfmax, file))
+}

@@ -1,0 +1,161 @@
+//! What a finished test becomes: the [`Outcome`] both phases end with,
+//! assembled with the start section into iperf3's [`Report`] (sums from the
+//! two trailers, per-subflow shares, CPU percentages, counters).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use super::host::uname;
+use super::{Settings, Summary, BLKSIZE};
+use crate::conn::{Conn, Probe};
+use crate::control::{Amount, Request, Trailer};
+use crate::report::{
+    self, http_date, Connected, Cpu, End, EndStream, HostPort, Interval, MptcpEnd, Report, Start, StartExtra,
+    SubflowEnd, Sum, TestStart, Timestamp,
+};
+
+/// Everything a finished test knows, before it becomes a [`Report`].
+pub(super) struct Outcome {
+    pub(super) sender: bool,
+    pub(super) local: Trailer,
+    pub(super) peer: Trailer,
+    /// Local end of the data phase (sender: the receiver's trailer arrived).
+    pub(super) local_elapsed: f64,
+    pub(super) cpu: (u64, u64),
+    pub(super) final_probe: Probe,
+    pub(super) counters: BTreeMap<String, u64>,
+    pub(super) peer_summary: Summary,
+    pub(super) congestion: String,
+}
+
+pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bool) -> Start {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (l, r) = (conn.local_addr(), conn.peer_addr());
+    let (duration, bytes) = match req.amount {
+        Amount::DurationMs(ms) => (ms.div_ceil(1000), 0),
+        Amount::Bytes(n) => (0, n),
+    };
+    Start {
+        connected: vec![Connected {
+            socket: 5,
+            local_host: l.map_or("?".into(), |a| a.ip().to_string()),
+            local_port: l.map_or(0, |a| a.port()),
+            remote_host: r.map_or("?".into(), |a| a.ip().to_string()),
+            remote_port: r.map_or(0, |a| a.port()),
+        }],
+        version: format!("mptun {}", env!("CARGO_PKG_VERSION")),
+        system_info: uname(),
+        timestamp: Timestamp { time: http_date(now), timesecs: now },
+        connecting_to: s.connecting_to.as_ref().map(|(h, p)| HostPort { host: h.clone(), port: *p }),
+        test_start: TestStart {
+            protocol: if conn.probe().mode == "mptcp" { "MPTCP".into() } else { "TCP".into() },
+            num_streams: 1,
+            blksize: BLKSIZE as u64,
+            omit: 0,
+            duration,
+            bytes,
+            blocks: 0,
+            reverse: u8::from(req.reverse),
+        },
+        mptun: StartExtra {
+            stack: conn.stack_name().into(),
+            role: if s.client { "client" } else { "server" }.into(),
+            sender,
+            paths: s.paths.clone(),
+            congestion: s.congestion.clone(),
+            scheduler: s.scheduler.clone(),
+            file: req.file.clone().filter(|f| !f.is_empty()),
+        },
+    }
+}
+
+fn pct(us: u64, elapsed_s: f64) -> f64 {
+    if elapsed_s <= 0.0 {
+        0.0
+    } else {
+        us as f64 / 1e6 / elapsed_s * 100.0
+    }
+}
+
+pub(super) fn assemble(
+    mut start: Start,
+    intervals: Vec<Interval>,
+    o: Outcome,
+    sfmax: usize,
+    file: Option<PathBuf>,
+) -> Report {
+    if let Some(f) = file {
+        start.mptun.file = Some(f.display().to_string());
+    }
+    let (snd, rcv) = if o.sender { (&o.local, &o.peer) } else { (&o.peer, &o.local) };
+    let snd_secs = if o.sender { o.local_elapsed } else { snd.elapsed_us as f64 / 1e6 };
+    let rcv_secs = rcv.elapsed_us as f64 / 1e6;
+    let sum_sent = Sum::new(0.0, snd_secs, snd.bytes, Some(u64::from(snd.retransmits)), true);
+    let sum_received = Sum::new(0.0, rcv_secs, rcv.bytes, None, false);
+    let sf_total: u64 =
+        o.final_probe.subflows.iter().map(|s| if o.sender { s.bytes_acked } else { s.bytes_received }).sum();
+    let max_cwnd: HashMap<usize, u64> = intervals
+        .iter()
+        .flat_map(|i| i.streams.iter().flat_map(|s| s.subflows.iter()))
+        .fold(HashMap::new(), |mut m, s| {
+            let e = m.entry(s.id).or_insert(0);
+            *e = (*e).max(s.snd_cwnd);
+            m
+        });
+    let subflows = o
+        .final_probe
+        .subflows
+        .iter()
+        .map(|s| {
+            let b = if o.sender { s.bytes_acked } else { s.bytes_received };
+            SubflowEnd {
+                id: s.id,
+                local: s.local.map_or("?".into(), |a| a.to_string()),
+                remote: s.remote.map_or("?".into(), |a| a.to_string()),
+                bytes: b,
+                share: if sf_total > 0 { b as f64 / sf_total as f64 } else { 0.0 },
+                retransmits: s.retrans_segs,
+                bytes_retrans: s.bytes_retrans,
+                max_snd_cwnd: max_cwnd.get(&s.id).copied().unwrap_or(0).max(s.cwnd * s.mss),
+                rtt: s.srtt_us,
+                penalized: s.penalized,
+            }
+        })
+        .collect();
+    let local_secs = o.local_elapsed.max(1e-9);
+    let remote_secs = (o.peer.elapsed_us as f64 / 1e6).max(1e-9);
+    let cpu = Cpu {
+        host_total: pct(o.cpu.0 + o.cpu.1, local_secs),
+        host_user: pct(o.cpu.0, local_secs),
+        host_system: pct(o.cpu.1, local_secs),
+        remote_total: pct(o.peer.cpu_user_us + o.peer.cpu_sys_us, remote_secs),
+        remote_user: pct(o.peer.cpu_user_us, remote_secs),
+        remote_system: pct(o.peer.cpu_sys_us, remote_secs),
+    };
+    let peer_cc =
+        if o.peer_summary.congestion.is_empty() { "unknown".to_string() } else { o.peer_summary.congestion.clone() };
+    let (scc, rcc) = if o.sender { (o.congestion.clone(), peer_cc) } else { (peer_cc, o.congestion.clone()) };
+    let mptcp = MptcpEnd {
+        mode: o.final_probe.mode.into(),
+        subflows_max: sfmax.max(o.peer_summary.subflows_max).max(o.final_probe.subflows.len()),
+        sha256_sent: report::hex(&snd.sha256),
+        sha256_received: report::hex(&rcv.sha256),
+        sha256_match: snd.sha256 == rcv.sha256 && snd.bytes == rcv.bytes,
+        efficiency: None,
+        counters: o.counters,
+        peer_counters: o.peer_summary.counters,
+    };
+    Report {
+        start,
+        intervals,
+        end: End {
+            streams: vec![EndStream { sender: sum_sent.clone(), receiver: sum_received.clone(), subflows }],
+            sum_sent,
+            sum_received,
+            cpu_utilization_percent: cpu,
+            sender_tcp_congestion: scc,
+            receiver_tcp_congestion: rcc,
+            mptcp,
+        },
+    }
+}

@@ -1,0 +1,353 @@
+//! The data phase of a test, each side's half: the sender writes its source
+//! then its trailer and reads the receiver's; the receiver hashes to end of
+//! stream (the sender's trailer held back), answers with its trailer and
+//! summary and lingers until they are acknowledged. Both sample the
+//! connection through the [`Meter`] while they wait.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::host::cpu_us;
+use super::meter::Meter;
+use super::outcome::Outcome;
+use super::{Settings, Sink, Source, Summary, BLKSIZE};
+use crate::conn::{Conn, CounterSource};
+use crate::control::{self, Amount, Holdback, Trailer};
+use crate::report::Interval;
+
+/// How long a finished receiver waits for its trailer to be acknowledged.
+const LINGER: Duration = Duration::from_secs(10);
+
+fn progress_deadline(last: Instant, idle: Duration) -> Result<()> {
+    if last.elapsed() > idle {
+        bail!("no progress for {:.0} s: the peer or the paths are gone", idle.as_secs_f64());
+    }
+    Ok(())
+}
+
+/// Writes `data` completely, sampling while blocked.
+async fn write_all_metered(
+    conn: &mut Conn,
+    data: &[u8],
+    meter: &mut Meter,
+    ticker: &mut tokio::time::Interval,
+    bytes: &dyn Fn(&Conn) -> u64,
+) -> Result<()> {
+    let mut off = 0;
+    let mut last = Instant::now();
+    while off < data.len() {
+        let r = tokio::select! {
+            biased;
+            _ = ticker.tick() => None,
+            r = conn.write(&data[off..]) => Some(r),
+        };
+        match r {
+            None => {
+                let b = bytes(conn);
+                meter.sample(conn, b);
+                progress_deadline(last, meter.settings.idle_timeout)?;
+            }
+            Some(Ok(0)) => bail!("the connection closed while sending"),
+            Some(Ok(n)) => {
+                off += n;
+                last = Instant::now();
+            }
+            Some(Err(e)) => return Err(anyhow!("send: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// The sending side: data, trailer, FIN; then the receiver's trailer and summary.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn send_phase(
+    conn: &mut Conn,
+    mut source: Source,
+    amount: Amount,
+    settings: Settings,
+    counters: &CounterSource,
+    pre: u64,
+) -> Result<(Outcome, Vec<Interval>, usize, Option<PathBuf>)> {
+    let total = match amount {
+        Amount::Bytes(n) => Some(n),
+        Amount::DurationMs(_) => None,
+    };
+    let mut meter = Meter::new(settings, true, total, conn);
+    let mut ticker =
+        tokio::time::interval_at(tokio::time::Instant::now() + meter.settings.interval, meter.settings.interval);
+    let deadline = match amount {
+        Amount::DurationMs(ms) => Some(tokio::time::Instant::now() + Duration::from_millis(ms)),
+        Amount::Bytes(_) => None,
+    };
+    let cpu0 = cpu_us();
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; BLKSIZE];
+    let mut sent: u64 = 0;
+    let mut file_path = None;
+    let data_acked = |c: &Conn, sent: u64| c.acked(pre + sent).saturating_sub(pre);
+    'data: loop {
+        let want = match total {
+            Some(t) if sent >= t => break,
+            Some(t) => (t - sent).min(BLKSIZE as u64) as usize,
+            None => BLKSIZE,
+        };
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            break;
+        }
+        let n = match &mut source {
+            Source::Pattern(p) => {
+                p.fill(&mut buf[..want]);
+                want
+            }
+            Source::File(f, path) => {
+                file_path = Some(path.clone());
+                let n = f.read(&mut buf[..want]).with_context(|| format!("read {}", path.display()))?;
+                if n == 0 {
+                    bail!("{} ended after {sent} bytes (it shrank while being sent)", path.display());
+                }
+                n
+            }
+        };
+        let mut off = 0;
+        let mut last = Instant::now();
+        while off < n {
+            let r = tokio::select! {
+                biased;
+                _ = ticker.tick() => None,
+                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && off == 0 => {
+                    // Time is up before this block went out: it is not part of the stream.
+                    break 'data;
+                }
+                r = conn.write(&buf[off..n]) => Some(r),
+            };
+            match r {
+                None => {
+                    let b = data_acked(conn, sent + off as u64);
+                    meter.sample(conn, b);
+                    progress_deadline(last, meter.settings.idle_timeout)?;
+                }
+                Some(Ok(0)) => bail!("the connection closed while sending"),
+                Some(Ok(k)) => {
+                    off += k;
+                    last = Instant::now();
+                }
+                Some(Err(e)) => return Err(anyhow!("send: {e}")),
+            }
+        }
+        hasher.update(&buf[..n]);
+        sent += n as u64;
+        meter.progress(data_acked(conn, sent));
+    }
+    let digest: [u8; 32] = hasher.finalize().into();
+    let probe = conn.probe();
+    let cpu1 = cpu_us();
+    let trailer = Trailer {
+        bytes: sent,
+        retransmits: probe.retrans_segs.saturating_sub(meter.base_retrans).min(u64::from(u32::MAX)) as u32,
+        elapsed_us: meter.start.elapsed().as_micros() as u64,
+        cpu_user_us: cpu1.0 - cpu0.0,
+        cpu_sys_us: cpu1.1 - cpu0.1,
+        sha256: digest,
+    };
+    let sent_total = sent;
+    write_all_metered(conn, &trailer.encode(), &mut meter, &mut ticker, &|c| data_acked(c, sent_total)).await?;
+    conn.shutdown().await.ok();
+    // The receiver answers once it has everything: until then, keep sampling.
+    let mut back = Vec::new();
+    let mut rbuf = vec![0u8; 16 * 1024];
+    let mut last = Instant::now();
+    let mut acked_seen = 0;
+    loop {
+        let r = tokio::select! {
+            biased;
+            _ = ticker.tick() => None,
+            r = conn.read(&mut rbuf) => Some(r),
+        };
+        match r {
+            None => {
+                let b = data_acked(conn, sent_total);
+                if b > acked_seen {
+                    acked_seen = b;
+                    last = Instant::now();
+                }
+                meter.sample(conn, b);
+                progress_deadline(last, meter.settings.idle_timeout)?;
+            }
+            Some(Ok(0)) => break,
+            Some(Ok(n)) => {
+                back.extend_from_slice(&rbuf[..n]);
+                last = Instant::now();
+                if back.len() > control::TRAILER_LEN + 4 + control::MAX_COUNTERS {
+                    bail!("the receiver sent more than a trailer and its summary");
+                }
+                // Complete once the length-prefixed summary is in: no need to
+                // wait for the FIN, which a receiver exiting may never retransmit.
+                if let Some(len) = back.get(control::TRAILER_LEN..control::TRAILER_LEN + 4) {
+                    let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+                    if back.len() >= control::TRAILER_LEN + 4 + len {
+                        break;
+                    }
+                }
+            }
+            Some(Err(e)) => return Err(anyhow!("waiting for the receiver's trailer: {e}")),
+        }
+    }
+    meter.sample(conn, sent_total);
+    meter.finish();
+    let local_elapsed = meter.elapsed();
+    let peer = Trailer::decode(&back[..back.len().min(control::TRAILER_LEN)]).context("the receiver's trailer")?;
+    let peer_summary = parse_summary(back.get(control::TRAILER_LEN + 4..).unwrap_or(&[]));
+    let cpu2 = cpu_us();
+    let local = Trailer {
+        retransmits: conn.probe().retrans_segs.saturating_sub(meter.base_retrans).min(u64::from(u32::MAX)) as u32,
+        ..trailer
+    };
+    let outcome = Outcome {
+        sender: true,
+        local,
+        peer,
+        local_elapsed,
+        cpu: (cpu2.0 - cpu0.0, cpu2.1 - cpu0.1),
+        final_probe: conn.probe(),
+        counters: counters.read(),
+        peer_summary,
+        congestion: conn.congestion(),
+    };
+    Ok((outcome, meter.intervals, meter.subflows_max, file_path))
+}
+
+fn parse_summary(b: &[u8]) -> Summary {
+    if b.is_empty() {
+        return Summary::default();
+    }
+    match serde_json::from_slice(b) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("mptun: warning: the peer's summary is malformed ({e}); ignoring it");
+            Summary::default()
+        }
+    }
+}
+
+/// The receiving side: data to EOF (the sender's trailer held back), then
+/// our trailer and summary, FIN, and a linger until they are acknowledged.
+pub(super) async fn recv_phase(
+    conn: &mut Conn,
+    mut sink: Sink,
+    total: Option<u64>,
+    settings: Settings,
+    counters: &CounterSource,
+    pre_written: u64,
+) -> Result<(Outcome, Vec<Interval>, usize, Option<PathBuf>)> {
+    let mut meter = Meter::new(settings, false, total, conn);
+    let mut ticker =
+        tokio::time::interval_at(tokio::time::Instant::now() + meter.settings.interval, meter.settings.interval);
+    let cpu0 = cpu_us();
+    let mut hasher = Sha256::new();
+    let mut hold = Holdback::default();
+    let mut buf = vec![0u8; BLKSIZE];
+    let mut received: u64 = 0;
+    let mut first: Option<Instant> = None;
+    let mut last = Instant::now();
+    let mut write_err: Option<std::io::Error> = None;
+    loop {
+        let r = tokio::select! {
+            biased;
+            _ = ticker.tick() => None,
+            r = conn.read(&mut buf) => Some(r),
+        };
+        match r {
+            None => {
+                meter.sample(conn, received);
+                progress_deadline(last, meter.settings.idle_timeout)?;
+            }
+            Some(Ok(0)) => break,
+            Some(Ok(n)) => {
+                first.get_or_insert_with(Instant::now);
+                last = Instant::now();
+                hold.push(&buf[..n], |d| {
+                    hasher.update(d);
+                    received += d.len() as u64;
+                    if let Sink::File(f, _) = &mut sink {
+                        if write_err.is_none() {
+                            if let Err(e) = f.write_all(d) {
+                                write_err = Some(e);
+                            }
+                        }
+                    }
+                });
+                if let Some(t) = total {
+                    if received > t {
+                        bail!("the sender sent more than the {t} bytes agreed");
+                    }
+                }
+                meter.progress(received);
+            }
+            Some(Err(e)) => return Err(anyhow!("receive: {e}")),
+        }
+    }
+    meter.sample(conn, received);
+    meter.finish();
+    let elapsed = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+    let peer = Trailer::decode(hold.tail()).context("the sender's trailer")?;
+    let digest: [u8; 32] = hasher.finalize().into();
+    let file_path = match sink {
+        Sink::File(mut f, path) => {
+            if let Some(e) = write_err {
+                bail!("write {}: {e}", path.display());
+            }
+            f.flush().with_context(|| format!("write {}", path.display()))?;
+            f.sync_all().ok();
+            Some(path)
+        }
+        Sink::Discard => None,
+    };
+    let cpu1 = cpu_us();
+    let probe = conn.probe();
+    let local = Trailer {
+        bytes: received,
+        retransmits: probe.retrans_segs.saturating_sub(meter.base_retrans).min(u64::from(u32::MAX)) as u32,
+        elapsed_us: (elapsed * 1e6) as u64,
+        cpu_user_us: cpu1.0 - cpu0.0,
+        cpu_sys_us: cpu1.1 - cpu0.1,
+        sha256: digest,
+    };
+    let counters_now = counters.read();
+    let summary =
+        Summary { counters: counters_now.clone(), congestion: conn.congestion(), subflows_max: meter.subflows_max };
+    let mut out = local.encode().to_vec();
+    let mut js = serde_json::to_vec(&summary)?;
+    if js.len() > control::MAX_COUNTERS {
+        js = b"{}".to_vec();
+    }
+    out.extend_from_slice(&(js.len() as u32).to_be_bytes());
+    out.extend_from_slice(&js);
+    conn.write_all(&out).await.context("sending the trailer")?;
+    conn.shutdown().await.ok();
+    let written = pre_written + out.len() as u64;
+    // mptun's streams live in this process: give the peer time to get the
+    // trailer before the stack goes away (a kernel socket lingers by itself).
+    if let Conn::Mptun(_) = conn {
+        let t0 = Instant::now();
+        while conn.acked(written) < written && t0.elapsed() < LINGER {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let outcome = Outcome {
+        sender: false,
+        local,
+        peer,
+        local_elapsed: elapsed,
+        cpu: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
+        final_probe: probe,
+        counters: counters_now,
+        peer_summary: Summary::default(),
+        congestion: conn.congestion(),
+    };
+    Ok((outcome, meter.intervals, meter.subflows_max, file_path))
+}
