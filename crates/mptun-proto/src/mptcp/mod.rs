@@ -26,6 +26,7 @@ use crate::tcp::{BufferSize, Event, State, Subflow, TcpConfig, Transmit};
 use bytes::Bytes;
 use hook::Hook;
 use mptun_time::{Duration, Instant};
+use mptun_wire::checksum::dss_checksum;
 use mptun_wire::mptcp::{DataAck, DssMapping};
 use mptun_wire::{crypto, MptcpOption, TcpHeader};
 use std::collections::{BTreeMap, VecDeque};
@@ -37,21 +38,6 @@ pub const MPTCP_RST_EMPTCP: u8 = 1;
 
 /// MP_TCPRST reason "middlebox interference" (RFC 8684 3.6): a DSS checksum failed.
 pub const MPTCP_RST_EMIDDLEBOX: u8 = 6;
-
-/// The DSS checksum (RFC 8684 3.3.1): ones' complement of the sum of a
-/// pseudo-header (64-bit DSN, 32-bit relative subflow sequence, 16-bit
-/// data-level length, 16 zero bits) and the mapping's payload.
-pub fn dss_checksum(dsn: u64, ssn: u32, len: u16, payload: &[u8]) -> u16 {
-    let mut ph = [0u8; 16];
-    ph[..8].copy_from_slice(&dsn.to_be_bytes());
-    ph[8..12].copy_from_slice(&ssn.to_be_bytes());
-    ph[12..14].copy_from_slice(&len.to_be_bytes());
-    let mut acc = mptun_wire::checksum::sum(&ph) as u32 + mptun_wire::checksum::sum(payload) as u32;
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    !(acc as u16)
-}
 
 /// Connection-level MPTCP settings.
 #[derive(Clone, Debug)]
@@ -1458,13 +1444,7 @@ impl Connection {
     /// (the equivalent of doing it under the subflow socket lock).
     fn apply_penalty(sf: &mut Subflow, ext: &mut SubflowExt, counters: &mut Counters) {
         let Some(always_ssthresh) = ext.penalty.take() else { return };
-        let st = sf.cc_state_mut();
-        let old = st.cwnd;
-        st.cwnd = (old / 2).max(1);
-        st.cwnd_cnt = 0;
-        if always_ssthresh || (st.ssthresh != u32::MAX && old >= st.ssthresh) {
-            st.ssthresh = (st.ssthresh.min(old) / 2).max(2);
-        }
+        sf.penalise(always_ssthresh);
         counters.mptcp_cwnd_penalized += 1;
         ext.penalized += 1;
     }

@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn slow_subflow_must_be_in_ca_open() {
-        for st in [CaState::Recovery, CaState::Loss, CaState::Disorder, CaState::Cwr] {
+        for st in [CaState::Recovery, CaState::Loss, CaState::Disorder] {
             let mut s = sched(Policy::Penalise);
             let mut v = pair();
             v[1].ca_state = st;
