@@ -6,8 +6,9 @@
 //! The handshake options of a segment are looked at *before* the subflow
 //! processes it: they decide whether the subflow may go on at all.
 
-use super::{ConnConfig, Connection, JoinState, Mode, SubflowExt, MPTCP_RST_EMPTCP};
+use super::{ConnConfig, Connection, JoinState, Mode, Shared, SubflowExt, MPTCP_RST_EMPTCP};
 use crate::pm::JoinRequest;
+use crate::seq::DataSeq;
 use crate::tcp::{BufferSize, Subflow, TcpConfig};
 use core::ops::ControlFlow;
 use mptun_time::{Duration, Instant};
@@ -184,8 +185,7 @@ impl Connection {
                 sh.csum |= csum;
                 sh.mode = Mode::Mptcp;
                 sh.remote_key = Some(k);
-                sh.rx_base = Some(crypto::idsn(k).wrapping_add(1));
-                sh.rcv_nxt = crypto::idsn(k).wrapping_add(1);
+                sh.set_rx_base(k);
                 // Until the first DATA_ACK, the window is relative to our IDSN + 1.
                 sh.wnd_end = sh.tx_base + hdr.window as u64;
                 sh.counters.mptcp_mp_capable_synack_rx += 1;
@@ -206,8 +206,7 @@ impl Connection {
             if let MptcpOption::MpCapable { receiver_key: Some(rk), sender_key: Some(k), .. } = o {
                 if *rk == sh.local_key {
                     sh.remote_key = Some(*k);
-                    sh.rx_base = Some(crypto::idsn(*k).wrapping_add(1));
-                    sh.rcv_nxt = crypto::idsn(*k).wrapping_add(1);
+                    sh.set_rx_base(*k);
                     sh.fully_established = true;
                     sh.wnd_end = sh.wnd_end.max(sh.tx_base + ((hdr.window as u64) << sf.snd_wscale()));
                     sh.counters.mptcp_mp_capable_ack_rx += 1;
@@ -310,5 +309,19 @@ impl Connection {
             ext.join_ack_retx = Some(now + sf.info().rto.max(TCP_RTO_MIN));
             sf.request_ack();
         }
+    }
+}
+
+impl Shared {
+    /// The peer's key is known: its data starts at its IDSN + 1.
+    fn set_rx_base(&mut self, remote_key: u64) {
+        let base = DataSeq(crypto::idsn(remote_key)) + 1;
+        self.rx_base = Some(base);
+        self.rcv_nxt = base;
+        // Until now `rcv_wnd_end` was 0 or a window edge counted from 0 (a
+        // segment sent before the key came): it enters the data sequence
+        // space as the later of the two in plain order, so that the modular
+        // order from here on never sees a number 2^63 away.
+        self.rcv_wnd_end = DataSeq(self.rcv_wnd_end.0.max(base.0));
     }
 }

@@ -3,7 +3,7 @@
 //! ADD_ADDR) and the connection-level window it advertises.
 
 use super::{dss_checksum, JoinState, Mode, Shared, SubflowExt};
-use crate::seq::Seq;
+use crate::seq::{DataSeq, Seq};
 use crate::tcp::{SegmentHook, SegmentMeta};
 use mptun_time::Instant;
 use mptun_wire::mptcp::{cap_flags, DataAck, DssMapping};
@@ -57,7 +57,7 @@ impl Hook<'_> {
     }
 
     fn data_ack(&self) -> Option<DataAck> {
-        self.sh.rx_base.map(|_| DataAck { ack: self.sh.rcv_nxt, ack64: true })
+        self.sh.rx_base.map(|_| DataAck { ack: self.sh.rcv_nxt.0, ack64: true })
     }
 
     /// The connection-level window, relative to the DATA_ACK, never shrinking.
@@ -70,7 +70,7 @@ impl Hook<'_> {
     fn mapping_for(&self, meta: &SegmentMeta) -> Option<DssMapping> {
         let ssn = meta.seq - self.iss;
         self.ext.tx_maps.iter().find(|m| ssn.wrapping_sub(m.ssn) < m.len).map(|m| DssMapping {
-            dsn: m.dsn,
+            dsn: m.dsn.0,
             dsn64: true,
             ssn: m.ssn,
             len: m.len as u16,
@@ -79,7 +79,7 @@ impl Hook<'_> {
     }
 
     /// (DATA_ACK, window edge) a segment sent now would announce.
-    fn ack_info(&self) -> (u64, u64) {
+    fn ack_info(&self) -> (DataSeq, DataSeq) {
         let edge = self.sh.rcv_wnd_end.max(self.sh.rcv_nxt + self.recv_window);
         (self.sh.rcv_nxt, edge)
     }
@@ -136,8 +136,8 @@ impl Hook<'_> {
         self.ext.maps_without_ack = 0;
         if self.sh.data_fin_due {
             if let Some(fin) = self.sh.data_fin_seq {
-                let checksum = self.sh.csum.then(|| dss_checksum(fin, 0, 1, &[]));
-                let m = DssMapping { dsn: fin, dsn64: true, ssn: 0, len: 1, checksum };
+                let checksum = self.sh.csum.then(|| dss_checksum(fin.0, 0, 1, &[]));
+                let m = DssMapping { dsn: fin.0, dsn64: true, ssn: 0, len: 1, checksum };
                 if push(opts, MptcpOption::Dss { data_ack, mapping: Some(m), data_fin: true }) {
                     self.sh.data_fin_due = false;
                 }
@@ -238,7 +238,7 @@ impl SegmentHook for Hook<'_> {
                 }
                 if !self.sh.server && !self.sh.fully_established {
                     // Third ACK and first data: repeat our key until the server shows it has it.
-                    let first = self.mapping_for(meta).filter(|m| m.dsn == self.sh.tx_base && m.ssn == 1);
+                    let first = self.mapping_for(meta).filter(|m| m.dsn == self.sh.tx_base.0 && m.ssn == 1);
                     if meta.len > 0 && first.is_none() {
                         self.dss(meta, opts);
                     } else {

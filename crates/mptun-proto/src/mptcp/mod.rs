@@ -27,7 +27,7 @@ pub use config::{ConnConfig, MptcpConfig};
 use crate::counters::Counters;
 use crate::pm::{JoinRequest, PmState};
 use crate::sched::{new_scheduler, Scheduler};
-use crate::seq::Seq;
+use crate::seq::{DataSeq, Seq};
 use crate::tcp::recv_buf::RecvBuf;
 use crate::tcp::send_buf::SendBuf;
 use crate::tcp::{Event, Subflow, Transmit};
@@ -81,7 +81,7 @@ pub(crate) enum JoinState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TxMap {
     pub ssn: u32,
-    pub dsn: u64,
+    pub dsn: DataSeq,
     pub len: u32,
     /// DSS checksum of the mapping (computed only when checksums are on).
     pub csum: u16,
@@ -101,10 +101,11 @@ pub(crate) struct SubflowExt {
     pub backup: bool,
     pub tx_maps: VecDeque<TxMap>,
     /// Received mappings: relative ssn → (dsn, len, DSS checksum).
-    pub rx_maps: BTreeMap<u32, (u64, u32, Option<u16>)>,
+    pub rx_maps: BTreeMap<u32, (DataSeq, u32, Option<u16>)>,
     pub stale: bool,
-    /// Data sequence up to which this subflow's data was reinjected elsewhere.
-    pub reinjected_to: u64,
+    /// Data sequence up to which this subflow's data was reinjected
+    /// elsewhere; `None` before its first reinjection.
+    pub reinjected_to: Option<DataSeq>,
     /// Resend the MP_JOIN third ACK at this time if the fourth has not come.
     pub join_ack_retx: Option<Instant>,
     /// A scheduler policy flagged this subflow for a cwnd halving; applied in
@@ -121,7 +122,7 @@ pub(crate) struct SubflowExt {
     /// (DATA_ACK, window edge) last sent on this subflow, and mappings sent
     /// since without it: unchanged acknowledgement information is left off
     /// data segments to give their payload the 8 bytes.
-    pub last_ack_sent: Option<(u64, u64)>,
+    pub last_ack_sent: Option<(DataSeq, DataSeq)>,
     pub maps_without_ack: u32,
 }
 
@@ -135,7 +136,7 @@ impl SubflowExt {
             tx_maps: VecDeque::new(),
             rx_maps: BTreeMap::new(),
             stale: false,
-            reinjected_to: 0,
+            reinjected_to: None,
             join_ack_retx: None,
             penalty: None,
             penalized: 0,
@@ -176,21 +177,21 @@ pub(crate) struct Shared {
     pub remote_key: Option<u64>,
     pub fully_established: bool,
     /// First DSN of our data (IDSN + 1).
-    pub tx_base: u64,
-    pub snd_una: u64,
-    pub snd_nxt: u64,
-    pub write_seq: u64,
-    pub wnd_end: u64,
-    pub data_fin_seq: Option<u64>,
+    pub tx_base: DataSeq,
+    pub snd_una: DataSeq,
+    pub snd_nxt: DataSeq,
+    pub write_seq: DataSeq,
+    pub wnd_end: DataSeq,
+    pub data_fin_seq: Option<DataSeq>,
     pub data_fin_acked: bool,
     /// Send the DATA_FIN (again) on the next pure ACK.
     pub data_fin_due: bool,
     /// First DSN of the peer's data (IDSN + 1), once known.
-    pub rx_base: Option<u64>,
-    pub rcv_nxt: u64,
-    pub rcv_wnd_end: u64,
+    pub rx_base: Option<DataSeq>,
+    pub rcv_nxt: DataSeq,
+    pub rcv_wnd_end: DataSeq,
     pub recv_limit: usize,
-    pub peer_data_fin: Option<u64>,
+    pub peer_data_fin: Option<DataSeq>,
     pub peer_data_fin_done: bool,
     pub announce: Vec<AddrAnnounce>,
     pub counters: Counters,
@@ -206,7 +207,7 @@ pub struct Connection {
     send_limit: usize,
     sched: Box<dyn Scheduler>,
     pm: PmState,
-    reinject: VecDeque<(u64, u64)>,
+    reinject: VecDeque<(DataSeq, DataSeq)>,
     events: VecDeque<Event>,
     /// Subflows the PM wants opened; the endpoint creates them.
     pub(crate) pending_joins: Vec<JoinRequest>,
@@ -263,7 +264,7 @@ pub struct SubflowInfo {
 
 impl Connection {
     fn new(cfg: ConnConfig, mode: Mode, server: bool, local_key: u64, now: Instant) -> Self {
-        let tx_base = crypto::idsn(local_key).wrapping_add(1);
+        let tx_base = DataSeq(crypto::idsn(local_key)) + 1;
         let recv_limit = cfg.mptcp.recv_buffer.initial();
         Connection {
             send_limit: cfg.mptcp.send_buffer.initial(),
@@ -285,8 +286,8 @@ impl Connection {
                 data_fin_acked: false,
                 data_fin_due: false,
                 rx_base: None,
-                rcv_nxt: 0,
-                rcv_wnd_end: 0,
+                rcv_nxt: DataSeq(0),
+                rcv_wnd_end: DataSeq(0),
                 recv_limit,
                 peer_data_fin: None,
                 peer_data_fin_done: false,
@@ -407,7 +408,7 @@ impl Connection {
             self.shared.snd_nxt - self.shared.tx_base,
             self.shared.write_seq - self.shared.tx_base,
             self.shared.wnd_end.saturating_sub(self.shared.tx_base),
-            self.shared.rcv_nxt.wrapping_sub(self.shared.rx_base.unwrap_or(0)),
+            self.shared.rcv_nxt - self.shared.rx_base.unwrap_or(DataSeq(0)),
             self.shared.rx_base.is_some(),
             self.rcv_buf.ofo_len(),
             self.rcv_buf.ready_len(),

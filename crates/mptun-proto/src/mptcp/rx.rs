@@ -5,7 +5,7 @@
 //! middlebox strips the options, and the connection-level receive window.
 
 use super::{Connection, Mode, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
-use crate::seq::Seq;
+use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, Subflow};
 use bytes::Bytes;
 use mptun_time::Instant;
@@ -44,11 +44,11 @@ impl Connection {
         if sh.rx_base.is_none() {
             return;
         }
-        let dsn = if m.dsn64 { m.dsn } else { expand32(m.dsn, sh.rcv_nxt) };
+        let dsn = DataSeq(if m.dsn64 { m.dsn } else { expand32(m.dsn, sh.rcv_nxt.0) });
         let mut len = m.len as u32;
         if data_fin {
             // The DATA_FIN takes the last data sequence number of the mapping.
-            let fin = dsn + len.max(1) as u64 - 1;
+            let fin = dsn + (len.max(1) as u64 - 1);
             sh.peer_data_fin.get_or_insert(fin);
             len = len.saturating_sub(1);
         }
@@ -133,7 +133,7 @@ impl Connection {
     }
 
     /// The mapping loop of [`Connection::drain_subflow`].
-    fn drain_mappings(&mut self, now: Instant, idx: usize, base: u64) {
+    fn drain_mappings(&mut self, now: Instant, idx: usize, base: DataSeq) {
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let sh = &mut self.shared;
         loop {
@@ -150,14 +150,14 @@ impl Connection {
                 continue;
             }
             let Some(chunk) = Self::read_mapped(sh, sf, ext, now, (mssn, mdsn, mlen, mcsum), into) else { break };
-            let dsn = mdsn.wrapping_add(into as u64);
+            let dsn = mdsn + into as u64;
             let clen = chunk.len() as u32;
             // A mapping that puts data outside the window we offered (or
             // before the data sequence space) is a broken or hostile peer:
             // reset the subflow as Linux does for an invalid mapping, rather
             // than let it park data anywhere in the reassembly queue.
             let edge = sh.rcv_wnd_end.max(sh.rcv_nxt + self.rcv_buf.ofo_len() as u64 + sh.recv_limit as u64);
-            if dsn < base || dsn.saturating_add(clen as u64) > edge {
+            if dsn.lt(base) || (dsn + clen as u64).gt(edge) {
                 sh.counters.mptcp_dss_not_matching += 1;
                 ext.rx_maps.remove(&mssn);
                 ext.rst_reason = Some(MPTCP_RST_EMPTCP);
@@ -165,10 +165,10 @@ impl Connection {
                 sf.abort();
                 break;
             }
-            if dsn + clen as u64 <= sh.rcv_nxt {
+            if (dsn + clen as u64).le(sh.rcv_nxt) {
                 sh.counters.mptcp_duplicate_data += 1;
             } else {
-                let off = dsn.wrapping_sub(base);
+                let off = dsn - base;
                 let ins = self.rcv_buf.insert_bytes(off, chunk);
                 if ins.queued_ofo {
                     sh.counters.mptcp_ofo_queue += 1;
@@ -196,7 +196,7 @@ impl Connection {
         sf: &mut Subflow,
         ext: &mut SubflowExt,
         now: Instant,
-        (mssn, mdsn, mlen, mcsum): (u32, u64, u32, Option<u16>),
+        (mssn, mdsn, mlen, mcsum): (u32, DataSeq, u32, Option<u16>),
         into: u32,
     ) -> Option<Bytes> {
         match mcsum.filter(|_| sh.csum && into == 0) {
@@ -209,7 +209,7 @@ impl Connection {
                     let Some(c) = sf.recv_chunk(now, mlen as usize - whole.len()) else { break };
                     whole.extend_from_slice(&c);
                 }
-                if dss_checksum(mdsn, mssn, mlen as u16, &whole) != expect {
+                if dss_checksum(mdsn.0, mssn, mlen as u16, &whole) != expect {
                     sh.counters.mptcp_data_csum_err += 1;
                     ext.rx_maps.remove(&mssn);
                     ext.rst_reason = Some(MPTCP_RST_EMIDDLEBOX);

@@ -15,6 +15,7 @@ use mptun_wire::{crypto, MptcpOption};
 use std::net::IpAddr;
 
 use super::rx::expand32;
+use crate::seq::DataSeq;
 
 impl Connection {
     /// The MPTCP options of a segment the subflow `idx` has processed, in
@@ -104,14 +105,14 @@ impl Connection {
     /// not just some subflow's), so it can be released; it also moves the
     /// connection-level send window's right edge.
     pub(super) fn on_data_ack(sh: &mut Shared, a: &DataAck, wnd: u64) {
-        let ack = if a.ack64 { a.ack } else { expand32(a.ack, sh.snd_una) };
+        let ack = DataSeq(if a.ack64 { a.ack } else { expand32(a.ack, sh.snd_una.0) });
         let max = sh.snd_nxt + sh.data_fin_seq.is_some_and(|f| f == sh.snd_nxt) as u64;
-        if ack < sh.snd_una || ack > max {
+        if ack.lt(sh.snd_una) || ack.gt(max) {
             return;
         }
         sh.snd_una = ack;
         sh.wnd_end = sh.wnd_end.max(ack + wnd);
-        if sh.data_fin_seq.is_some_and(|f| ack > f) {
+        if sh.data_fin_seq.is_some_and(|f| ack.gt(f)) {
             sh.data_fin_acked = true;
             sh.data_fin_due = false;
         }

@@ -23,15 +23,19 @@ impl Connection {
         let Some((_, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let una = self.shared.snd_una;
         for m in &ext.tx_maps {
-            let start = m.dsn.max(una).max(ext.reinjected_to);
+            let mut start = m.dsn.max(una);
+            if let Some(r) = ext.reinjected_to {
+                start = start.max(r);
+            }
             let end = m.dsn + m.len as u64;
-            if start < end {
+            if start.lt(end) {
                 self.reinject.push_back((start, end));
                 self.shared.counters.mptcp_reinjected_bytes += end - start;
             }
         }
         if let Some(m) = ext.tx_maps.back() {
-            ext.reinjected_to = ext.reinjected_to.max(m.dsn + m.len as u64);
+            let end = m.dsn + m.len as u64;
+            ext.reinjected_to = Some(ext.reinjected_to.map_or(end, |r| r.max(end)));
         }
     }
 
@@ -44,7 +48,7 @@ impl Connection {
             let sf_una = sf.snd_una() - sf.iss().0;
             while let Some(m) = ext.tx_maps.front() {
                 let sf_done = Seq(m.ssn + m.len).le(Seq(sf_una.0));
-                if m.dsn + m.len as u64 <= una && sf_done {
+                if (m.dsn + m.len as u64).le(una) && sf_done {
                     ext.tx_maps.pop_front();
                 } else {
                     break;
@@ -123,16 +127,16 @@ impl Connection {
                 Some(&(s, e)) => (s.max(self.shared.snd_una), e, true),
                 None => (self.shared.snd_nxt, self.shared.write_seq, false),
             };
-            if reinj && start >= end {
+            if reinj && start.ge(end) {
                 self.reinject.pop_front();
                 continue;
             }
             let room = self.shared.wnd_end.saturating_sub(start);
-            if start >= end || (room == 0 && !reinj) {
+            if start.ge(end) || (room == 0 && !reinj) {
                 return;
             }
             let views = self.views();
-            let conn = ConnView { rwnd_limited: self.shared.write_seq > self.shared.wnd_end, now: self.last_now };
+            let conn = ConnView { rwnd_limited: self.shared.write_seq.gt(self.shared.wnd_end), now: self.last_now };
             let Some(pick) = self.sched.select(&views, &conn) else { return };
             self.apply_decision(pick.id, &views, &conn);
             let Some((sf, ext)) = self.subflows.get_mut(pick.id).and_then(|s| s.as_mut()) else { return };
@@ -149,7 +153,7 @@ impl Connection {
             if sf.send_bytes(data).is_err() {
                 return;
             }
-            let csum = if self.shared.csum { dss_checksum(start, ssn.0, len as u16, &data_for_csum) } else { 0 };
+            let csum = if self.shared.csum { dss_checksum(start.0, ssn.0, len as u16, &data_for_csum) } else { 0 };
             ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn: start, len: len as u32, csum, with_ack: None });
             if reinj {
                 let front = self.reinject.front_mut().expect("peeked");
@@ -176,13 +180,13 @@ impl Connection {
             let una = self.shared.snd_una;
             let head = self.subflows.get(slow).and_then(|s| s.as_ref()).and_then(|(sf, ext)| {
                 let mss = sf.mss(0) as u64;
-                ext.tx_maps.iter().find(|m| m.dsn + m.len as u64 > una).map(|m| {
+                ext.tx_maps.iter().find(|m| (m.dsn + m.len as u64).gt(una)).map(|m| {
                     let start = m.dsn.max(una);
                     (start, (m.dsn + m.len as u64).min(start + mss))
                 })
             });
             if let Some((s, e)) = head {
-                if !self.reinject.iter().any(|&(a, b)| a <= s && e <= b) {
+                if !self.reinject.iter().any(|&(a, b)| a.le(s) && e.le(b)) {
                     self.reinject.push_back((s, e));
                     self.shared.counters.mptcp_reinjected_bytes += e - s;
                 }
