@@ -16,12 +16,15 @@ impl Seq {
     pub fn lt(self, other: Seq) -> bool {
         (self.0.wrapping_sub(other.0) as i32) < 0
     }
+    /// `self` comes before or is `other`.
     pub fn le(self, other: Seq) -> bool {
         !other.lt(self)
     }
+    /// `self` comes strictly after `other` (Linux `after`).
     pub fn gt(self, other: Seq) -> bool {
         other.lt(self)
     }
+    /// `self` comes after or is `other`.
     pub fn ge(self, other: Seq) -> bool {
         !self.lt(other)
     }

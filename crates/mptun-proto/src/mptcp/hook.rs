@@ -5,7 +5,7 @@
 use super::{dss_checksum, JoinState, Mode, Shared, SubflowExt};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{SegmentHook, SegmentMeta};
-use mptun_time::Instant;
+use mptun_time::{Duration, Instant};
 use mptun_wire::mptcp::{cap_flags, DataAck, DssMapping};
 use mptun_wire::{crypto, MptcpOption, TcpOption, TcpOptions};
 
@@ -17,6 +17,12 @@ const DSS_FULL: usize = 28;
 const DSS_ACK: usize = 12;
 /// DSS with a 64-bit mapping only (18 bytes, 20 aligned; 20 exactly with a checksum).
 const DSS_MAP: usize = 20;
+/// ADD_ADDR retransmission interval until echoed: Linux's default
+/// `net.mptcp.add_addr_timeout`, which "matches TCP_RTO_MAX" (120 s).
+/// (`MptcpConfig::add_addr_timeout` is not consulted here yet.)
+const TCP_RTO_MAX: Duration = Duration::from_secs(120);
+/// Retry of an ADD_ADDR that found no option room on a segment.
+const ADD_ADDR_NO_ROOM_RETRY: Duration = Duration::from_millis(10);
 /// An unchanged DATA_ACK is still repeated on every this many mappings, so
 /// a lost segment cannot hide it for long.
 const ACK_REFRESH_MAPS: u32 = 4;
@@ -171,12 +177,12 @@ impl Hook<'_> {
             } else {
                 self.sh.counters.mptcp_add_addr_tx += 1;
                 // Retransmitted until echoed (Linux add_addr_timeout).
-                self.sh.announce[i].at = now + mptun_time::Duration::from_secs(120);
+                self.sh.announce[i].at = now + TCP_RTO_MAX;
             }
         } else {
             // No room on this segment (SACK blocks took it): try again shortly
             // rather than asking for an ACK at once, forever.
-            self.sh.announce[i].at = now + mptun_time::Duration::from_millis(10);
+            self.sh.announce[i].at = now + ADD_ADDR_NO_ROOM_RETRY;
         }
     }
 }

@@ -56,6 +56,8 @@ pub const MPTCP_RST_EMIDDLEBOX: u8 = 6;
 pub enum Mode {
     /// Client that offered MP_CAPABLE and awaits the SYN-ACK.
     Pending,
+    /// Both sides speak MPTCP: data goes through DSS mappings over any
+    /// subflow.
     Mptcp,
     /// Plain TCP: never offered, refused by the peer, or fallen back.
     Plain,
@@ -237,24 +239,41 @@ impl core::fmt::Debug for Connection {
 /// A snapshot like Linux's `MPTCP_INFO` plus per-subflow `TCP_INFO`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConnectionInfo {
+    /// MPTCP, plain TCP, or not decided yet.
     pub mode: Mode,
+    /// Both keys are known to both sides: joins can be accepted and
+    /// addresses announced.
     pub fully_established: bool,
+    /// Our token (what the peer's MP_JOINs name), in MPTCP mode.
     pub local_token: Option<u32>,
+    /// The peer's token, once its key is known.
     pub remote_token: Option<u32>,
+    /// Data bytes the peer DATA_ACKed (`mptcpi_bytes_acked`): what reached
+    /// its connection, whatever subflow carried it.
     pub bytes_acked: u64,
+    /// Data bytes received in order (`mptcpi_bytes_received`).
     pub bytes_received: u64,
+    /// Every live subflow.
     pub subflows: Vec<SubflowInfo>,
 }
 
 /// One subflow in [`ConnectionInfo`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct SubflowInfo {
+    /// Index in the connection (stable for the subflow's life, what
+    /// [`Connection::set_backup`] takes).
     pub id: usize,
+    /// Local address and port.
     pub local: SocketAddr,
+    /// Peer address and port.
     pub remote: SocketAddr,
+    /// Backup subflow: carries data only when no other can.
     pub backup: bool,
+    /// Stale after an RTO streak: avoided, its data reinjected elsewhere.
     pub stale: bool,
+    /// Usable for data (the initial subflow, or a join that completed).
     pub joined: bool,
+    /// The subflow's own `TCP_INFO`.
     pub tcp: crate::tcp::TcpInfo,
     /// Scheduler's `avg_pacing_rate`, bytes/s.
     pub avg_pacing_rate: Option<u64>,
@@ -319,6 +338,8 @@ impl Connection {
     // Accessors
     // ------------------------------------------------------------------
 
+    /// Whether the connection speaks MPTCP; [`Mode::Plain`] when the peer
+    /// refused or a middlebox forced a fallback at the handshake.
     pub fn mode(&self) -> Mode {
         self.shared.mode
     }
@@ -328,6 +349,8 @@ impl Connection {
         (self.shared.mode != Mode::Plain).then(|| crypto::token(self.shared.local_key))
     }
 
+    /// The peer's token, once its key is known (logs and diagnostics: it
+    /// names the connection on the peer's side).
     pub fn remote_token(&self) -> Option<u32> {
         self.shared.remote_key.map(crypto::token)
     }
@@ -337,6 +360,7 @@ impl Connection {
         self.subflows.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|(sf, _)| (i, sf)))
     }
 
+    /// Subflow `i`, `None` once it closed (indices are not reused).
     pub fn subflow(&self, i: usize) -> Option<&Subflow> {
         self.subflows.get(i).and_then(|s| s.as_ref()).map(|(sf, _)| sf)
     }
@@ -355,6 +379,8 @@ impl Connection {
         c
     }
 
+    /// A snapshot of the connection and its subflows, for reports and the
+    /// runtime's `MPTCP_INFO`-like query.
     pub fn info(&self) -> ConnectionInfo {
         ConnectionInfo {
             mode: self.shared.mode,
@@ -427,6 +453,9 @@ impl Connection {
         self.sched = s;
     }
 
+    /// The next connection-level event (connected, peer closed, reset,
+    /// closed). Subflow events are digested here: the application sees one
+    /// stream, not its subflows coming and going.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -443,6 +472,8 @@ impl Connection {
     // Stream interface
     // ------------------------------------------------------------------
 
+    /// Bytes [`Connection::send`] would accept now: room in the connection
+    /// send buffer (0 until the handshake says where data goes).
     pub fn send_space(&self) -> usize {
         if self.plain() {
             return self.subflow(0).map_or(0, |s| s.send_space());
@@ -458,6 +489,8 @@ impl Connection {
         self.send_limit.saturating_sub(self.snd_buf.len())
     }
 
+    /// Queues as much of `data` as fits and returns how much; like a
+    /// non-blocking `write`, the rest must be offered again later.
     pub fn send(&mut self, data: &[u8]) -> usize {
         if self.plain() {
             return self.initial().map_or(0, |s| s.send(data));
@@ -471,6 +504,7 @@ impl Connection {
         n
     }
 
+    /// Bytes readable in order now.
     pub fn recv_ready(&self) -> usize {
         if self.plain() {
             return self.subflow(0).map_or(0, |s| s.recv_ready());
@@ -478,6 +512,9 @@ impl Connection {
         self.rcv_buf.ready_len()
     }
 
+    /// Reads in-order data into `out`. `now` drives receive-buffer
+    /// autotuning (the window grows with what the application consumes) and
+    /// may trigger a window update.
     pub fn recv(&mut self, now: Instant, out: &mut [u8]) -> usize {
         if self.plain() {
             return self.initial().map_or(0, |s| s.recv(now, out));
@@ -491,6 +528,8 @@ impl Connection {
         n
     }
 
+    /// The peer closed its direction (DATA_FIN, or FIN in plain mode) and
+    /// everything before it was read: a `read` would return 0.
     pub fn recv_finished(&self) -> bool {
         if self.plain() {
             return self.subflow(0).is_none_or(|s| s.recv_finished() || s.is_closed());
@@ -506,6 +545,7 @@ impl Connection {
         }
     }
 
+    /// Whether Nagle is off (`TCP_NODELAY`).
     pub fn nodelay(&self) -> bool {
         !self.cfg.tcp.nagle
     }
@@ -549,6 +589,8 @@ impl Connection {
         true
     }
 
+    /// Data can flow: the handshake completed (in MPTCP mode, on at least
+    /// one subflow).
     pub fn is_established(&self) -> bool {
         match self.shared.mode {
             Mode::Plain => self.subflow(0).is_some_and(|s| s.state().is_synchronized() && !s.is_closed()),
@@ -557,6 +599,7 @@ impl Connection {
         }
     }
 
+    /// Every subflow is closed: the endpoint may reap the connection.
     pub fn is_closed(&self) -> bool {
         self.subflows.iter().flatten().all(|(s, _)| s.is_closed())
     }
@@ -676,6 +719,9 @@ impl Connection {
     // Timers and output
     // ------------------------------------------------------------------
 
+    /// The earliest timer of the connection (subflow timers, MP_JOIN third
+    /// ACK, DATA_FIN and ADD_ADDR retransmission): when the driver must call
+    /// in again even without input.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t = None;
         for (sf, ext) in self.subflows.iter().flatten() {
