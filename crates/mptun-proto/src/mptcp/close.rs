@@ -7,6 +7,10 @@ use super::Connection;
 use crate::tcp::{Event, State};
 use mptun_time::{Duration, Instant};
 
+/// DATA_FIN retransmission interval when no subflow has an RTO to offer
+/// (Linux `TCP_TIMEOUT_INIT`, the initial RTO).
+const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
+
 impl Connection {
     /// Our DATA_FIN: once all data is sent (and nothing waits for
     /// reinjection), put it on a pure ACK, again after a backed-off RTO
@@ -32,7 +36,7 @@ impl Connection {
         let due = self.data_fin_rto.is_none_or(|t| t <= now);
         if due {
             sh.data_fin_due = true;
-            let rto = self.subflows.iter().flatten().map(|(s, _)| s.info().rto).min().unwrap_or(Duration::from_secs(1));
+            let rto = self.subflows.iter().flatten().map(|(s, _)| s.info().rto).min().unwrap_or(TCP_TIMEOUT_INIT);
             self.data_fin_rto = Some(now + rto * (1 << self.data_fin_backoff.min(6)));
             self.data_fin_backoff += 1;
             if let Some((sf, _)) = self.best_ack_subflow() {
