@@ -148,7 +148,7 @@ impl Connection {
         }
         match pm.on_add_addr(pmcfg, local0, addr, port.unwrap_or(port0), false) {
             Some(j) => joins.push(j),
-            None => sh.counters.mptcp_add_addr_drop += 0,
+            None => sh.counters.mptcp_add_addr_drop += 1,
         }
     }
 
