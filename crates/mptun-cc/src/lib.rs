@@ -82,8 +82,6 @@ pub enum CaState {
     Open,
     /// Duplicate ACKs or SACKs seen, not yet enough to declare a loss.
     Disorder,
-    /// Window reduced for a congestion signal other than loss (ECN, local).
-    Cwr,
     /// Fast retransmit / recovery after a loss.
     Recovery,
     /// Retransmission timeout: everything in flight presumed lost.
@@ -95,8 +93,6 @@ pub enum CaState {
 pub enum CaEvent {
     /// First transmission after the flow was idle (nothing in flight).
     TxStart,
-    /// cwnd restarted after idle (`tcp_cwnd_restart`).
-    CwndRestart,
     /// Loss recovery completed (cwnd set back to ssthresh).
     CompleteCwr,
     /// The whole window was lost (RTO).
@@ -152,9 +148,20 @@ pub trait CongestionControl: Send + core::fmt::Debug {
     fn set_state(&mut self, state: &mut CcState, new: CaState, now: Instant);
     /// An event the controller may care about (`cwnd_event`).
     fn cwnd_event(&mut self, state: &mut CcState, event: CaEvent, now: Instant);
-    /// cwnd to restore after a spurious loss is detected (`undo_cwnd`).
-    fn undo_cwnd(&mut self, state: &CcState, prior_cwnd: u32) -> u32 {
-        state.cwnd.max(prior_cwnd)
+    /// An MPTCP scheduler penalises this subflow for holding up the
+    /// connection (the "penalisation" of Raiciu et al., NSDI 2012, and the
+    /// out-of-tree multipath-tcp.org kernel): cwnd is halved, and ssthresh
+    /// with it when the flow is past slow start (or always, with
+    /// `always_ssthresh`, as multipath-tcp.org does). It goes through the
+    /// controller so that a controller with its own window model can
+    /// override it; the provided method is the plain halving.
+    fn penalise(&mut self, state: &mut CcState, always_ssthresh: bool) {
+        let old = state.cwnd;
+        state.cwnd = (old / 2).max(1);
+        state.cwnd_cnt = 0;
+        if always_ssthresh || (state.ssthresh != u32::MAX && old >= state.ssthresh) {
+            state.ssthresh = (state.ssthresh.min(old) / 2).max(2);
+        }
     }
     /// The subflow transmitted a data segment (Linux sets `tp->lsndtime` in
     /// `tcp_event_data_sent`). CUBIC needs the time of the last send to shift
@@ -202,8 +209,8 @@ impl<C: CongestionControl + ?Sized> CongestionControl for Box<C> {
     fn cwnd_event(&mut self, state: &mut CcState, event: CaEvent, now: Instant) {
         (**self).cwnd_event(state, event, now)
     }
-    fn undo_cwnd(&mut self, state: &CcState, prior_cwnd: u32) -> u32 {
-        (**self).undo_cwnd(state, prior_cwnd)
+    fn penalise(&mut self, state: &mut CcState, always_ssthresh: bool) {
+        (**self).penalise(state, always_ssthresh)
     }
     fn data_sent(&mut self, now: Instant) {
         (**self).data_sent(now)

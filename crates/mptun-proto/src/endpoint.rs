@@ -19,6 +19,12 @@ use rand_chacha::ChaCha20Rng;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 
+/// Local ports an outgoing connection (or subflow) is given when it asks for
+/// port 0: Linux's default `net.ipv4.ip_local_port_range` (32768–60999), so
+/// that our connections look like the kernel's to firewalls and NATs. Public
+/// so that the runtime draws from the same range.
+pub const IP_LOCAL_PORT_RANGE: core::ops::RangeInclusive<u16> = 32768..=60999;
+
 /// Identifies a connection within its endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionHandle(pub usize);
@@ -26,7 +32,10 @@ pub struct ConnectionHandle(pub usize);
 /// Endpoint-wide settings: the defaults of every connection it opens or accepts.
 #[derive(Clone, Debug, Default)]
 pub struct EndpointConfig {
+    /// Per-subflow TCP settings of every connection.
     pub tcp: TcpConfig,
+    /// MPTCP settings of every connection (MP_CAPABLE offered and accepted
+    /// only if enabled here).
     pub mptcp: MptcpConfig,
 }
 
@@ -79,6 +88,8 @@ impl Endpoint {
         }
     }
 
+    /// The settings the endpoint was created with (a driver reads them to
+    /// size its own buffers or report what runs).
     pub fn config(&self) -> &EndpointConfig {
         &self.config
     }
@@ -117,7 +128,7 @@ impl Endpoint {
     }
 
     /// Opens a connection with its own settings. A zero local port picks an
-    /// ephemeral one (Linux range 32768–60999).
+    /// ephemeral one from [`IP_LOCAL_PORT_RANGE`].
     pub fn connect_conn(
         &mut self,
         now: Instant,
@@ -139,7 +150,8 @@ impl Endpoint {
 
     fn ephemeral_port(&mut self, local: SocketAddr, remote: SocketAddr) -> u16 {
         loop {
-            let p = self.rng.random_range(32768..61000);
+            // A half-open range, drawn exactly as before the constant existed.
+            let p = self.rng.random_range(*IP_LOCAL_PORT_RANGE.start()..*IP_LOCAL_PORT_RANGE.end() + 1);
             if !self.by_tuple.contains_key(&(SocketAddr::new(local.ip(), p), remote)) {
                 return p;
             }
@@ -174,10 +186,15 @@ impl Endpoint {
         self.accept_queue.pop_front()
     }
 
+    /// The connection behind a handle, `None` once it was reaped: drivers
+    /// hold handles, not references, so the endpoint can drop closed ones.
     pub fn conn(&self, h: ConnectionHandle) -> Option<&Connection> {
         self.conns.get(h.0).and_then(Option::as_ref)
     }
 
+    /// Mutable access for the stream API (send, recv, close); call
+    /// [`Endpoint::poll_transmit`] afterwards, as the connection may have
+    /// output.
     pub fn conn_mut(&mut self, h: ConnectionHandle) -> Option<&mut Connection> {
         self.conns.get_mut(h.0).and_then(Option::as_mut)
     }

@@ -3,9 +3,9 @@
 //! ADD_ADDR) and the connection-level window it advertises.
 
 use super::{dss_checksum, JoinState, Mode, Shared, SubflowExt};
-use crate::seq::Seq;
+use crate::seq::{DataSeq, Seq};
 use crate::tcp::{SegmentHook, SegmentMeta};
-use mptun_time::Instant;
+use mptun_time::{Duration, Instant};
 use mptun_wire::mptcp::{cap_flags, DataAck, DssMapping};
 use mptun_wire::{crypto, MptcpOption, TcpOption, TcpOptions};
 
@@ -17,6 +17,12 @@ const DSS_FULL: usize = 28;
 const DSS_ACK: usize = 12;
 /// DSS with a 64-bit mapping only (18 bytes, 20 aligned; 20 exactly with a checksum).
 const DSS_MAP: usize = 20;
+/// ADD_ADDR retransmission interval until echoed: Linux's default
+/// `net.mptcp.add_addr_timeout`, which "matches TCP_RTO_MAX" (120 s).
+/// (`MptcpConfig::add_addr_timeout` is not consulted here yet.)
+const TCP_RTO_MAX: Duration = Duration::from_secs(120);
+/// Retry of an ADD_ADDR that found no option room on a segment.
+const ADD_ADDR_NO_ROOM_RETRY: Duration = Duration::from_millis(10);
 /// An unchanged DATA_ACK is still repeated on every this many mappings, so
 /// a lost segment cannot hide it for long.
 const ACK_REFRESH_MAPS: u32 = 4;
@@ -57,7 +63,7 @@ impl Hook<'_> {
     }
 
     fn data_ack(&self) -> Option<DataAck> {
-        self.sh.rx_base.map(|_| DataAck { ack: self.sh.rcv_nxt, ack64: true })
+        self.sh.rx_base.map(|_| DataAck { ack: self.sh.rcv_nxt.0, ack64: true })
     }
 
     /// The connection-level window, relative to the DATA_ACK, never shrinking.
@@ -70,7 +76,7 @@ impl Hook<'_> {
     fn mapping_for(&self, meta: &SegmentMeta) -> Option<DssMapping> {
         let ssn = meta.seq - self.iss;
         self.ext.tx_maps.iter().find(|m| ssn.wrapping_sub(m.ssn) < m.len).map(|m| DssMapping {
-            dsn: m.dsn,
+            dsn: m.dsn.0,
             dsn64: true,
             ssn: m.ssn,
             len: m.len as u16,
@@ -79,7 +85,7 @@ impl Hook<'_> {
     }
 
     /// (DATA_ACK, window edge) a segment sent now would announce.
-    fn ack_info(&self) -> (u64, u64) {
+    fn ack_info(&self) -> (DataSeq, DataSeq) {
         let edge = self.sh.rcv_wnd_end.max(self.sh.rcv_nxt + self.recv_window);
         (self.sh.rcv_nxt, edge)
     }
@@ -136,8 +142,8 @@ impl Hook<'_> {
         self.ext.maps_without_ack = 0;
         if self.sh.data_fin_due {
             if let Some(fin) = self.sh.data_fin_seq {
-                let checksum = self.sh.csum.then(|| dss_checksum(fin, 0, 1, &[]));
-                let m = DssMapping { dsn: fin, dsn64: true, ssn: 0, len: 1, checksum };
+                let checksum = self.sh.csum.then(|| dss_checksum(fin.0, 0, 1, &[]));
+                let m = DssMapping { dsn: fin.0, dsn64: true, ssn: 0, len: 1, checksum };
                 if push(opts, MptcpOption::Dss { data_ack, mapping: Some(m), data_fin: true }) {
                     self.sh.data_fin_due = false;
                 }
@@ -171,12 +177,12 @@ impl Hook<'_> {
             } else {
                 self.sh.counters.mptcp_add_addr_tx += 1;
                 // Retransmitted until echoed (Linux add_addr_timeout).
-                self.sh.announce[i].at = now + mptun_time::Duration::from_secs(120);
+                self.sh.announce[i].at = now + TCP_RTO_MAX;
             }
         } else {
             // No room on this segment (SACK blocks took it): try again shortly
             // rather than asking for an ACK at once, forever.
-            self.sh.announce[i].at = now + mptun_time::Duration::from_millis(10);
+            self.sh.announce[i].at = now + ADD_ADDR_NO_ROOM_RETRY;
         }
     }
 }
@@ -238,7 +244,7 @@ impl SegmentHook for Hook<'_> {
                 }
                 if !self.sh.server && !self.sh.fully_established {
                     // Third ACK and first data: repeat our key until the server shows it has it.
-                    let first = self.mapping_for(meta).filter(|m| m.dsn == self.sh.tx_base && m.ssn == 1);
+                    let first = self.mapping_for(meta).filter(|m| m.dsn == self.sh.tx_base.0 && m.ssn == 1);
                     if meta.len > 0 && first.is_none() {
                         self.dss(meta, opts);
                     } else {

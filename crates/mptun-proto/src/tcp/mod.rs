@@ -32,6 +32,7 @@
 //! control is a [`CongestionControl`] trait object.
 
 pub mod config;
+mod penalty;
 pub(crate) mod recv_buf;
 pub(crate) mod send_buf;
 
@@ -1241,7 +1242,6 @@ impl Subflow {
                     self.cc.set_state(&mut self.ccs, CaState::Open, now);
                 }
             }
-            CaState::Cwr => {}
         }
 
         // Controller sample (Linux pkts_acked), then growth or PRR.

@@ -1,0 +1,73 @@
+//! Closing (Linux `protocol.c`'s DATA_FIN handling): our DATA_FIN sent
+//! after the queued data and retransmitted until DATA_ACKed, the peer's
+//! DATA_FIN delivered in data sequence order, and the subflows closed once
+//! both are done. After a fallback the single subflow's FIN carries it.
+
+use super::Connection;
+use crate::tcp::{Event, State};
+use mptun_time::{Duration, Instant};
+
+/// DATA_FIN retransmission interval when no subflow has an RTO to offer
+/// (Linux `TCP_TIMEOUT_INIT`, the initial RTO).
+const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
+
+impl Connection {
+    /// Our DATA_FIN: once all data is sent (and nothing waits for
+    /// reinjection), put it on a pure ACK, again after a backed-off RTO
+    /// until it is DATA_ACKed.
+    pub(super) fn data_fin_progress(&mut self, now: Instant) {
+        let sh = &mut self.shared;
+        let Some(fin) = sh.data_fin_seq else { return };
+        if sh.infinite {
+            // After a fallback the subflow's FIN carries the DATA_FIN.
+            if sh.snd_nxt == fin {
+                if let Some((sf, _)) = self.subflows.iter_mut().flatten().next() {
+                    if matches!(sf.state(), State::Established | State::CloseWait) {
+                        sf.close();
+                    }
+                }
+            }
+            return;
+        }
+        if sh.data_fin_acked || sh.snd_nxt != fin || !self.reinject.is_empty() {
+            self.data_fin_rto = None;
+            return;
+        }
+        let due = self.data_fin_rto.is_none_or(|t| t <= now);
+        if due {
+            sh.data_fin_due = true;
+            let rto = self.subflows.iter().flatten().map(|(s, _)| s.info().rto).min().unwrap_or(TCP_TIMEOUT_INIT);
+            self.data_fin_rto = Some(now + rto * (1 << self.data_fin_backoff.min(6)));
+            self.data_fin_backoff += 1;
+            if let Some((sf, _)) = self.best_ack_subflow() {
+                sf.request_ack();
+            }
+        }
+    }
+
+    /// The peer's DATA_FIN, once every byte before it arrived: the stream
+    /// ends for the application, and the subflow `idx` acknowledges it.
+    pub(super) fn peer_data_fin_in_order(&mut self, idx: usize) {
+        let Some((sf, _)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
+        let sh = &mut self.shared;
+        if let Some(fin) = sh.peer_data_fin {
+            if !sh.peer_data_fin_done && sh.rcv_nxt == fin {
+                sh.rcv_nxt += 1;
+                sh.peer_data_fin_done = true;
+                self.events.push_back(Event::PeerFin);
+                sf.request_ack();
+            }
+        }
+    }
+
+    /// Both DATA_FINs done: close the subflows.
+    pub(super) fn close_when_done(&mut self) {
+        if self.shared.data_fin_acked && self.shared.peer_data_fin_done {
+            for (sf, _) in self.subflows.iter_mut().flatten() {
+                if matches!(sf.state(), State::Established | State::CloseWait) {
+                    sf.close();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Connection-level signalling (the signalling half of Linux `options.c`
+//! and `pm.c`): DATA_ACK, ADD_ADDR, RM_ADDR, MP_PRIO, MP_FASTCLOSE and
+//! MP_TCPRST as they arrive, one function per option's effect, and the path
+//! manager's announcements once the connection is fully established.
+
+use super::SubflowExt;
+use super::{AddrAnnounce, Connection, JoinState, Shared};
+use crate::pm::{JoinRequest, PmConfig, PmState};
+use crate::tcp::{Event, Subflow};
+use core::ops::ControlFlow;
+use mptun_time::{Duration, Instant};
+use mptun_wire::mptcp::DataAck;
+use mptun_wire::tcp::OptionSummary;
+use mptun_wire::{crypto, MptcpOption};
+use std::net::IpAddr;
+
+use super::rx::expand32;
+use crate::seq::DataSeq;
+
+impl Connection {
+    /// The MPTCP options of a segment the subflow `idx` has processed, in
+    /// the order they came, then what they imply together: subflows to
+    /// withdrawn addresses close, and a client learns it is fully
+    /// established. `Break` when MP_FASTCLOSE tore the connection down.
+    pub(super) fn incoming_options(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        opts: &OptionSummary,
+        wnd: u64,
+    ) -> ControlFlow<()> {
+        let mut rm_ids: Vec<u8> = Vec::new();
+        for o in &opts.mptcp {
+            self.incoming_option(now, idx, o, wnd, &mut rm_ids)?;
+        }
+        self.close_removed(&rm_ids);
+        // A client becomes fully established when the server shows it saw our key.
+        // Any MPTCP option but MP_CAPABLE proves it: the server sends DSS
+        // and ADD_ADDR (HMAC'd with our key) only once it has our key.
+        let sh = &mut self.shared;
+        if !sh.server && !sh.fully_established && opts.mptcp.iter().any(|o| !matches!(o, MptcpOption::MpCapable { .. }))
+        {
+            sh.fully_established = true;
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// One MPTCP option's effect. RM_ADDR ids are collected into `rm_ids`
+    /// and acted on once all options are seen.
+    fn incoming_option(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        o: &MptcpOption,
+        wnd: u64,
+        rm_ids: &mut Vec<u8>,
+    ) -> ControlFlow<()> {
+        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else {
+            return ControlFlow::Continue(());
+        };
+        let sh = &mut self.shared;
+        match o {
+            MptcpOption::Dss { data_ack, mapping, data_fin } => {
+                if let Some(a) = data_ack {
+                    Self::on_data_ack(sh, a, wnd);
+                }
+                if let Some(m) = mapping {
+                    Self::on_mapping(sh, ext, m, *data_fin);
+                }
+            }
+            MptcpOption::MpCapable { sender_key: Some(_), data_len: Some(len), checksum, .. }
+                if sh.server && ext.join == JoinState::Initial =>
+            {
+                Self::on_capable_mapping(sh, ext, *len, *checksum);
+            }
+            MptcpOption::AddAddr { echo, addr_id, addr, port, hmac } => {
+                let (local0, port0) = (sf.local().ip(), sf.remote().port());
+                Self::on_add_addr(
+                    sh,
+                    &mut self.pm,
+                    &self.cfg.mptcp.pm,
+                    &mut self.pending_joins,
+                    now,
+                    local0,
+                    port0,
+                    (*echo, *addr_id, *addr, *port, *hmac),
+                );
+            }
+            MptcpOption::RmAddr { ids } => {
+                sh.counters.mptcp_rm_addr += 1;
+                rm_ids.extend(ids.iter().copied());
+            }
+            MptcpOption::MpPrio { backup } => Self::on_mp_prio(sh, ext, *backup),
+            MptcpOption::MpFastclose { receiver_key } if *receiver_key == sh.local_key => {
+                self.on_fastclose();
+                return ControlFlow::Break(());
+            }
+            MptcpOption::MpTcpRst { .. } => sh.counters.mptcp_mp_rst_rx += 1,
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// DATA_ACK: the peer holds our data up to it (in its receive buffer,
+    /// not just some subflow's), so it can be released; it also moves the
+    /// connection-level send window's right edge.
+    pub(super) fn on_data_ack(sh: &mut Shared, a: &DataAck, wnd: u64) {
+        let ack = DataSeq(if a.ack64 { a.ack } else { expand32(a.ack, sh.snd_una.0) });
+        let max = sh.snd_nxt + sh.data_fin_seq.is_some_and(|f| f == sh.snd_nxt) as u64;
+        if ack.lt(sh.snd_una) || ack.gt(max) {
+            return;
+        }
+        sh.snd_una = ack;
+        sh.wnd_end = sh.wnd_end.max(ack + wnd);
+        if sh.data_fin_seq.is_some_and(|f| ack.gt(f)) {
+            sh.data_fin_acked = true;
+            sh.data_fin_due = false;
+        }
+    }
+
+    /// ADD_ADDR: an echo stops our retransmissions of that announcement; a
+    /// genuine one (HMAC with both keys) is echoed and handed to the path
+    /// manager, which may open a subflow to it.
+    #[allow(clippy::too_many_arguments)]
+    fn on_add_addr(
+        sh: &mut Shared,
+        pm: &mut PmState,
+        pmcfg: &PmConfig,
+        joins: &mut Vec<JoinRequest>,
+        now: Instant,
+        local0: IpAddr,
+        port0: u16,
+        (echo, id, addr, port, hmac): (bool, u8, IpAddr, Option<u16>, Option<u64>),
+    ) {
+        if echo {
+            sh.counters.mptcp_echo_add += 1;
+            sh.announce.retain(|a| a.echo || a.id != id);
+            return;
+        }
+        let Some(rk) = sh.remote_key else { return };
+        if hmac != Some(crypto::add_addr_hmac(rk, sh.local_key, id, addr, port)) {
+            sh.counters.mptcp_add_addr_drop += 1;
+            return;
+        }
+        sh.counters.mptcp_add_addr += 1;
+        if !sh.announce.iter().any(|a| a.echo && a.id == id) {
+            sh.announce.push(AddrAnnounce { id, addr, port, echo: true, at: now });
+        }
+        match pm.on_add_addr(pmcfg, local0, addr, port.unwrap_or(port0), false) {
+            Some(j) => joins.push(j),
+            None => sh.counters.mptcp_add_addr_drop += 1,
+        }
+    }
+
+    /// MP_PRIO: the peer marks the subflow it arrived on backup (or not).
+    fn on_mp_prio(sh: &mut Shared, ext: &mut SubflowExt, backup: bool) {
+        sh.counters.mptcp_mp_prio_rx += 1;
+        ext.backup = backup;
+    }
+
+    /// MP_FASTCLOSE with our key: the peer aborted the whole connection;
+    /// reset every subflow at once (RFC 8684 3.5).
+    fn on_fastclose(&mut self) {
+        self.shared.counters.mptcp_mp_fastclose_rx += 1;
+        for (s, _) in self.subflows.iter_mut().flatten() {
+            s.abort();
+        }
+        self.events.push_back(Event::Reset);
+    }
+
+    /// The peer withdrew addresses: close our subflows to them (Linux
+    /// mptcp_pm_nl_rm_subflow_received); their data is reinjected.
+    fn close_removed(&mut self, rm_ids: &[u8]) {
+        for (s2, e2) in self.subflows.iter_mut().flatten() {
+            if e2.join != JoinState::Initial && rm_ids.contains(&e2.remote_id) {
+                s2.close();
+            }
+        }
+    }
+
+    /// Path manager, once fully established: announce our addresses and
+    /// open the subflows it wants; then ask for a pure ACK to carry an
+    /// ADD_ADDR that is due.
+    pub(super) fn pm_progress(&mut self, now: Instant) {
+        if self.shared.fully_established && !self.pm.announced {
+            if let Some((l, r)) = self.addresses() {
+                let (ann, joins) = self.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
+                for e in ann {
+                    self.shared.announce.push(AddrAnnounce {
+                        id: e.id,
+                        addr: e.addr,
+                        port: None,
+                        echo: false,
+                        at: now,
+                    });
+                }
+                self.pending_joins.extend(joins);
+            }
+        }
+        if self.shared.announce.iter().any(|a| a.at <= now) {
+            if let Some((sf, _)) = self.best_ack_subflow() {
+                sf.request_ack();
+            }
+        }
+    }
+
+    /// The subflow to carry a connection-level signal (window update,
+    /// DATA_FIN, ADD_ADDR): a usable one with the lowest RTT.
+    pub(super) fn best_ack_subflow(&mut self) -> Option<&mut (Subflow, SubflowExt)> {
+        self.subflows
+            .iter_mut()
+            .flatten()
+            .filter(|(s, e)| {
+                s.state().is_synchronized()
+                    && !s.is_closed()
+                    && !e.stale
+                    && matches!(e.join, JoinState::Initial | JoinState::Joined)
+            })
+            .min_by_key(|(s, _)| s.srtt().unwrap_or(Duration::MAX))
+    }
+}

@@ -1,0 +1,205 @@
+//! The send path (Linux `protocol.c`'s push and the packet scheduler):
+//! bursts of connection data handed to the subflows the scheduler picks,
+//! each a DSS mapping; the policy decisions that flag a slow subflow for a
+//! cwnd halving or reinject its head elsewhere; reinjection of a failed or
+//! stale subflow's unacknowledged data; and the release of what the peer
+//! DATA_ACKed.
+
+use super::{Connection, JoinState, SubflowExt, TxMap};
+use crate::counters::Counters;
+use crate::sched::{ConnView, Policy, SubflowView};
+use crate::seq::Seq;
+use crate::tcp::{BufferSize, State, Subflow};
+use bytes::Bytes;
+use mptun_wire::checksum::dss_checksum;
+
+/// Memory Linux charges per MSS-sized segment in a subflow's send buffer
+/// (`tcp_sndbuf_expand`: skb truesize, about 4352 bytes for a 1448-byte MSS).
+const TRUESIZE_PER_MSS: usize = 4352;
+
+impl Connection {
+    /// Queues the not yet DATA_ACKed data of subflow `idx` for another subflow.
+    pub(super) fn reinject_from(&mut self, idx: usize) {
+        let Some((_, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
+        let una = self.shared.snd_una;
+        for m in &ext.tx_maps {
+            let mut start = m.dsn.max(una);
+            if let Some(r) = ext.reinjected_to {
+                start = start.max(r);
+            }
+            let end = m.dsn + m.len as u64;
+            if start.lt(end) {
+                self.reinject.push_back((start, end));
+                self.shared.counters.mptcp_reinjected_bytes += end - start;
+            }
+        }
+        if let Some(m) = ext.tx_maps.back() {
+            let end = m.dsn + m.len as u64;
+            ext.reinjected_to = Some(ext.reinjected_to.map_or(end, |r| r.max(end)));
+        }
+    }
+
+    /// Releases the data and mappings the peer DATA_ACKed (and, for a
+    /// mapping, that its subflow acknowledged too: it may still retransmit).
+    pub(super) fn release_acked(&mut self) {
+        let una = self.shared.snd_una;
+        self.snd_buf.ack_to(Seq((una - self.shared.tx_base) as u32));
+        for (sf, ext) in self.subflows.iter_mut().flatten() {
+            let sf_una = sf.snd_una() - sf.iss().0;
+            while let Some(m) = ext.tx_maps.front() {
+                let sf_done = Seq(m.ssn + m.len).le(Seq(sf_una.0));
+                if (m.dsn + m.len as u64).le(una) && sf_done {
+                    ext.tx_maps.pop_front();
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Linux sizes the msk send buffer as the sum of its subflows'
+    /// sk_sndbuf. Those count memory: 2 × cwnd × ~4352 bytes of skb per
+    /// MSS-sized segment (tcp_sndbuf_expand), while the msk's queue is
+    /// charged about its payload. In payload terms the msk holds ~3× the
+    /// subflows' payload buffers, room for the data the receiver holds
+    /// out of order while the slow path catches up.
+    pub(super) fn grow_send_buffer(&mut self) {
+        if let BufferSize::Auto { max, .. } = self.cfg.mptcp.send_buffer {
+            let sum: usize = self
+                .subflows
+                .iter()
+                .flatten()
+                .map(|(sf, _)| sf.info().send_buffer / sf.mss(0).max(1) as usize * TRUESIZE_PER_MSS)
+                .sum();
+            self.send_limit = self.send_limit.max(sum.min(max));
+        }
+    }
+
+    /// Stale subflows (an RTO streak): the scheduler avoids them and their
+    /// data is reinjected elsewhere, once per streak.
+    pub(super) fn detect_stale(&mut self) {
+        let streak = self.cfg.mptcp.stale_rto_streak;
+        for i in 0..self.subflows.len() {
+            let Some((sf, ext)) = self.subflows[i].as_mut() else { continue };
+            let stale_now = sf.rto_streak() >= streak;
+            if stale_now && !ext.stale {
+                ext.stale = true;
+                self.shared.counters.mptcp_subflow_stale += 1;
+                self.reinject_from(i);
+            } else if !stale_now && ext.stale {
+                ext.stale = false;
+                self.shared.counters.mptcp_subflow_recover += 1;
+            }
+        }
+    }
+
+    /// What the scheduler sees of each subflow.
+    fn views(&self) -> Vec<SubflowView> {
+        self.subflows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+            .map(|(i, (sf, ext))| {
+                let info = sf.info();
+                SubflowView {
+                    id: i,
+                    available: matches!(ext.join, JoinState::Initial | JoinState::Joined)
+                        && matches!(sf.state(), State::Established | State::CloseWait)
+                        && !ext.stale,
+                    backup: ext.backup,
+                    queued: sf.send_queued(),
+                    send_space: sf.send_space(),
+                    pacing_rate: info.pacing_rate,
+                    cwnd: info.cwnd,
+                    ssthresh: info.ssthresh,
+                    srtt: sf.srtt(),
+                    ca_state: info.ca_state,
+                    cwnd_limited: info.cwnd_limited,
+                }
+            })
+            .collect()
+    }
+
+    /// Hands bursts of data (reinjections first) to the subflows the scheduler picks.
+    pub(super) fn push_pending(&mut self) {
+        loop {
+            let (start, end, reinj) = match self.reinject.front() {
+                Some(&(s, e)) => (s.max(self.shared.snd_una), e, true),
+                None => (self.shared.snd_nxt, self.shared.write_seq, false),
+            };
+            if reinj && start.ge(end) {
+                self.reinject.pop_front();
+                continue;
+            }
+            let room = self.shared.wnd_end.saturating_sub(start);
+            if start.ge(end) || (room == 0 && !reinj) {
+                return;
+            }
+            let views = self.views();
+            let conn = ConnView { rwnd_limited: self.shared.write_seq.gt(self.shared.wnd_end), now: self.last_now };
+            let Some(pick) = self.sched.select(&views, &conn) else { return };
+            self.apply_decision(pick.id, &views, &conn);
+            let Some((sf, ext)) = self.subflows.get_mut(pick.id).and_then(|s| s.as_mut()) else { return };
+            let mut len = (end - start).min(pick.max_burst as u64).min(u16::MAX as u64).min(sf.send_space() as u64);
+            if !reinj {
+                len = len.min(room);
+            }
+            if len == 0 {
+                return;
+            }
+            let data = self.snd_buf.slice_bytes(Seq((start - self.shared.tx_base) as u32), len as usize);
+            let ssn = sf.write_seq() - sf.iss().0;
+            let data_for_csum = if self.shared.csum { data.clone() } else { Bytes::new() };
+            if sf.send_bytes(data).is_err() {
+                return;
+            }
+            let csum = if self.shared.csum { dss_checksum(start.0, ssn.0, len as u16, &data_for_csum) } else { 0 };
+            ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn: start, len: len as u32, csum, with_ack: None });
+            if reinj {
+                let front = self.reinject.front_mut().expect("peeked");
+                front.0 = start + len;
+            } else {
+                self.shared.snd_nxt += len;
+            }
+            self.sched.on_pushed(pick.id, len as usize, &views);
+        }
+    }
+
+    /// Records a policy's decision: flag the slow subflow, count, reinject.
+    fn apply_decision(&mut self, picked: usize, views: &[SubflowView], conn: &ConnView) {
+        let d = self.sched.after_pick(picked, views, conn);
+        self.shared.counters.mptcp_penal_candidate += d.candidate as u64;
+        if let Some(id) = d.penalise {
+            if let Some((_, ext)) = self.subflows.get_mut(id).and_then(|s| s.as_mut()) {
+                ext.penalty = Some(self.cfg.mptcp.scheduler == Policy::MptcpOrg);
+            }
+        }
+        if let Some((slow, _fast)) = d.reinject_head {
+            // Opportunistic retransmission: the oldest unacknowledged data of
+            // the slow subflow goes out again on a fast one.
+            let una = self.shared.snd_una;
+            let head = self.subflows.get(slow).and_then(|s| s.as_ref()).and_then(|(sf, ext)| {
+                let mss = sf.mss(0) as u64;
+                ext.tx_maps.iter().find(|m| (m.dsn + m.len as u64).gt(una)).map(|m| {
+                    let start = m.dsn.max(una);
+                    (start, (m.dsn + m.len as u64).min(start + mss))
+                })
+            });
+            if let Some((s, e)) = head {
+                if !self.reinject.iter().any(|&(a, b)| a.le(s) && e.le(b)) {
+                    self.reinject.push_back((s, e));
+                    self.shared.counters.mptcp_reinjected_bytes += e - s;
+                }
+            }
+        }
+    }
+
+    /// The halving a policy flagged, applied from the subflow's own push path
+    /// (the equivalent of doing it under the subflow socket lock).
+    pub(super) fn apply_penalty(sf: &mut Subflow, ext: &mut SubflowExt, counters: &mut Counters) {
+        let Some(always_ssthresh) = ext.penalty.take() else { return };
+        sf.penalise(always_ssthresh);
+        counters.mptcp_cwnd_penalized += 1;
+        ext.penalized += 1;
+    }
+}
