@@ -16,12 +16,11 @@
 
 mod hook;
 
+use crate::buf::{RecvBuf, SendBuf};
 use crate::counters::Counters;
 use crate::pm::{JoinRequest, PmConfig, PmState};
 use crate::sched::{new_scheduler, ConnView, PenaltyConfig, Policy, Scheduler, SubflowView};
 use crate::seq::Seq;
-use crate::tcp::recv_buf::RecvBuf;
-use crate::tcp::send_buf::SendBuf;
 use crate::tcp::{BufferSize, Event, State, Subflow, TcpConfig, Transmit};
 use bytes::Bytes;
 use hook::Hook;

@@ -1,0 +1,489 @@
+//! The receive path: segment acceptance (RFC 9293 3.10.7 and RFC 5961),
+//! SYN-SENT, the synchronized states, ACK processing, data and FIN.
+
+use super::*;
+
+impl Subflow {
+    pub(super) fn take_syn_options(&mut self, syn: &TcpHeader, opts: &OptionSummary) {
+        self.irs = Seq(syn.seq);
+        self.rcv_nxt = self.irs + 1;
+        self.rcv_adv = self.rcv_nxt;
+        self.last_ack_sent = self.rcv_nxt;
+        self.peer_mss = opts.mss.unwrap_or(DEFAULT_PEER_MSS).max(64);
+        match opts.window_scale {
+            Some(ws) if self.cfg.window_scaling => self.snd_wscale = ws.min(MAX_WSCALE),
+            _ => {
+                self.snd_wscale = 0;
+                self.rcv_wscale = 0;
+            }
+        }
+        self.sack_ok = self.cfg.sack && opts.sack_permitted;
+        self.ts_ok = self.cfg.timestamps && opts.timestamp.is_some();
+        if let Some((tsval, _)) = opts.timestamp {
+            self.ts_recent = tsval;
+        }
+        // The window in a SYN is never scaled.
+        self.snd_wnd = syn.window as u32;
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = Seq(syn.seq);
+        self.snd_wl2 = Seq(syn.ack);
+    }
+
+    /// Processes one segment addressed to this subflow.
+    pub fn handle_segment(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) {
+        self.counters.tcp_in_segs += 1;
+        match self.state {
+            State::Closed => {}
+            State::SynSent => self.handle_syn_sent(now, hdr, opts, payload),
+            _ => self.handle_synchronized(now, hdr, opts, payload),
+        }
+    }
+
+    pub(super) fn handle_syn_sent(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) {
+        let f = hdr.flags;
+        let ack = Seq(hdr.ack);
+        if f.ack() && (ack.le(self.iss) || ack.gt(self.snd_nxt)) {
+            if !f.rst() {
+                self.queue_rst(ack, Seq(0), TcpFlags::RST);
+            }
+            return;
+        }
+        if f.rst() {
+            // RFC 5961 3.2 leaves SYN-SENT as RFC 793: acceptable iff it acks our SYN.
+            if f.ack() {
+                self.counters.tcp_estab_resets += 1;
+                self.enter_closed(Some(Event::Reset));
+            }
+            return;
+        }
+        if !f.syn() {
+            return;
+        }
+        self.take_syn_options(hdr, opts);
+        if f.ack() {
+            self.snd_una = ack;
+            self.snd_wl1 = Seq(hdr.seq);
+            self.snd_wl2 = ack;
+            if !self.syn_retransmitted {
+                self.rtt.update(now, now - self.syn_tx_time);
+            }
+            // Linux sets the pacing rate once the handshake gave an RTT
+            // (tcp_init_transfer), not only on the first data ACK.
+            self.update_pacing_rate();
+            self.rto_at = None;
+            self.retries = 0;
+            self.state = State::Established;
+            self.events.push_back(Event::Connected);
+            self.ack_now = true;
+            self.on_data(now, Seq(hdr.seq) + 1, payload, f.fin());
+        } else {
+            // Simultaneous open (RFC 9293 figure 8): answer with SYN-ACK.
+            self.state = State::SynReceived;
+            self.rto_at = Some(now);
+        }
+    }
+
+    pub(super) fn handle_synchronized(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) {
+        let f = hdr.flags;
+        let seq = Seq(hdr.seq);
+        let seg_len = payload.len() as u32 + f.syn() as u32 + f.fin() as u32;
+
+        if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.irs {
+            // Retransmitted SYN: our SYN-ACK was lost.
+            self.rto_at = Some(now);
+            return;
+        }
+
+        // 1. Sequence check (RFC 9293 3.10.7.4).
+        let wnd = self.rcv_wnd_now();
+        let acceptable = if seg_len == 0 {
+            if wnd == 0 {
+                seq == self.rcv_nxt
+            } else {
+                seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+            }
+        } else if wnd == 0 {
+            false
+        } else {
+            seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+                || (seq + seg_len - 1).in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+        };
+        // A zero window still accepts the ACK and window of a segment at rcv_nxt.
+        let ack_only_ok = !acceptable && wnd == 0 && seq == self.rcv_nxt;
+        if !acceptable && !ack_only_ok {
+            if !f.rst() {
+                if self.state == State::TimeWait && f.fin() {
+                    self.time_wait_at = Some(now + self.cfg.time_wait);
+                }
+                self.counters.tcp_ext_beyond_window += (seg_len > 0 && seq.gt(self.rcv_nxt)) as u64;
+                self.counters.tcp_ext_tcp_duplicate_data += (seg_len > 0 && seq.lt(self.rcv_nxt)) as u64;
+                self.ack_now = true;
+            }
+            return;
+        }
+
+        // 2. RST (RFC 5961 3.2): exact match resets, in-window challenges.
+        if f.rst() {
+            if seq == self.rcv_nxt {
+                if self.state == State::SynReceived {
+                    self.enter_closed(Some(Event::Reset));
+                } else {
+                    self.counters.tcp_estab_resets += 1;
+                    self.enter_closed(Some(Event::Reset));
+                }
+            } else {
+                self.send_challenge_ack();
+            }
+            return;
+        }
+
+        // 3. SYN in a synchronized state (RFC 5961 4.2): challenge ACK.
+        if f.syn() {
+            self.counters.tcp_ext_tcp_syn_challenge += 1;
+            self.send_challenge_ack();
+            return;
+        }
+
+        // 4. No ACK: drop.
+        if !f.ack() {
+            return;
+        }
+
+        // Timestamps: remember the peer's clock for echoing (RFC 7323 4.3).
+        if let Some((tsval, tsecr)) = opts.timestamp.filter(|_| self.ts_ok) {
+            if seq.le(self.last_ack_sent) {
+                self.ts_recent = tsval;
+            }
+            if !payload.is_empty() && tsecr != 0 {
+                self.rcv_rtt_sample(now, tsecr);
+            }
+        }
+
+        // 5. ACK processing.
+        let ack = Seq(hdr.ack);
+        if self.state == State::SynReceived {
+            if ack.gt(self.snd_una) && ack.le(self.snd_nxt) {
+                self.snd_una = ack;
+                self.state = State::Established;
+                self.rto_at = None;
+                self.retries = 0;
+                if !self.syn_retransmitted {
+                    self.rtt.update(now, now - self.syn_tx_time);
+                }
+                self.update_pacing_rate();
+                self.snd_wnd = (hdr.window as u32) << self.snd_wscale;
+                self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+                self.snd_wl1 = seq;
+                self.snd_wl2 = ack;
+                self.events.push_back(Event::Connected);
+            } else {
+                self.queue_rst(ack, Seq(0), TcpFlags::RST);
+                return;
+            }
+        } else {
+            // RFC 5961 5.2: an ACK for data never sent, or far too old.
+            if ack.gt(self.snd_nxt) {
+                self.send_challenge_ack();
+                return;
+            }
+            if ack.lt(self.snd_una - self.max_snd_wnd.max(1)) {
+                self.send_challenge_ack();
+                return;
+            }
+            self.process_ack(now, hdr, opts, payload.is_empty() && !f.fin());
+        }
+
+        // 6. Data and FIN.
+        if ack_only_ok {
+            return;
+        }
+        if self.state.can_receive() || (self.fin_received.is_none() && matches!(self.state, State::Closing)) {
+            self.on_data(now, seq, payload, f.fin());
+        } else if f.fin() && self.state == State::TimeWait {
+            // Retransmitted FIN: ACK again and restart 2MSL.
+            self.ack_now = true;
+            self.time_wait_at = Some(now + self.cfg.time_wait);
+        } else if !payload.is_empty() || f.fin() {
+            self.ack_now = true;
+        }
+    }
+
+    pub(super) fn rcv_rtt_sample(&mut self, now: Instant, tsecr: u32) {
+        let now_ts = self.ts_now(now);
+        let ms = now_ts.wrapping_sub(tsecr);
+        if ms < 60_000 {
+            let us = (ms.max(1)) * 1000;
+            self.rcv_rtt_us = if self.rcv_rtt_us == 0 { us } else { (7 * self.rcv_rtt_us + us) / 8 };
+        }
+    }
+
+    pub(super) fn send_challenge_ack(&mut self) {
+        self.counters.tcp_ext_tcp_challenge_ack += 1;
+        self.challenge_ack = true;
+    }
+
+    pub(super) fn queue_rst(&mut self, seq: Seq, ack: Seq, flags: TcpFlags) {
+        self.pending_rst = Some((seq, ack, flags));
+    }
+
+    /// Accepts payload and FIN that passed the sequence check.
+    pub(super) fn on_data(&mut self, now: Instant, seq: Seq, payload: &[u8], fin: bool) {
+        if payload.is_empty() && !fin {
+            return;
+        }
+        // Convert to stream offsets (offset 0 is the first byte after the SYN).
+        let base = self.irs + 1;
+        let next_off = self.recv_buf.next();
+        let start = next_off as i64 + (seq - self.rcv_nxt) as i32 as i64;
+        let fin_off = start + payload.len() as i64;
+        let (off, mut data) = if start < next_off as i64 {
+            let skip = ((next_off as i64 - start) as usize).min(payload.len());
+            (next_off, &payload[skip..])
+        } else {
+            (start as u64, payload)
+        };
+        let limit = self.rcv_window_edge_off();
+        let mut trimmed = false;
+        if off + data.len() as u64 > limit {
+            data = &data[..limit.saturating_sub(off).min(data.len() as u64) as usize];
+            trimmed = true;
+        }
+        if fin && !trimmed && fin_off >= next_off as i64 && self.fin_received.is_none() {
+            self.fin_received = Some(fin_off as u64);
+        }
+        let ins = self.recv_buf.insert(off, data);
+        if ins.queued_ofo {
+            self.counters.tcp_ext_tcp_ofo_queue += 1;
+            self.counters.tcp_ext_tcp_ofo_merge += ins.merged as u64;
+            self.ack_now = true; // dupack with SACK right away (RFC 5681 4.2)
+        }
+        if ins.duplicate {
+            self.counters.tcp_ext_tcp_duplicate_data += 1;
+            self.ack_now = true;
+        }
+        if ins.in_order > 0 {
+            let had_ofo = !self.recv_buf.ofo_is_empty() || ins.in_order > data.len();
+            self.unacked_bytes += ins.in_order as u32;
+            if had_ofo {
+                self.ack_now = true; // filled a hole
+            }
+            self.schedule_ack(now);
+        }
+        self.rcv_nxt = base + self.recv_buf.next() as u32;
+        if let Some(fin_off) = self.fin_received {
+            if self.recv_buf.next() == fin_off && self.rcv_nxt == base + fin_off as u32 {
+                self.rcv_nxt += 1;
+                self.ack_now = true;
+                self.on_fin(now);
+            }
+        }
+    }
+
+    pub(super) fn on_fin(&mut self, now: Instant) {
+        self.events.push_back(Event::PeerFin);
+        match self.state {
+            State::Established => self.state = State::CloseWait,
+            State::FinWait1 => {
+                if self.fin_sent && self.snd_una == self.snd_nxt {
+                    self.enter_time_wait(now);
+                } else {
+                    self.state = State::Closing;
+                }
+            }
+            State::FinWait2 => self.enter_time_wait(now),
+            _ => {}
+        }
+    }
+
+    pub(super) fn enter_time_wait(&mut self, now: Instant) {
+        self.state = State::TimeWait;
+        self.rto_at = None;
+        self.persist_at = None;
+        self.time_wait_at = Some(now + self.cfg.time_wait);
+    }
+
+    pub(super) fn enter_closed(&mut self, ev: Option<Event>) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.state = State::Closed;
+        self.rto_at = None;
+        self.delack_at = None;
+        self.persist_at = None;
+        self.time_wait_at = None;
+        self.events.push_back(ev.unwrap_or(Event::Closed));
+    }
+
+    pub(super) fn schedule_ack(&mut self, now: Instant) {
+        self.ack_pending = true;
+        // Linux: ACK at least every second full-sized segment, at once in quick-ack mode.
+        // A window about to close is announced at once (Linux does so under
+        // receive-buffer pressure), or the sender would wait for the timer.
+        let closing = self.free_window() < 2 * self.mss(0) as usize;
+        if self.quickacks > 0 || self.unacked_bytes >= 2 * self.mss(0) || closing {
+            self.ack_now = true;
+        } else if self.delack_at.is_none() {
+            self.delack_at = Some(now + self.cfg.delayed_ack);
+        }
+    }
+
+    pub(super) fn process_ack(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, pure: bool) {
+        let ack = Seq(hdr.ack);
+        let seq = Seq(hdr.seq);
+        let wnd = (hdr.window as u32) << self.snd_wscale;
+        let prior_una = self.snd_una;
+        let prior_in_flight = self.in_flight();
+        let prior_wnd = self.snd_wnd;
+
+        // Window update (RFC 9293 3.10.7.4, SND.WL1/WL2 rule).
+        if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
+            self.snd_wnd = wnd;
+            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
+            self.snd_wl1 = seq;
+            self.snd_wl2 = ack;
+            if wnd > 0 {
+                self.persist_at = None;
+                self.persist_backoff = 0;
+            }
+        }
+
+        // SACK scoreboard.
+        let mut newly_sacked = 0;
+        let mut sack_rtt = None;
+        if self.sack_ok && !opts.sack.is_empty() {
+            let (n, rtt) = self.apply_sack(now, &opts.sack);
+            newly_sacked = n;
+            sack_rtt = rtt;
+        }
+
+        // Cumulative ACK.
+        let mut newly_acked_segs = 0;
+        let mut rtt_first = None;
+        let mut rtt_last = None;
+        let mut fin_acked = false;
+        if ack.gt(self.snd_una) {
+            while let Some(front) = self.scoreboard.front() {
+                if front.end().gt(ack) {
+                    break;
+                }
+                let s = self.scoreboard.pop_front().expect("front exists");
+                if !s.sacked {
+                    self.rack_update(now, s.tx_time, s.ever_retrans);
+                }
+                if s.sacked {
+                    self.sacked_out -= 1;
+                } else {
+                    newly_acked_segs += 1;
+                    if !s.ever_retrans {
+                        let rtt = now - s.tx_time;
+                        rtt_first.get_or_insert(rtt);
+                        rtt_last = Some(rtt);
+                    }
+                }
+                if s.lost {
+                    self.lost_out -= 1;
+                }
+                if s.retrans {
+                    self.retrans_out -= 1;
+                }
+                fin_acked |= s.fin;
+            }
+            self.bytes_acked += (ack - self.snd_una) as u64 - fin_acked as u64;
+            self.send_buf.ack_to(ack);
+            self.snd_una = ack;
+            self.retries = 0;
+            self.dupacks = 0;
+            self.rtt.reset_backoff();
+            // RFC 6298 5.3: restart the timer when new data is acknowledged.
+            self.rto_at = (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto());
+            if self.tlp_high_seq.is_some_and(|h| self.snd_una.ge(h)) {
+                self.tlp_high_seq = None;
+            }
+        } else if pure && ack == self.snd_una && !self.scoreboard.is_empty() && wnd == prior_wnd && newly_sacked == 0 {
+            self.dupacks += 1;
+        }
+
+        // RTT: Linux takes the oldest newly acked segment for the RTO
+        // estimator; SACK gives one when nothing was cumulatively acked.
+        if let Some(rtt) = rtt_first.or(sack_rtt) {
+            self.rtt.update(now, rtt);
+        }
+        let ca_rtt = rtt_last.or(sack_rtt);
+
+        let delivered = newly_acked_segs + newly_sacked;
+        if self.sack_ok {
+            self.rack_timer_at = self.rack_detect_loss(now);
+        }
+        if self.cfg.dup_thresh > 0 && !self.sack_ok && self.dupacks >= self.cfg.dup_thresh {
+            self.mark_head_lost();
+        }
+        if self.sack_ok && self.sacked_out > 0 {
+            self.mark_lost_from_sack();
+        }
+
+        // Congestion state machine (Linux tcp_fastretrans_alert, simplified).
+        match self.ca_state {
+            CaState::Open | CaState::Disorder => {
+                if self.lost_out > 0 {
+                    self.enter_recovery(now);
+                } else if self.sacked_out > 0 || self.dupacks > 0 {
+                    self.ca_state = CaState::Disorder;
+                } else {
+                    self.ca_state = CaState::Open;
+                }
+            }
+            CaState::Recovery => {
+                if self.snd_una.ge(self.high_seq) {
+                    self.exit_recovery(now);
+                } else if !self.sack_ok && ack.gt(prior_una) {
+                    // NewReno partial ACK: the next hole is lost too.
+                    self.mark_head_lost();
+                }
+            }
+            CaState::Loss => {
+                if self.snd_una.ge(self.high_seq) {
+                    self.ca_state = CaState::Open;
+                    self.cc.set_state(&mut self.ccs, CaState::Open, now);
+                }
+            }
+            CaState::Cwr => {}
+        }
+
+        // Controller sample (Linux pkts_acked), then growth or PRR.
+        let sample = AckSample {
+            pkts_acked: delivered,
+            rtt: ca_rtt,
+            snd_una: self.snd_una.0,
+            snd_nxt: self.snd_nxt.0,
+            in_flight: prior_in_flight,
+        };
+        if delivered > 0 || ca_rtt.is_some() {
+            self.cc.pkts_acked(&mut self.ccs, &sample, now);
+        }
+        if self.ca_state == CaState::Recovery {
+            self.prr_update(delivered, ack.gt(prior_una));
+        } else if ack.gt(prior_una) && self.is_cwnd_limited() {
+            self.cc.cong_avoid(&mut self.ccs, self.snd_una.0, delivered.max(1), now);
+        }
+        self.ccs.cwnd = self.ccs.cwnd.clamp(1, self.ccs.cwnd_clamp);
+        self.update_pacing_rate();
+        if ack.gt(prior_una) || self.ca_state != CaState::Open {
+            self.schedule_tlp(now);
+        }
+
+        // Our FIN acknowledged.
+        if fin_acked {
+            match self.state {
+                State::FinWait1 => self.state = State::FinWait2,
+                State::Closing => self.enter_time_wait(now),
+                State::LastAck => self.enter_closed(None),
+                _ => {}
+            }
+        }
+        if self.cfg.send_buffer.is_auto() {
+            // Linux tcp_sndbuf_expand: room for two windows of segments.
+            let want = 2 * self.ccs.cwnd as usize * self.mss(0) as usize;
+            self.send_limit = self.send_limit.max(want.min(self.cfg.send_buffer.max()));
+        }
+    }
+}
