@@ -70,7 +70,7 @@ impl Subflow {
             // Linux sets the pacing rate once the handshake gave an RTT
             // (tcp_init_transfer), not only on the first data ACK.
             self.update_pacing_rate();
-            self.rto_at = None;
+            self.timers.stop(Timer::Rto);
             self.retries = 0;
             self.state = State::Established;
             self.events.push_back(Event::Connected);
@@ -79,7 +79,7 @@ impl Subflow {
         } else {
             // Simultaneous open (RFC 9293 figure 8): answer with SYN-ACK.
             self.state = State::SynReceived;
-            self.rto_at = Some(now);
+            self.timers.set(Timer::Rto, now);
         }
     }
 
@@ -90,7 +90,7 @@ impl Subflow {
 
         if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.irs {
             // Retransmitted SYN: our SYN-ACK was lost.
-            self.rto_at = Some(now);
+            self.timers.set(Timer::Rto, now);
             return;
         }
 
@@ -113,7 +113,7 @@ impl Subflow {
         if !acceptable && !ack_only_ok {
             if !f.rst() {
                 if self.state == State::TimeWait && f.fin() {
-                    self.time_wait_at = Some(now + self.cfg.time_wait);
+                    self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
                 }
                 self.counters.tcp_ext_beyond_window += (seg_len > 0 && seq.gt(self.rcv_nxt)) as u64;
                 self.counters.tcp_ext_tcp_duplicate_data += (seg_len > 0 && seq.lt(self.rcv_nxt)) as u64;
@@ -165,7 +165,7 @@ impl Subflow {
             if ack.gt(self.snd_una) && ack.le(self.snd_nxt) {
                 self.snd_una = ack;
                 self.state = State::Established;
-                self.rto_at = None;
+                self.timers.stop(Timer::Rto);
                 self.retries = 0;
                 if !self.syn_retransmitted {
                     self.rtt.update(now, now - self.syn_tx_time);
@@ -202,7 +202,7 @@ impl Subflow {
         } else if f.fin() && self.state == State::TimeWait {
             // Retransmitted FIN: ACK again and restart 2MSL.
             self.ack_now = true;
-            self.time_wait_at = Some(now + self.cfg.time_wait);
+            self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
         } else if !payload.is_empty() || f.fin() {
             self.ack_now = true;
         }
@@ -297,9 +297,9 @@ impl Subflow {
 
     pub(super) fn enter_time_wait(&mut self, now: Instant) {
         self.state = State::TimeWait;
-        self.rto_at = None;
-        self.persist_at = None;
-        self.time_wait_at = Some(now + self.cfg.time_wait);
+        self.timers.stop(Timer::Rto);
+        self.timers.stop(Timer::Persist);
+        self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
     }
 
     pub(super) fn enter_closed(&mut self, ev: Option<Event>) {
@@ -307,10 +307,10 @@ impl Subflow {
             return;
         }
         self.state = State::Closed;
-        self.rto_at = None;
-        self.delack_at = None;
-        self.persist_at = None;
-        self.time_wait_at = None;
+        self.timers.stop(Timer::Rto);
+        self.timers.stop(Timer::DelayedAck);
+        self.timers.stop(Timer::Persist);
+        self.timers.stop(Timer::TimeWait);
         self.events.push_back(ev.unwrap_or(Event::Closed));
     }
 
@@ -322,8 +322,8 @@ impl Subflow {
         let closing = self.free_window() < 2 * self.mss(0) as usize;
         if self.quickacks > 0 || self.unacked_bytes >= 2 * self.mss(0) || closing {
             self.ack_now = true;
-        } else if self.delack_at.is_none() {
-            self.delack_at = Some(now + self.cfg.delayed_ack);
+        } else if !self.timers.is_set(Timer::DelayedAck) {
+            self.timers.set(Timer::DelayedAck, now + self.cfg.delayed_ack);
         }
     }
 
@@ -342,7 +342,7 @@ impl Subflow {
             self.snd_wl1 = seq;
             self.snd_wl2 = ack;
             if wnd > 0 {
-                self.persist_at = None;
+                self.timers.stop(Timer::Persist);
                 self.persist_backoff = 0;
             }
         }
@@ -395,7 +395,7 @@ impl Subflow {
             self.dupacks = 0;
             self.rtt.reset_backoff();
             // RFC 6298 5.3: restart the timer when new data is acknowledged.
-            self.rto_at = (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto());
+            self.timers.set_opt(Timer::Rto, (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto()));
             if self.tlp_high_seq.is_some_and(|h| self.snd_una.ge(h)) {
                 self.tlp_high_seq = None;
             }
@@ -412,7 +412,8 @@ impl Subflow {
 
         let delivered = newly_acked_segs + newly_sacked;
         if self.sack_ok {
-            self.rack_timer_at = self.rack_detect_loss(now);
+            let next = self.rack_detect_loss(now);
+            self.timers.set_opt(Timer::RackReorder, next);
         }
         if self.cfg.dup_thresh > 0 && !self.sack_ok && self.dupacks >= self.cfg.dup_thresh {
             self.mark_head_lost();

@@ -43,6 +43,7 @@ pub use types::{Event, SegmentHook, SegmentMeta, State, TcpInfo, Transmit};
 
 use output::wscale_for;
 use recovery::Sent;
+use timers::{Timer, TimerTable};
 
 use crate::buf::{RecvBuf, SendBuf};
 use crate::counters::Counters;
@@ -92,13 +93,9 @@ pub struct Subflow {
     /// delivered, and its RTT; lets a lost retransmission be detected
     /// without waiting for the RTO.
     rack_xmit: Option<(Instant, Duration)>,
-    /// Tail loss probe (RFC 8985 7): when it fires, and the `snd_nxt` of
-    /// the probe in flight.
-    tlp_at: Option<Instant>,
+    /// Tail loss probe (RFC 8985 7): the `snd_nxt` of the probe in flight.
     tlp_high_seq: Option<Seq>,
     tlp_probe_due: bool,
-    /// RACK reorder timer: re-run loss detection then.
-    rack_timer_at: Option<Instant>,
     /// RACK reordering-window multiplier and recoveries since it last grew.
     reo_wnd_mult: u32,
     reo_wnd_recoveries: u32,
@@ -117,8 +114,6 @@ pub struct Subflow {
     rtt: RttEstimator,
     pacer: Box<dyn Pacer>,
     data_segs_out: u64,
-    /// EDT slot of a segment held back by the pacer at the last poll.
-    paced_until: Option<Instant>,
 
     // --- receive sequence space ---
     irs: Seq,
@@ -149,11 +144,8 @@ pub struct Subflow {
     app_read: u64,
 
     // --- timers ---
-    rto_at: Option<Instant>,
-    delack_at: Option<Instant>,
-    persist_at: Option<Instant>,
+    timers: TimerTable,
     persist_backoff: u32,
-    time_wait_at: Option<Instant>,
     retries: u32,
     syn_tx_time: Instant,
     syn_retransmitted: bool,
@@ -232,10 +224,8 @@ impl Subflow {
             retrans_out: 0,
             dupacks: 0,
             rack_xmit: None,
-            tlp_at: None,
             tlp_high_seq: None,
             tlp_probe_due: false,
-            rack_timer_at: None,
             reo_wnd_mult: 1,
             reo_wnd_recoveries: 0,
             cc,
@@ -256,7 +246,6 @@ impl Subflow {
             }),
             pacer,
             data_segs_out: 0,
-            paced_until: None,
             irs: Seq(0),
             rcv_nxt: Seq(0),
             rcv_wscale,
@@ -279,11 +268,8 @@ impl Subflow {
             rcvq_copied_at: 0,
             rcvq_time: now,
             app_read: 0,
-            rto_at: None,
-            delack_at: None,
-            persist_at: None,
+            timers: TimerTable::default(),
             persist_backoff: 0,
-            time_wait_at: None,
             retries: 0,
             syn_tx_time: now,
             syn_retransmitted: false,
@@ -310,7 +296,7 @@ impl Subflow {
         let mut s = Subflow::new(now, cfg, local, remote, iss, ts_offset, State::SynSent);
         s.snd_nxt = s.iss; // the SYN is sent by poll_transmit
         s.counters.tcp_active_opens += 1;
-        s.rto_at = Some(now);
+        s.timers.set(Timer::Rto, now);
         s
     }
 
@@ -330,7 +316,7 @@ impl Subflow {
         s.counters.tcp_passive_opens += 1;
         s.counters.tcp_in_segs += 1;
         s.take_syn_options(syn, opts);
-        s.rto_at = Some(now);
+        s.timers.set(Timer::Rto, now);
         s
     }
 

@@ -151,7 +151,7 @@ impl Subflow {
             }
             if self.challenge_ack {
                 self.challenge_ack = false;
-                let seq = if self.persist_at.is_some() { self.snd_una - 1 } else { self.snd_nxt };
+                let seq = if self.timers.is_set(Timer::Persist) { self.snd_una - 1 } else { self.snd_nxt };
                 let opts = self.ack_options(now, hook.option_space(false));
                 return self.emit(now, hook, out, seq, self.rcv_nxt, TcpFlags::ACK, None, false, opts);
             }
@@ -165,7 +165,7 @@ impl Subflow {
     }
 
     pub(super) fn poll_data(&mut self, now: Instant, hook: &mut dyn SegmentHook, out: &mut [u8]) -> Option<Transmit> {
-        self.paced_until = None;
+        self.timers.stop(Timer::Pacing);
         if std::mem::take(&mut self.tlp_probe_due) {
             if let Some(t) = self.send_loss_probe(now, hook, out) {
                 return Some(t);
@@ -177,7 +177,7 @@ impl Subflow {
             if unsent > 0
                 && self.scoreboard.is_empty()
                 && !self.window_allows(1)
-                && self.persist_at.is_none()
+                && !self.timers.is_set(Timer::Persist)
                 && self.state.is_synchronized()
             {
                 self.arm_persist(now);
@@ -189,10 +189,10 @@ impl Subflow {
         }
         let departure = self.pacer.departure(now);
         if departure > now {
-            self.paced_until = Some(departure);
+            self.timers.set(Timer::Pacing, departure);
             return None;
         }
-        self.paced_until = None;
+        self.timers.stop(Timer::Pacing);
         let hook_space = hook.option_space(true);
         let mss = self.mss(hook_space);
         let opts = self.ack_options(now, hook_space);
@@ -218,8 +218,8 @@ impl Subflow {
             if self.ca_state == CaState::Recovery {
                 self.prr_out += 1;
             }
-            if self.rto_at.is_none() {
-                self.rto_at = Some(now + self.rtt.rto());
+            if !self.timers.is_set(Timer::Rto) {
+                self.timers.set(Timer::Rto, now + self.rtt.rto());
             }
             let t = self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts);
             self.after_data_sent(now, t);
@@ -272,8 +272,8 @@ impl Subflow {
             self.cc.cwnd_event(&mut self.ccs, CaEvent::TxStart, now);
         }
         self.cc.data_sent(now);
-        if self.rto_at.is_none() {
-            self.rto_at = Some(now + self.rtt.rto());
+        if !self.timers.is_set(Timer::Rto) {
+            self.timers.set(Timer::Rto, now + self.rtt.rto());
         }
         let t = self.emit(now, hook, out, seq, self.rcv_nxt, flags, Some(len), false, opts);
         self.after_data_sent(now, t);
@@ -357,7 +357,7 @@ impl Subflow {
             if syn_ack { (TcpFlags::SYN | TcpFlags::ACK, self.rcv_nxt) } else { (TcpFlags::SYN, Seq(0)) };
         self.syn_tx_time = now;
         self.snd_nxt = self.iss + 1;
-        self.rto_at = Some(now + self.rtt.rto());
+        self.timers.set(Timer::Rto, now + self.rtt.rto());
         self.emit(now, hook, out, self.iss, ack, flags, None, self.syn_retransmitted, o)
     }
 
@@ -426,7 +426,7 @@ impl Subflow {
             self.last_ack_sent = ack;
             self.ack_now = false;
             self.ack_pending = false;
-            self.delack_at = None;
+            self.timers.stop(Timer::DelayedAck);
             self.unacked_bytes = 0;
             self.quickacks = self.quickacks.saturating_sub(1);
         }

@@ -370,8 +370,8 @@ fn persist_is_not_armed_with_data_in_flight() {
     let mut p = Pair::connect(TcpConfig::default(), TcpConfig::default());
     p.a.send(&pattern(1000));
     drain(&mut p.a, p.now);
-    assert!(p.a.persist_at.is_none());
-    assert!(p.a.rto_at.is_some());
+    assert!(!p.a.timers.is_set(timers::Timer::Persist));
+    assert!(p.a.timers.is_set(timers::Timer::Rto));
 }
 
 #[test]

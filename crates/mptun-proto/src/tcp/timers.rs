@@ -1,53 +1,134 @@
 //! The subflow's timers and what happens when they fire.
+//!
+//! Like quinn-proto's `TimerTable`, every deadline lives in one table indexed
+//! by [`Timer`], so the next wake-up is one fold over the table and the order
+//! in which timers due at the same instant fire is written down once, in
+//! [`Timer::FIRE_ORDER`], instead of being implied by a chain of `if`s.
 
 use super::*;
+
+/// Every deadline a subflow keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Timer {
+    /// Retransmission timeout (RFC 6298; also SYN and SYN-ACK retries).
+    Rto,
+    /// Delayed ACK (Linux `TCP_DELACK_MIN`).
+    DelayedAck,
+    /// Tail loss probe (RFC 8985 7).
+    LossProbe,
+    /// RACK reordering window: re-run loss detection then (RFC 8985 6.3).
+    RackReorder,
+    /// Zero-window probe (RFC 9293 3.8.6.1).
+    Persist,
+    /// 2MSL wait in TIME_WAIT.
+    TimeWait,
+    /// EDT slot of a segment the pacer held back at the last poll. Nothing
+    /// fires for it: the driver's wake-up makes `poll_transmit` run again.
+    Pacing,
+}
+
+impl Timer {
+    const COUNT: usize = 7;
+
+    /// The order in which `handle_timeout` looks at timers due at the same
+    /// instant. TIME_WAIT first (it ends everything); the delayed ACK before
+    /// anything that may send; the RTO last, since it cancels the loss probe.
+    pub(crate) const FIRE_ORDER: [Timer; 6] =
+        [Timer::TimeWait, Timer::DelayedAck, Timer::Persist, Timer::RackReorder, Timer::LossProbe, Timer::Rto];
+}
+
+/// One optional deadline per [`Timer`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TimerTable {
+    data: [Option<Instant>; Timer::COUNT],
+}
+
+impl TimerTable {
+    /// Arms (or re-arms) `timer` for `at`.
+    pub(crate) fn set(&mut self, timer: Timer, at: Instant) {
+        self.data[timer as usize] = Some(at);
+    }
+
+    /// Arms `timer` for `at`, or disarms it for `None`.
+    pub(crate) fn set_opt(&mut self, timer: Timer, at: Option<Instant>) {
+        self.data[timer as usize] = at;
+    }
+
+    /// Disarms `timer`.
+    pub(crate) fn stop(&mut self, timer: Timer) {
+        self.data[timer as usize] = None;
+    }
+
+    /// When `timer` fires, if armed.
+    pub(crate) fn get(&self, timer: Timer) -> Option<Instant> {
+        self.data[timer as usize]
+    }
+
+    /// Whether `timer` is armed.
+    pub(crate) fn is_set(&self, timer: Timer) -> bool {
+        self.data[timer as usize].is_some()
+    }
+
+    /// Disarms `timer` and says so if it was due at `now`.
+    fn take_expired(&mut self, timer: Timer, now: Instant) -> bool {
+        let due = self.data[timer as usize].is_some_and(|t| t <= now);
+        if due {
+            self.data[timer as usize] = None;
+        }
+        due
+    }
+
+    /// The earliest armed deadline.
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
+        self.data.iter().fold(None, |acc, &t| Instant::min_opt(acc, t))
+    }
+}
 
 impl Subflow {
     /// The next instant the subflow needs to be called back: a timer, or the
     /// EDT slot of a segment it holds back.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut t = Instant::min_opt(self.rto_at, self.delack_at);
-        t = Instant::min_opt(t, self.tlp_at);
-        t = Instant::min_opt(t, self.rack_timer_at);
-        t = Instant::min_opt(t, self.persist_at);
-        t = Instant::min_opt(t, self.time_wait_at);
-        Instant::min_opt(t, self.paced_until)
+        self.timers.next_expiry()
     }
 
-    /// Fires whatever timers are due at `now`.
+    /// Fires whatever timers are due at `now`, in [`Timer::FIRE_ORDER`]; each
+    /// is checked only after the previous one has run, as a handler may re-arm
+    /// or cancel a later one.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.time_wait_at.is_some_and(|t| t <= now) {
-            self.time_wait_at = None;
-            self.enter_closed(None);
-            return;
-        }
-        if self.delack_at.is_some_and(|t| t <= now) {
-            self.delack_at = None;
-            if self.ack_pending {
-                self.counters.tcp_ext_delayed_acks += 1;
-                self.ack_now = true;
+        for timer in Timer::FIRE_ORDER {
+            if !self.timers.take_expired(timer, now) {
+                continue;
             }
-        }
-        if self.persist_at.is_some_and(|t| t <= now) {
-            self.persist_at = None;
-            self.send_window_probe(now);
-        }
-        if self.rack_timer_at.is_some_and(|t| t <= now) {
-            self.rack_timer_at = self.rack_detect_loss(now);
-            if self.lost_out > 0 && matches!(self.ca_state, CaState::Open | CaState::Disorder) {
-                self.enter_recovery(now);
+            match timer {
+                Timer::TimeWait => {
+                    self.enter_closed(None);
+                    return;
+                }
+                Timer::DelayedAck => {
+                    if self.ack_pending {
+                        self.counters.tcp_ext_delayed_acks += 1;
+                        self.ack_now = true;
+                    }
+                }
+                Timer::Persist => self.send_window_probe(now),
+                Timer::RackReorder => {
+                    let next = self.rack_detect_loss(now);
+                    self.timers.set_opt(Timer::RackReorder, next);
+                    if self.lost_out > 0 && matches!(self.ca_state, CaState::Open | CaState::Disorder) {
+                        self.enter_recovery(now);
+                    }
+                }
+                Timer::LossProbe => {
+                    if !self.scoreboard.is_empty() && self.ca_state == CaState::Open && self.state.is_synchronized() {
+                        self.tlp_probe_due = true;
+                    }
+                }
+                Timer::Rto => {
+                    self.timers.stop(Timer::LossProbe);
+                    self.on_rto(now);
+                }
+                Timer::Pacing => {}
             }
-        }
-        if self.tlp_at.is_some_and(|t| t <= now) {
-            self.tlp_at = None;
-            if !self.scoreboard.is_empty() && self.ca_state == CaState::Open && self.state.is_synchronized() {
-                self.tlp_probe_due = true;
-            }
-        }
-        if self.rto_at.is_some_and(|t| t <= now) {
-            self.rto_at = None;
-            self.tlp_at = None;
-            self.on_rto(now);
         }
     }
 
@@ -55,7 +136,7 @@ impl Subflow {
     /// smoothed RTTs, send a probe so that a lost tail of the window is
     /// repaired by SACK recovery instead of an RTO and a restart from cwnd 1.
     pub(super) fn schedule_tlp(&mut self, now: Instant) {
-        self.tlp_at = None;
+        self.timers.stop(Timer::LossProbe);
         if !self.sack_ok || self.scoreboard.is_empty() || self.ca_state != CaState::Open || self.tlp_high_seq.is_some()
         {
             return;
@@ -70,10 +151,10 @@ impl Subflow {
             pto += self.cfg.rto_min;
         }
         let mut at = now + pto.max(Duration::from_millis(2));
-        if let Some(rto) = self.rto_at {
+        if let Some(rto) = self.timers.get(Timer::Rto) {
             at = at.min(rto);
         }
-        self.tlp_at = Some(at);
+        self.timers.set(Timer::LossProbe, at);
     }
 
     pub(super) fn on_rto(&mut self, now: Instant) {
@@ -106,7 +187,7 @@ impl Subflow {
                 }
                 self.enter_loss(now);
                 self.rtt.backoff();
-                self.rto_at = Some(now + self.rtt.rto());
+                self.timers.set(Timer::Rto, now + self.rtt.rto());
             }
         }
     }
@@ -125,6 +206,6 @@ impl Subflow {
     pub(super) fn arm_persist(&mut self, now: Instant) {
         let base = self.rtt.rto();
         let d = base.saturating_mul(1 << self.persist_backoff.min(10)).min(self.cfg.rto_max);
-        self.persist_at = Some(now + d);
+        self.timers.set(Timer::Persist, now + d);
     }
 }
