@@ -351,44 +351,18 @@ impl Subflow {
         let mut newly_sacked = 0;
         let mut sack_rtt = None;
         if self.sack_ok && !opts.sack.is_empty() {
-            let (n, rtt) = self.apply_sack(now, &opts.sack);
+            let min_rtt = self.rtt.min();
+            let (n, rtt) =
+                self.scoreboard.mark_sacked(now, &opts.sack, self.snd_una, self.snd_nxt, min_rtt, &mut self.counters);
             newly_sacked = n;
             sack_rtt = rtt;
         }
 
         // Cumulative ACK.
-        let mut newly_acked_segs = 0;
-        let mut rtt_first = None;
-        let mut rtt_last = None;
-        let mut fin_acked = false;
+        let mut acked = Acked::default();
         if ack.gt(self.snd_una) {
-            while let Some(front) = self.scoreboard.front() {
-                if front.end().gt(ack) {
-                    break;
-                }
-                let s = self.scoreboard.pop_front().expect("front exists");
-                if !s.sacked {
-                    self.rack_update(now, s.tx_time, s.ever_retrans);
-                }
-                if s.sacked {
-                    self.sacked_out -= 1;
-                } else {
-                    newly_acked_segs += 1;
-                    if !s.ever_retrans {
-                        let rtt = now - s.tx_time;
-                        rtt_first.get_or_insert(rtt);
-                        rtt_last = Some(rtt);
-                    }
-                }
-                if s.lost {
-                    self.lost_out -= 1;
-                }
-                if s.retrans {
-                    self.retrans_out -= 1;
-                }
-                fin_acked |= s.fin;
-            }
-            self.bytes_acked += (ack - self.snd_una) as u64 - fin_acked as u64;
+            acked = self.scoreboard.remove_acked(now, ack, self.rtt.min(), &mut self.counters);
+            self.bytes_acked += (ack - self.snd_una) as u64 - acked.fin as u64;
             self.send_buf.ack_to(ack);
             self.snd_una = ack;
             self.retries = 0;
@@ -405,29 +379,29 @@ impl Subflow {
 
         // RTT: Linux takes the oldest newly acked segment for the RTO
         // estimator; SACK gives one when nothing was cumulatively acked.
-        if let Some(rtt) = rtt_first.or(sack_rtt) {
+        if let Some(rtt) = acked.rtt_first.or(sack_rtt) {
             self.rtt.update(now, rtt);
         }
-        let ca_rtt = rtt_last.or(sack_rtt);
+        let ca_rtt = acked.rtt_last.or(sack_rtt);
 
-        let delivered = newly_acked_segs + newly_sacked;
+        let delivered = acked.segs + newly_sacked;
         if self.sack_ok {
             let next = self.rack_detect_loss(now);
             self.timers.set_opt(Timer::RackReorder, next);
         }
         if self.cfg.dup_thresh > 0 && !self.sack_ok && self.dupacks >= self.cfg.dup_thresh {
-            self.mark_head_lost();
+            self.scoreboard.mark_head_lost();
         }
-        if self.sack_ok && self.sacked_out > 0 {
-            self.mark_lost_from_sack();
+        if self.sack_ok && self.scoreboard.sacked_out() > 0 {
+            self.scoreboard.mark_lost_from_sack(self.cfg.dup_thresh);
         }
 
         // Congestion state machine (Linux tcp_fastretrans_alert, simplified).
         match self.ca_state {
             CaState::Open | CaState::Disorder => {
-                if self.lost_out > 0 {
+                if self.scoreboard.lost_out() > 0 {
                     self.enter_recovery(now);
-                } else if self.sacked_out > 0 || self.dupacks > 0 {
+                } else if self.scoreboard.sacked_out() > 0 || self.dupacks > 0 {
                     self.ca_state = CaState::Disorder;
                 } else {
                     self.ca_state = CaState::Open;
@@ -438,7 +412,7 @@ impl Subflow {
                     self.exit_recovery(now);
                 } else if !self.sack_ok && ack.gt(prior_una) {
                     // NewReno partial ACK: the next hole is lost too.
-                    self.mark_head_lost();
+                    self.scoreboard.mark_head_lost();
                 }
             }
             CaState::Loss => {
@@ -473,7 +447,7 @@ impl Subflow {
         }
 
         // Our FIN acknowledged.
-        if fin_acked {
+        if acked.fin {
             match self.state {
                 State::FinWait1 => self.state = State::FinWait2,
                 State::Closing => self.enter_time_wait(now),

@@ -42,7 +42,7 @@ pub use config::{BufferSize, TcpConfig};
 pub use types::{Event, SegmentHook, SegmentMeta, State, TcpInfo, Transmit};
 
 use output::wscale_for;
-use recovery::Sent;
+use recovery::{Acked, Scoreboard};
 use timers::{Timer, TimerTable};
 
 use crate::buf::{RecvBuf, SendBuf};
@@ -84,30 +84,18 @@ pub struct Subflow {
     send_limit: usize,
     fin_queued: bool,
     fin_sent: bool,
-    scoreboard: VecDeque<Sent>,
-    sacked_out: u32,
-    lost_out: u32,
-    retrans_out: u32,
+    /// Segments in flight with their SACK/loss marks, RACK and PRR.
+    scoreboard: Scoreboard,
     dupacks: u32,
-    /// RACK (RFC 8985): send time of the most recently sent segment known
-    /// delivered, and its RTT; lets a lost retransmission be detected
-    /// without waiting for the RTO.
-    rack_xmit: Option<(Instant, Duration)>,
     /// Tail loss probe (RFC 8985 7): the `snd_nxt` of the probe in flight.
     tlp_high_seq: Option<Seq>,
     tlp_probe_due: bool,
-    /// RACK reordering-window multiplier and recoveries since it last grew.
-    reo_wnd_mult: u32,
-    reo_wnd_recoveries: u32,
 
     // --- congestion control ---
     cc: Box<dyn CongestionControl>,
     ccs: CcState,
     ca_state: CaState,
     high_seq: Seq,
-    prior_cwnd: u32,
-    prr_delivered: u32,
-    prr_out: u32,
     is_cwnd_limited: bool,
     max_packets_out: u32,
     cwnd_usage_seq: Seq,
@@ -218,23 +206,14 @@ impl Subflow {
             send_limit: cfg.send_buffer.initial(),
             fin_queued: false,
             fin_sent: false,
-            scoreboard: VecDeque::new(),
-            sacked_out: 0,
-            lost_out: 0,
-            retrans_out: 0,
+            scoreboard: Scoreboard::default(),
             dupacks: 0,
-            rack_xmit: None,
             tlp_high_seq: None,
             tlp_probe_due: false,
-            reo_wnd_mult: 1,
-            reo_wnd_recoveries: 0,
             cc,
             ccs,
             ca_state: CaState::Open,
             high_seq: iss,
-            prior_cwnd: 0,
-            prr_delivered: 0,
-            prr_out: 0,
             is_cwnd_limited: false,
             max_packets_out: 0,
             cwnd_usage_seq: iss,
@@ -399,10 +378,10 @@ impl Subflow {
             min_rtt: self.rtt.min().unwrap_or_default(),
             rto: self.rtt.rto(),
             pacing_rate: self.pacer.rate(),
-            packets_out: self.scoreboard.len() as u32,
-            sacked_out: self.sacked_out,
-            lost_out: self.lost_out,
-            retrans_out: self.retrans_out,
+            packets_out: self.scoreboard.len(),
+            sacked_out: self.scoreboard.sacked_out(),
+            lost_out: self.scoreboard.lost_out(),
+            retrans_out: self.scoreboard.retrans_out(),
             bytes_acked: self.bytes_acked,
             bytes_received: self.recv_buf.next(),
             bytes_sent: self.bytes_sent,

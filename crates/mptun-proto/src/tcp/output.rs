@@ -54,7 +54,7 @@ impl Subflow {
 
     /// Linux `tcp_cwnd_validate`.
     pub(super) fn cwnd_validate(&mut self, cwnd_limited: bool) {
-        let packets_out = self.scoreboard.len() as u32;
+        let packets_out = self.scoreboard.len();
         if self.snd_una.ge(self.cwnd_usage_seq) || cwnd_limited || packets_out > self.max_packets_out {
             self.is_cwnd_limited = cwnd_limited;
             self.max_packets_out = packets_out;
@@ -68,8 +68,7 @@ impl Subflow {
             max_pacing_rate: self.cfg.max_pacing_rate.unwrap_or(u64::MAX),
             ..PacingRateConfig::default()
         };
-        let rate =
-            cfg.rate(self.mss(0), self.ccs.cwnd, self.ccs.ssthresh, self.scoreboard.len() as u32, self.rtt.smoothed());
+        let rate = cfg.rate(self.mss(0), self.ccs.cwnd, self.ccs.ssthresh, self.scoreboard.len(), self.rtt.smoothed());
         self.pacer.set_rate(rate);
         self.cc.set_pacing(rate, self.cfg.pacer != mptun_cc::PacerKind::None && rate != u64::MAX);
     }
@@ -81,9 +80,7 @@ impl Subflow {
         hook: &mut dyn SegmentHook,
         out: &mut [u8],
     ) -> Option<Transmit> {
-        let i = self.scoreboard.iter().rposition(|s| !s.sacked)?;
-        let s = self.scoreboard[i];
-        self.scoreboard[i].ever_retrans = true;
+        let s = self.scoreboard.on_loss_probe()?;
         self.tlp_high_seq = Some(self.snd_nxt);
         self.counters.tcp_ext_tcp_loss_probes += 1;
         self.counters.tcp_retrans_segs += 1;
@@ -107,7 +104,7 @@ impl Subflow {
         if self.in_flight() >= self.ccs.cwnd {
             return false;
         }
-        if self.next_lost().is_some() {
+        if self.scoreboard.next_lost().is_some() {
             return true;
         }
         let unsent = self.unsent_bytes();
@@ -119,13 +116,6 @@ impl Subflow {
 
     pub(super) fn window_allows(&self, len: u32) -> bool {
         (self.snd_nxt + len).le(self.snd_una + self.snd_wnd)
-    }
-
-    pub(super) fn next_lost(&self) -> Option<usize> {
-        if self.lost_out == 0 {
-            return None;
-        }
-        self.scoreboard.iter().position(|s| s.lost && !s.retrans && !s.sacked)
     }
 
     pub(super) fn ts_now(&self, now: Instant) -> u32 {
@@ -199,12 +189,8 @@ impl Subflow {
         let mut flags = TcpFlags::ACK;
 
         // Retransmit the first lost segment, else send new data.
-        if let Some(i) = self.next_lost() {
-            let s = self.scoreboard[i];
-            self.scoreboard[i].retrans = true;
-            self.scoreboard[i].ever_retrans = true;
-            self.scoreboard[i].tx_time = now;
-            self.retrans_out += 1;
+        if let Some(i) = self.scoreboard.next_lost() {
+            let s = self.scoreboard.on_retransmit(i, now);
             self.counters.tcp_retrans_segs += 1;
             self.bytes_retrans += s.len as u64;
             if self.ca_state == CaState::Loss {
@@ -216,7 +202,7 @@ impl Subflow {
                 flags |= TcpFlags::FIN;
             }
             if self.ca_state == CaState::Recovery {
-                self.prr_out += 1;
+                self.scoreboard.prr_on_sent();
             }
             if !self.timers.is_set(Timer::Rto) {
                 self.timers.set(Timer::Rto, now + self.rtt.rto());
@@ -252,20 +238,11 @@ impl Subflow {
             flags |= TcpFlags::PSH;
         }
         let seq = self.snd_nxt;
-        self.scoreboard.push_back(Sent {
-            seq,
-            len,
-            fin,
-            tx_time: now,
-            ever_retrans: false,
-            sacked: false,
-            lost: false,
-            retrans: false,
-        });
+        self.scoreboard.push(seq, len, fin, now);
         self.snd_nxt = seq + len + fin as u32;
         self.bytes_sent += len as u64;
         if self.ca_state == CaState::Recovery {
-            self.prr_out += 1;
+            self.scoreboard.prr_on_sent();
         }
         if self.scoreboard.len() == 1 {
             // First transmission after idle (Linux CA_EVENT_TX_START).

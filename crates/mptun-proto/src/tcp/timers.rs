@@ -114,7 +114,7 @@ impl Subflow {
                 Timer::RackReorder => {
                     let next = self.rack_detect_loss(now);
                     self.timers.set_opt(Timer::RackReorder, next);
-                    if self.lost_out > 0 && matches!(self.ca_state, CaState::Open | CaState::Disorder) {
+                    if self.scoreboard.lost_out() > 0 && matches!(self.ca_state, CaState::Open | CaState::Disorder) {
                         self.enter_recovery(now);
                     }
                 }
@@ -146,7 +146,7 @@ impl Subflow {
         // segment in flight; the same holds whenever less than two full
         // segments are outstanding, since the receiver's "ACK every second
         // full segment" rule cannot fire.
-        let flight: u32 = self.scoreboard.iter().filter(|s| !s.sacked).map(|s| s.len).sum();
+        let flight = self.scoreboard.unsacked_bytes();
         if flight < 2 * self.mss(0) {
             pto += self.cfg.rto_min;
         }
