@@ -211,10 +211,7 @@ impl Subflow {
     pub(super) fn rcv_rtt_sample(&mut self, now: Instant, tsecr: u32) {
         let now_ts = self.ts_now(now);
         let ms = now_ts.wrapping_sub(tsecr);
-        if ms < 60_000 {
-            let us = (ms.max(1)) * 1000;
-            self.rcv_rtt_us = if self.rcv_rtt_us == 0 { us } else { (7 * self.rcv_rtt_us + us) / 8 };
-        }
+        self.rcv_rtt.sample_ms(ms);
     }
 
     pub(super) fn send_challenge_ack(&mut self) {
@@ -327,52 +324,20 @@ impl Subflow {
         }
     }
 
+    /// Linux `tcp_ack`: window update, SACK, cumulative ACK, loss
+    /// detection, congestion state, then the controller and the timers.
     pub(super) fn process_ack(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, pure: bool) {
         let ack = Seq(hdr.ack);
-        let seq = Seq(hdr.seq);
         let wnd = (hdr.window as u32) << self.snd_wscale;
         let prior_una = self.snd_una;
         let prior_in_flight = self.in_flight();
         let prior_wnd = self.snd_wnd;
 
-        // Window update (RFC 9293 3.10.7.4, SND.WL1/WL2 rule).
-        if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
-            self.snd_wnd = wnd;
-            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
-            self.snd_wl1 = seq;
-            self.snd_wl2 = ack;
-            if wnd > 0 {
-                self.timers.stop(Timer::Persist);
-                self.persist_backoff = 0;
-            }
-        }
-
-        // SACK scoreboard.
-        let mut newly_sacked = 0;
-        let mut sack_rtt = None;
-        if self.sack_ok && !opts.sack.is_empty() {
-            let min_rtt = self.rtt.min();
-            let (n, rtt) =
-                self.scoreboard.mark_sacked(now, &opts.sack, self.snd_una, self.snd_nxt, min_rtt, &mut self.counters);
-            newly_sacked = n;
-            sack_rtt = rtt;
-        }
-
-        // Cumulative ACK.
+        self.ack_update_window(Seq(hdr.seq), ack, wnd);
+        let (newly_sacked, sack_rtt) = self.ack_sacks(now, &opts.sack);
         let mut acked = Acked::default();
         if ack.gt(self.snd_una) {
-            acked = self.scoreboard.remove_acked(now, ack, self.rtt.min(), &mut self.counters);
-            self.bytes_acked += (ack - self.snd_una) as u64 - acked.fin as u64;
-            self.send_buf.ack_to(ack);
-            self.snd_una = ack;
-            self.retries = 0;
-            self.dupacks = 0;
-            self.rtt.reset_backoff();
-            // RFC 6298 5.3: restart the timer when new data is acknowledged.
-            self.timers.set_opt(Timer::Rto, (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto()));
-            if self.tlp_high_seq.is_some_and(|h| self.snd_una.ge(h)) {
-                self.tlp_high_seq = None;
-            }
+            acked = self.ack_cumulative(now, ack);
         } else if pure && ack == self.snd_una && !self.scoreboard.is_empty() && wnd == prior_wnd && newly_sacked == 0 {
             self.dupacks += 1;
         }
@@ -383,48 +348,73 @@ impl Subflow {
             self.rtt.update(now, rtt);
         }
         let ca_rtt = acked.rtt_last.or(sack_rtt);
-
         let delivered = acked.segs + newly_sacked;
-        if self.sack_ok {
-            let next = self.rack_detect_loss(now);
-            self.timers.set_opt(Timer::RackReorder, next);
-        }
-        if self.cfg.dup_thresh > 0 && !self.sack_ok && self.dupacks >= self.cfg.dup_thresh {
-            self.scoreboard.mark_head_lost();
-        }
-        if self.sack_ok && self.scoreboard.sacked_out() > 0 {
-            self.scoreboard.mark_lost_from_sack(self.cfg.dup_thresh);
-        }
 
-        // Congestion state machine (Linux tcp_fastretrans_alert, simplified).
-        match self.ca_state {
-            CaState::Open | CaState::Disorder => {
-                if self.scoreboard.lost_out() > 0 {
-                    self.enter_recovery(now);
-                } else if self.scoreboard.sacked_out() > 0 || self.dupacks > 0 {
-                    self.ca_state = CaState::Disorder;
-                } else {
-                    self.ca_state = CaState::Open;
-                }
-            }
-            CaState::Recovery => {
-                if self.snd_una.ge(self.high_seq) {
-                    self.exit_recovery(now);
-                } else if !self.sack_ok && ack.gt(prior_una) {
-                    // NewReno partial ACK: the next hole is lost too.
-                    self.scoreboard.mark_head_lost();
-                }
-            }
-            CaState::Loss => {
-                if self.snd_una.ge(self.high_seq) {
-                    self.ca_state = CaState::Open;
-                    self.cc.set_state(&mut self.ccs, CaState::Open, now);
-                }
-            }
-            CaState::Cwr => {}
+        self.detect_loss(now);
+        self.fastretrans_alert(now, ack.gt(prior_una));
+        self.cong_control(now, ack.gt(prior_una), delivered, ca_rtt, prior_in_flight);
+        if acked.fin {
+            self.on_fin_acked(now);
         }
+        if self.cfg.send_buffer.is_auto() {
+            self.send_limit =
+                autotune::sndbuf_expand(self.send_limit, self.ccs.cwnd, self.mss(0), self.cfg.send_buffer.max());
+        }
+    }
 
-        // Controller sample (Linux pkts_acked), then growth or PRR.
+    /// Window update (RFC 9293 3.10.7.4, SND.WL1/WL2 rule; Linux
+    /// `tcp_ack_update_window`).
+    fn ack_update_window(&mut self, seq: Seq, ack: Seq, wnd: u32) {
+        if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
+            self.snd_wnd = wnd;
+            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
+            self.snd_wl1 = seq;
+            self.snd_wl2 = ack;
+            if wnd > 0 {
+                self.timers.stop(Timer::Persist);
+                self.persist_backoff = 0;
+            }
+        }
+    }
+
+    /// SACK blocks onto the scoreboard (Linux `tcp_sacktag_write_queue`):
+    /// segments newly SACKed and an RTT sample.
+    fn ack_sacks(&mut self, now: Instant, blocks: &SackBlocks) -> (u32, Option<Duration>) {
+        if !self.sack_ok || blocks.is_empty() {
+            return (0, None);
+        }
+        let min_rtt = self.rtt.min();
+        self.scoreboard.mark_sacked(now, blocks, self.snd_una, self.snd_nxt, min_rtt, &mut self.counters)
+    }
+
+    /// A cumulative ACK past `snd_una` (Linux `tcp_clean_rtx_queue`): frees
+    /// the acknowledged bytes and restarts the retransmission timer.
+    fn ack_cumulative(&mut self, now: Instant, ack: Seq) -> Acked {
+        let acked = self.scoreboard.remove_acked(now, ack, self.rtt.min(), &mut self.counters);
+        self.bytes_acked += (ack - self.snd_una) as u64 - acked.fin as u64;
+        self.send_buf.ack_to(ack);
+        self.snd_una = ack;
+        self.retries = 0;
+        self.dupacks = 0;
+        self.rtt.reset_backoff();
+        // RFC 6298 5.3: restart the timer when new data is acknowledged.
+        self.timers.set_opt(Timer::Rto, (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto()));
+        if self.tlp_high_seq.is_some_and(|h| self.snd_una.ge(h)) {
+            self.tlp_high_seq = None;
+        }
+        acked
+    }
+
+    /// Linux `tcp_cong_control`: the controller's sample (`pkts_acked`), then
+    /// window growth, or PRR during recovery; pacing rate and loss probe follow.
+    fn cong_control(
+        &mut self,
+        now: Instant,
+        una_advanced: bool,
+        delivered: u32,
+        ca_rtt: Option<Duration>,
+        prior_in_flight: u32,
+    ) {
         let sample = AckSample {
             pkts_acked: delivered,
             rtt: ca_rtt,
@@ -436,29 +426,24 @@ impl Subflow {
             self.cc.pkts_acked(&mut self.ccs, &sample, now);
         }
         if self.ca_state == CaState::Recovery {
-            self.prr_update(delivered, ack.gt(prior_una));
-        } else if ack.gt(prior_una) && self.is_cwnd_limited() {
+            self.prr_update(delivered, una_advanced);
+        } else if una_advanced && self.is_cwnd_limited() {
             self.cc.cong_avoid(&mut self.ccs, self.snd_una.0, delivered.max(1), now);
         }
         self.ccs.cwnd = self.ccs.cwnd.clamp(1, self.ccs.cwnd_clamp);
         self.update_pacing_rate();
-        if ack.gt(prior_una) || self.ca_state != CaState::Open {
+        if una_advanced || self.ca_state != CaState::Open {
             self.schedule_tlp(now);
         }
+    }
 
-        // Our FIN acknowledged.
-        if acked.fin {
-            match self.state {
-                State::FinWait1 => self.state = State::FinWait2,
-                State::Closing => self.enter_time_wait(now),
-                State::LastAck => self.enter_closed(None),
-                _ => {}
-            }
-        }
-        if self.cfg.send_buffer.is_auto() {
-            // Linux tcp_sndbuf_expand: room for two windows of segments.
-            let want = 2 * self.ccs.cwnd as usize * self.mss(0) as usize;
-            self.send_limit = self.send_limit.max(want.min(self.cfg.send_buffer.max()));
+    /// Our FIN was acknowledged: the closing states move on.
+    fn on_fin_acked(&mut self, now: Instant) {
+        match self.state {
+            State::FinWait1 => self.state = State::FinWait2,
+            State::Closing => self.enter_time_wait(now),
+            State::LastAck => self.enter_closed(None),
+            _ => {}
         }
     }
 }

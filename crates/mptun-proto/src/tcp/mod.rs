@@ -31,6 +31,7 @@
 //! autotuning (Linux DRS) and send-buffer autotuning; EDT pacing. Congestion
 //! control is a [`CongestionControl`] trait object.
 
+pub(crate) mod autotune;
 pub mod config;
 mod input;
 mod output;
@@ -41,6 +42,7 @@ mod types;
 pub use config::{BufferSize, TcpConfig};
 pub use types::{Event, SegmentHook, SegmentMeta, State, TcpInfo, Transmit};
 
+use autotune::{RcvRtt, RcvSpace};
 use output::wscale_for;
 use recovery::{Acked, Scoreboard};
 use timers::{Timer, TimerTable};
@@ -125,11 +127,8 @@ pub struct Subflow {
     pending_rst: Option<(Seq, Seq, TcpFlags)>,
 
     // --- receive autotuning (Linux rcvq_space) ---
-    rcv_rtt_us: u32,
-    rcvq_space: usize,
-    rcvq_copied_at: u64,
-    rcvq_time: Instant,
-    app_read: u64,
+    rcv_rtt: RcvRtt,
+    rcv_space: RcvSpace,
 
     // --- timers ---
     timers: TimerTable,
@@ -241,12 +240,12 @@ impl Subflow {
             quickacks: MAX_QUICKACKS,
             challenge_ack: false,
             pending_rst: None,
-            rcv_rtt_us: 0,
+            rcv_rtt: RcvRtt::default(),
             // Linux tcp_init_buffer_space: min(rcv_wnd, TCP_INIT_CWND × advmss).
-            rcvq_space: (10 * (cfg.mss as usize).saturating_sub(TS_SPACE)).min(recv_limit),
-            rcvq_copied_at: 0,
-            rcvq_time: now,
-            app_read: 0,
+            rcv_space: RcvSpace::new(
+                now,
+                RcvSpace::initial_space((cfg.mss as usize).saturating_sub(TS_SPACE), recv_limit),
+            ),
             timers: TimerTable::default(),
             persist_backoff: 0,
             retries: 0,
@@ -444,7 +443,7 @@ impl Subflow {
     /// The receiver-side RTT estimate (Linux `rcv_rtt_est`, from timestamp
     /// echoes), which a pure receiver has even though it never samples `srtt`.
     pub fn rcv_rtt(&self) -> Option<Duration> {
-        (self.rcv_rtt_us > 0).then(|| Duration::from_micros(self.rcv_rtt_us as u64))
+        self.rcv_rtt.get()
     }
 
     /// Smoothed RTT, if measured.
@@ -557,7 +556,7 @@ impl Subflow {
         if n == 0 {
             return;
         }
-        self.app_read += n as u64;
+        self.rcv_space.on_read(n);
         self.rcv_space_adjust(now);
         // Linux tcp_cleanup_rbuf: announce a window that at least doubled.
         // The window still open from what we advertised; under MPTCP the peer
@@ -573,27 +572,18 @@ impl Subflow {
     /// Linux DRS (`tcp_rcv_space_adjust`): once per receiver-side RTT, size
     /// the receive buffer so it holds twice what the application drained.
     fn rcv_space_adjust(&mut self, now: Instant) {
-        if !self.cfg.recv_buffer.is_auto() || self.rcv_rtt_us == 0 {
+        if !self.cfg.recv_buffer.is_auto() {
             return;
         }
-        if now - self.rcvq_time < Duration::from_micros(self.rcv_rtt_us as u64) {
-            return;
-        }
-        let copied = (self.app_read - self.rcvq_copied_at) as usize;
-        if copied > self.rcvq_space {
-            let mss = self.mss(0) as usize;
-            let mut rcvwin = 2 * copied + 16 * mss;
-            let grow = rcvwin * (copied - self.rcvq_space) / self.rcvq_space.max(1);
-            rcvwin += 2 * grow;
+        let Some(rtt) = self.rcv_rtt.get() else { return };
+        let mss = self.mss(0) as usize;
+        if let Some(rcvwin) = self.rcv_space.adjust(now, rtt, mss) {
             let new = rcvwin.min(self.cfg.recv_buffer.max());
             if new > self.recv_limit {
                 self.recv_limit = new;
                 self.counters.tcp_ext_tcp_rcv_space_grow += 1;
             }
-            self.rcvq_space = copied;
         }
-        self.rcvq_copied_at = self.app_read;
-        self.rcvq_time = now;
     }
 }
 

@@ -519,4 +519,49 @@ impl Subflow {
         self.high_seq = self.snd_nxt;
         self.scoreboard.mark_all_lost();
     }
+
+    /// Loss detection after an ACK: RACK with SACK, the dupack threshold
+    /// without, then RFC 6675's three-SACK rule.
+    pub(super) fn detect_loss(&mut self, now: Instant) {
+        if self.sack_ok {
+            let next = self.rack_detect_loss(now);
+            self.timers.set_opt(Timer::RackReorder, next);
+        }
+        if self.cfg.dup_thresh > 0 && !self.sack_ok && self.dupacks >= self.cfg.dup_thresh {
+            self.scoreboard.mark_head_lost();
+        }
+        if self.sack_ok && self.scoreboard.sacked_out() > 0 {
+            self.scoreboard.mark_lost_from_sack(self.cfg.dup_thresh);
+        }
+    }
+
+    /// Congestion state machine (Linux `tcp_fastretrans_alert`, simplified).
+    pub(super) fn fastretrans_alert(&mut self, now: Instant, una_advanced: bool) {
+        match self.ca_state {
+            CaState::Open | CaState::Disorder => {
+                if self.scoreboard.lost_out() > 0 {
+                    self.enter_recovery(now);
+                } else if self.scoreboard.sacked_out() > 0 || self.dupacks > 0 {
+                    self.ca_state = CaState::Disorder;
+                } else {
+                    self.ca_state = CaState::Open;
+                }
+            }
+            CaState::Recovery => {
+                if self.snd_una.ge(self.high_seq) {
+                    self.exit_recovery(now);
+                } else if !self.sack_ok && una_advanced {
+                    // NewReno partial ACK: the next hole is lost too.
+                    self.scoreboard.mark_head_lost();
+                }
+            }
+            CaState::Loss => {
+                if self.snd_una.ge(self.high_seq) {
+                    self.ca_state = CaState::Open;
+                    self.cc.set_state(&mut self.ccs, CaState::Open, now);
+                }
+            }
+            CaState::Cwr => {}
+        }
+    }
 }
