@@ -2,6 +2,8 @@
 //! a send queue from the oldest unacknowledged byte on and a reassembly queue
 //! on the receive side, so one implementation serves both layers.
 
+#![deny(missing_docs)]
+
 mod recv;
 mod send;
 

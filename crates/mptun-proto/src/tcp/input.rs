@@ -9,9 +9,9 @@ impl Subflow {
         self.rcv_nxt = self.irs + 1;
         self.rcv_adv = self.rcv_nxt;
         self.last_ack_sent = self.rcv_nxt;
-        self.peer_mss = opts.mss.unwrap_or(DEFAULT_PEER_MSS).max(64);
+        self.peer_mss = opts.mss.unwrap_or(TCP_MSS_DEFAULT).max(MIN_MSS);
         match opts.window_scale {
-            Some(ws) if self.cfg.window_scaling => self.snd_wscale = ws.min(MAX_WSCALE),
+            Some(ws) if self.cfg.window_scaling => self.snd_wscale = ws.min(TCP_MAX_WSCALE),
             _ => {
                 self.snd_wscale = 0;
                 self.rcv_wscale = 0;

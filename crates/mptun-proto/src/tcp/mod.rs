@@ -31,6 +31,8 @@
 //! autotuning (Linux DRS) and send-buffer autotuning; EDT pacing. Congestion
 //! control is a [`CongestionControl`] trait object.
 
+#![deny(missing_docs)]
+
 pub(crate) mod autotune;
 pub mod config;
 mod input;
@@ -158,14 +160,33 @@ impl core::fmt::Debug for Subflow {
     }
 }
 
-/// Largest window scale RFC 7323 allows.
-const MAX_WSCALE: u8 = 14;
-/// Linux `TCP_MAX_QUICKACKS`.
-const MAX_QUICKACKS: u32 = 16;
-/// MSS assumed when the peer sends none (RFC 9293 3.7.1).
-const DEFAULT_PEER_MSS: u16 = 536;
-/// Bytes of NOP NOP TIMESTAMP on every segment once timestamps are on.
-const TS_SPACE: usize = 12;
+/// Largest window scale RFC 7323 allows (Linux `TCP_MAX_WSCALE`).
+const TCP_MAX_WSCALE: u8 = 14;
+/// Segments ACKed at once after the handshake, before delayed ACKs start
+/// (Linux `TCP_MAX_QUICKACKS`).
+const TCP_MAX_QUICKACKS: u32 = 16;
+/// MSS assumed when the peer sends none (RFC 9293 3.7.1, Linux `TCP_MSS_DEFAULT`).
+const TCP_MSS_DEFAULT: u16 = 536;
+/// Smallest MSS we use, whatever the peer announces: a tiny MSS only
+/// multiplies per-segment cost (Linux has `TCP_MIN_MSS` = 88 for the same).
+const MIN_MSS: u16 = 64;
+/// Bytes of NOP NOP TIMESTAMP on every segment once timestamps are on
+/// (Linux `TCPOLEN_TSTAMP_ALIGNED`).
+const TCPOLEN_TSTAMP_ALIGNED: usize = 12;
+/// Largest value of the 16-bit window field; a scaled window is this
+/// shifted by the window scale.
+const MAX_WINDOW_FIELD: u32 = 65535;
+/// Room for options in a TCP header (Linux `MAX_TCP_OPTION_SPACE`).
+const MAX_TCP_OPTION_SPACE: usize = 40;
+/// Most SACK blocks we send (Linux `TCP_NUM_SACKS`).
+const TCP_NUM_SACKS: usize = 4;
+/// NOP NOP kind length ahead of the SACK blocks (Linux `TCPOLEN_SACK_BASE_ALIGNED`).
+const TCPOLEN_SACK_BASE_ALIGNED: usize = 4;
+/// Bytes per SACK block (Linux `TCPOLEN_SACK_PERBLOCK`).
+const TCPOLEN_SACK_PERBLOCK: usize = 8;
+/// IPv4 plus TCP header without options: what a segment of `mss` payload
+/// bytes adds on the wire (the pacer's MTU).
+const IPV4_TCP_HEADER_LEN: u32 = 40;
 
 impl Subflow {
     fn new(
@@ -180,7 +201,7 @@ impl Subflow {
         let mut ccs = CcState::new(cfg.initial_cwnd);
         let mut cc = mptun_cc::new_controller_with(cfg.congestion_control, cfg.cubic);
         cc.init(&mut ccs, now);
-        let pacer = mptun_cc::new_pacer(cfg.pacer, cfg.mss as u32 + 40);
+        let pacer = mptun_cc::new_pacer(cfg.pacer, cfg.mss as u32 + IPV4_TCP_HEADER_LEN);
         let rcv_wscale = if cfg.window_scaling { wscale_for(cfg.recv_buffer.max()) } else { 0 };
         let iss = Seq(iss);
         let recv_limit = cfg.recv_buffer.initial();
@@ -198,7 +219,7 @@ impl Subflow {
             snd_wl1: Seq(0),
             snd_wl2: iss,
             snd_wscale: 0,
-            peer_mss: DEFAULT_PEER_MSS,
+            peer_mss: TCP_MSS_DEFAULT,
             sack_ok: false,
             ts_ok: false,
             send_buf: SendBuf::new(iss + 1),
@@ -237,14 +258,14 @@ impl Subflow {
             ack_pending: false,
             ack_now: false,
             unacked_bytes: 0,
-            quickacks: MAX_QUICKACKS,
+            quickacks: TCP_MAX_QUICKACKS,
             challenge_ack: false,
             pending_rst: None,
             rcv_rtt: RcvRtt::default(),
             // Linux tcp_init_buffer_space: min(rcv_wnd, TCP_INIT_CWND × advmss).
             rcv_space: RcvSpace::new(
                 now,
-                RcvSpace::initial_space((cfg.mss as usize).saturating_sub(TS_SPACE), recv_limit),
+                RcvSpace::initial_space((cfg.mss as usize).saturating_sub(TCPOLEN_TSTAMP_ALIGNED), recv_limit),
             ),
             timers: TimerTable::default(),
             persist_backoff: 0,
@@ -298,18 +319,22 @@ impl Subflow {
         s
     }
 
+    /// The RFC 9293 state.
     pub fn state(&self) -> State {
         self.state
     }
 
+    /// Our address and port.
     pub fn local(&self) -> SocketAddr {
         self.local
     }
 
+    /// The peer's address and port.
     pub fn remote(&self) -> SocketAddr {
         self.remote
     }
 
+    /// This subflow's share of the `netstat -s` counters; the endpoint sums them.
     pub fn counters(&self) -> Counters {
         self.counters
     }
@@ -361,10 +386,11 @@ impl Subflow {
 
     /// Payload bytes a data segment can carry now.
     pub fn mss(&self, hook_space: usize) -> u32 {
-        let opt = if self.ts_ok { TS_SPACE } else { 0 } + hook_space;
-        (self.peer_mss.min(self.cfg.mss) as usize).saturating_sub(opt).max(64) as u32
+        let opt = if self.ts_ok { TCPOLEN_TSTAMP_ALIGNED } else { 0 } + hook_space;
+        (self.peer_mss.min(self.cfg.mss) as usize).saturating_sub(opt).max(MIN_MSS as usize) as u32
     }
 
+    /// A `TCP_INFO`-like snapshot for reports and traces.
     pub fn info(&self) -> TcpInfo {
         TcpInfo {
             state: self.state,
@@ -399,6 +425,7 @@ impl Subflow {
         &mut self.ccs
     }
 
+    /// Congestion-avoidance state (the scheduler avoids subflows in recovery).
     pub fn ca_state(&self) -> CaState {
         self.ca_state
     }
@@ -408,6 +435,7 @@ impl Subflow {
         self.cfg.nagle = on;
     }
 
+    /// Whether Nagle's algorithm is on.
     pub fn nagle(&self) -> bool {
         self.cfg.nagle
     }

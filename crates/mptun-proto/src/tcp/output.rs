@@ -31,7 +31,7 @@ impl Subflow {
         // Receiver-side silly window avoidance (RFC 9293 3.8.6.2.2).
         let mut win = if free < (self.recv_limit as u32 / 2).min(mss) { 0 } else { free };
         win = win.max(cur);
-        let max = 65535u32 << self.rcv_wscale;
+        let max = MAX_WINDOW_FIELD << self.rcv_wscale;
         win = win.min(max);
         // Round down to the scale granularity, except to never shrink.
         let gran = (1u32 << self.rcv_wscale) - 1;
@@ -276,8 +276,9 @@ impl Subflow {
             let _ = o.push(&TcpOption::Timestamp { tsval: self.ts_now(now), tsecr: self.ts_recent });
         }
         if self.sack_ok && !self.recv_buf.ofo_is_empty() {
-            let room = 40usize.saturating_sub(o.len() + hook_space);
-            let max_blocks = (room.saturating_sub(4) / 8).min(4);
+            let room = MAX_TCP_OPTION_SPACE.saturating_sub(o.len() + hook_space);
+            let max_blocks =
+                (room.saturating_sub(TCPOLEN_SACK_BASE_ALIGNED) / TCPOLEN_SACK_PERBLOCK).min(TCP_NUM_SACKS);
             if max_blocks > 0 {
                 let base = self.irs + 1;
                 let mut blocks = SackBlocks::new();
@@ -356,7 +357,7 @@ impl Subflow {
         // RSTs go through the hook too: MPTCP may say why (MP_TCPRST).
         let hook_window = hook.on_emit(&meta, &mut options);
         let window = if flags.syn() {
-            let w = self.recv_limit.min(65535) as u16;
+            let w = self.recv_limit.min(MAX_WINDOW_FIELD as usize) as u16;
             if flags.ack() {
                 self.rcv_adv = self.rcv_nxt + w as u32;
             }
@@ -365,7 +366,7 @@ impl Subflow {
             0
         } else {
             let w = match hook_window {
-                Some(w) => w.min((65535u64) << self.rcv_wscale) as u32,
+                Some(w) => w.min((MAX_WINDOW_FIELD as u64) << self.rcv_wscale) as u32,
                 None => self.select_window(),
             };
             if flags.ack() {
@@ -374,7 +375,7 @@ impl Subflow {
                     self.counters.tcp_ext_tcp_to_zero_window_adv += 1;
                 }
             }
-            (w >> self.rcv_wscale).min(65535) as u16
+            (w >> self.rcv_wscale).min(MAX_WINDOW_FIELD) as u16
         };
         let hdr = TcpHeader {
             src_port: self.local.port(),
@@ -415,7 +416,7 @@ impl Subflow {
 /// `tcp_select_initial_window`).
 pub(super) fn wscale_for(max_buffer: usize) -> u8 {
     let mut ws = 0;
-    while ws < MAX_WSCALE && (max_buffer >> ws) > 65535 {
+    while ws < TCP_MAX_WSCALE && (max_buffer >> ws) > MAX_WINDOW_FIELD as usize {
         ws += 1;
     }
     ws

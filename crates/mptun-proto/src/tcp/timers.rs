@@ -7,6 +7,13 @@
 
 use super::*;
 
+/// Floor of the loss-probe timeout (Linux `TCP_TIMEOUT_MIN`, two jiffies).
+const TCP_TIMEOUT_MIN: Duration = Duration::from_millis(2);
+/// Zero-window probes counted towards the backoff at most.
+const PERSIST_BACKOFF_MAX: u32 = 16;
+/// The persist interval doubles at most this many times (then `rto_max` caps it).
+const PERSIST_SHIFT_MAX: u32 = 10;
+
 /// Every deadline a subflow keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Timer {
@@ -150,7 +157,7 @@ impl Subflow {
         if flight < 2 * self.mss(0) {
             pto += self.cfg.rto_min;
         }
-        let mut at = now + pto.max(Duration::from_millis(2));
+        let mut at = now + pto.max(TCP_TIMEOUT_MIN);
         if let Some(rto) = self.timers.get(Timer::Rto) {
             at = at.min(rto);
         }
@@ -199,13 +206,13 @@ impl Subflow {
         self.counters.tcp_ext_tcp_win_probe += 1;
         // Linux tcp_xmit_probe_skb: an old sequence number elicits an ACK with the current window.
         self.challenge_ack = true;
-        self.persist_backoff = (self.persist_backoff + 1).min(16);
+        self.persist_backoff = (self.persist_backoff + 1).min(PERSIST_BACKOFF_MAX);
         self.arm_persist(now);
     }
 
     pub(super) fn arm_persist(&mut self, now: Instant) {
         let base = self.rtt.rto();
-        let d = base.saturating_mul(1 << self.persist_backoff.min(10)).min(self.cfg.rto_max);
+        let d = base.saturating_mul(1 << self.persist_backoff.min(PERSIST_SHIFT_MAX)).min(self.cfg.rto_max);
         self.timers.set(Timer::Persist, now + d);
     }
 }
