@@ -30,6 +30,17 @@
 //! probes; delayed ACKs with Linux's quick-ack start; receive-buffer
 //! autotuning (Linux DRS) and send-buffer autotuning; EDT pacing. Congestion
 //! control is a [`CongestionControl`] trait object.
+//!
+//! # Layout
+//!
+//! This file holds the [`Subflow`] state and the application API; the rest
+//! is split by concern, each file adding methods to `Subflow`:
+//! `types` (states, events, the emission hook, reports), `input` (segment
+//! acceptance and ACK processing), `recovery` (the `Scoreboard`
+//! with SACK, RACK and PRR, and the congestion state machine), `timers`
+//! (the `TimerTable` and what fires), `output` (segment
+//! selection, options and window) and `autotune` (buffer autotuning, shared
+//! with the MPTCP connection).
 
 #![deny(missing_docs)]
 
@@ -319,6 +330,10 @@ impl Subflow {
         s
     }
 
+    // ------------------------------------------------------------------
+    // Accessors
+    // ------------------------------------------------------------------
+
     /// The RFC 9293 state.
     pub fn state(&self) -> State {
         self.state
@@ -478,6 +493,10 @@ impl Subflow {
     pub fn srtt(&self) -> Option<Duration> {
         self.rtt.smoothed()
     }
+
+    // ------------------------------------------------------------------
+    // Application interface
+    // ------------------------------------------------------------------
 
     /// Room left in the send buffer.
     pub fn send_space(&self) -> usize {

@@ -98,7 +98,7 @@ impl Subflow {
         self.timers.next_expiry()
     }
 
-    /// Fires whatever timers are due at `now`, in [`Timer::FIRE_ORDER`]; each
+    /// Fires whatever timers are due at `now`, in `Timer::FIRE_ORDER`; each
     /// is checked only after the previous one has run, as a handler may re-arm
     /// or cancel a later one.
     pub fn handle_timeout(&mut self, now: Instant) {
