@@ -3,6 +3,50 @@
 
 use super::*;
 
+/// Delayed-ACK bookkeeping (Linux `icsk_ack`): whether data awaits an ACK,
+/// how much, and how many segments are still ACKed at once after the start.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DelayedAck {
+    pending: bool,
+    /// In-order bytes received since our last ACK.
+    unacked_bytes: u32,
+    /// ACKs still sent without delay (Linux quick-ack mode).
+    quickacks: u32,
+}
+
+impl Default for DelayedAck {
+    fn default() -> Self {
+        DelayedAck { pending: false, unacked_bytes: 0, quickacks: TCP_MAX_QUICKACKS }
+    }
+}
+
+impl DelayedAck {
+    /// Counts in-order bytes received.
+    pub(super) fn on_data(&mut self, bytes: u32) {
+        self.unacked_bytes += bytes;
+    }
+
+    /// Marks an ACK as owed; true if it should go out at once rather than
+    /// after the delayed-ACK timer: Linux ACKs at least every second
+    /// full-sized segment, and at once in quick-ack mode.
+    pub(super) fn on_pending(&mut self, mss: u32) -> bool {
+        self.pending = true;
+        self.quickacks > 0 || self.unacked_bytes >= 2 * mss
+    }
+
+    /// An ACK is owed.
+    pub(super) fn is_pending(&self) -> bool {
+        self.pending
+    }
+
+    /// Any segment carrying an ACK went out: nothing is owed any more.
+    pub(super) fn on_ack_sent(&mut self) {
+        self.pending = false;
+        self.unacked_bytes = 0;
+        self.quickacks = self.quickacks.saturating_sub(1);
+    }
+}
+
 impl Subflow {
     pub(super) fn take_syn_options(&mut self, syn: &TcpHeader, opts: &OptionSummary) {
         self.irs = Seq(syn.seq);
@@ -260,7 +304,7 @@ impl Subflow {
         }
         if ins.in_order > 0 {
             let had_ofo = !self.recv_buf.ofo_is_empty() || ins.in_order > data.len();
-            self.unacked_bytes += ins.in_order as u32;
+            self.delack.on_data(ins.in_order as u32);
             if had_ofo {
                 self.ack_now = true; // filled a hole
             }
@@ -311,13 +355,12 @@ impl Subflow {
         self.events.push_back(ev.unwrap_or(Event::Closed));
     }
 
+    /// Linux `__tcp_ack_snd_check`: ACK now, or arm the delayed-ACK timer.
     pub(super) fn schedule_ack(&mut self, now: Instant) {
-        self.ack_pending = true;
-        // Linux: ACK at least every second full-sized segment, at once in quick-ack mode.
         // A window about to close is announced at once (Linux does so under
         // receive-buffer pressure), or the sender would wait for the timer.
         let closing = self.free_window() < 2 * self.mss(0) as usize;
-        if self.quickacks > 0 || self.unacked_bytes >= 2 * self.mss(0) || closing {
+        if self.delack.on_pending(self.mss(0)) || closing {
             self.ack_now = true;
         } else if !self.timers.is_set(Timer::DelayedAck) {
             self.timers.set(Timer::DelayedAck, now + self.cfg.delayed_ack);

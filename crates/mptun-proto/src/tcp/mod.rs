@@ -56,6 +56,7 @@ pub use config::{BufferSize, TcpConfig};
 pub use types::{Event, SegmentHook, SegmentMeta, State, TcpInfo, Transmit};
 
 use autotune::{RcvRtt, RcvSpace};
+use input::DelayedAck;
 use output::wscale_for;
 use recovery::{Acked, Scoreboard};
 use timers::{Timer, TimerTable};
@@ -132,10 +133,9 @@ pub struct Subflow {
     last_ack_sent: Seq,
 
     // --- ACK generation ---
-    ack_pending: bool,
+    delack: DelayedAck,
+    /// Send an ACK at the next `poll_transmit`.
     ack_now: bool,
-    unacked_bytes: u32,
-    quickacks: u32,
     challenge_ack: bool,
     pending_rst: Option<(Seq, Seq, TcpFlags)>,
 
@@ -266,10 +266,8 @@ impl Subflow {
             ts_recent: 0,
             ts_offset,
             last_ack_sent: Seq(0),
-            ack_pending: false,
+            delack: DelayedAck::default(),
             ack_now: false,
-            unacked_bytes: 0,
-            quickacks: TCP_MAX_QUICKACKS,
             challenge_ack: false,
             pending_rst: None,
             rcv_rtt: RcvRtt::default(),

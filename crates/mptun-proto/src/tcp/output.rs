@@ -403,10 +403,8 @@ impl Subflow {
         if flags.ack() {
             self.last_ack_sent = ack;
             self.ack_now = false;
-            self.ack_pending = false;
+            self.delack.on_ack_sent();
             self.timers.stop(Timer::DelayedAck);
-            self.unacked_bytes = 0;
-            self.quickacks = self.quickacks.saturating_sub(1);
         }
         Some(Transmit { len: n, departure: now, src: self.local, dst: self.remote })
     }

@@ -112,7 +112,7 @@ impl Subflow {
                     return;
                 }
                 Timer::DelayedAck => {
-                    if self.ack_pending {
+                    if self.delack.is_pending() {
                         self.counters.tcp_ext_delayed_acks += 1;
                         self.ack_now = true;
                     }
