@@ -442,9 +442,7 @@ impl Subflow {
         self.rtt.reset_backoff();
         // RFC 6298 5.3: restart the timer when new data is acknowledged.
         self.timers.set_opt(Timer::Rto, (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto()));
-        if self.tlp_high_seq.is_some_and(|h| self.snd_una.ge(h)) {
-            self.tlp_high_seq = None;
-        }
+        self.tlp.on_cumulative_ack(self.snd_una);
         acked
     }
 

@@ -58,7 +58,7 @@ pub use types::{Event, SegmentHook, SegmentMeta, State, TcpInfo, Transmit};
 use autotune::{RcvRtt, RcvSpace};
 use input::DelayedAck;
 use output::wscale_for;
-use recovery::{Acked, Scoreboard};
+use recovery::{Acked, LossProbe, Scoreboard};
 use timers::{Timer, TimerTable};
 
 use crate::buf::{RecvBuf, SendBuf};
@@ -103,9 +103,8 @@ pub struct Subflow {
     /// Segments in flight with their SACK/loss marks, RACK and PRR.
     scoreboard: Scoreboard,
     dupacks: u32,
-    /// Tail loss probe (RFC 8985 7): the `snd_nxt` of the probe in flight.
-    tlp_high_seq: Option<Seq>,
-    tlp_probe_due: bool,
+    /// Tail loss probe (RFC 8985 7).
+    tlp: LossProbe,
 
     // --- congestion control ---
     cc: Box<dyn CongestionControl>,
@@ -239,8 +238,7 @@ impl Subflow {
             fin_sent: false,
             scoreboard: Scoreboard::default(),
             dupacks: 0,
-            tlp_high_seq: None,
-            tlp_probe_due: false,
+            tlp: LossProbe::default(),
             cc,
             ccs,
             ca_state: CaState::Open,

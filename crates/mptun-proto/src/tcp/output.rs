@@ -81,7 +81,7 @@ impl Subflow {
         out: &mut [u8],
     ) -> Option<Transmit> {
         let s = self.scoreboard.on_loss_probe()?;
-        self.tlp_high_seq = Some(self.snd_nxt);
+        self.tlp.on_probe_sent(self.snd_nxt);
         self.counters.tcp_ext_tcp_loss_probes += 1;
         self.counters.tcp_retrans_segs += 1;
         self.bytes_retrans += s.len as u64;
@@ -156,7 +156,7 @@ impl Subflow {
 
     pub(super) fn poll_data(&mut self, now: Instant, hook: &mut dyn SegmentHook, out: &mut [u8]) -> Option<Transmit> {
         self.timers.stop(Timer::Pacing);
-        if std::mem::take(&mut self.tlp_probe_due) {
+        if self.tlp.take_due() {
             if let Some(t) = self.send_loss_probe(now, hook, out) {
                 return Some(t);
             }

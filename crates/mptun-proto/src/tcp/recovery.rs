@@ -42,6 +42,45 @@ impl Sent {
     }
 }
 
+/// Tail loss probe state (RFC 8985 7, Linux `tlp_high_seq`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LossProbe {
+    /// `snd_nxt` when the probe in flight was sent; no new probe until
+    /// the cumulative ACK passes it.
+    high_seq: Option<Seq>,
+    /// The probe timer fired: send a probe at the next `poll_transmit`.
+    due: bool,
+}
+
+impl LossProbe {
+    /// A probe is in flight.
+    pub(super) fn in_flight(&self) -> bool {
+        self.high_seq.is_some()
+    }
+
+    /// The probe timer fired.
+    pub(super) fn set_due(&mut self) {
+        self.due = true;
+    }
+
+    /// Whether a probe is due, clearing the flag.
+    pub(super) fn take_due(&mut self) -> bool {
+        std::mem::take(&mut self.due)
+    }
+
+    /// A probe went out with `snd_nxt` at `snd_nxt`.
+    pub(super) fn on_probe_sent(&mut self, snd_nxt: Seq) {
+        self.high_seq = Some(snd_nxt);
+    }
+
+    /// The cumulative ACK reached `snd_una`: a probe it covers is done.
+    pub(super) fn on_cumulative_ack(&mut self, snd_una: Seq) {
+        if self.high_seq.is_some_and(|h| snd_una.ge(h)) {
+            self.high_seq = None;
+        }
+    }
+}
+
 /// What a cumulative ACK removed from the scoreboard.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Acked {

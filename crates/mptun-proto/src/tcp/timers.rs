@@ -127,7 +127,7 @@ impl Subflow {
                 }
                 Timer::LossProbe => {
                     if !self.scoreboard.is_empty() && self.ca_state == CaState::Open && self.state.is_synchronized() {
-                        self.tlp_probe_due = true;
+                        self.tlp.set_due();
                     }
                 }
                 Timer::Rto => {
@@ -144,8 +144,7 @@ impl Subflow {
     /// repaired by SACK recovery instead of an RTO and a restart from cwnd 1.
     pub(super) fn schedule_tlp(&mut self, now: Instant) {
         self.timers.stop(Timer::LossProbe);
-        if !self.sack_ok || self.scoreboard.is_empty() || self.ca_state != CaState::Open || self.tlp_high_seq.is_some()
-        {
+        if !self.sack_ok || self.scoreboard.is_empty() || self.ca_state != CaState::Open || self.tlp.in_flight() {
             return;
         }
         let mut pto = self.rtt.smoothed().map_or(self.cfg.rto_initial, |s| s * 2);
