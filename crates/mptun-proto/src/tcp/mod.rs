@@ -194,9 +194,20 @@ const TCP_NUM_SACKS: usize = 4;
 const TCPOLEN_SACK_BASE_ALIGNED: usize = 4;
 /// Bytes per SACK block (Linux `TCPOLEN_SACK_PERBLOCK`).
 const TCPOLEN_SACK_PERBLOCK: usize = 8;
-/// IPv4 plus TCP header without options: what a segment of `mss` payload
-/// bytes adds on the wire (the pacer's MTU).
+/// IPv4 plus TCP header without options.
 const IPV4_TCP_HEADER_LEN: u32 = 40;
+/// IPv6 plus TCP header without options.
+const IPV6_TCP_HEADER_LEN: u32 = 60;
+
+/// What the IP and TCP headers add to a segment's payload on the wire for
+/// this address family (the pacer sizes its quantum in whole packets).
+fn ip_tcp_header_len(addr: &SocketAddr) -> u32 {
+    if addr.is_ipv4() {
+        IPV4_TCP_HEADER_LEN
+    } else {
+        IPV6_TCP_HEADER_LEN
+    }
+}
 
 impl Subflow {
     fn new(
@@ -211,7 +222,7 @@ impl Subflow {
         let mut ccs = CcState::new(cfg.initial_cwnd);
         let mut cc = mptun_cc::new_controller_with(cfg.congestion_control, cfg.cubic);
         cc.init(&mut ccs, now);
-        let pacer = mptun_cc::new_pacer(cfg.pacer, cfg.mss as u32 + IPV4_TCP_HEADER_LEN);
+        let pacer = mptun_cc::new_pacer(cfg.pacer, cfg.mss as u32 + ip_tcp_header_len(&local));
         let rcv_wscale = if cfg.window_scaling { wscale_for(cfg.recv_buffer.max()) } else { 0 };
         let iss = Seq(iss);
         let recv_limit = cfg.recv_buffer.initial();
