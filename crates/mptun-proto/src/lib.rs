@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub(crate) mod buf;
 pub mod counters;
 pub mod endpoint;
 pub mod mptcp;

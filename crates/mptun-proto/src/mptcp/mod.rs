@@ -24,12 +24,11 @@ mod tx;
 
 pub use config::{ConnConfig, MptcpConfig};
 
+use crate::buf::{RecvBuf, SendBuf};
 use crate::counters::Counters;
 use crate::pm::{JoinRequest, PmState};
 use crate::sched::{new_scheduler, Scheduler};
 use crate::seq::{DataSeq, Seq};
-use crate::tcp::recv_buf::RecvBuf;
-use crate::tcp::send_buf::SendBuf;
 use crate::tcp::{Event, Subflow, Transmit};
 use bytes::Bytes;
 use hook::Hook;

@@ -5,6 +5,31 @@ use mptun_cc::PacerKind;
 use mptun_cc::{Algorithm, CubicConfig};
 use mptun_time::Duration;
 
+/// Ethernet MTU (Linux `ETH_DATA_LEN`).
+const ETH_DATA_LEN: u16 = 1500;
+/// IPv4 and TCP headers without options.
+const IPV4_TCP_HEADER_LEN: u16 = 40;
+/// Linux `TCP_RTO_MIN`.
+const TCP_RTO_MIN: Duration = Duration::from_millis(200);
+/// Linux `TCP_RTO_MAX`.
+const TCP_RTO_MAX: Duration = Duration::from_secs(120);
+/// Linux `TCP_TIMEOUT_INIT` (RFC 6298 2.1).
+const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
+/// Linux `TCP_DELACK_MIN`.
+const TCP_DELACK_MIN: Duration = Duration::from_millis(40);
+/// Linux `TCP_TIMEWAIT_LEN`.
+const TCP_TIMEWAIT_LEN: Duration = Duration::from_secs(60);
+/// Linux `TCP_INIT_CWND` (RFC 6928).
+const TCP_INIT_CWND: u32 = 10;
+/// Linux `net.ipv4.tcp_syn_retries`.
+const TCP_SYN_RETRIES: u32 = 6;
+/// Linux `net.ipv4.tcp_retries2`.
+const TCP_RETRIES2: u32 = 15;
+/// Linux `net.ipv4.tcp_reordering`.
+const TCP_REORDERING: u32 = 3;
+/// Linux `net.ipv4.ip_default_ttl`.
+const IPDEFTTL: u8 = 64;
+
 /// Buffer sizing: a fixed size (like setting `SO_SNDBUF`/`SO_RCVBUF`, which
 /// turns Linux's autotuning off) or autotuned between bounds.
 ///
@@ -13,8 +38,15 @@ use mptun_time::Duration;
 /// behaves like `setsockopt(SO_RCVBUF, n)` there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufferSize {
+    /// Exactly this many bytes, never tuned.
     Fixed(usize),
-    Auto { initial: usize, max: usize },
+    /// Start at `initial` and let autotuning grow the buffer up to `max`.
+    Auto {
+        /// Starting size (Linux `tcp_rmem[1]`/`tcp_wmem[1]`).
+        initial: usize,
+        /// Ceiling (Linux `tcp_rmem[2]`/`tcp_wmem[2]`).
+        max: usize,
+    },
 }
 
 impl BufferSize {
@@ -32,6 +64,7 @@ impl BufferSize {
             BufferSize::Auto { max, .. } => max,
         }
     }
+    /// Whether autotuning may change the size.
     pub fn is_auto(self) -> bool {
         matches!(self, BufferSize::Auto { .. })
     }
@@ -46,8 +79,12 @@ pub struct TcpConfig {
     pub recv_buffer: BufferSize,
     /// Linux `tcp_wmem` / `SO_SNDBUF`.
     pub send_buffer: BufferSize,
+    /// Offer RFC 7323 window scaling (needed for windows over 64 KiB).
     pub window_scaling: bool,
+    /// Offer RFC 7323 timestamps (RTT samples on every ACK, PAWS, and the
+    /// receiver-side RTT that drives receive-buffer autotuning).
     pub timestamps: bool,
+    /// Offer RFC 2018 SACK (recovery without a timeout for most losses).
     pub sack: bool,
     /// Nagle's algorithm (off by default: an MPTCP stack feeding bulk data wants no delay).
     pub nagle: bool,
@@ -56,6 +93,8 @@ pub struct TcpConfig {
     /// CUBIC and HyStart tunables (Linux module parameters), used when
     /// `congestion_control` is CUBIC.
     pub cubic: CubicConfig,
+    /// How segments are spaced out: EDT timestamps (Linux `fq`), a
+    /// quantum pacer, or none.
     pub pacer: PacerKind,
     /// `SO_MAX_PACING_RATE` in bytes per second.
     pub max_pacing_rate: Option<u64>,
@@ -88,7 +127,7 @@ pub struct TcpConfig {
 impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
-            mss: 1460,
+            mss: ETH_DATA_LEN - IPV4_TCP_HEADER_LEN,
             recv_buffer: BufferSize::Auto { initial: 128 * 1024, max: 6 * 1024 * 1024 },
             send_buffer: BufferSize::Auto { initial: 64 * 1024, max: 4 * 1024 * 1024 },
             window_scaling: true,
@@ -99,16 +138,16 @@ impl Default for TcpConfig {
             cubic: CubicConfig::default(),
             pacer: PacerKind::Edt,
             max_pacing_rate: None,
-            initial_cwnd: 10,
-            rto_min: Duration::from_millis(200),
-            rto_max: Duration::from_secs(120),
-            rto_initial: Duration::from_secs(1),
-            syn_retries: 6,
-            max_retries: 15,
-            delayed_ack: Duration::from_millis(40),
-            time_wait: Duration::from_secs(60),
-            dup_thresh: 3,
-            ttl: 64,
+            initial_cwnd: TCP_INIT_CWND,
+            rto_min: TCP_RTO_MIN,
+            rto_max: TCP_RTO_MAX,
+            rto_initial: TCP_TIMEOUT_INIT,
+            syn_retries: TCP_SYN_RETRIES,
+            max_retries: TCP_RETRIES2,
+            delayed_ack: TCP_DELACK_MIN,
+            time_wait: TCP_TIMEWAIT_LEN,
+            dup_thresh: TCP_REORDERING,
+            ttl: IPDEFTTL,
             segment_at_write_boundaries: false,
         }
     }

@@ -9,6 +9,8 @@ use crate::seq::Seq;
 use bytes::{Buf, Bytes};
 use std::collections::VecDeque;
 
+/// Bytes written by the application from the oldest unacknowledged one on,
+/// addressed by sequence number.
 #[derive(Debug)]
 pub(crate) struct SendBuf {
     chunks: VecDeque<Bytes>,
@@ -18,6 +20,7 @@ pub(crate) struct SendBuf {
 }
 
 impl SendBuf {
+    /// An empty buffer whose first byte will have sequence number `head`.
     pub fn new(head: Seq) -> Self {
         SendBuf { chunks: VecDeque::new(), head, len: 0 }
     }
@@ -32,6 +35,7 @@ impl SendBuf {
         self.head + self.len as u32
     }
 
+    /// Appends one application write, kept as its own chunk.
     pub fn push(&mut self, data: Bytes) {
         if !data.is_empty() {
             self.len += data.len();

@@ -22,6 +22,8 @@ pub(crate) struct Insert {
     pub duplicate: bool,
 }
 
+/// Received bytes by stream offset: readable in-order data plus the
+/// out-of-order ranges SACK reports.
 #[derive(Debug, Default)]
 pub(crate) struct RecvBuf {
     ready: VecDeque<Bytes>,
@@ -36,15 +38,19 @@ pub(crate) struct RecvBuf {
 }
 
 impl RecvBuf {
+    /// Offset of the next in-order byte to arrive (`rcv_nxt` as an offset).
     pub fn next(&self) -> u64 {
         self.next
     }
+    /// In-order bytes waiting for the application.
     pub fn ready_len(&self) -> usize {
         self.ready_len
     }
+    /// Bytes held out of order (they count against the receive window).
     pub fn ofo_len(&self) -> usize {
         self.ofo_len
     }
+    /// No hole: nothing to SACK.
     pub fn ofo_is_empty(&self) -> bool {
         self.ofo.is_empty()
     }

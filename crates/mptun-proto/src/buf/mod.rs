@@ -1,0 +1,11 @@
+//! Byte stores shared by the TCP subflow and the MPTCP connection: both keep
+//! a send queue from the oldest unacknowledged byte on and a reassembly queue
+//! on the receive side, so one implementation serves both layers.
+
+#![deny(missing_docs)]
+
+mod recv;
+mod send;
+
+pub(crate) use recv::RecvBuf;
+pub(crate) use send::SendBuf;

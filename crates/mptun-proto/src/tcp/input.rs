@@ -1,0 +1,490 @@
+//! The receive path: segment acceptance (RFC 9293 3.10.7 and RFC 5961),
+//! SYN-SENT, the synchronized states, ACK processing, data and FIN.
+
+use super::*;
+
+/// Delayed-ACK bookkeeping (Linux `icsk_ack`): whether data awaits an ACK,
+/// how much, and how many segments are still ACKed at once after the start.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DelayedAck {
+    pending: bool,
+    /// In-order bytes received since our last ACK.
+    unacked_bytes: u32,
+    /// ACKs still sent without delay (Linux quick-ack mode).
+    quickacks: u32,
+}
+
+impl Default for DelayedAck {
+    fn default() -> Self {
+        DelayedAck { pending: false, unacked_bytes: 0, quickacks: TCP_MAX_QUICKACKS }
+    }
+}
+
+impl DelayedAck {
+    /// Counts in-order bytes received.
+    pub(super) fn on_data(&mut self, bytes: u32) {
+        self.unacked_bytes += bytes;
+    }
+
+    /// Marks an ACK as owed; true if it should go out at once rather than
+    /// after the delayed-ACK timer: Linux ACKs at least every second
+    /// full-sized segment, and at once in quick-ack mode.
+    pub(super) fn on_pending(&mut self, mss: u32) -> bool {
+        self.pending = true;
+        self.quickacks > 0 || self.unacked_bytes >= 2 * mss
+    }
+
+    /// An ACK is owed.
+    pub(super) fn is_pending(&self) -> bool {
+        self.pending
+    }
+
+    /// Any segment carrying an ACK went out: nothing is owed any more.
+    pub(super) fn on_ack_sent(&mut self) {
+        self.pending = false;
+        self.unacked_bytes = 0;
+        self.quickacks = self.quickacks.saturating_sub(1);
+    }
+}
+
+impl Subflow {
+    pub(super) fn take_syn_options(&mut self, syn: &TcpHeader, opts: &OptionSummary) {
+        self.irs = Seq(syn.seq);
+        self.rcv_nxt = self.irs + 1;
+        self.rcv_adv = self.rcv_nxt;
+        self.last_ack_sent = self.rcv_nxt;
+        self.peer_mss = opts.mss.unwrap_or(TCP_MSS_DEFAULT).max(MIN_MSS);
+        match opts.window_scale {
+            Some(ws) if self.cfg.window_scaling => self.snd_wscale = ws.min(TCP_MAX_WSCALE),
+            _ => {
+                self.snd_wscale = 0;
+                self.rcv_wscale = 0;
+            }
+        }
+        self.sack_ok = self.cfg.sack && opts.sack_permitted;
+        self.ts_ok = self.cfg.timestamps && opts.timestamp.is_some();
+        if let Some((tsval, _)) = opts.timestamp {
+            self.ts_recent = tsval;
+        }
+        // The window in a SYN is never scaled.
+        self.snd_wnd = syn.window as u32;
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = Seq(syn.seq);
+        self.snd_wl2 = Seq(syn.ack);
+    }
+
+    /// Processes one segment addressed to this subflow.
+    pub fn handle_segment(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) {
+        self.counters.tcp_in_segs += 1;
+        match self.state {
+            State::Closed => {}
+            State::SynSent => self.handle_syn_sent(now, hdr, opts, payload),
+            _ => self.handle_synchronized(now, hdr, opts, payload),
+        }
+    }
+
+    pub(super) fn handle_syn_sent(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) {
+        let f = hdr.flags;
+        let ack = Seq(hdr.ack);
+        if f.ack() && (ack.le(self.iss) || ack.gt(self.snd_nxt)) {
+            if !f.rst() {
+                self.queue_rst(ack, Seq(0), TcpFlags::RST);
+            }
+            return;
+        }
+        if f.rst() {
+            // RFC 5961 3.2 leaves SYN-SENT as RFC 793: acceptable iff it acks our SYN.
+            if f.ack() {
+                self.counters.tcp_estab_resets += 1;
+                self.enter_closed(Some(Event::Reset));
+            }
+            return;
+        }
+        if !f.syn() {
+            return;
+        }
+        self.take_syn_options(hdr, opts);
+        if f.ack() {
+            self.snd_una = ack;
+            self.snd_wl1 = Seq(hdr.seq);
+            self.snd_wl2 = ack;
+            if !self.syn_retransmitted {
+                self.rtt.update(now, now - self.syn_tx_time);
+            }
+            // Linux sets the pacing rate once the handshake gave an RTT
+            // (tcp_init_transfer), not only on the first data ACK.
+            self.update_pacing_rate();
+            self.timers.stop(Timer::Rto);
+            self.retries = 0;
+            self.state = State::Established;
+            self.events.push_back(Event::Connected);
+            self.ack_now = true;
+            self.on_data(now, Seq(hdr.seq) + 1, payload, f.fin());
+        } else {
+            // Simultaneous open (RFC 9293 figure 8): answer with SYN-ACK.
+            self.state = State::SynReceived;
+            self.timers.set(Timer::Rto, now);
+        }
+    }
+
+    pub(super) fn handle_synchronized(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) {
+        let f = hdr.flags;
+        let seq = Seq(hdr.seq);
+        let seg_len = payload.len() as u32 + f.syn() as u32 + f.fin() as u32;
+
+        if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.irs {
+            // Retransmitted SYN: our SYN-ACK was lost.
+            self.timers.set(Timer::Rto, now);
+            return;
+        }
+
+        // 1. Sequence check (RFC 9293 3.10.7.4).
+        let wnd = self.rcv_wnd_now();
+        let acceptable = if seg_len == 0 {
+            if wnd == 0 {
+                seq == self.rcv_nxt
+            } else {
+                seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+            }
+        } else if wnd == 0 {
+            false
+        } else {
+            seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+                || (seq + seg_len - 1).in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+        };
+        // A zero window still accepts the ACK and window of a segment at rcv_nxt.
+        let ack_only_ok = !acceptable && wnd == 0 && seq == self.rcv_nxt;
+        if !acceptable && !ack_only_ok {
+            if !f.rst() {
+                if self.state == State::TimeWait && f.fin() {
+                    self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
+                }
+                self.counters.tcp_ext_beyond_window += (seg_len > 0 && seq.gt(self.rcv_nxt)) as u64;
+                self.counters.tcp_ext_tcp_duplicate_data += (seg_len > 0 && seq.lt(self.rcv_nxt)) as u64;
+                self.ack_now = true;
+            }
+            return;
+        }
+
+        // 2. RST (RFC 5961 3.2): exact match resets, in-window challenges.
+        if f.rst() {
+            if seq == self.rcv_nxt {
+                if self.state == State::SynReceived {
+                    self.enter_closed(Some(Event::Reset));
+                } else {
+                    self.counters.tcp_estab_resets += 1;
+                    self.enter_closed(Some(Event::Reset));
+                }
+            } else {
+                self.send_challenge_ack();
+            }
+            return;
+        }
+
+        // 3. SYN in a synchronized state (RFC 5961 4.2): challenge ACK.
+        if f.syn() {
+            self.counters.tcp_ext_tcp_syn_challenge += 1;
+            self.send_challenge_ack();
+            return;
+        }
+
+        // 4. No ACK: drop.
+        if !f.ack() {
+            return;
+        }
+
+        // Timestamps: remember the peer's clock for echoing (RFC 7323 4.3).
+        if let Some((tsval, tsecr)) = opts.timestamp.filter(|_| self.ts_ok) {
+            if seq.le(self.last_ack_sent) {
+                self.ts_recent = tsval;
+            }
+            if !payload.is_empty() && tsecr != 0 {
+                self.rcv_rtt_sample(now, tsecr);
+            }
+        }
+
+        // 5. ACK processing.
+        let ack = Seq(hdr.ack);
+        if self.state == State::SynReceived {
+            if ack.gt(self.snd_una) && ack.le(self.snd_nxt) {
+                self.snd_una = ack;
+                self.state = State::Established;
+                self.timers.stop(Timer::Rto);
+                self.retries = 0;
+                if !self.syn_retransmitted {
+                    self.rtt.update(now, now - self.syn_tx_time);
+                }
+                self.update_pacing_rate();
+                self.snd_wnd = (hdr.window as u32) << self.snd_wscale;
+                self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+                self.snd_wl1 = seq;
+                self.snd_wl2 = ack;
+                self.events.push_back(Event::Connected);
+            } else {
+                self.queue_rst(ack, Seq(0), TcpFlags::RST);
+                return;
+            }
+        } else {
+            // RFC 5961 5.2: an ACK for data never sent, or far too old.
+            if ack.gt(self.snd_nxt) {
+                self.send_challenge_ack();
+                return;
+            }
+            if ack.lt(self.snd_una - self.max_snd_wnd.max(1)) {
+                self.send_challenge_ack();
+                return;
+            }
+            self.process_ack(now, hdr, opts, payload.is_empty() && !f.fin());
+        }
+
+        // 6. Data and FIN.
+        if ack_only_ok {
+            return;
+        }
+        if self.state.can_receive() || (self.fin_received.is_none() && matches!(self.state, State::Closing)) {
+            self.on_data(now, seq, payload, f.fin());
+        } else if f.fin() && self.state == State::TimeWait {
+            // Retransmitted FIN: ACK again and restart 2MSL.
+            self.ack_now = true;
+            self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
+        } else if !payload.is_empty() || f.fin() {
+            self.ack_now = true;
+        }
+    }
+
+    pub(super) fn rcv_rtt_sample(&mut self, now: Instant, tsecr: u32) {
+        let now_ts = self.ts_now(now);
+        let ms = now_ts.wrapping_sub(tsecr);
+        self.rcv_rtt.sample_ms(ms);
+    }
+
+    pub(super) fn send_challenge_ack(&mut self) {
+        self.counters.tcp_ext_tcp_challenge_ack += 1;
+        self.challenge_ack = true;
+    }
+
+    pub(super) fn queue_rst(&mut self, seq: Seq, ack: Seq, flags: TcpFlags) {
+        self.pending_rst = Some((seq, ack, flags));
+    }
+
+    /// Accepts payload and FIN that passed the sequence check.
+    pub(super) fn on_data(&mut self, now: Instant, seq: Seq, payload: &[u8], fin: bool) {
+        if payload.is_empty() && !fin {
+            return;
+        }
+        // Convert to stream offsets (offset 0 is the first byte after the SYN).
+        let base = self.irs + 1;
+        let next_off = self.recv_buf.next();
+        let start = next_off as i64 + (seq - self.rcv_nxt) as i32 as i64;
+        let fin_off = start + payload.len() as i64;
+        let (off, mut data) = if start < next_off as i64 {
+            let skip = ((next_off as i64 - start) as usize).min(payload.len());
+            (next_off, &payload[skip..])
+        } else {
+            (start as u64, payload)
+        };
+        let limit = self.rcv_window_edge_off();
+        let mut trimmed = false;
+        if off + data.len() as u64 > limit {
+            data = &data[..limit.saturating_sub(off).min(data.len() as u64) as usize];
+            trimmed = true;
+        }
+        if fin && !trimmed && fin_off >= next_off as i64 && self.fin_received.is_none() {
+            self.fin_received = Some(fin_off as u64);
+        }
+        let ins = self.recv_buf.insert(off, data);
+        if ins.queued_ofo {
+            self.counters.tcp_ext_tcp_ofo_queue += 1;
+            self.counters.tcp_ext_tcp_ofo_merge += ins.merged as u64;
+            self.ack_now = true; // dupack with SACK right away (RFC 5681 4.2)
+        }
+        if ins.duplicate {
+            self.counters.tcp_ext_tcp_duplicate_data += 1;
+            self.ack_now = true;
+        }
+        if ins.in_order > 0 {
+            let had_ofo = !self.recv_buf.ofo_is_empty() || ins.in_order > data.len();
+            self.delack.on_data(ins.in_order as u32);
+            if had_ofo {
+                self.ack_now = true; // filled a hole
+            }
+            self.schedule_ack(now);
+        }
+        self.rcv_nxt = base + self.recv_buf.next() as u32;
+        if let Some(fin_off) = self.fin_received {
+            if self.recv_buf.next() == fin_off && self.rcv_nxt == base + fin_off as u32 {
+                self.rcv_nxt += 1;
+                self.ack_now = true;
+                self.on_fin(now);
+            }
+        }
+    }
+
+    pub(super) fn on_fin(&mut self, now: Instant) {
+        self.events.push_back(Event::PeerFin);
+        match self.state {
+            State::Established => self.state = State::CloseWait,
+            State::FinWait1 => {
+                if self.fin_sent && self.snd_una == self.snd_nxt {
+                    self.enter_time_wait(now);
+                } else {
+                    self.state = State::Closing;
+                }
+            }
+            State::FinWait2 => self.enter_time_wait(now),
+            _ => {}
+        }
+    }
+
+    pub(super) fn enter_time_wait(&mut self, now: Instant) {
+        self.state = State::TimeWait;
+        self.timers.stop(Timer::Rto);
+        self.timers.stop(Timer::Persist);
+        self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
+    }
+
+    pub(super) fn enter_closed(&mut self, ev: Option<Event>) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.state = State::Closed;
+        self.timers.stop(Timer::Rto);
+        self.timers.stop(Timer::DelayedAck);
+        self.timers.stop(Timer::Persist);
+        self.timers.stop(Timer::TimeWait);
+        self.events.push_back(ev.unwrap_or(Event::Closed));
+    }
+
+    /// Linux `__tcp_ack_snd_check`: ACK now, or arm the delayed-ACK timer.
+    pub(super) fn schedule_ack(&mut self, now: Instant) {
+        // A window about to close is announced at once (Linux does so under
+        // receive-buffer pressure), or the sender would wait for the timer.
+        let closing = self.free_window() < 2 * self.mss(0) as usize;
+        if self.delack.on_pending(self.mss(0)) || closing {
+            self.ack_now = true;
+        } else if !self.timers.is_set(Timer::DelayedAck) {
+            self.timers.set(Timer::DelayedAck, now + self.cfg.delayed_ack);
+        }
+    }
+
+    /// Linux `tcp_ack`: window update, SACK, cumulative ACK, loss
+    /// detection, congestion state, then the controller and the timers.
+    pub(super) fn process_ack(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, pure: bool) {
+        let ack = Seq(hdr.ack);
+        let wnd = (hdr.window as u32) << self.snd_wscale;
+        let prior_una = self.snd_una;
+        let prior_in_flight = self.in_flight();
+        let prior_wnd = self.snd_wnd;
+
+        self.ack_update_window(Seq(hdr.seq), ack, wnd);
+        let (newly_sacked, sack_rtt) = self.ack_sacks(now, &opts.sack);
+        let mut acked = Acked::default();
+        if ack.gt(self.snd_una) {
+            acked = self.ack_cumulative(now, ack);
+        } else if pure && ack == self.snd_una && !self.scoreboard.is_empty() && wnd == prior_wnd && newly_sacked == 0 {
+            self.dupacks += 1;
+        }
+
+        // RTT: Linux takes the oldest newly acked segment for the RTO
+        // estimator; SACK gives one when nothing was cumulatively acked.
+        if let Some(rtt) = acked.rtt_first.or(sack_rtt) {
+            self.rtt.update(now, rtt);
+        }
+        let ca_rtt = acked.rtt_last.or(sack_rtt);
+        let delivered = acked.segs + newly_sacked;
+
+        self.detect_loss(now);
+        self.fastretrans_alert(now, ack.gt(prior_una));
+        self.cong_control(now, ack.gt(prior_una), delivered, ca_rtt, prior_in_flight);
+        if acked.fin {
+            self.on_fin_acked(now);
+        }
+        if self.cfg.send_buffer.is_auto() {
+            self.send_limit =
+                autotune::sndbuf_expand(self.send_limit, self.ccs.cwnd, self.mss(0), self.cfg.send_buffer.max());
+        }
+    }
+
+    /// Window update (RFC 9293 3.10.7.4, SND.WL1/WL2 rule; Linux
+    /// `tcp_ack_update_window`).
+    fn ack_update_window(&mut self, seq: Seq, ack: Seq, wnd: u32) {
+        if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
+            self.snd_wnd = wnd;
+            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
+            self.snd_wl1 = seq;
+            self.snd_wl2 = ack;
+            if wnd > 0 {
+                self.timers.stop(Timer::Persist);
+                self.persist_backoff = 0;
+            }
+        }
+    }
+
+    /// SACK blocks onto the scoreboard (Linux `tcp_sacktag_write_queue`):
+    /// segments newly SACKed and an RTT sample.
+    fn ack_sacks(&mut self, now: Instant, blocks: &SackBlocks) -> (u32, Option<Duration>) {
+        if !self.sack_ok || blocks.is_empty() {
+            return (0, None);
+        }
+        let min_rtt = self.rtt.min();
+        self.scoreboard.mark_sacked(now, blocks, self.snd_una, self.snd_nxt, min_rtt, &mut self.counters)
+    }
+
+    /// A cumulative ACK past `snd_una` (Linux `tcp_clean_rtx_queue`): frees
+    /// the acknowledged bytes and restarts the retransmission timer.
+    fn ack_cumulative(&mut self, now: Instant, ack: Seq) -> Acked {
+        let acked = self.scoreboard.remove_acked(now, ack, self.rtt.min(), &mut self.counters);
+        self.bytes_acked += (ack - self.snd_una) as u64 - acked.fin as u64;
+        self.send_buf.ack_to(ack);
+        self.snd_una = ack;
+        self.retries = 0;
+        self.dupacks = 0;
+        self.rtt.reset_backoff();
+        // RFC 6298 5.3: restart the timer when new data is acknowledged.
+        self.timers.set_opt(Timer::Rto, (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto()));
+        self.tlp.on_cumulative_ack(self.snd_una);
+        acked
+    }
+
+    /// Linux `tcp_cong_control`: the controller's sample (`pkts_acked`), then
+    /// window growth, or PRR during recovery; pacing rate and loss probe follow.
+    fn cong_control(
+        &mut self,
+        now: Instant,
+        una_advanced: bool,
+        delivered: u32,
+        ca_rtt: Option<Duration>,
+        prior_in_flight: u32,
+    ) {
+        let sample = AckSample {
+            pkts_acked: delivered,
+            rtt: ca_rtt,
+            snd_una: self.snd_una.0,
+            snd_nxt: self.snd_nxt.0,
+            in_flight: prior_in_flight,
+        };
+        if delivered > 0 || ca_rtt.is_some() {
+            self.cc.pkts_acked(&mut self.ccs, &sample, now);
+        }
+        if self.ca_state == CaState::Recovery {
+            self.prr_update(delivered, una_advanced);
+        } else if una_advanced && self.is_cwnd_limited() {
+            self.cc.cong_avoid(&mut self.ccs, self.snd_una.0, delivered.max(1), now);
+        }
+        self.ccs.cwnd = self.ccs.cwnd.clamp(1, self.ccs.cwnd_clamp);
+        self.update_pacing_rate();
+        if una_advanced || self.ca_state != CaState::Open {
+            self.schedule_tlp(now);
+        }
+    }
+
+    /// Our FIN was acknowledged: the closing states move on.
+    fn on_fin_acked(&mut self, now: Instant) {
+        match self.state {
+            State::FinWait1 => self.state = State::FinWait2,
+            State::Closing => self.enter_time_wait(now),
+            State::LastAck => self.enter_closed(None),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! The transmit path: what to send next, the options it carries and the
+//! window it advertises.
+
+use super::*;
+
+impl Subflow {
+    /// Free receive-buffer space, the basis of the advertised window.
+    pub(super) fn free_window(&self) -> usize {
+        self.recv_limit.saturating_sub(self.recv_buf.ready_len() + self.recv_buf.ofo_len())
+    }
+
+    /// Window currently open to the peer (from what we advertised).
+    pub(super) fn rcv_wnd_now(&self) -> u32 {
+        if self.rcv_adv.gt(self.rcv_nxt) {
+            self.rcv_adv - self.rcv_nxt
+        } else {
+            0
+        }
+    }
+
+    /// Stream offset of the right edge we accept data up to.
+    pub(super) fn rcv_window_edge_off(&self) -> u64 {
+        self.recv_buf.next() + self.rcv_wnd_now().max(self.free_window() as u32) as u64
+    }
+
+    /// The window to advertise now (bytes), never shrinking the right edge.
+    pub(super) fn select_window(&mut self) -> u32 {
+        let free = self.free_window() as u32;
+        let mss = self.mss(0);
+        let cur = self.rcv_wnd_now();
+        // Receiver-side silly window avoidance (RFC 9293 3.8.6.2.2).
+        let mut win = if free < (self.recv_limit as u32 / 2).min(mss) { 0 } else { free };
+        win = win.max(cur);
+        let max = MAX_WINDOW_FIELD << self.rcv_wscale;
+        win = win.min(max);
+        // Round down to the scale granularity, except to never shrink.
+        let gran = (1u32 << self.rcv_wscale) - 1;
+        if win & gran != 0 && win > cur {
+            win = (win & !gran).max(cur);
+        }
+        win
+    }
+
+    /// Linux `tcp_is_cwnd_limited`.
+    pub(super) fn is_cwnd_limited(&self) -> bool {
+        if self.is_cwnd_limited {
+            return true;
+        }
+        if self.ccs.in_slow_start() {
+            return self.ccs.cwnd < 2 * self.max_packets_out;
+        }
+        false
+    }
+
+    /// Linux `tcp_cwnd_validate`.
+    pub(super) fn cwnd_validate(&mut self, cwnd_limited: bool) {
+        let packets_out = self.scoreboard.len();
+        if self.snd_una.ge(self.cwnd_usage_seq) || cwnd_limited || packets_out > self.max_packets_out {
+            self.is_cwnd_limited = cwnd_limited;
+            self.max_packets_out = packets_out;
+            self.cwnd_usage_seq = self.snd_nxt;
+        }
+    }
+
+    /// Linux `tcp_update_pacing_rate`: 200 % of cwnd/srtt in slow start, 120 % after.
+    pub(super) fn update_pacing_rate(&mut self) {
+        let cfg = PacingRateConfig {
+            max_pacing_rate: self.cfg.max_pacing_rate.unwrap_or(u64::MAX),
+            ..PacingRateConfig::default()
+        };
+        let rate = cfg.rate(self.mss(0), self.ccs.cwnd, self.ccs.ssthresh, self.scoreboard.len(), self.rtt.smoothed());
+        self.pacer.set_rate(rate);
+        self.cc.set_pacing(rate, self.cfg.pacer != mptun_cc::PacerKind::None && rate != u64::MAX);
+    }
+
+    /// The loss probe: the highest segment sent, once more.
+    pub(super) fn send_loss_probe(
+        &mut self,
+        now: Instant,
+        hook: &mut dyn SegmentHook,
+        out: &mut [u8],
+    ) -> Option<Transmit> {
+        let s = self.scoreboard.on_loss_probe()?;
+        self.tlp.on_probe_sent(self.snd_nxt);
+        self.counters.tcp_ext_tcp_loss_probes += 1;
+        self.counters.tcp_retrans_segs += 1;
+        self.bytes_retrans += s.len as u64;
+        let opts = self.ack_options(now, hook.option_space(true));
+        let mut flags = TcpFlags::ACK | TcpFlags::PSH;
+        if s.fin {
+            flags |= TcpFlags::FIN;
+        }
+        self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts)
+    }
+
+    /// Pending control segments, or data the windows would let us send.
+    pub(super) fn can_send_data(&self) -> bool {
+        if !matches!(
+            self.state,
+            State::Established | State::CloseWait | State::FinWait1 | State::LastAck | State::Closing
+        ) {
+            return false;
+        }
+        if self.in_flight() >= self.ccs.cwnd {
+            return false;
+        }
+        if self.scoreboard.next_lost().is_some() {
+            return true;
+        }
+        let unsent = self.unsent_bytes();
+        if unsent > 0 {
+            return self.window_allows(1);
+        }
+        self.fin_queued && !self.fin_sent
+    }
+
+    pub(super) fn window_allows(&self, len: u32) -> bool {
+        (self.snd_nxt + len).le(self.snd_una + self.snd_wnd)
+    }
+
+    pub(super) fn ts_now(&self, now: Instant) -> u32 {
+        (now.as_millis() as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// Writes the next packet to send at `now` into `out`, if any.
+    pub fn poll_transmit(&mut self, now: Instant, hook: &mut dyn SegmentHook, out: &mut [u8]) -> Option<Transmit> {
+        if let Some((seq, ack, flags)) = self.pending_rst.take() {
+            self.counters.tcp_out_rsts += 1;
+            return self.emit(now, hook, out, seq, ack, flags, None, false, TcpOptions::new());
+        }
+        match self.state {
+            State::Closed => return None,
+            State::SynSent | State::SynReceived if self.snd_nxt == self.iss => {
+                return self.emit_syn(now, hook, out);
+            }
+            _ => {}
+        }
+        if self.state.is_synchronized() {
+            if let Some(t) = self.poll_data(now, hook, out) {
+                return Some(t);
+            }
+            if self.challenge_ack {
+                self.challenge_ack = false;
+                let seq = if self.timers.is_set(Timer::Persist) { self.snd_una - 1 } else { self.snd_nxt };
+                let opts = self.ack_options(now, hook.option_space(false));
+                return self.emit(now, hook, out, seq, self.rcv_nxt, TcpFlags::ACK, None, false, opts);
+            }
+        }
+        if self.ack_now && self.state != State::SynSent {
+            let opts = self.ack_options(now, hook.option_space(false));
+            let seq = if self.state == State::SynReceived { self.iss + 1 } else { self.snd_nxt };
+            return self.emit(now, hook, out, seq, self.rcv_nxt, TcpFlags::ACK, None, false, opts);
+        }
+        None
+    }
+
+    pub(super) fn poll_data(&mut self, now: Instant, hook: &mut dyn SegmentHook, out: &mut [u8]) -> Option<Transmit> {
+        self.timers.stop(Timer::Pacing);
+        if self.tlp.take_due() {
+            if let Some(t) = self.send_loss_probe(now, hook, out) {
+                return Some(t);
+            }
+        }
+        if !self.can_send_data() {
+            // Nothing sendable: zero window with data waiting arms the persist timer.
+            let unsent = self.unsent_bytes();
+            if unsent > 0
+                && self.scoreboard.is_empty()
+                && !self.window_allows(1)
+                && !self.timers.is_set(Timer::Persist)
+                && self.state.is_synchronized()
+            {
+                self.arm_persist(now);
+            }
+            if self.in_flight() >= self.ccs.cwnd {
+                self.cwnd_validate(true);
+            }
+            return None;
+        }
+        let departure = self.pacer.departure(now);
+        if departure > now {
+            self.timers.set(Timer::Pacing, departure);
+            return None;
+        }
+        self.timers.stop(Timer::Pacing);
+        let hook_space = hook.option_space(true);
+        let mss = self.mss(hook_space);
+        let opts = self.ack_options(now, hook_space);
+        let mut flags = TcpFlags::ACK;
+
+        // Retransmit the first lost segment, else send new data.
+        if let Some(i) = self.scoreboard.next_lost() {
+            let s = self.scoreboard.on_retransmit(i, now);
+            self.counters.tcp_retrans_segs += 1;
+            self.bytes_retrans += s.len as u64;
+            if self.ca_state == CaState::Loss {
+                self.counters.tcp_ext_tcp_slow_start_retrans += 1;
+            } else {
+                self.counters.tcp_ext_tcp_fast_retrans += 1;
+            }
+            if s.fin {
+                flags |= TcpFlags::FIN;
+            }
+            if self.ca_state == CaState::Recovery {
+                self.scoreboard.prr_on_sent();
+            }
+            if !self.timers.is_set(Timer::Rto) {
+                self.timers.set(Timer::Rto, now + self.rtt.rto());
+            }
+            let t = self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts);
+            self.after_data_sent(now, t);
+            return t;
+        }
+
+        let unsent = self.unsent_bytes();
+        let wnd_room = (self.snd_una + self.snd_wnd) - self.snd_nxt;
+        let mut len = unsent.min(mss).min(if self.window_allows(1) { wnd_room } else { 0 });
+        if self.cfg.segment_at_write_boundaries {
+            // One MPTCP mapping per write: a segment never straddles two (Linux
+            // refuses to collapse skbs whose MPTCP extensions differ).
+            len = len.min(self.send_buf.contiguous_from(self.snd_nxt) as u32);
+        }
+        if len == 0 && !(self.fin_queued && !self.fin_sent && unsent == 0) {
+            return None;
+        }
+        if self.cfg.nagle && len < mss && !self.scoreboard.is_empty() && !self.fin_queued {
+            return None;
+        }
+        let fin = self.fin_queued && !self.fin_sent && len == unsent;
+        if fin {
+            flags |= TcpFlags::FIN;
+            self.fin_sent = true;
+        }
+        // Linux sets PSH only on the segment that empties the write queue
+        // (tcp_mark_push); segments with identical headers can then be merged
+        // by TSO on the way out.
+        if len > 0 && len == unsent {
+            flags |= TcpFlags::PSH;
+        }
+        let seq = self.snd_nxt;
+        self.scoreboard.push(seq, len, fin, now);
+        self.snd_nxt = seq + len + fin as u32;
+        self.bytes_sent += len as u64;
+        if self.ca_state == CaState::Recovery {
+            self.scoreboard.prr_on_sent();
+        }
+        if self.scoreboard.len() == 1 {
+            // First transmission after idle (Linux CA_EVENT_TX_START).
+            self.cc.cwnd_event(&mut self.ccs, CaEvent::TxStart, now);
+        }
+        self.cc.data_sent(now);
+        if !self.timers.is_set(Timer::Rto) {
+            self.timers.set(Timer::Rto, now + self.rtt.rto());
+        }
+        let t = self.emit(now, hook, out, seq, self.rcv_nxt, flags, Some(len), false, opts);
+        self.after_data_sent(now, t);
+        t
+    }
+
+    pub(super) fn after_data_sent(&mut self, now: Instant, t: Option<Transmit>) {
+        if let Some(t) = t {
+            self.schedule_tlp(now);
+            self.data_segs_out += 1;
+            self.pacer.on_send(now, t.len);
+            let limited = self.in_flight() >= self.ccs.cwnd;
+            self.cwnd_validate(limited);
+        }
+    }
+
+    /// Timestamps and SACK blocks for a non-SYN segment, leaving `hook_space` free.
+    pub(super) fn ack_options(&self, now: Instant, hook_space: usize) -> TcpOptions {
+        let mut o = TcpOptions::new();
+        if self.ts_ok {
+            let _ = o.push(&TcpOption::Nop);
+            let _ = o.push(&TcpOption::Nop);
+            let _ = o.push(&TcpOption::Timestamp { tsval: self.ts_now(now), tsecr: self.ts_recent });
+        }
+        if self.sack_ok && !self.recv_buf.ofo_is_empty() {
+            let room = MAX_TCP_OPTION_SPACE.saturating_sub(o.len() + hook_space);
+            let max_blocks =
+                (room.saturating_sub(TCPOLEN_SACK_BASE_ALIGNED) / TCPOLEN_SACK_PERBLOCK).min(TCP_NUM_SACKS);
+            if max_blocks > 0 {
+                let base = self.irs + 1;
+                let mut blocks = SackBlocks::new();
+                let first = self.recv_buf.last_ofo.and_then(|l| self.recv_buf.ofo_range_at(l));
+                if let Some((s, e)) = first {
+                    blocks.push(((base + s as u32).0, (base + e as u32).0));
+                }
+                for (s, e) in self.recv_buf.ofo_ranges().rev() {
+                    if blocks.len() >= max_blocks {
+                        break;
+                    }
+                    if Some((s, e)) != first {
+                        blocks.push(((base + s as u32).0, (base + e as u32).0));
+                    }
+                }
+                let _ = o.push(&TcpOption::Nop);
+                let _ = o.push(&TcpOption::Nop);
+                let _ = o.push(&TcpOption::Sack(blocks));
+            }
+        }
+        o
+    }
+
+    pub(super) fn emit_syn(&mut self, now: Instant, hook: &mut dyn SegmentHook, out: &mut [u8]) -> Option<Transmit> {
+        let mut o = TcpOptions::new();
+        let syn_ack = self.state == State::SynReceived;
+        let _ = o.push(&TcpOption::Mss(self.cfg.mss));
+        let sack = if syn_ack { self.sack_ok } else { self.cfg.sack };
+        let ts = if syn_ack { self.ts_ok } else { self.cfg.timestamps };
+        let ws = if syn_ack { self.cfg.window_scaling && self.rcv_wscale > 0 } else { self.cfg.window_scaling };
+        let tsopt = TcpOption::Timestamp { tsval: self.ts_now(now), tsecr: if syn_ack { self.ts_recent } else { 0 } };
+        match (sack, ts) {
+            (true, true) => {
+                let _ = o.push(&TcpOption::SackPermitted);
+                let _ = o.push(&tsopt);
+            }
+            (true, false) => {
+                let _ = o.push(&TcpOption::Nop);
+                let _ = o.push(&TcpOption::Nop);
+                let _ = o.push(&TcpOption::SackPermitted);
+            }
+            (false, true) => {
+                let _ = o.push(&TcpOption::Nop);
+                let _ = o.push(&TcpOption::Nop);
+                let _ = o.push(&tsopt);
+            }
+            (false, false) => {}
+        }
+        if ws {
+            let _ = o.push(&TcpOption::Nop);
+            let _ = o.push(&TcpOption::WindowScale(self.rcv_wscale));
+        }
+        let (flags, ack) =
+            if syn_ack { (TcpFlags::SYN | TcpFlags::ACK, self.rcv_nxt) } else { (TcpFlags::SYN, Seq(0)) };
+        self.syn_tx_time = now;
+        self.snd_nxt = self.iss + 1;
+        self.timers.set(Timer::Rto, now + self.rtt.rto());
+        self.emit(now, hook, out, self.iss, ack, flags, None, self.syn_retransmitted, o)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn emit(
+        &mut self,
+        now: Instant,
+        hook: &mut dyn SegmentHook,
+        out: &mut [u8],
+        seq: Seq,
+        ack: Seq,
+        flags: TcpFlags,
+        payload_len: Option<u32>,
+        retransmit: bool,
+        mut options: TcpOptions,
+    ) -> Option<Transmit> {
+        let len = payload_len.unwrap_or(0);
+        let meta = SegmentMeta { seq, len, flags, retransmit };
+        // RSTs go through the hook too: MPTCP may say why (MP_TCPRST).
+        let hook_window = hook.on_emit(&meta, &mut options);
+        let window = if flags.syn() {
+            let w = self.recv_limit.min(MAX_WINDOW_FIELD as usize) as u16;
+            if flags.ack() {
+                self.rcv_adv = self.rcv_nxt + w as u32;
+            }
+            w
+        } else if flags.rst() {
+            0
+        } else {
+            let w = match hook_window {
+                Some(w) => w.min((MAX_WINDOW_FIELD as u64) << self.rcv_wscale) as u32,
+                None => self.select_window(),
+            };
+            if flags.ack() {
+                self.rcv_adv = self.rcv_nxt + w;
+                if w == 0 {
+                    self.counters.tcp_ext_tcp_to_zero_window_adv += 1;
+                }
+            }
+            (w >> self.rcv_wscale).min(MAX_WINDOW_FIELD) as u16
+        };
+        let hdr = TcpHeader {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq: seq.0,
+            ack: if flags.ack() { ack.0 } else { 0 },
+            flags,
+            window,
+            checksum: 0,
+            urgent: 0,
+            options,
+        };
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let payload: &[u8] = if len > 0 { self.send_buf.range(seq, len as usize, &mut scratch) } else { &[] };
+        let res = mptun_wire::ip::emit_tcp_packet(self.local.ip(), self.remote.ip(), self.cfg.ttl, &hdr, payload, out);
+        self.scratch = scratch;
+        let n = match res {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not emit segment");
+                return None;
+            }
+        };
+        self.counters.tcp_out_segs += 1;
+        if flags.ack() {
+            self.last_ack_sent = ack;
+            self.ack_now = false;
+            self.delack.on_ack_sent();
+            self.timers.stop(Timer::DelayedAck);
+        }
+        Some(Transmit { len: n, departure: now, src: self.local, dst: self.remote })
+    }
+}
+
+/// Smallest window scale that lets `max_buffer` be advertised (Linux
+/// `tcp_select_initial_window`).
+pub(super) fn wscale_for(max_buffer: usize) -> u8 {
+    let mut ws = 0;
+    while ws < TCP_MAX_WSCALE && (max_buffer >> ws) > MAX_WINDOW_FIELD as usize {
+        ws += 1;
+    }
+    ws
+}

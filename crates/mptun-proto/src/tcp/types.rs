@@ -1,0 +1,172 @@
+//! The vocabulary the subflow shares with its driver and with the MPTCP layer
+//! above it: states, events, the emission hook and the reports.
+
+use crate::seq::Seq;
+use mptun_cc::CaState;
+use mptun_time::{Duration, Instant};
+use mptun_wire::{TcpFlags, TcpOptions};
+use std::net::SocketAddr;
+
+/// RFC 9293 connection states.
+///
+/// Exposed so that the layer above can tell a usable subflow from one still
+/// opening or already closing, without reaching into the state machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// No connection: never opened, reset, timed out or fully closed.
+    Closed,
+    /// Our SYN is out, the peer's is not yet in.
+    SynSent,
+    /// The peer's SYN is in, our SYN-ACK not yet acknowledged.
+    SynReceived,
+    /// Both directions open.
+    Established,
+    /// We closed; our FIN is not yet acknowledged.
+    FinWait1,
+    /// Our FIN is acknowledged; waiting for the peer's.
+    FinWait2,
+    /// The peer closed; we may still send.
+    CloseWait,
+    /// Both sides closed at once; our FIN is not yet acknowledged.
+    Closing,
+    /// The peer closed first, then we did; waiting for the ACK of our FIN.
+    LastAck,
+    /// Both FINs acknowledged; 2MSL wait so late segments die here.
+    TimeWait,
+}
+
+impl State {
+    /// Both SYNs have been seen.
+    pub fn is_synchronized(self) -> bool {
+        !matches!(self, State::Closed | State::SynSent | State::SynReceived)
+    }
+    /// We may still receive data.
+    pub(crate) fn can_receive(self) -> bool {
+        matches!(self, State::Established | State::FinWait1 | State::FinWait2)
+    }
+}
+
+/// Something the application or the layer above should react to.
+///
+/// Events are queued rather than returned so that one call that causes
+/// several (a SYN-ACK carrying a FIN) loses none; see [`super::Subflow::poll_event`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake completed.
+    Connected,
+    /// The peer sent FIN: no more data will arrive.
+    PeerFin,
+    /// The connection was reset by the peer.
+    Reset,
+    /// Retransmissions gave up (RTO streak past `max_retries`/`syn_retries`).
+    TimedOut,
+    /// The connection reached CLOSED after an orderly close.
+    Closed,
+}
+
+/// Describes a segment being emitted, for [`SegmentHook`].
+///
+/// The hook sees the segment before its options are final, so MPTCP can
+/// attach the DSS mapping that matches exactly these bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentMeta {
+    /// Sequence number of the first byte (or of the SYN/FIN).
+    pub seq: Seq,
+    /// Payload bytes.
+    pub len: u32,
+    /// The segment's flags (SYN, FIN, RST, ACK, PSH).
+    pub flags: TcpFlags,
+    /// A copy of something sent before (RTO, fast retransmit, loss probe,
+    /// SYN retry): MPTCP must repeat the original mapping, not make a new one.
+    pub retransmit: bool,
+}
+
+/// Lets the layer above (MPTCP) add options to, and override the advertised
+/// window of, every segment this subflow emits, without the subflow knowing
+/// what MPTCP is.
+pub trait SegmentHook {
+    /// Option bytes (a multiple of 4) the hook adds to data segments
+    /// (`data`) or to pure ACKs, so the subflow leaves room for them when it
+    /// cuts segments and picks SACK blocks.
+    fn option_space(&self, _data: bool) -> usize {
+        0
+    }
+    /// Called for each emitted segment; may push options and return a
+    /// receive window (bytes, unscaled) to advertise instead of the subflow's.
+    fn on_emit(&mut self, _seg: &SegmentMeta, _opts: &mut TcpOptions) -> Option<u64> {
+        None
+    }
+}
+
+/// The no-op hook of plain TCP.
+impl SegmentHook for () {}
+
+/// A packet written by [`super::Subflow::poll_transmit`].
+///
+/// The bytes are in the caller's buffer; this says how many and where they
+/// go, so the driver needs no parsing to route them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written to the output buffer (a whole IP packet).
+    pub len: usize,
+    /// Earliest departure time (EDT); `<= now` when returned.
+    pub departure: Instant,
+    /// Our address and port (the packet's source).
+    pub src: SocketAddr,
+    /// The peer's address and port (the packet's destination).
+    pub dst: SocketAddr,
+}
+
+/// A snapshot like Linux's `TCP_INFO`, for reports and traces.
+///
+/// Field names follow `struct tcp_info` so a simulator report reads like
+/// `ss -ti` output and can be compared with the kernel's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TcpInfo {
+    /// Connection state.
+    pub state: State,
+    /// Congestion-avoidance state (Open, Disorder, Recovery, Loss).
+    pub ca_state: CaState,
+    /// Congestion window, in segments.
+    pub cwnd: u32,
+    /// Slow-start threshold, in segments.
+    pub ssthresh: u32,
+    /// Payload bytes per data segment now.
+    pub mss: u32,
+    /// Smoothed RTT (zero before the first sample).
+    pub srtt: Duration,
+    /// RTT variation.
+    pub rttvar: Duration,
+    /// Minimum RTT seen (zero before the first sample).
+    pub min_rtt: Duration,
+    /// Current retransmission timeout, backoff included.
+    pub rto: Duration,
+    /// Pacing rate, bytes per second.
+    pub pacing_rate: u64,
+    /// Segments sent and not cumulatively acknowledged.
+    pub packets_out: u32,
+    /// Of those, SACKed.
+    pub sacked_out: u32,
+    /// Of those, marked lost and not yet retransmitted.
+    pub lost_out: u32,
+    /// Retransmissions in flight.
+    pub retrans_out: u32,
+    /// Payload bytes cumulatively acknowledged.
+    pub bytes_acked: u64,
+    /// Payload bytes received in order.
+    pub bytes_received: u64,
+    /// Payload bytes sent once (retransmissions excluded).
+    pub bytes_sent: u64,
+    /// Payload bytes retransmitted.
+    pub bytes_retrans: u64,
+    /// Peer's window, scaled, in bytes.
+    pub snd_wnd: u32,
+    /// Window still open from what we last advertised, in bytes.
+    pub rcv_wnd: u32,
+    /// Send-buffer limit (autotuned or fixed), bytes.
+    pub send_buffer: usize,
+    /// Receive-buffer limit (autotuned or fixed), bytes.
+    pub recv_buffer: usize,
+    /// The last window was limited by cwnd, not by the application or rwnd.
+    pub cwnd_limited: bool,
+}
