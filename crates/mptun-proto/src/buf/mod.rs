@@ -2,7 +2,10 @@
 //! a send queue from the oldest unacknowledged byte on and a reassembly queue
 //! on the receive side, so one implementation serves both layers.
 
+mod ofo;
 mod recv;
+#[cfg(test)]
+mod recv_oracle;
 mod send;
 
 pub(crate) use recv::RecvBuf;
