@@ -224,7 +224,6 @@ impl RecvBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::super::recv_oracle::RecvBuf as OldRecvBuf;
     use super::*;
     use proptest::prelude::*;
 
@@ -354,7 +353,7 @@ mod tests {
         fn same_as_the_old_queue(ops in prop::collection::vec(op(), 1..150), probes in prop::collection::vec(0u64..500, 4)) {
             let stream: Vec<u8> = (0..500u32).map(|i| (i * 13 + 1) as u8).collect();
             let mut new = RecvBuf::default();
-            let mut old = OldRecvBuf::default();
+            let mut old = super::super::recv_oracle::RecvBuf::default();
             for op in ops {
                 match op {
                     Op::Insert { off, len, shared } => {
