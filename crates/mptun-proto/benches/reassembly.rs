@@ -144,7 +144,7 @@ fn main() {
         for (shared, path) in [(false, "insert(&[u8])"), (true, "insert_bytes")] {
             // The old queue at the full count only where it is not quadratic.
             let counts = if order == Order::Sequential { vec![n] } else { vec![old_n, n] };
-            for &count in &counts {
+            for &count in counts.iter().filter(|&&c| c > 0) {
                 let idx = order.indices(count);
                 let new = ns_per_segment::<recv::RecvBuf>(&idx, shared, budget);
                 let old = (count <= old_n || order == Order::Sequential)
