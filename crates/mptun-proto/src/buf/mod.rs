@@ -4,7 +4,10 @@
 
 #![deny(missing_docs)]
 
+mod ofo;
 mod recv;
+#[cfg(test)]
+mod recv_oracle;
 mod send;
 
 pub(crate) use recv::RecvBuf;

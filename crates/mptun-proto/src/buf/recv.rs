@@ -1,38 +1,55 @@
 //! The receive side's reassembly: in-order bytes waiting for the application,
-//! and an out-of-order queue of disjoint ranges (Linux `out_of_order_queue`).
+//! and an out-of-order queue of disjoint ranges (Linux `out_of_order_queue`,
+//! in `ofo.rs`: O(log n) per segment, never copies data already queued).
 //!
 //! Offsets are 64-bit stream offsets, not sequence numbers, so the queue never
 //! has to reason about wrap-around.
 
+use super::ofo::{OfoQueue, Src, CHUNK_OVERHEAD};
 use bytes::{Bytes, BytesMut};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 /// What inserting a segment did, for the counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Insert {
     /// Bytes that became readable in order.
     pub in_order: usize,
-    /// The segment went to the out-of-order queue.
+    /// The segment went to the out-of-order queue (also when it was a
+    /// duplicate of bytes queued there).
     pub queued_ofo: bool,
-    /// It went past every range already in the out-of-order queue.
+    /// It started at or past the end of every range already in the
+    /// out-of-order queue (abutting the last one counts).
     pub tail: bool,
-    /// It merged with a neighbour in the out-of-order queue.
+    /// It overlapped or abutted a range in the out-of-order queue (always
+    /// with `duplicate` there).
     pub merged: bool,
     /// Every byte of it was already received.
     pub duplicate: bool,
+}
+
+/// A piece of in-order data. The pieces of one out-of-order range that
+/// became readable form one chunk for [`RecvBuf::read_chunk`] (`last` marks
+/// its end), as when ranges were single buffers: the MPTCP layer inserts
+/// what a subflow hands it chunk by chunk, and its counters count chunks.
+#[derive(Debug)]
+struct Piece {
+    data: Bytes,
+    /// Ends its chunk.
+    last: bool,
+    /// Spare capacity of its allocation (charged until it is dropped).
+    spare: usize,
 }
 
 /// Received bytes by stream offset: readable in-order data plus the
 /// out-of-order ranges SACK reports.
 #[derive(Debug, Default)]
 pub(crate) struct RecvBuf {
-    ready: VecDeque<Bytes>,
+    ready: VecDeque<Piece>,
     ready_len: usize,
+    ready_spare: usize,
     /// Offset of the next in-order byte (`rcv_nxt` as an offset).
     next: u64,
-    /// start offset → data; ranges are disjoint and non-adjacent.
-    ofo: BTreeMap<u64, BytesMut>,
-    ofo_len: usize,
+    ofo: OfoQueue,
     /// Start of the out-of-order range touched last (the first SACK block, RFC 2018).
     pub last_ofo: Option<u64>,
 }
@@ -48,68 +65,73 @@ impl RecvBuf {
     }
     /// Bytes held out of order (they count against the receive window).
     pub fn ofo_len(&self) -> usize {
-        self.ofo_len
+        self.ofo.len()
     }
     /// No hole: nothing to SACK.
     pub fn ofo_is_empty(&self) -> bool {
         self.ofo.is_empty()
     }
 
+    /// Memory the queues hold, as Linux charges `truesize` to `sk_rmem_alloc`:
+    /// the bytes, the spare capacity of their buffers and
+    /// [`CHUNK_OVERHEAD`] per chunk, in order and out of order.
+    #[allow(dead_code)] // the receive-window enforcement will use it
+    pub fn mem_charged(&self) -> usize {
+        self.ready_len + self.ready_spare + CHUNK_OVERHEAD * self.ready.len() + self.ofo.mem_charged()
+    }
+
     /// Out-of-order ranges as `[start, end)` offsets, ascending.
     pub fn ofo_ranges(&self) -> impl DoubleEndedIterator<Item = (u64, u64)> + '_ {
-        self.ofo.iter().map(|(&s, d)| (s, s + d.len() as u64))
+        self.ofo.ranges()
     }
 
     /// The out-of-order range containing `off`.
     pub fn ofo_range_at(&self, off: u64) -> Option<(u64, u64)> {
-        self.ofo.range(..=off).next_back().map(|(&s, d)| (s, s + d.len() as u64)).filter(|&(_, e)| e > off)
+        self.ofo.range_at(off)
     }
 
     /// Inserts `data` at stream offset `off`. The caller has trimmed it to the window.
     pub fn insert(&mut self, off: u64, data: &[u8]) -> Insert {
-        self.insert_with(off, data, Bytes::copy_from_slice)
+        self.insert_src(off, Src::Slice(data))
     }
 
-    /// [`RecvBuf::insert`] for data already in a `Bytes`: in-order data is
-    /// queued without a copy (the MPTCP layer moves subflow chunks this way).
+    /// [`RecvBuf::insert`] for data already in a `Bytes`: it is queued as
+    /// slices of it, never copied (the MPTCP layer moves subflow chunks this way).
     pub fn insert_bytes(&mut self, off: u64, data: Bytes) -> Insert {
-        let whole = data.clone();
-        self.insert_with(off, &data, move |d| {
-            // `d` is a suffix of `data`: slice the same allocation.
-            whole.slice(whole.len() - d.len()..)
-        })
+        self.insert_src(off, Src::Bytes(data))
     }
 
-    fn insert_with(&mut self, off: u64, data: &[u8], to_bytes: impl FnOnce(&[u8]) -> Bytes) -> Insert {
+    fn insert_src(&mut self, off: u64, data: Src<'_>) -> Insert {
         let mut res = Insert::default();
-        let end = off + data.len() as u64;
-        if data.is_empty() {
+        let len = data.len();
+        let end = off + len as u64;
+        if len == 0 {
             return res;
         }
         if end <= self.next {
             res.duplicate = true;
             return res;
         }
-        // Drop the already-received prefix.
-        let (off, data) = if off < self.next { (self.next, &data[(self.next - off) as usize..]) } else { (off, data) };
-        if off == self.next {
+        if off <= self.next {
+            // In order, after dropping the already-received prefix.
             let before = self.next;
-            self.push_ready(to_bytes(data));
+            self.push_ready(data.tail_from((self.next - off) as usize), true, 0);
             self.next = end;
-            // Pull in everything the out-of-order queue now continues.
-            while let Some(entry) = self.ofo.first_entry() {
-                let s = *entry.key();
-                if s > self.next {
-                    break;
+            // Pull in everything the out-of-order queue now continues, each
+            // range as one chunk.
+            while let Some(e) = self.ofo.pop_range_upto(self.next) {
+                let mut any = false;
+                while let Some((s, b, spare)) = self.ofo.pop_chunk_before(e) {
+                    let ce = s + b.len() as u64;
+                    if ce > self.next {
+                        let skip = self.next.saturating_sub(s) as usize;
+                        self.push_ready(b.slice(skip..), false, spare);
+                        self.next = ce;
+                        any = true;
+                    }
                 }
-                let d = entry.remove();
-                self.ofo_len -= d.len();
-                let e = s + d.len() as u64;
-                if e > self.next {
-                    let skip = (self.next - s) as usize;
-                    let b = d.freeze().slice(skip..);
-                    self.push_ready(b);
-                    self.next = e;
+                if any {
+                    self.ready.back_mut().expect("pushed").last = true;
                 }
             }
             if self.last_ofo.is_some_and(|l| l < self.next) {
@@ -119,61 +141,25 @@ impl RecvBuf {
             return res;
         }
         res.queued_ofo = true;
-        res.tail = self.ofo.last_key_value().is_none_or(|(&s, d)| off >= s + d.len() as u64);
-        res.merged = self.insert_ofo(off, data, &mut res.duplicate);
+        res.tail = self.ofo.end().is_none_or(|e| off >= e);
+        let ins = self.ofo.insert(off, data);
+        res.merged = ins.merged;
+        res.duplicate = ins.duplicate;
+        self.last_ofo = Some(ins.start);
         res
     }
 
-    fn push_ready(&mut self, b: Bytes) {
-        self.ready_len += b.len();
-        self.ready.push_back(b);
+    fn push_ready(&mut self, data: Bytes, last: bool, spare: usize) {
+        self.ready_len += data.len();
+        self.ready_spare += spare;
+        self.ready.push_back(Piece { data, last, spare });
     }
 
-    /// Merges `[off, off+len)` into the disjoint range set. Returns whether it
-    /// touched an existing range.
-    fn insert_ofo(&mut self, off: u64, data: &[u8], duplicate: &mut bool) -> bool {
-        let end = off + data.len() as u64;
-        let mut start = off;
-        let mut merged = false;
-        // Absorb a predecessor that overlaps or abuts.
-        let mut buf = BytesMut::new();
-        if let Some((&ps, pd)) = self.ofo.range(..=off).next_back() {
-            let pe = ps + pd.len() as u64;
-            if pe >= end {
-                *duplicate = true;
-                self.last_ofo = Some(ps);
-                return true;
-            }
-            if pe >= off {
-                let pd = self.ofo.remove(&ps).expect("present");
-                self.ofo_len -= pd.len();
-                start = ps;
-                buf = pd;
-                buf.extend_from_slice(&data[(pe - off) as usize..]);
-                merged = true;
-            }
-        }
-        if buf.is_empty() {
-            buf.extend_from_slice(data);
-        }
-        // Absorb successors that overlap or abut.
-        while let Some((&ns, _)) = self.ofo.range(start + 1..).next() {
-            let cur_end = start + buf.len() as u64;
-            if ns > cur_end {
-                break;
-            }
-            let nd = self.ofo.remove(&ns).expect("present");
-            self.ofo_len -= nd.len();
-            let ne = ns + nd.len() as u64;
-            if ne > cur_end {
-                buf.extend_from_slice(&nd[(cur_end - ns) as usize..]);
-            }
-            merged = true;
-        }
-        self.ofo_len += buf.len();
-        self.ofo.insert(start, buf);
-        self.last_ofo = Some(start);
-        merged
+    fn pop_ready(&mut self) -> Option<Bytes> {
+        let p = self.ready.pop_front()?;
+        self.ready_spare -= p.spare;
+        self.ready_len -= p.data.len();
+        Some(p.data)
     }
 
     /// Copies up to `out.len()` in-order bytes to `out`.
@@ -181,25 +167,64 @@ impl RecvBuf {
         let mut n = 0;
         while n < out.len() {
             let Some(front) = self.ready.front_mut() else { break };
-            let take = front.len().min(out.len() - n);
-            out[n..n + take].copy_from_slice(&front[..take]);
+            let take = front.data.len().min(out.len() - n);
+            out[n..n + take].copy_from_slice(&front.data[..take]);
             n += take;
-            if take == front.len() {
-                self.ready.pop_front();
+            if take == front.data.len() {
+                self.pop_ready();
             } else {
-                let _ = front.split_to(take);
+                let _ = front.data.split_to(take);
+                self.ready_len -= take;
             }
         }
-        self.ready_len -= n;
         n
     }
 
-    /// Takes the next in-order chunk, at most `max` bytes, without copying.
+    /// Takes the next in-order chunk, at most `max` bytes, without copying
+    /// unless the chunk is a range that was reassembled from several
+    /// segments and `max` spans more than its first piece: those bytes are
+    /// copied once, here (the application reading with [`RecvBuf::read`]
+    /// copies them anyway).
     pub fn read_chunk(&mut self, max: usize) -> Option<Bytes> {
         let front = self.ready.front_mut()?;
-        let b = if front.len() <= max { self.ready.pop_front()? } else { front.split_to(max) };
-        self.ready_len -= b.len();
-        Some(b)
+        if front.last || front.data.len() >= max {
+            if front.data.len() <= max {
+                return self.pop_ready();
+            }
+            self.ready_len -= max;
+            return Some(front.data.split_to(max));
+        }
+        // The chunk continues past this piece and `max` wants more.
+        let mut want = 0;
+        for p in &self.ready {
+            want += p.data.len().min(max - want);
+            if p.last || want == max {
+                break;
+            }
+        }
+        let mut out = BytesMut::with_capacity(want);
+        while out.len() < want {
+            let front = self.ready.front_mut().expect("counted");
+            let take = front.data.len().min(want - out.len());
+            out.extend_from_slice(&front.data[..take]);
+            if take == front.data.len() {
+                self.pop_ready();
+            } else {
+                let _ = front.data.split_to(take);
+                self.ready_len -= take;
+            }
+        }
+        Some(out.freeze())
+    }
+
+    #[cfg(test)]
+    fn check(&self) {
+        self.ofo.check();
+        assert_eq!(self.ready_len, self.ready.iter().map(|p| p.data.len()).sum::<usize>());
+        assert_eq!(self.ready_spare, self.ready.iter().map(|p| p.spare).sum::<usize>());
+        assert!(self.ready.iter().all(|p| !p.data.is_empty()));
+        assert!(self.ready.back().is_none_or(|p| p.last));
+        assert!(self.mem_charged() >= self.ready_len + self.ofo_len());
     }
 }
 
@@ -244,6 +269,139 @@ mod tests {
         assert_eq!((a.len(), b.len()), (600, 400));
         assert_eq!(a.as_ptr(), ptr);
         assert_eq!(b.as_ptr(), ptr.wrapping_add(600));
+    }
+
+    /// Out-of-order data given as `Bytes` is queued as slices of it and
+    /// handed out again without a copy, in any arrival order.
+    #[test]
+    fn out_of_order_bytes_are_never_copied() {
+        let segs: Vec<Bytes> = (0..50u8).map(|i| Bytes::from(vec![i; 100])).collect();
+        let mut r = RecvBuf::default();
+        for (i, b) in segs.iter().enumerate().rev() {
+            r.insert_bytes(i as u64 * 100, b.clone());
+            r.check();
+        }
+        assert_eq!(r.ready_len(), 5000);
+        for b in &segs {
+            let c = r.read_chunk(100).unwrap();
+            assert_eq!(c.as_ptr(), b.as_ptr());
+        }
+        assert!(r.read_chunk(100).is_none());
+    }
+
+    /// A run of segments behind a hole coalesces into few buffers, allocated
+    /// for the run, never moving what they already hold.
+    #[test]
+    fn tail_run_coalesces() {
+        let mut r = RecvBuf::default();
+        let seg = [5u8; 1000];
+        for i in 1..=200u64 {
+            let ins = r.insert(i * 1000, &seg);
+            assert_eq!((ins.tail, ins.merged), (true, i > 1));
+            r.check();
+        }
+        let chunks = r.ofo.chunks();
+        assert!(chunks < 20, "{chunks} chunks");
+        // Spare capacity never exceeds what is queued.
+        assert!(r.mem_charged() <= 2 * r.ofo_len() + CHUNK_OVERHEAD * chunks, "{}", r.mem_charged());
+        assert_eq!(r.insert(0, &seg).in_order, 201_000);
+        assert_eq!(r.read_chunk(usize::MAX).map(|b| b.len()), Some(1000));
+        assert_eq!(r.read_chunk(usize::MAX).map(|b| b.len()), Some(200_000));
+        r.check();
+        assert_eq!(r.mem_charged(), 0);
+    }
+
+    /// Tiny ranges are charged their overhead, not one byte each.
+    #[test]
+    fn tiny_ranges_are_charged_per_chunk() {
+        let mut r = RecvBuf::default();
+        for i in 0..1000u64 {
+            r.insert(2 * i + 1, b"x");
+        }
+        assert_eq!(r.ofo_len(), 1000);
+        assert_eq!(r.mem_charged(), 1000 * (1 + CHUNK_OVERHEAD));
+    }
+
+    /// Descending arrival of many full segments is not quadratic (the old
+    /// queue took seconds for 4000).
+    #[test]
+    fn reverse_order_is_fast() {
+        let seg = vec![1u8; 1448];
+        let mut r = RecvBuf::default();
+        let n = 20_000u64;
+        let t = std::time::Instant::now();
+        for i in (0..n).rev() {
+            r.insert(i * 1448, &seg);
+        }
+        assert_eq!(r.ready_len(), n as usize * 1448);
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert { off: u64, len: usize, shared: bool },
+        Read(usize),
+        ReadChunk(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u64..400, 1usize..60, any::<bool>()).prop_map(|(off, len, shared)| Op::Insert { off, len, shared }),
+            1 => (0usize..120).prop_map(Op::Read),
+            1 => (1usize..120).prop_map(Op::ReadChunk),
+        ]
+    }
+
+    proptest! {
+        /// The new queue against the old one (the oracle): same `Insert`
+        /// results, same ranges, same bytes in the same chunks.
+        #[test]
+        fn same_as_the_old_queue(ops in prop::collection::vec(op(), 1..150), probes in prop::collection::vec(0u64..500, 4)) {
+            let stream: Vec<u8> = (0..500u32).map(|i| (i * 13 + 1) as u8).collect();
+            let mut new = RecvBuf::default();
+            let mut old = super::super::recv_oracle::RecvBuf::default();
+            for op in ops {
+                match op {
+                    Op::Insert { off, len, shared } => {
+                        let data = &stream[off as usize..off as usize + len];
+                        let (a, b) = if shared {
+                            let b = Bytes::copy_from_slice(data);
+                            (new.insert_bytes(off, b.clone()), old.insert_bytes(off, b))
+                        } else {
+                            (new.insert(off, data), old.insert(off, data))
+                        };
+                        let b = Insert { in_order: b.in_order, queued_ofo: b.queued_ofo, tail: b.tail, merged: b.merged, duplicate: b.duplicate };
+                        prop_assert_eq!(a, b);
+                    }
+                    Op::Read(n) => {
+                        let (mut a, mut b) = (vec![0; n], vec![0; n]);
+                        prop_assert_eq!(new.read(&mut a), old.read(&mut b));
+                        prop_assert_eq!(a, b);
+                    }
+                    Op::ReadChunk(n) => prop_assert_eq!(new.read_chunk(n), old.read_chunk(n)),
+                }
+                new.check();
+                prop_assert_eq!(new.next(), old.next());
+                prop_assert_eq!(new.ready_len(), old.ready_len());
+                prop_assert_eq!(new.ofo_len(), old.ofo_len());
+                prop_assert_eq!(new.ofo_is_empty(), old.ofo_is_empty());
+                prop_assert_eq!(new.last_ofo, old.last_ofo);
+                prop_assert_eq!(new.ofo_ranges().collect::<Vec<_>>(), old.ofo_ranges().collect::<Vec<_>>());
+                prop_assert_eq!(new.ofo_ranges().rev().collect::<Vec<_>>(), old.ofo_ranges().rev().collect::<Vec<_>>());
+                for &p in &probes {
+                    prop_assert_eq!(new.ofo_range_at(p), old.ofo_range_at(p));
+                }
+                if let Some(l) = new.last_ofo {
+                    prop_assert_eq!(new.ofo_range_at(l), old.ofo_range_at(l));
+                }
+            }
+            // What is left reads out in the same chunks.
+            loop {
+                let (a, b) = (new.read_chunk(usize::MAX), old.read_chunk(usize::MAX));
+                prop_assert_eq!(&a, &b);
+                if a.is_none() { break; }
+            }
+        }
     }
 
     proptest! {
