@@ -29,6 +29,11 @@ pub const IP_LOCAL_PORT_RANGE: core::ops::RangeInclusive<u16> = 32768..=60999;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionHandle(pub usize);
 
+/// RSTs for segments that match no connection, queued until the driver
+/// polls: a bound, so a flood of stray segments costs no memory (the excess
+/// is dropped unanswered, as Linux's RST rate limit would).
+const MAX_STRAY_RSTS: usize = 64;
+
 /// Endpoint-wide settings: the defaults of every connection it opens or accepts.
 #[derive(Clone, Debug, Default)]
 pub struct EndpointConfig {
@@ -417,7 +422,7 @@ impl Endpoint {
                 self.counters.mptcp_mp_rst_tx += 1;
             }
         }
-        if self.stray_rsts.len() < 64 {
+        if self.stray_rsts.len() < MAX_STRAY_RSTS {
             self.stray_rsts.push_back((local, remote, rst));
         }
     }
@@ -460,7 +465,7 @@ impl Endpoint {
         if let Some((local, remote, hdr)) = self.stray_rsts.pop_front() {
             self.counters.tcp_out_rsts += 1;
             self.counters.tcp_out_segs += 1;
-            if let Ok(len) = mptun_wire::emit_tcp_packet(local.ip(), remote.ip(), 64, &hdr, &[], out) {
+            if let Ok(len) = mptun_wire::emit_tcp_packet(local.ip(), remote.ip(), self.config.tcp.ttl, &hdr, &[], out) {
                 return Some(Transmit { len, departure: now, src: local, dst: remote });
             }
         }

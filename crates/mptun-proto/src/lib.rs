@@ -7,6 +7,7 @@
 //! point takes the current [`Instant`](mptun_time::Instant).
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 pub(crate) mod buf;
 pub mod counters;

@@ -11,10 +11,10 @@ use tokio::net::ToSocketAddrs;
 use crate::state::{ListenerState, State};
 use crate::{MptcpStream, Stack};
 
-/// Linux's default `net.ipv4.ip_local_port_range` (32768–60999): a listener
-/// bound to port 0 gets a port from it, as a kernel socket would, so a peer
-/// or a firewall rule sees the ports it expects.
-pub(crate) const EPHEMERAL_PORTS: std::ops::RangeInclusive<u16> = 32768..=60999;
+/// Linux's default `net.ipv4.ip_local_port_range` (32768–60999), the core's
+/// range: a listener bound to port 0 gets a port from it, as a kernel socket
+/// would, so a peer or a firewall rule sees the ports it expects.
+pub(crate) const EPHEMERAL_PORTS: std::ops::RangeInclusive<u16> = mptun_proto::endpoint::IP_LOCAL_PORT_RANGE;
 
 /// A listening socket of a [`Stack`].
 ///

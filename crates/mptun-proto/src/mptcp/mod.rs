@@ -29,6 +29,7 @@ use crate::counters::Counters;
 use crate::pm::{JoinRequest, PmState};
 use crate::sched::{new_scheduler, Scheduler};
 use crate::seq::{DataSeq, Seq};
+use crate::tcp::autotune::RcvSpace;
 use crate::tcp::{Event, Subflow, Transmit};
 use bytes::Bytes;
 use hook::Hook;
@@ -215,10 +216,8 @@ pub struct Connection {
     data_fin_rto: Option<Instant>,
     data_fin_backoff: u32,
     closed_event_sent: bool,
-    rcvq_copied_at: u64,
-    rcvq_space: usize,
-    rcvq_time: Instant,
-    app_read: u64,
+    /// Connection-level DRS (`mptcp_rcv_space_adjust`), the subflow's type.
+    rcvq_space: RcvSpace,
     /// Time of the last input, timer or output call: what application calls
     /// (which carry no time) act at.
     last_now: Instant,
@@ -323,11 +322,8 @@ impl Connection {
             data_fin_rto: None,
             data_fin_backoff: 0,
             closed_event_sent: false,
-            rcvq_copied_at: 0,
             // As the subflow does (Linux starts at TCP_INIT_CWND × advmss).
-            rcvq_space: (rx::TCP_INIT_CWND * rx::DEFAULT_ADVMSS).min(recv_limit),
-            rcvq_time: now,
-            app_read: 0,
+            rcvq_space: RcvSpace::new(now, RcvSpace::initial_space(rx::DEFAULT_ADVMSS, recv_limit)),
             last_now: now,
             cfg,
         }
@@ -520,7 +516,7 @@ impl Connection {
         }
         let n = self.rcv_buf.read(out);
         if n > 0 {
-            self.app_read += n as u64;
+            self.rcvq_space.on_read(n);
             self.rcv_space_adjust(now);
             self.maybe_window_update();
         }

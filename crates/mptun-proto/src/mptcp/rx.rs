@@ -14,10 +14,6 @@ use mptun_wire::mptcp::DssMapping;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::TcpHeader;
 
-/// Linux `TCP_INIT_CWND`: the initial receive-space estimate is this many
-/// segments, as the subflow's.
-pub(super) const TCP_INIT_CWND: usize = 10;
-
 /// The advertised MSS assumed before a subflow has one: a 1500-byte
 /// Ethernet MTU less IPv4 and TCP headers and the timestamp option
 /// (1500 - 20 - 20 - 12). Linux has no constant for it; its `advmss` comes
@@ -230,20 +226,10 @@ impl Connection {
         // covers what the fast path delivers while the slow one catches up.
         let rtt = self.subflows.iter().flatten().filter_map(|(s, _)| s.rcv_rtt().or(s.srtt())).max();
         let Some(rtt) = rtt else { return };
-        if now - self.rcvq_time < rtt {
-            return;
-        }
-        let copied = (self.app_read - self.rcvq_copied_at) as usize;
-        if copied > self.rcvq_space {
-            let mss = self.subflow(0).map_or(DEFAULT_ADVMSS, |s| s.mss(0) as usize);
-            let mut rcvwin = 2 * copied + 16 * mss;
-            let grow = rcvwin * (copied - self.rcvq_space) / self.rcvq_space.max(1);
-            rcvwin += 2 * grow;
+        let mss = self.subflow(0).map_or(DEFAULT_ADVMSS, |s| s.mss(0) as usize);
+        if let Some(rcvwin) = self.rcvq_space.adjust(now, rtt, mss) {
             self.shared.recv_limit = self.shared.recv_limit.max(rcvwin.min(max));
-            self.rcvq_space = copied;
         }
-        self.rcvq_copied_at = self.app_read;
-        self.rcvq_time = now;
     }
 
     pub(super) fn rcv_window(&self) -> u64 {

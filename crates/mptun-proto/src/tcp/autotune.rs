@@ -8,9 +8,7 @@
 
 use mptun_time::{Duration, Instant};
 
-/// Linux `TCP_INIT_CWND`: the initial window in segments, which also sizes
-/// the first DRS measurement (`tcp_init_buffer_space`).
-pub(crate) const TCP_INIT_CWND: usize = 10;
+use super::config::TCP_INIT_CWND;
 
 /// Segments of slack DRS adds on top of twice what was read in an RTT (Linux
 /// `tcp_rcv_space_adjust`: `rcvwin = 2 * copied + 16 * advmss`).
@@ -66,7 +64,7 @@ impl RcvSpace {
 
     /// Linux `tcp_init_buffer_space`: `min(rcv_wnd, TCP_INIT_CWND × advmss)`.
     pub(crate) fn initial_space(advmss: usize, rcv_wnd: usize) -> usize {
-        (TCP_INIT_CWND * advmss).min(rcv_wnd)
+        (TCP_INIT_CWND as usize * advmss).min(rcv_wnd)
     }
 
     /// Counts `n` bytes read by the application.

@@ -20,7 +20,7 @@ const TCP_DELACK_MIN: Duration = Duration::from_millis(40);
 /// Linux `TCP_TIMEWAIT_LEN`.
 const TCP_TIMEWAIT_LEN: Duration = Duration::from_secs(60);
 /// Linux `TCP_INIT_CWND` (RFC 6928).
-const TCP_INIT_CWND: u32 = 10;
+pub(crate) const TCP_INIT_CWND: u32 = 10;
 /// Linux `net.ipv4.tcp_syn_retries`.
 const TCP_SYN_RETRIES: u32 = 6;
 /// Linux `net.ipv4.tcp_retries2`.

@@ -46,9 +46,9 @@
 
 pub(crate) mod autotune;
 pub mod config;
-mod penalty;
 mod input;
 mod output;
+mod penalty;
 mod recovery;
 mod timers;
 mod types;
