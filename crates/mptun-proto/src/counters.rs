@@ -143,6 +143,9 @@ counters! {
     mptcp_mp_rst_tx => "MPTcpExtMPRstTx",
     /// Bytes re-sent on another subflow after theirs stalled or failed (`MPTcpExt Reinjected` analogue).
     mptcp_reinjected_bytes => "MptunMPReinjectedBytes",
+    /// Segments with MPTCP options that the subflow found unacceptable (out
+    /// of window, challenged, bad ACK): their options were ignored (mptun's).
+    mptun_mp_opts_unacceptable => "MptunMPOptsUnacceptable",
     /// Subflows marked stale after an RTO streak (`MPTcpExt SubflowStale`).
     mptcp_subflow_stale => "MPTcpExtSubflowStale",
     /// Stale subflows that recovered (`MPTcpExt SubflowRecover`).

@@ -33,7 +33,7 @@ impl Host for Subflow {
     fn receive(&mut self, now: Instant, pkt: &[u8]) {
         let p = parse_tcp_packet(pkt).expect("stack emits valid packets");
         let opts = p.tcp.options.summary();
-        self.handle_segment(now, &p.tcp, &opts, p.payload);
+        let _ = self.handle_segment(now, &p.tcp, &opts, p.payload);
     }
     fn timeout(&self) -> Option<Instant> {
         self.poll_timeout()

@@ -136,16 +136,18 @@ impl Connection {
         self.subflows.len() - 1
     }
 
-    /// The handshake options of a segment for subflow `idx`, before the
-    /// subflow sees it. `Break` when the segment is fully handled here (the
-    /// subflow was reset, or the join completed and the input was run).
+    /// The handshake options of a segment the subflow `idx` has accepted (a
+    /// SYN-ACK's MP_CAPABLE or its absence counts only once the SYN-ACK
+    /// acknowledged our SYN; an HMAC failure in a segment an attacker could
+    /// not get accepted never aborts a subflow). `Break` when the segment is
+    /// fully handled here (the subflow was reset, or the join completed and
+    /// the input was run).
     pub(super) fn handshake_input(
         &mut self,
         now: Instant,
         idx: usize,
         hdr: &TcpHeader,
         opts: &OptionSummary,
-        payload: &[u8],
     ) -> ControlFlow<()> {
         let Some((_, ext)) = self.subflows.get(idx).and_then(|s| s.as_ref()) else { return ControlFlow::Break(()) };
         let sh = &self.shared;
@@ -158,11 +160,10 @@ impl Connection {
                 self.on_mp_capable_ack(idx, hdr, opts);
             }
             JoinState::ClientSynSent { nonce } if f.syn() && f.ack() => {
-                return self.on_join_synack(now, idx, nonce, hdr, opts, payload);
+                return self.on_join_synack(now, idx, nonce, opts);
             }
             JoinState::ServerSynRcvd { nonce, peer_nonce } if f.ack() && !f.syn() => {
-                self.on_join_ack(now, idx, (nonce, peer_nonce), hdr, opts, payload);
-                return ControlFlow::Break(());
+                return self.on_join_ack(now, idx, (nonce, peer_nonce), opts);
             }
             JoinState::ClientAwaitAck { .. } if f.ack() && !f.syn() => self.on_join_fourth_ack(idx),
             _ => {}
@@ -217,15 +218,7 @@ impl Connection {
 
     /// Client of a join: the SYN-ACK's HMAC proves the server knows both
     /// keys; without it the subflow is reset (MP_TCPRST "MPTCP error").
-    fn on_join_synack(
-        &mut self,
-        now: Instant,
-        idx: usize,
-        nonce: u32,
-        hdr: &TcpHeader,
-        opts: &OptionSummary,
-        payload: &[u8],
-    ) -> ControlFlow<()> {
+    fn on_join_synack(&mut self, now: Instant, idx: usize, nonce: u32, opts: &OptionSummary) -> ControlFlow<()> {
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else {
             return ControlFlow::Break(());
         };
@@ -252,8 +245,7 @@ impl Connection {
                 }
                 sh.counters.mptcp_mp_rst_tx += 1;
                 ext.rst_reason = Some(MPTCP_RST_EMPTCP);
-                // Let the subflow complete its view of the SYN-ACK, then reset it.
-                sf.handle_segment(now, hdr, opts, payload);
+                // The subflow has taken the SYN-ACK: reset it.
                 sf.abort();
                 ControlFlow::Break(())
             }
@@ -268,11 +260,11 @@ impl Connection {
         now: Instant,
         idx: usize,
         (nonce, peer_nonce): (u32, u32),
-        hdr: &TcpHeader,
         opts: &OptionSummary,
-        payload: &[u8],
-    ) {
-        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
+    ) -> ControlFlow<()> {
+        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else {
+            return ControlFlow::Break(());
+        };
         let sh = &mut self.shared;
         let hmac = opts.mptcp.iter().find_map(|o| match o {
             MptcpOption::MpJoinAck { hmac } => Some(*hmac),
@@ -282,10 +274,9 @@ impl Connection {
         if hmac.is_some() && hmac == expect {
             ext.join = JoinState::Joined;
             sh.counters.mptcp_mp_join_ack_rx += 1;
-            sf.handle_segment(now, hdr, opts, payload);
             sf.request_ack(); // the fourth ACK
             self.after_input(now, idx);
-            return;
+            return ControlFlow::Break(());
         }
         if hmac.is_some() {
             sh.counters.mptcp_mp_join_ack_hmac_failure += 1;
@@ -293,6 +284,7 @@ impl Connection {
         sh.counters.mptcp_mp_rst_tx += 1;
         ext.rst_reason = Some(MPTCP_RST_EMPTCP);
         sf.abort();
+        ControlFlow::Break(())
     }
 
     /// Client of a join: any ACK after our third one is the fourth ACK; the

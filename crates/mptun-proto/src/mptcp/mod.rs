@@ -30,7 +30,7 @@ use crate::pm::{JoinRequest, PmState};
 use crate::sched::{new_scheduler, Scheduler};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::autotune::RcvSpace;
-use crate::tcp::{Event, Subflow, Transmit};
+use crate::tcp::{Event, Subflow, Transmit, Verdict};
 use bytes::Bytes;
 use hook::Hook;
 use mptun_time::Instant;
@@ -604,11 +604,12 @@ impl Connection {
     // ------------------------------------------------------------------
 
     /// A segment for subflow `idx`, in the order Linux takes its steps: the
-    /// handshake options first (they decide whether the subflow may go on),
-    /// then the subflow's own TCP processing, the fallback check, the other
-    /// MPTCP options one by one, and the connection-level consequences.
-    /// A segment the MPTCP layer rejects (bad HMAC, wrong mapping) resets
-    /// the subflow; the caller learns of it through the subflow's events.
+    /// subflow's own TCP validation and processing first, and only if the
+    /// segment was acceptable the handshake options, the fallback check, the
+    /// other MPTCP options one by one, and the connection-level consequences
+    /// (Linux acts on MPTCP options only after `tcp_validate_incoming`). A
+    /// segment the MPTCP layer rejects (bad HMAC, wrong mapping) resets the
+    /// subflow; the caller learns of it through the subflow's events.
     pub(crate) fn handle_segment(
         &mut self,
         now: Instant,
@@ -623,15 +624,27 @@ impl Connection {
         if self.subflows.get(idx).and_then(|s| s.as_ref()).is_none() {
             return;
         }
-        if self.handshake_input(now, idx, hdr, opts, payload).is_break() {
-            return;
-        }
         let Some((sf, _)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
-        sf.handle_segment(now, hdr, opts, payload);
+        let verdict = sf.handle_segment(now, hdr, opts, payload);
         let wnd = (hdr.window as u64) << sf.snd_wscale();
-        self.detect_fallback(idx, hdr, opts, payload, (single_subflow, ofo_empty));
-        if self.shared.mode == Mode::Mptcp && self.incoming_options(now, idx, opts, wnd).is_break() {
-            return;
+        match verdict {
+            Verdict::Accepted => {
+                if self.handshake_input(now, idx, hdr, opts).is_break() {
+                    return;
+                }
+                self.detect_fallback(idx, hdr, opts, payload, (single_subflow, ofo_empty));
+                if self.shared.mode == Mode::Mptcp && self.incoming_options(now, idx, opts, wnd).is_break() {
+                    return;
+                }
+            }
+            // An acceptable RST ends the subflow; of its options only the
+            // reason (MP_TCPRST) and a keyed MP_FASTCLOSE still mean anything.
+            Verdict::Reset => {
+                if self.shared.mode == Mode::Mptcp && self.reset_options(opts).is_break() {
+                    return;
+                }
+            }
+            Verdict::Dropped => self.shared.counters.mptun_mp_opts_unacceptable += !opts.mptcp.is_empty() as u64,
         }
         self.after_input(now, idx);
     }

@@ -101,6 +101,23 @@ impl Connection {
         ControlFlow::Continue(())
     }
 
+    /// The options of an acceptable RST: its reason is counted, and an
+    /// MP_FASTCLOSE with our key tears the connection down (RFC 8684 3.5
+    /// lets it ride on a RST). `Break` when it did.
+    pub(super) fn reset_options(&mut self, opts: &OptionSummary) -> ControlFlow<()> {
+        for o in &opts.mptcp {
+            match o {
+                MptcpOption::MpTcpRst { .. } => self.shared.counters.mptcp_mp_rst_rx += 1,
+                MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.shared.local_key => {
+                    self.on_fastclose();
+                    return ControlFlow::Break(());
+                }
+                _ => {}
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
     /// DATA_ACK: the peer holds our data up to it (in its receive buffer,
     /// not just some subflow's), so it can be released; it also moves the
     /// connection-level send window's right edge.

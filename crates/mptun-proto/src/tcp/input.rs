@@ -73,35 +73,45 @@ impl Subflow {
         self.snd_wl2 = Seq(syn.ack);
     }
 
-    /// Processes one segment addressed to this subflow.
-    pub fn handle_segment(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) {
+    /// Processes one segment addressed to this subflow, and says whether it
+    /// was acceptable: a layer above (MPTCP) acts on a segment's options only
+    /// if it was, as Linux processes MPTCP options only after
+    /// `tcp_validate_incoming` has accepted the segment.
+    pub fn handle_segment(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) -> Verdict {
         self.counters.tcp_in_segs += 1;
         match self.state {
-            State::Closed => {}
+            State::Closed => Verdict::Dropped,
             State::SynSent => self.handle_syn_sent(now, hdr, opts, payload),
             _ => self.handle_synchronized(now, hdr, opts, payload),
         }
     }
 
-    pub(super) fn handle_syn_sent(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) {
+    pub(super) fn handle_syn_sent(
+        &mut self,
+        now: Instant,
+        hdr: &TcpHeader,
+        opts: &OptionSummary,
+        payload: &[u8],
+    ) -> Verdict {
         let f = hdr.flags;
         let ack = Seq(hdr.ack);
         if f.ack() && (ack.le(self.iss) || ack.gt(self.snd_nxt)) {
             if !f.rst() {
                 self.queue_rst(ack, Seq(0), TcpFlags::RST);
             }
-            return;
+            return Verdict::Dropped;
         }
         if f.rst() {
             // RFC 5961 3.2 leaves SYN-SENT as RFC 793: acceptable iff it acks our SYN.
             if f.ack() {
                 self.counters.tcp_estab_resets += 1;
                 self.enter_closed(Some(Event::Reset));
+                return Verdict::Reset;
             }
-            return;
+            return Verdict::Dropped;
         }
         if !f.syn() {
-            return;
+            return Verdict::Dropped;
         }
         self.take_syn_options(hdr, opts);
         if f.ack() {
@@ -125,9 +135,16 @@ impl Subflow {
             self.state = State::SynReceived;
             self.timers.set(Timer::Rto, now);
         }
+        Verdict::Accepted
     }
 
-    pub(super) fn handle_synchronized(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) {
+    pub(super) fn handle_synchronized(
+        &mut self,
+        now: Instant,
+        hdr: &TcpHeader,
+        opts: &OptionSummary,
+        payload: &[u8],
+    ) -> Verdict {
         let f = hdr.flags;
         let seq = Seq(hdr.seq);
         let seg_len = payload.len() as u32 + f.syn() as u32 + f.fin() as u32;
@@ -135,7 +152,7 @@ impl Subflow {
         if self.state == State::SynReceived && f.syn() && !f.ack() && seq == self.irs {
             // Retransmitted SYN: our SYN-ACK was lost.
             self.timers.set(Timer::Rto, now);
-            return;
+            return Verdict::Dropped;
         }
 
         // 1. Sequence check (RFC 9293 3.10.7.4).
@@ -163,7 +180,7 @@ impl Subflow {
                 self.counters.tcp_ext_tcp_duplicate_data += (seg_len > 0 && seq.lt(self.rcv_nxt)) as u64;
                 self.ack_now = true;
             }
-            return;
+            return Verdict::Dropped;
         }
 
         // 2. RST (RFC 5961 3.2): exact match resets, in-window challenges.
@@ -175,22 +192,22 @@ impl Subflow {
                     self.counters.tcp_estab_resets += 1;
                     self.enter_closed(Some(Event::Reset));
                 }
-            } else {
-                self.send_challenge_ack();
+                return Verdict::Reset;
             }
-            return;
+            self.send_challenge_ack();
+            return Verdict::Dropped;
         }
 
         // 3. SYN in a synchronized state (RFC 5961 4.2): challenge ACK.
         if f.syn() {
             self.counters.tcp_ext_tcp_syn_challenge += 1;
             self.send_challenge_ack();
-            return;
+            return Verdict::Dropped;
         }
 
         // 4. No ACK: drop.
         if !f.ack() {
-            return;
+            return Verdict::Dropped;
         }
 
         // Timestamps: remember the peer's clock for echoing (RFC 7323 4.3).
@@ -222,24 +239,24 @@ impl Subflow {
                 self.events.push_back(Event::Connected);
             } else {
                 self.queue_rst(ack, Seq(0), TcpFlags::RST);
-                return;
+                return Verdict::Dropped;
             }
         } else {
             // RFC 5961 5.2: an ACK for data never sent, or far too old.
             if ack.gt(self.snd_nxt) {
                 self.send_challenge_ack();
-                return;
+                return Verdict::Dropped;
             }
             if ack.lt(self.snd_una - self.max_snd_wnd.max(1)) {
                 self.send_challenge_ack();
-                return;
+                return Verdict::Dropped;
             }
             self.process_ack(now, hdr, opts, payload.is_empty() && !f.fin());
         }
 
         // 6. Data and FIN.
         if ack_only_ok {
-            return;
+            return Verdict::Accepted;
         }
         if self.state.can_receive() || (self.fin_received.is_none() && matches!(self.state, State::Closing)) {
             self.on_data(now, seq, payload, f.fin());
@@ -250,6 +267,7 @@ impl Subflow {
         } else if !payload.is_empty() || f.fin() {
             self.ack_now = true;
         }
+        Verdict::Accepted
     }
 
     pub(super) fn rcv_rtt_sample(&mut self, now: Instant, tsecr: u32) {

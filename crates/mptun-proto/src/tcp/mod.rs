@@ -54,7 +54,7 @@ mod timers;
 mod types;
 
 pub use config::{BufferSize, TcpConfig};
-pub use types::{Event, SegmentHook, SegmentMeta, State, TcpInfo, Transmit};
+pub use types::{Event, SegmentHook, SegmentMeta, State, TcpInfo, Transmit, Verdict};
 
 use autotune::{RcvRtt, RcvSpace};
 use input::DelayedAck;

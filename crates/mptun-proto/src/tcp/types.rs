@@ -170,3 +170,25 @@ pub struct TcpInfo {
     /// The last window was limited by cwnd, not by the application or rwnd.
     pub cwnd_limited: bool,
 }
+
+/// What a subflow made of one incoming segment
+/// ([`Subflow::handle_segment`](super::Subflow::handle_segment)).
+///
+/// Everything a segment carries beyond TCP (MPTCP options: mappings,
+/// DATA_ACKs, DATA_FIN, address signals, MP_PRIO, MP_FASTCLOSE) may change
+/// connection state only when the segment was [`Verdict::Accepted`]: an
+/// attacker who knows only the 4-tuple cannot get a segment accepted without
+/// also guessing a sequence number inside the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "options of a segment that was not accepted must not be acted on"]
+pub enum Verdict {
+    /// Passed the sequence check (RFC 9293 3.10.7.4), the RST and SYN checks
+    /// (RFC 5961) and the ACK check; its ACK was processed. In SYN-SENT: a SYN
+    /// or a SYN-ACK that acknowledges our SYN.
+    Accepted,
+    /// Unacceptable (outside the window, challenged, bad or missing ACK, or
+    /// the subflow is closed): only answered, as TCP says, never acted on.
+    Dropped,
+    /// An acceptable RST: the subflow is closed.
+    Reset,
+}

@@ -10,6 +10,7 @@ const R: u32 = IRS + 1;
 fn empty_segment_at_rcv_nxt_is_accepted_silently() {
     let mut t = Sf::established();
     send!(t, seq: R, ack: S);
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
     recv_nothing!(t);
 }
 
@@ -17,6 +18,7 @@ fn empty_segment_at_rcv_nxt_is_accepted_silently() {
 fn empty_segment_inside_the_window_is_accepted_silently() {
     let mut t = Sf::established();
     send!(t, seq: R + 100, ack: S);
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
     recv_nothing!(t);
 }
 
@@ -24,6 +26,7 @@ fn empty_segment_inside_the_window_is_accepted_silently() {
 fn empty_segment_at_the_last_window_byte_is_accepted() {
     let mut t = Sf::established();
     send!(t, seq: R + WIN as u32 - 1, ack: S);
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
     recv_nothing!(t);
 }
 
@@ -31,6 +34,7 @@ fn empty_segment_at_the_last_window_byte_is_accepted() {
 fn empty_segment_before_the_window_is_acked_and_dropped() {
     let mut t = Sf::established();
     send!(t, seq: R - 1, ack: S);
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
     recv!(t, seq: S, ack: R);
     recv_nothing!(t);
 }
@@ -39,6 +43,7 @@ fn empty_segment_before_the_window_is_acked_and_dropped() {
 fn empty_segment_at_the_right_edge_is_acked_and_dropped() {
     let mut t = Sf::established();
     send!(t, seq: R + WIN as u32, ack: S);
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
     recv!(t, seq: S, ack: R);
 }
 
@@ -46,6 +51,7 @@ fn empty_segment_at_the_right_edge_is_acked_and_dropped() {
 fn data_at_rcv_nxt_is_accepted_and_acked() {
     let mut t = Sf::established();
     send!(t, seq: R, ack: S, payload: bytes(100));
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
     recv!(t, seq: S, ack: R + 100, window: WIN - 100);
     assert_eq!(t.read(), bytes(100));
 }
@@ -76,6 +82,7 @@ fn data_overlapping_the_left_edge_is_trimmed() {
 fn data_beyond_the_window_is_acked_and_dropped() {
     let mut t = Sf::established();
     send!(t, seq: R + WIN as u32, ack: S, payload: bytes(10));
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
     recv!(t, seq: S, ack: R);
     recv_nothing!(t);
     assert_eq!(t.sf.counters().tcp_ext_beyond_window, 1);
@@ -100,6 +107,7 @@ fn zero_window_empty_segment_at_rcv_nxt_is_accepted() {
     t.recv().unwrap();
     let r = t.fill(R, S, BUF);
     send!(t, seq: r, ack: S + 100);
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
     recv_nothing!(t);
     assert_eq!(t.sf.snd_una().0, S + 100);
 }
@@ -111,6 +119,7 @@ fn zero_window_empty_segment_elsewhere_is_acked_and_dropped() {
     t.recv().unwrap();
     let r = t.fill(R, S, BUF);
     send!(t, seq: r + 1, ack: S + 100);
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
     recv!(t, seq: S + 100, ack: r, window: 0);
     assert_eq!(t.sf.snd_una().0, S);
 }
@@ -121,6 +130,7 @@ fn zero_window_data_is_acked_with_zero_window_and_dropped() {
     let mut t = Sf::established();
     let r = t.fill(R, S, BUF);
     send!(t, seq: r, ack: S, payload: bytes(1));
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
     recv!(t, seq: S, ack: r, window: 0);
     assert_eq!(t.sf.recv_ready(), BUF);
 }
@@ -148,6 +158,7 @@ fn zero_window_rst_at_rcv_nxt_resets() {
 fn ack_of_unsent_data_is_acked_and_the_segment_dropped() {
     let mut t = Sf::established();
     send!(t, seq: R, ack: S + 5000, payload: bytes(10));
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
     recv!(t, seq: S, ack: R);
     recv_nothing!(t);
     assert_eq!(t.read(), b"");
@@ -158,6 +169,7 @@ fn ack_of_unsent_data_is_acked_and_the_segment_dropped() {
 fn ack_older_than_the_max_window_is_challenged_and_dropped() {
     let mut t = Sf::established();
     send!(t, seq: R, ack: S.wrapping_sub(70_000), payload: bytes(10));
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
     recv!(t, seq: S, ack: R);
     assert_eq!(t.read(), b"");
     assert_eq!(t.sf.counters().tcp_ext_tcp_challenge_ack, 1);
@@ -167,6 +179,7 @@ fn ack_older_than_the_max_window_is_challenged_and_dropped() {
 fn old_ack_within_the_window_is_ignored_but_the_data_accepted() {
     let mut t = Sf::established();
     send!(t, seq: R, ack: S - 1, payload: bytes(10));
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
     recv!(t, seq: S, ack: R + 10, window: WIN - 10);
     assert_eq!(t.read(), bytes(10));
     assert_eq!(t.sf.snd_una().0, S);
@@ -176,6 +189,7 @@ fn old_ack_within_the_window_is_ignored_but_the_data_accepted() {
 fn segment_without_ack_flag_is_dropped() {
     let mut t = Sf::established();
     send!(t, seq: R, flags: PSH, payload: bytes(10));
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
     recv_nothing!(t);
     assert_eq!(t.read(), b"");
 }

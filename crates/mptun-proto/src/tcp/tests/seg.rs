@@ -165,6 +165,8 @@ pub fn cfg() -> TcpConfig {
 pub struct Sf {
     pub sf: Subflow,
     pub now: Instant,
+    /// What the subflow made of the last segment fed with `send!`.
+    pub verdict: Option<Verdict>,
 }
 
 impl Sf {
@@ -172,7 +174,7 @@ impl Sf {
     pub fn connect(cfg: TcpConfig) -> Sf {
         let now = Instant::from_millis(T0);
         let sf = Subflow::connect(now, cfg, LOCAL.parse().unwrap(), REMOTE.parse().unwrap(), ISS, 0);
-        Sf { sf, now }
+        Sf { sf, now, verdict: None }
     }
 
     /// Passive open from the peer's SYN (`syn` is that SYN): SYN-RECEIVED,
@@ -190,7 +192,7 @@ impl Sf {
             ISS,
             0,
         );
-        Sf { sf, now }
+        Sf { sf, now, verdict: None }
     }
 
     /// Our SYN as the peer sees it (for `cfg()`).
@@ -269,7 +271,7 @@ impl Sf {
     pub fn send(&mut self, seg: Seg) {
         let h = seg.header();
         let o = h.options.summary();
-        self.sf.handle_segment(self.now, &h, &o, &seg.payload);
+        self.verdict = Some(self.sf.handle_segment(self.now, &h, &o, &seg.payload));
     }
 
     /// The next segment the subflow sends now, if any.
