@@ -136,21 +136,32 @@ impl Conn {
 /// for a one-connection test are the connection's), or the namespace's
 /// kernel counters.
 pub enum CounterSource {
-    Mptun(mptun::Stack),
+    /// The stack and its counters when the test began.
+    Mptun(mptun::Stack, BTreeMap<String, u64>),
     Kernel(BTreeMap<String, u64>),
 }
 
+fn mptun_counters(s: &mptun::Stack) -> BTreeMap<String, u64> {
+    s.counters().iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
 impl CounterSource {
+    /// The namespace's kernel counters from now on.
     pub fn kernel() -> Self {
         CounterSource::Kernel(crate::kernel::netstat())
     }
 
-    /// Non-zero counters (kernel: the increase since [`CounterSource::kernel`]).
+    /// `stack`'s counters from now on (a server's stack serves many tests:
+    /// each reports its own).
+    pub fn mptun(stack: mptun::Stack) -> Self {
+        let base = mptun_counters(&stack);
+        CounterSource::Mptun(stack, base)
+    }
+
+    /// The counters that grew since the baseline, with their increase.
     pub fn read(&self) -> BTreeMap<String, u64> {
         match self {
-            CounterSource::Mptun(s) => {
-                s.counters().iter().filter(|(_, v)| *v != 0).map(|(k, v)| (k.to_owned(), v)).collect()
-            }
+            CounterSource::Mptun(s, before) => crate::kernel::netstat_delta(before, &mptun_counters(s)),
             CounterSource::Kernel(before) => crate::kernel::netstat_delta(before, &crate::kernel::netstat()),
         }
     }

@@ -78,6 +78,10 @@ fn setsockopt_u32(fd: RawFd, level: i32, name: i32, v: u32) -> io::Result<()> {
 /// A listening kernel socket.
 pub fn listen(addr: SocketAddr, o: &KernelOptions) -> Result<tokio::net::TcpListener> {
     let s = socket(addr, o)?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // Dual-stack, as iperf3's default listener.
+        s.set_only_v6(false).context("IPV6_V6ONLY")?;
+    }
     s.set_reuse_address(true)?;
     s.bind(&addr.into()).map_err(|e| anyhow!("bind {addr}: {e}"))?;
     s.listen(128)?;
@@ -90,7 +94,7 @@ pub async fn connect(to: SocketAddr, o: &KernelOptions) -> Result<tokio::net::Tc
     let s = socket(to, o)?;
     s.set_nonblocking(true)?;
     let sock = tokio::net::TcpSocket::from_std_stream(std::net::TcpStream::from(s));
-    Ok(sock.connect(to).await?)
+    sock.connect(to).await.map_err(|e| crate::cli_xfer::connect_error(to, &e))
 }
 
 fn getsockopt(fd: RawFd, level: i32, name: i32, buf: &mut [u8]) -> io::Result<usize> {

@@ -17,6 +17,7 @@ mod kernel;
 mod pathspec;
 mod plot;
 mod report;
+mod signals;
 mod traces;
 mod units;
 
@@ -45,8 +46,27 @@ enum Command {
     Lab(cli_lab::LabArgs),
 }
 
+impl Command {
+    /// Whether the command prints iperf3's JSON document (`-J`/`--json`),
+    /// which then carries an error too.
+    fn json_document(&self) -> bool {
+        match self {
+            Command::Demo(a) => a.json.json,
+            Command::Serve(a) => a.json(),
+            Command::Send(a) => a.json(),
+            Command::Lab(a) => a.json.json,
+            Command::Sim(_) => false,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.cmd.json_document();
+    if matches!(cli.cmd, Command::Serve(_) | Command::Send(_) | Command::Lab(_)) {
+        // The first SIGINT/SIGTERM ends the test cleanly, a second at once.
+        signals::install();
+    }
     let res = match cli.cmd {
         Command::Demo(a) => cli_demo::run(a),
         Command::Sim(a) => cli_sim::run(a),
@@ -54,11 +74,17 @@ fn main() -> ExitCode {
         Command::Send(a) => cli_xfer::run_send(a),
         Command::Lab(a) => cli_lab::run(a),
     };
+    // Interrupted: 128 + the signal, as iperf3 (130 for SIGINT, 143 for SIGTERM).
+    let interrupted = signals::exit_code();
     match res {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => interrupted.map_or(ExitCode::SUCCESS, ExitCode::from),
         Err(e) => {
+            if json && !report::reported() {
+                let doc = report::error_document(&format!("{e:#}"));
+                println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            }
             eprintln!("mptun: {e:#}");
-            ExitCode::FAILURE
+            interrupted.map_or(ExitCode::FAILURE, ExitCode::from)
         }
     }
 }

@@ -14,6 +14,11 @@ pub struct Report {
     pub start: Start,
     pub intervals: Vec<Interval>,
     pub end: End,
+    /// iperf3's top-level `error`: why the test ended early (an interrupt:
+    /// "interrupt - the client has terminated"); the figures are what was
+    /// measured until then.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -214,6 +219,9 @@ pub struct MptcpEnd {
     pub counters: BTreeMap<String, u64>,
     /// The peer's, as it sent them at the end.
     pub peer_counters: BTreeMap<String, u64>,
+    /// Why the data ended early (an interrupt at either end), if it did.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stopped: Option<String>,
 }
 
 impl MptcpEnd {
@@ -222,6 +230,48 @@ impl MptcpEnd {
         let m = if sender { &self.peer_counters } else { &self.counters };
         m.get(name).copied().unwrap_or(0)
     }
+}
+
+static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Prints a report as `--json` asks (one JSON document) or as text, and
+/// notes that this run's document is out.
+pub fn emit(r: &Report, json: bool) -> serde_json::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+    } else {
+        print!("{}", end_lines(r));
+    }
+    REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Notes that a report was printed (by other means than [`emit`]).
+pub fn mark_reported() {
+    REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether [`emit`] printed a report in this run.
+pub fn reported() -> bool {
+    REPORTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The document `--json` prints when a run fails before it has a report,
+/// as `iperf3 -J` does: `start` with what is known, empty `intervals` and
+/// `end`, and the cause in `error`.
+pub fn error_document(error: &str) -> serde_json::Value {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    serde_json::json!({
+        "start": {
+            "connected": [],
+            "version": format!("mptun {}", env!("CARGO_PKG_VERSION")),
+            "system_info": crate::bulk::host::uname(),
+            "timestamp": { "time": http_date(now), "timesecs": now },
+        },
+        "intervals": [],
+        "end": {},
+        "error": error,
+    })
 }
 
 pub fn hex(b: &[u8]) -> String {

@@ -295,8 +295,10 @@ pub fn sim_report(
                 efficiency: sum_path_bps.map(|s| sum_received.bits_per_second / s),
                 counters: conv(&r.client_counters),
                 peer_counters: conv(&r.server_counters),
+                stopped: None,
             },
         },
+        error: None,
     }
 }
 

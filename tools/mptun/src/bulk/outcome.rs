@@ -26,6 +26,8 @@ pub(super) struct Outcome {
     pub(super) counters: BTreeMap<String, u64>,
     pub(super) peer_summary: Summary,
     pub(super) congestion: String,
+    /// Why the data ended before the amount asked for, if it did.
+    pub(super) stopped: Option<String>,
 }
 
 pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bool) -> Start {
@@ -144,6 +146,7 @@ pub(super) fn assemble(
         efficiency: None,
         counters: o.counters,
         peer_counters: o.peer_summary.counters,
+        stopped: o.stopped,
     };
     Report {
         start,
@@ -157,5 +160,6 @@ pub(super) fn assemble(
             receiver_tcp_congestion: rcc,
             mptcp,
         },
+        error: None,
     }
 }
