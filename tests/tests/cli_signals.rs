@@ -193,3 +193,40 @@ fn cli_sigint_to_lab_tears_everything_down() {
         assert!(!state.exists(), "{} left behind", state.display());
     }
 }
+
+/// The figures add up: the total Retr is the sum of the subflows', and a
+/// subflow whose path is down (its MP_JOIN never answered) is listed with
+/// its state but not counted as in use. Counters are the test's own: a
+/// second test on the same server reports the same order of packets, not
+/// the server's lifetime.
+#[test]
+fn cli_totals_are_sums_and_dead_subflows_do_not_count() {
+    if require_netns().is_some() {
+        return;
+    }
+    let lab = Lab::new("sgt", 2).unwrap();
+    let srv = server(&lab, "5201");
+    lab.link_down(Side::A, 2).unwrap();
+    let dst = lab.mptun_addr(Side::B, 1).to_string();
+    let mut rx_segs = Vec::new();
+    for _ in 0..2 {
+        let out = run(
+            Some(lab.a.name()),
+            &["send", &dst, "-n", "8M", "--topology", "lab-a:2", "--json"],
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v = parse(&String::from_utf8_lossy(&out.stdout));
+        let sfs = v["end"]["streams"][0]["subflows"].as_array().unwrap().clone();
+        let sum: u64 = sfs.iter().map(|s| s["retransmits"].as_u64().unwrap()).sum();
+        assert_eq!(v["end"]["sum_sent"]["retransmits"].as_u64(), Some(sum), "{:#}", v["end"]);
+        assert_eq!(v["end"]["mptcp"]["subflows_max"], 1, "the dead path's subflow is not in use: {sfs:#?}");
+        let dead: Vec<_> = sfs.iter().filter(|s| s["state"].as_str().unwrap_or("").starts_with("never")).collect();
+        println!("subflows: {sfs:?}");
+        assert!(dead.iter().all(|s| s["bytes"] == 0), "{dead:?}");
+        rx_segs.push(v["end"]["mptcp"]["peer_counters"]["TcpInSegs"].as_u64().unwrap_or(0));
+    }
+    // Per-test deltas: the second test's counters are not the first's plus its own.
+    assert!(rx_segs[0] > 0 && rx_segs[1] < rx_segs[0] * 3 / 2, "server counters per test: {rx_segs:?}");
+    drop(srv);
+}

@@ -55,5 +55,5 @@ pub use stream::MptcpStream;
 pub use mptun_cc::{Algorithm, PacerKind};
 pub use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
 pub use mptun_proto::sched::{DefaultScheduler, PenaltyConfig, Policy, Scheduler};
-pub use mptun_proto::tcp::{BufferSize, TcpConfig, TcpInfo};
+pub use mptun_proto::tcp::{BufferSize, State as TcpState, TcpConfig, TcpInfo};
 pub use mptun_proto::{ConnConfig, Counters, MptcpConfig};

@@ -28,6 +28,28 @@ pub struct SubflowProbe {
     pub rttvar_us: u64,
     /// Slow-subflow halvings (mptun's penalise schedulers).
     pub penalized: u64,
+    /// TCP state, Linux's names (`ESTABLISHED`, `SYN_SENT`, ...).
+    pub state: &'static str,
+    /// Whether it ever completed its handshake (synchronized now, or has
+    /// moved data): only those count as subflows in use.
+    pub established: bool,
+}
+
+/// Linux's name of an mptun TCP state.
+fn state_name(s: mptun::TcpState) -> &'static str {
+    use mptun::TcpState as S;
+    match s {
+        S::Closed => "CLOSE",
+        S::SynSent => "SYN_SENT",
+        S::SynReceived => "SYN_RECV",
+        S::Established => "ESTABLISHED",
+        S::FinWait1 => "FIN_WAIT1",
+        S::FinWait2 => "FIN_WAIT2",
+        S::CloseWait => "CLOSE_WAIT",
+        S::Closing => "CLOSING",
+        S::LastAck => "LAST_ACK",
+        S::TimeWait => "TIME_WAIT",
+    }
 }
 
 /// A snapshot of a connection.
@@ -36,8 +58,15 @@ pub struct Probe {
     /// `mptcp` or `tcp` (never offered, or fell back).
     pub mode: &'static str,
     pub subflows: Vec<SubflowProbe>,
-    /// Retransmitted segments over the connection's life.
+    /// Retransmitted segments over the connection's life: the sum of the subflows'.
     pub retrans_segs: u64,
+}
+
+impl Probe {
+    /// Subflows in use: those that completed their handshake.
+    pub fn established(&self) -> usize {
+        self.subflows.iter().filter(|s| s.established).count()
+    }
 }
 
 /// A connected stream of either stack.
@@ -93,14 +122,17 @@ impl Conn {
                             srtt_us: sf.tcp.srtt.as_micros() as u64,
                             rttvar_us: sf.tcp.rttvar.as_micros() as u64,
                             penalized: sf.penalized,
+                            state: state_name(sf.tcp.state),
+                            established: sf.tcp.state.is_synchronized()
+                                || sf.tcp.bytes_acked > 0
+                                || sf.tcp.bytes_received > 0,
                         }
                     })
-                    .collect();
-                Probe {
-                    mode: if info.is_mptcp() { "mptcp" } else { "tcp" },
-                    subflows,
-                    retrans_segs: info.counters.tcp_retrans_segs,
-                }
+                    .collect::<Vec<_>>();
+                // The total is the sum of its parts (the per-subflow figures
+                // the report lists), not a separately kept counter.
+                let retrans_segs = subflows.iter().map(|s| s.retrans_segs).sum();
+                Probe { mode: if info.is_mptcp() { "mptcp" } else { "tcp" }, subflows, retrans_segs }
             }
         }
     }

@@ -131,6 +131,26 @@ fn subflow_from_tcp_info(id: usize, b: &[u8], local: Option<SocketAddr>, remote:
         srtt_us: u32_at(b, 68),
         rttvar_us: u32_at(b, 72),
         penalized: 0,
+        state: kernel_state(b.first().copied().unwrap_or(0)),
+        established: matches!(b.first(), Some(1 | 4..=9 | 11)) || u64_at(b, 120) > 0 || u64_at(b, 128) > 0,
+    }
+}
+
+/// `tcpi_state` (include/net/tcp_states.h) by name.
+fn kernel_state(s: u8) -> &'static str {
+    match s {
+        1 => "ESTABLISHED",
+        2 => "SYN_SENT",
+        3 => "SYN_RECV",
+        4 => "FIN_WAIT1",
+        5 => "FIN_WAIT2",
+        6 => "TIME_WAIT",
+        7 => "CLOSE",
+        8 => "CLOSE_WAIT",
+        9 => "LAST_ACK",
+        10 => "LISTEN",
+        11 => "CLOSING",
+        _ => "UNKNOWN",
     }
 }
 

@@ -190,6 +190,11 @@ pub struct SubflowEnd {
     pub max_snd_cwnd: u64,
     pub rtt: u64,
     pub penalized: u64,
+    /// TCP state at the end (Linux's names); "never established (SYN_SENT)"
+    /// for a subflow that never came up, which is not counted in
+    /// `mptcp.subflows_max`.
+    #[serde(default)]
+    pub state: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
@@ -390,6 +395,10 @@ pub fn end_lines(r: &Report) -> String {
     }
     for st in &e.streams {
         for sf in &st.subflows {
+            if sf.state.starts_with("never") {
+                let _ = writeln!(s, "        sf{} {} -> {}  {}", sf.id, sf.local, sf.remote, sf.state);
+                continue;
+            }
             let _ = writeln!(
                 s,
                 "        sf{} {} -> {}  {:>12} ({:>5.1}%)  retr {}  max cwnd {}{}",

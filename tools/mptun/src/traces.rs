@@ -237,6 +237,7 @@ pub fn sim_report(
                 .unwrap_or(0),
             rtt: s.tcp.srtt.as_micros() as u64,
             penalized: s.penalized,
+            state: "ESTABLISHED".into(),
         })
         .collect();
     let sum_sent = Sum::new(0.0, r.duration_s, size, Some(r.retransmits), true);

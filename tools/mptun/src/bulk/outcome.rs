@@ -121,6 +121,7 @@ pub(super) fn assemble(
                 max_snd_cwnd: max_cwnd.get(&s.id).copied().unwrap_or(0).max(s.cwnd * s.mss),
                 rtt: s.srtt_us,
                 penalized: s.penalized,
+                state: if s.established { s.state.into() } else { format!("never established ({})", s.state) },
             }
         })
         .collect();
@@ -139,7 +140,7 @@ pub(super) fn assemble(
     let (scc, rcc) = if o.sender { (o.congestion.clone(), peer_cc) } else { (peer_cc, o.congestion.clone()) };
     let mptcp = MptcpEnd {
         mode: o.final_probe.mode.into(),
-        subflows_max: sfmax.max(o.peer_summary.subflows_max).max(o.final_probe.subflows.len()),
+        subflows_max: sfmax.max(o.peer_summary.subflows_max).max(o.final_probe.established()),
         sha256_sent: report::hex(&snd.sha256),
         sha256_received: report::hex(&rcv.sha256),
         sha256_match: snd.sha256 == rcv.sha256 && snd.bytes == rcv.bytes,

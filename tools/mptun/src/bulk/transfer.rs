@@ -200,7 +200,7 @@ pub(super) async fn send_phase(
     let cpu1 = cpu_us();
     let trailer = Trailer {
         bytes: sent,
-        retransmits: probe.retrans_segs.saturating_sub(meter.base_retrans).min(u64::from(u32::MAX)) as u32,
+        retransmits: probe.retrans_segs.min(u64::from(u32::MAX)) as u32,
         elapsed_us: meter.start.elapsed().as_micros() as u64,
         cpu_user_us: cpu1.0 - cpu0.0,
         cpu_sys_us: cpu1.1 - cpu0.1,
@@ -270,17 +270,16 @@ pub(super) async fn send_phase(
     let peer = Trailer::decode(&back[..back.len().min(control::TRAILER_LEN)]).context("the receiver's trailer")?;
     let peer_summary = parse_summary(back.get(control::TRAILER_LEN + 4..).unwrap_or(&[]));
     let cpu2 = cpu_us();
-    let local = Trailer {
-        retransmits: conn.probe().retrans_segs.saturating_sub(meter.base_retrans).min(u64::from(u32::MAX)) as u32,
-        ..trailer
-    };
+    // One snapshot for the total and its parts, so the total is their sum.
+    let final_probe = conn.probe();
+    let local = Trailer { retransmits: final_probe.retrans_segs.min(u64::from(u32::MAX)) as u32, ..trailer };
     let outcome = Outcome {
         sender: true,
         local,
         peer,
         local_elapsed,
         cpu: (cpu2.0 - cpu0.0, cpu2.1 - cpu0.1),
-        final_probe: conn.probe(),
+        final_probe,
         counters: counters.read(),
         peer_summary,
         congestion: conn.congestion(),
@@ -390,7 +389,7 @@ pub(super) async fn recv_phase(
     let probe = conn.probe();
     let local = Trailer {
         bytes: received,
-        retransmits: probe.retrans_segs.saturating_sub(meter.base_retrans).min(u64::from(u32::MAX)) as u32,
+        retransmits: probe.retrans_segs.min(u64::from(u32::MAX)) as u32,
         elapsed_us: (elapsed * 1e6) as u64,
         cpu_user_us: cpu1.0 - cpu0.0,
         cpu_sys_us: cpu1.1 - cpu0.1,
