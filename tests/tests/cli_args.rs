@@ -110,3 +110,24 @@ fn no_root_when_tun_is_needed() {
     check(&args, &out, "needs root or CAP_NET_ADMIN", true);
     assert!(err.contains("mptnoroot0"), "{err}");
 }
+
+/// Shell completions and the man page come from the CLI's own definition;
+/// -v/--debug and RUST_LOG turn the log on (stderr), stdout stays clean.
+#[test]
+fn completions_man_page_and_logging() {
+    let out = mptun(&["completions", "bash"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("_mptun()") && text.contains("--topology"), "{text}");
+    let out = mptun(&["completions", "zsh"]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("#compdef mptun"));
+    let out = mptun(&["man"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(".TH mptun 1"), "{text}");
+    let out = mptun(&["-vv", "completions", "fish"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DEBUG"), "-vv logs at debug");
+    let out = mptun(&["completions", "fish"]);
+    assert!(out.stderr.is_empty(), "quiet by default: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(mptun_bin()).args(["completions", "fish"]).env("RUST_LOG", "debug").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DEBUG"), "RUST_LOG=debug logs");
+}

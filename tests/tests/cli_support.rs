@@ -61,6 +61,9 @@ fn command(ns: Option<&str>, args: &[&str]) -> Command {
     c
 }
 
+/// How [`Running::spawn`] marks the stderr lines it collects.
+const STDERR_TAG: &str = "\u{1}stderr: ";
+
 /// A background `mptun` (a server); killed on drop if still running.
 pub struct Running {
     child: Option<Child>,
@@ -109,6 +112,49 @@ impl Running {
             }
         });
         r
+    }
+
+    /// Starts `mptun ARGS` in `ns` without waiting for any output; its
+    /// stdout and stderr are collected from the start.
+    pub fn spawn(ns: Option<&str>, args: &[&str]) -> Running {
+        let mut c = command(ns, args);
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn mptun");
+        let mut r = Running { child: None, what: args.join(" "), lines: Default::default() };
+        for (pipe, tag) in [
+            (Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>, ""),
+            (Box::new(child.stderr.take().expect("stderr")) as Box<dyn std::io::Read + Send>, STDERR_TAG),
+        ] {
+            let l2 = r.lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    l2.lock().map(|mut v| v.push(format!("{tag}{line}"))).ok();
+                }
+            });
+        }
+        r.child = Some(child);
+        r
+    }
+
+    /// Sends `sig` (libc::SIGINT, ...) to the process (`ip netns exec`
+    /// execs mptun, so the pid is mptun's).
+    pub fn signal(&self, sig: i32) {
+        let pid = self.child.as_ref().expect("running").id() as i32;
+        // SAFETY: kill with a pid we spawned and still hold (not yet reaped).
+        unsafe { libc::kill(pid, sig) };
+    }
+
+    /// Waits for the exit within `limit` of a process started with
+    /// [`Running::spawn`]; its status, stdout and stderr.
+    pub fn finish(self, limit: Duration) -> (std::process::ExitStatus, String, String) {
+        let lines = self.lines.clone();
+        let st = self.wait(limit);
+        // Let the reader threads take the last lines.
+        std::thread::sleep(Duration::from_millis(200));
+        let all = lines.lock().map(|v| v.clone()).unwrap_or_default();
+        let (err, out): (Vec<String>, Vec<String>) = all.into_iter().partition(|l| l.starts_with(STDERR_TAG));
+        let err: Vec<&str> = err.iter().map(|l| &l[STDERR_TAG.len()..]).collect();
+        (st, out.join("\n"), err.join("\n"))
     }
 
     /// Everything it printed so far (stdout and stderr interleaved by line).

@@ -1,17 +1,26 @@
 //! The tokio runtime of mptun: drives the sans-IO protocol core over TUN
-//! devices (or any [`mptun_io::PacketIo`]) and offers sockets shaped like
-//! tokio's.
+//! devices (or any [`PacketIo`]) and offers sockets shaped like tokio's.
+//! Everything an application needs is re-exported here (the TUN device and
+//! the packet I/O trait from `mptun-io` too), so `mptun` and `tokio` are its
+//! only dependencies.
 //!
 //! ```no_run
-//! # async fn demo(tun: std::sync::Arc<mptun_io::TunDevice>) -> std::io::Result<()> {
-//! use mptun::{MptcpStream, Stack};
+//! use std::sync::Arc;
+//! use mptun::{MptcpStream, Stack, TunConfig, TunDevice};
 //! use tokio::io::AsyncWriteExt;
 //!
-//! let stack = Stack::builder().path("10.77.101.2".parse().unwrap(), tun).build()?;
-//! // was: let mut s = tokio::net::TcpStream::connect("10.77.1.2:5201").await?;
-//! let mut s = MptcpStream::connect(&stack, "10.77.1.2:5201").await?;
-//! s.write_all(b"hello").await?;
-//! # Ok(()) }
+//! #[tokio::main]
+//! async fn main() -> std::io::Result<()> {
+//!     // A TUN device (needs CAP_NET_ADMIN) whose kernel side is 10.9.1.1/24; mptun is 10.9.1.2 on it.
+//!     let tun = TunDevice::create(&TunConfig::new("mptc1").address("10.9.1.1".parse().unwrap(), 24)?)?;
+//!     let stack = Stack::builder().path("10.9.1.2".parse().unwrap(), Arc::new(tun)).build()?;
+//!     // was: let mut s = tokio::net::TcpStream::connect("10.8.1.2:5201").await?;
+//!     let mut s = MptcpStream::connect(&stack, "10.8.1.2:5201").await?;
+//!     s.write_all(b"hello").await?;
+//!     s.shutdown().await?; // FIN (DATA_FIN under MPTCP)
+//!     println!("{:?}", s.info()?.conn.subflows);
+//!     Ok(())
+//! }
 //! ```
 //!
 //! - [`Stack`]: one endpoint, its paths `(local address, device)` and the
@@ -55,5 +64,9 @@ pub use stream::MptcpStream;
 pub use mptun_cc::{Algorithm, PacerKind};
 pub use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
 pub use mptun_proto::sched::{DefaultScheduler, PenaltyConfig, Policy, Scheduler};
-pub use mptun_proto::tcp::{BufferSize, TcpConfig, TcpInfo};
+pub use mptun_proto::tcp::{BufferSize, State as TcpState, TcpConfig, TcpInfo};
 pub use mptun_proto::{ConnConfig, Counters, MptcpConfig};
+
+/// The packet I/O layer (`mptun-io`): TUN devices, network namespaces, pcap.
+pub use mptun_io as io;
+pub use mptun_io::{ChannelIo, IfAddr, PacketIo, TunConfig, TunDevice};

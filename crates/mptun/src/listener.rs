@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::task::{Context, Poll};
 
 use tokio::net::ToSocketAddrs;
@@ -71,7 +71,13 @@ impl MptcpListener {
             } else if clashes(st, addr) {
                 return Err(io::Error::new(io::ErrorKind::AddrInUse, format!("{addr} is already bound")));
             }
-            st.ep.listen(addr);
+            // The endpoint listens on the stack's own addresses only: a SYN
+            // to any other address the OS routes into a device finds no
+            // listener and is answered as a closed port is (RFC 9293
+            // 3.10.7.1: RST), never accepted as if it were ours.
+            for a in own_addrs(&st.local_ips, addr) {
+                st.ep.listen(a);
+            }
             let id = st.next_listener;
             st.next_listener += 1;
             st.listeners.insert(id, ListenerState { addr, queue: VecDeque::new(), waker: None });
@@ -121,6 +127,9 @@ impl Drop for MptcpListener {
         let id = self.id;
         self.stack.shared().update(|st| {
             if let Some(l) = st.listeners.remove(&id) {
+                for a in own_addrs(&st.local_ips, l.addr) {
+                    st.ep.unlisten(a);
+                }
                 for h in l.queue {
                     st.ep.abort(h);
                     st.release(h);
@@ -128,6 +137,16 @@ impl Drop for MptcpListener {
             }
         });
     }
+}
+
+/// The concrete addresses a listener on `addr` takes: `addr` itself, or
+/// for the unspecified address every path address of the family (`[::]`:
+/// of both, as a dual-stack kernel socket).
+fn own_addrs(local_ips: &[IpAddr], addr: SocketAddr) -> Vec<SocketAddr> {
+    if !addr.ip().is_unspecified() {
+        return vec![addr];
+    }
+    local_ips.iter().filter(|ip| addr.is_ipv6() || ip.is_ipv4()).map(|&ip| SocketAddr::new(ip, addr.port())).collect()
 }
 
 impl std::fmt::Debug for MptcpListener {

@@ -102,13 +102,23 @@ impl MptcpStream {
             let st = &mut *st;
             let Some(cs) = st.conns.get_mut(&h) else { return Poll::Ready(Err(State::gone_error())) };
             if let Some(kind) = cs.error {
-                return Poll::Ready(Err(io::Error::new(kind, format!("connect to {remote}"))));
+                // The kind's own wording ("connection refused", "timed out"): the cause, not just the address.
+                return Poll::Ready(Err(io::Error::new(
+                    kind,
+                    format!("connect to {remote}: {}", io::Error::from(kind)),
+                )));
             }
             if cs.connected {
                 return Poll::Ready(Ok(()));
             }
             if st.ep.is_closed(h) {
-                return Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionAborted, "connection closed")));
+                // Closed during the handshake without a timeout: the peer
+                // reset it (the core reports no Reset while MP_CAPABLE is
+                // pending), which for a connect is a refusal.
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("connect to {remote}: connection refused"),
+                )));
             }
             if st.driver_gone {
                 return Poll::Ready(Err(State::gone_error()));

@@ -35,6 +35,9 @@ struct Cli {
     /// Spec for B→A, applied on top of --both.
     #[arg(long, default_value = "")]
     b2a: String,
+    /// More log output on stderr (-v info, -vv debug); RUST_LOG, when set, decides instead.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     /// Unix socket for run-time commands (set/down/up/stats/config).
     #[arg(long)]
     control: Option<PathBuf>,
@@ -209,8 +212,19 @@ fn run(cli: Cli) -> Result<(), String> {
     failure.map_or(Ok(()), Err)
 }
 
+/// Logging to stderr: `RUST_LOG` when set, otherwise warnings (-v: info, -vv: debug).
+fn init_log(verbose: u8) {
+    let level = ["warn", "info", "debug", "trace"][usize::from(verbose.min(3))];
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.is_empty() => tracing_subscriber::EnvFilter::new(v),
+        _ => tracing_subscriber::EnvFilter::new(level),
+    };
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_log(cli.verbose);
     if let Some(Cmd::Ctl { socket, command }) = &cli.cmd {
         return match send_command(socket, &command.join(" ")) {
             Ok(reply) => {

@@ -18,7 +18,7 @@ use crate::units::parse_size;
 )]
 pub struct DemoArgs {
     #[command(flatten)]
-    json: JsonDocument,
+    pub json: JsonDocument,
     /// Bytes to transfer.
     #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
     size: u64,

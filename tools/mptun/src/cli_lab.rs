@@ -27,6 +27,7 @@ use mptun_sim::scenarios::aggregate::Params;
 
 use crate::cli_shared::JsonDocument;
 use crate::report::{self, AggregateLine, Report};
+use crate::signals;
 use crate::units::parse_size;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -64,7 +65,7 @@ pub struct LabArgs {
     #[arg(long)]
     cc: Option<String>,
     #[command(flatten)]
-    json: JsonDocument,
+    pub json: JsonDocument,
 }
 
 fn find_scripts(given: Option<&Path>) -> Result<PathBuf> {
@@ -127,6 +128,8 @@ impl Drop for Topology {
         if !st.is_ok_and(|s| s.success()) {
             eprintln!("mptun: warning: `topo.sh down --name {}` failed; remove {0}-cli/-mid/-srv by hand", self.name);
         }
+        // The state directory (linkem sockets, pid files, stats) is ours too.
+        let _ = std::fs::remove_dir_all(&self.state);
     }
 }
 
@@ -229,8 +232,12 @@ pub fn run(a: LabArgs) -> Result<()> {
     }
     eprintln!("lab: {name}-cli — linkem [{}] — {name}-srv, stack {:?}", specs.join(" | "), a.stack);
     let out = up.output().context("cannot run bash")?;
-    // From here on the namespaces may exist: tear down whatever happens.
+    // From here on the namespaces may exist: tear down whatever happens
+    // (an error, a signal: every return below drops this).
     let _topo = Topology { script: script.clone(), name: name.clone(), state: state.clone() };
+    if signals::received().is_some() {
+        return Err(signals::interrupted());
+    }
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         bail!("topo.sh up failed: {}", err.trim().lines().last().unwrap_or("no output"));
@@ -257,10 +264,17 @@ pub fn run(a: LabArgs) -> Result<()> {
     let s = server.0.as_mut().expect("just spawned");
     let s_err = lines(s.stderr.take().expect("piped"));
     let s_out = lines(s.stdout.take().expect("piped"));
-    match s_err.recv_timeout(Duration::from_secs(10)) {
-        Ok(l) if l.contains("Server listening") => {}
-        Ok(l) => bail!("the server failed to start: {l}"),
-        Err(_) => bail!("the server did not start listening within 10 s"),
+    let t0 = Instant::now();
+    loop {
+        if signals::received().is_some() {
+            return Err(signals::interrupted());
+        }
+        match s_err.recv_timeout(Duration::from_millis(100)) {
+            Ok(l) if l.contains("Server listening") => break,
+            Ok(l) => bail!("the server failed to start: {l}"),
+            Err(mpsc::RecvTimeoutError::Timeout) if t0.elapsed() < Duration::from_secs(10) => {}
+            Err(_) => bail!("the server did not start listening within 10 s"),
+        }
     }
     // Generous: the paths' rate at half efficiency, plus setup.
     let limit = Duration::from_secs_f64(a.size as f64 * 8.0 / (sum_path_bps * 0.5) + 60.0);
@@ -276,6 +290,10 @@ pub fn run(a: LabArgs) -> Result<()> {
         if t0.elapsed() > limit {
             bail!("the transfer did not finish within {:.0} s", limit.as_secs_f64());
         }
+        if signals::received().is_some() {
+            // The client and server are killed and the namespaces removed on the way out.
+            return Err(signals::interrupted());
+        }
         std::thread::sleep(Duration::from_millis(50));
     };
     client.0 = None;
@@ -287,7 +305,7 @@ pub fn run(a: LabArgs) -> Result<()> {
     let mut r: Report = serde_json::from_str(&text.join("\n")).context("the client's JSON report")?;
     if let Some(s) = server.0.as_mut() {
         let t0 = Instant::now();
-        while s.try_wait()?.is_none() && t0.elapsed() < Duration::from_secs(15) {
+        while s.try_wait()?.is_none() && t0.elapsed() < Duration::from_secs(15) && signals::received().is_none() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -302,6 +320,7 @@ pub fn run(a: LabArgs) -> Result<()> {
     );
     if a.json.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
+        report::mark_reported();
     } else {
         print!("{}", report::header_lines(&r.start));
         for i in &r.intervals {

@@ -16,6 +16,7 @@ use crate::control::{Amount, Request, MAX_BYTES};
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, PathSpec};
 use crate::report::{self, Report};
+use crate::signals;
 use crate::units::{parse_rate, parse_size};
 
 /// Options both ends share: the stack, its paths, the socket options, output.
@@ -116,6 +117,18 @@ pub struct SendArgs {
     connect_timeout: Duration,
 }
 
+impl ServeArgs {
+    pub fn json(&self) -> bool {
+        self.common.json.json
+    }
+}
+
+impl SendArgs {
+    pub fn json(&self) -> bool {
+        self.common.json.json
+    }
+}
+
 fn parse_path(s: &str) -> Result<PathSpec> {
     // clap prints the error's Display: fold the context chain into one line.
     s.parse().map_err(|e: anyhow::Error| anyhow!("{e:#}"))
@@ -172,6 +185,11 @@ impl Common {
                 Some(t) => pathspec::topology(t)?,
                 None => self.paths.clone(),
             };
+            if let Some(dir) = self.pcap.as_deref().and_then(std::path::Path::parent) {
+                if !dir.as_os_str().is_empty() && !dir.is_dir() {
+                    bail!("--pcap {}: no directory {}", self.pcap.as_deref().unwrap_or(dir).display(), dir.display());
+                }
+            }
             if paths.is_empty() {
                 bail!(
                     "no paths: give --path dev=NAME,addr=A/PREFIX (repeatable) or --topology NAME, or --kernel for the kernel's stack"
@@ -268,7 +286,10 @@ impl Plan {
         if let Some(p) = &self.pcap {
             b = b.pcap(p);
         }
-        b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))
+        b.build().map_err(|e| match &self.pcap {
+            Some(p) => anyhow!("cannot start the stack (--pcap {}): {e}", p.display()),
+            None => anyhow!("cannot start the stack: {e}"),
+        })
     }
 }
 
@@ -281,12 +302,48 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 fn emit(r: &Report, json: bool) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(r)?);
-    } else {
-        print!("{}", report::end_lines(r));
-    }
+    report::emit(r, json)?;
     Ok(())
+}
+
+/// One line with the cause of a failed connect.
+pub(crate) fn connect_error(to: SocketAddr, e: &std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind as K;
+    let why = match e.kind() {
+        K::ConnectionRefused => "connection refused".to_string(),
+        K::TimedOut => "timed out".to_string(),
+        K::HostUnreachable => "host unreachable".to_string(),
+        K::NetworkUnreachable => "network unreachable".to_string(),
+        K::AddrNotAvailable => format!("no local address for it ({e})"),
+        _ => e.to_string(),
+    };
+    anyhow!("cannot connect to {to}: {why}")
+}
+
+/// Connects with either stack within `limit`, or fails with the cause.
+async fn connect(plan: &Plan, to: SocketAddr, limit: Duration) -> Result<(Conn, CounterSource)> {
+    let timed_out = || anyhow!("cannot connect to {to}: timed out (no answer within {} s)", limit.as_secs_f64());
+    let interrupted = signals::wait();
+    if plan.kernel {
+        let counters = CounterSource::kernel();
+        let s = tokio::select! {
+            r = tokio::time::timeout(limit, kernel::connect(to, &plan.kernel_options)) => r.map_err(|_| timed_out())??,
+            _ = interrupted => return Err(signals::interrupted()),
+        };
+        Ok((Conn::Kernel(s), counters))
+    } else {
+        let stack = plan.stack()?;
+        // Counted from here: the handshake is part of the test.
+        let counters = CounterSource::mptun(stack.clone());
+        let options = plan.options.apply(stack.stream_options());
+        let s = tokio::select! {
+            r = tokio::time::timeout(limit, MptcpStream::connect_with(&stack, to, options)) => {
+                r.map_err(|_| timed_out())?.map_err(|e| connect_error(to, &e))?
+            }
+            _ = interrupted => return Err(signals::interrupted()),
+        };
+        Ok((Conn::Mptun(s), counters))
+    }
 }
 
 pub fn run_send(a: SendArgs) -> Result<()> {
@@ -340,24 +397,14 @@ pub fn run_send(a: SendArgs) -> Result<()> {
     let rt = runtime()?;
     let report = rt.block_on(async move {
         let to = resolve(&host, port).await?;
-        let (conn, counters) = if plan.kernel {
-            let counters = CounterSource::kernel();
-            let s = tokio::time::timeout(a.connect_timeout, kernel::connect(to, &plan.kernel_options))
-                .await
-                .map_err(|_| anyhow!("connect to {to}: no answer within {} s", a.connect_timeout.as_secs()))?
-                .map_err(|e| anyhow!("connect to {to}: {e:#}"))?;
-            (Conn::Kernel(s), counters)
-        } else {
-            let stack = plan.stack()?;
-            let options = plan.options.apply(stack.stream_options());
-            let s = tokio::time::timeout(a.connect_timeout, MptcpStream::connect_with(&stack, to, options))
-                .await
-                .map_err(|_| anyhow!("connect to {to}: no answer within {} s", a.connect_timeout.as_secs()))?
-                .map_err(|e| anyhow!("connect to {to}: {e}"))?;
-            (Conn::Mptun(s), CounterSource::Mptun(stack))
-        };
+        let (conn, counters) = connect(&plan, to, a.connect_timeout).await?;
         bulk::run_client(conn, ClientTest { request, source, sink }, plan.settings.clone(), counters).await
     })?;
+    let mut report = report;
+    let interrupted = signals::received().is_some();
+    if interrupted {
+        report.error = Some("interrupt - the client has terminated".into());
+    }
     emit(&report, json)?;
     if !report.end.mptcp.sha256_match {
         bail!(
@@ -367,6 +414,9 @@ pub fn run_send(a: SendArgs) -> Result<()> {
             report.end.sum_received.bytes,
             report.end.mptcp.sha256_received
         );
+    }
+    if interrupted {
+        bail!("interrupt - the client has terminated");
     }
     Ok(())
 }
@@ -388,18 +438,22 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
     let json = plan.settings.json;
     let rt = runtime()?;
     rt.block_on(async move {
-        let bind_ip = a.bind.unwrap_or(if plan.paths.first().is_some_and(|p| p.addr.addr.is_ipv6()) {
-            IpAddr::from([0u16; 8])
-        } else {
-            IpAddr::from([0u8; 4])
-        });
+        // Dual-stack by default, as iperf3: `[::]` takes IPv4 too (mptun:
+        // every path address; kernel: IPV6_V6ONLY off).
+        let bind_ip = a.bind.unwrap_or(IpAddr::from([0u16; 8]));
         let bind = SocketAddr::new(bind_ip, a.port);
         enum L {
             K(tokio::net::TcpListener),
             M(MptcpListener, Stack),
         }
         let listener = if plan.kernel {
-            L::K(kernel::listen(bind, &plan.kernel_options)?)
+            match kernel::listen(bind, &plan.kernel_options) {
+                // No IPv6 on this host: IPv4 only, as iperf3 falls back.
+                Err(_) if a.bind.is_none() => {
+                    L::K(kernel::listen(SocketAddr::new(IpAddr::from([0u8; 4]), a.port), &plan.kernel_options)?)
+                }
+                r => L::K(r?),
+            }
         } else {
             let stack = plan.stack()?;
             let l = MptcpListener::bind(&stack, bind).await.map_err(|e| anyhow!("listen on {bind}: {e}"))?;
@@ -413,31 +467,62 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
             println!("{line}");
             println!("-----------------------------------------------------------");
         }
-        loop {
-            let (conn, peer, counters) = match &listener {
+        async fn accept(l: &L) -> Result<(Conn, SocketAddr)> {
+            Ok(match l {
                 L::K(l) => {
-                    let counters = CounterSource::kernel();
                     let (s, peer) = l.accept().await.context("accept")?;
                     s.set_nodelay(true).ok();
-                    (Conn::Kernel(s), peer, counters)
+                    (Conn::Kernel(s), peer)
                 }
-                L::M(l, stack) => {
+                L::M(l, _) => {
                     let (s, peer) = l.accept().await.context("accept")?;
-                    (Conn::Mptun(s), peer, CounterSource::Mptun(stack.clone()))
+                    (Conn::Mptun(s), peer)
                 }
+            })
+        }
+        loop {
+            let counters = match &listener {
+                L::K(_) => CounterSource::kernel(),
+                L::M(_, stack) => CounterSource::mptun(stack.clone()),
+            };
+            let (conn, peer) = tokio::select! {
+                r = accept(&listener) => r?,
+                _ = signals::wait() => bail!("interrupt - the server has terminated"),
             };
             if !json {
                 println!("Accepted connection from {}, port {}", peer.ip(), peer.port());
             }
-            match bulk::run_server(conn, &cfg, plan.settings.clone(), counters).await {
-                Ok(r) => {
+            // One test at a time, as iperf3: a client arriving meanwhile
+            // is told the server is busy, not queued in silence.
+            let test = bulk::run_server(conn, &cfg, plan.settings.clone(), counters);
+            tokio::pin!(test);
+            let result = loop {
+                tokio::select! {
+                    r = &mut test => break r,
+                    r = accept(&listener) => {
+                        if let Ok((other, from)) = r {
+                            eprintln!("mptun: {from} refused: the server is busy running a test");
+                            tokio::spawn(bulk::refuse(other, "the server is busy running a test"));
+                        }
+                    }
+                }
+            };
+            let interrupted = signals::received().is_some();
+            match result {
+                Ok(mut r) => {
+                    if interrupted {
+                        r.error = Some("interrupt - the server has terminated".into());
+                    }
                     emit(&r, json)?;
                     if !r.end.mptcp.sha256_match && a.one_off {
                         bail!("integrity check failed");
                     }
                 }
-                Err(e) if a.one_off => return Err(e),
+                Err(e) if a.one_off || interrupted => return Err(e),
                 Err(e) => eprintln!("mptun: test with {peer} failed: {e:#}"),
+            }
+            if interrupted {
+                bail!("interrupt - the server has terminated");
             }
             if a.one_off {
                 return Ok(());

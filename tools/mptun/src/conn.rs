@@ -28,6 +28,28 @@ pub struct SubflowProbe {
     pub rttvar_us: u64,
     /// Slow-subflow halvings (mptun's penalise schedulers).
     pub penalized: u64,
+    /// TCP state, Linux's names (`ESTABLISHED`, `SYN_SENT`, ...).
+    pub state: &'static str,
+    /// Whether it ever completed its handshake (synchronized now, or has
+    /// moved data): only those count as subflows in use.
+    pub established: bool,
+}
+
+/// Linux's name of an mptun TCP state.
+fn state_name(s: mptun::TcpState) -> &'static str {
+    use mptun::TcpState as S;
+    match s {
+        S::Closed => "CLOSE",
+        S::SynSent => "SYN_SENT",
+        S::SynReceived => "SYN_RECV",
+        S::Established => "ESTABLISHED",
+        S::FinWait1 => "FIN_WAIT1",
+        S::FinWait2 => "FIN_WAIT2",
+        S::CloseWait => "CLOSE_WAIT",
+        S::Closing => "CLOSING",
+        S::LastAck => "LAST_ACK",
+        S::TimeWait => "TIME_WAIT",
+    }
 }
 
 /// A snapshot of a connection.
@@ -36,8 +58,15 @@ pub struct Probe {
     /// `mptcp` or `tcp` (never offered, or fell back).
     pub mode: &'static str,
     pub subflows: Vec<SubflowProbe>,
-    /// Retransmitted segments over the connection's life.
+    /// Retransmitted segments over the connection's life: the sum of the subflows'.
     pub retrans_segs: u64,
+}
+
+impl Probe {
+    /// Subflows in use: those that completed their handshake.
+    pub fn established(&self) -> usize {
+        self.subflows.iter().filter(|s| s.established).count()
+    }
 }
 
 /// A connected stream of either stack.
@@ -93,14 +122,17 @@ impl Conn {
                             srtt_us: sf.tcp.srtt.as_micros() as u64,
                             rttvar_us: sf.tcp.rttvar.as_micros() as u64,
                             penalized: sf.penalized,
+                            state: state_name(sf.tcp.state),
+                            established: sf.tcp.state.is_synchronized()
+                                || sf.tcp.bytes_acked > 0
+                                || sf.tcp.bytes_received > 0,
                         }
                     })
-                    .collect();
-                Probe {
-                    mode: if info.is_mptcp() { "mptcp" } else { "tcp" },
-                    subflows,
-                    retrans_segs: info.counters.tcp_retrans_segs,
-                }
+                    .collect::<Vec<_>>();
+                // The total is the sum of its parts (the per-subflow figures
+                // the report lists), not a separately kept counter.
+                let retrans_segs = subflows.iter().map(|s| s.retrans_segs).sum();
+                Probe { mode: if info.is_mptcp() { "mptcp" } else { "tcp" }, subflows, retrans_segs }
             }
         }
     }
@@ -136,21 +168,32 @@ impl Conn {
 /// for a one-connection test are the connection's), or the namespace's
 /// kernel counters.
 pub enum CounterSource {
-    Mptun(mptun::Stack),
+    /// The stack and its counters when the test began.
+    Mptun(mptun::Stack, BTreeMap<String, u64>),
     Kernel(BTreeMap<String, u64>),
 }
 
+fn mptun_counters(s: &mptun::Stack) -> BTreeMap<String, u64> {
+    s.counters().iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
 impl CounterSource {
+    /// The namespace's kernel counters from now on.
     pub fn kernel() -> Self {
         CounterSource::Kernel(crate::kernel::netstat())
     }
 
-    /// Non-zero counters (kernel: the increase since [`CounterSource::kernel`]).
+    /// `stack`'s counters from now on (a server's stack serves many tests:
+    /// each reports its own).
+    pub fn mptun(stack: mptun::Stack) -> Self {
+        let base = mptun_counters(&stack);
+        CounterSource::Mptun(stack, base)
+    }
+
+    /// The counters that grew since the baseline, with their increase.
     pub fn read(&self) -> BTreeMap<String, u64> {
         match self {
-            CounterSource::Mptun(s) => {
-                s.counters().iter().filter(|(_, v)| *v != 0).map(|(k, v)| (k.to_owned(), v)).collect()
-            }
+            CounterSource::Mptun(s, before) => crate::kernel::netstat_delta(before, &mptun_counters(s)),
             CounterSource::Kernel(before) => crate::kernel::netstat_delta(before, &crate::kernel::netstat()),
         }
     }

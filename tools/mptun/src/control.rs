@@ -6,6 +6,8 @@
 //! client → server  Request   "MPTN" ver=1 flags mode name_len reserved amount name
 //! server → client  Response  "MPTA" status reserved msg_len amount msg
 //! sender → peer    data ..., Trailer, FIN
+//! receiver → sender Stop "MPTS" (optional, during the data: the receiver
+//!                   was interrupted; the sender ends the data at once)
 //! receiver → peer  Trailer, summary_len:u32, Summary (JSON), FIN
 //! Trailer (72 bytes): "MPTE" retransmits:u32 bytes:u64 elapsed_us:u64
 //!                   cpu_user_us:u64 cpu_sys_us:u64 sha256:[u8; 32]
@@ -22,6 +24,8 @@ use anyhow::{bail, Result};
 pub const REQUEST_MAGIC: [u8; 4] = *b"MPTN";
 /// Response magic.
 pub const RESPONSE_MAGIC: [u8; 4] = *b"MPTA";
+/// A receiver's request to end the data now (it was interrupted).
+pub const STOP_MAGIC: [u8; 4] = *b"MPTS";
 /// Trailer magic.
 pub const TRAILER_MAGIC: [u8; 4] = *b"MPTE";
 /// Protocol version this build speaks.
@@ -90,7 +94,7 @@ impl Request {
     /// the name length still to read.
     pub fn decode_fixed(b: &[u8; REQUEST_LEN]) -> Result<(Request, usize)> {
         if b[..4] != REQUEST_MAGIC {
-            bail!("not an mptun client (bad magic {:02x?})", &b[..4]);
+            bail!("not an mptun client: it sent {:?}", String::from_utf8_lossy(&b[..4]));
         }
         if b[4] != VERSION {
             bail!("client speaks protocol version {}, this server {VERSION}", b[4]);
@@ -175,7 +179,7 @@ impl Response {
     /// Parses the fixed part; returns the response and the message length.
     pub fn decode_fixed(b: &[u8; RESPONSE_LEN]) -> Result<(Response, usize)> {
         if b[..4] != RESPONSE_MAGIC {
-            bail!("the server is not an mptun server (bad magic {:02x?})", &b[..4]);
+            bail!("not an mptun server: it answered {:?}", String::from_utf8_lossy(&b[..4]));
         }
         let len = usize::from(u16::from_be_bytes([b[6], b[7]]));
         if len > MAX_MESSAGE {

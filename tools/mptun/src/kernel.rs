@@ -78,6 +78,10 @@ fn setsockopt_u32(fd: RawFd, level: i32, name: i32, v: u32) -> io::Result<()> {
 /// A listening kernel socket.
 pub fn listen(addr: SocketAddr, o: &KernelOptions) -> Result<tokio::net::TcpListener> {
     let s = socket(addr, o)?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // Dual-stack, as iperf3's default listener.
+        s.set_only_v6(false).context("IPV6_V6ONLY")?;
+    }
     s.set_reuse_address(true)?;
     s.bind(&addr.into()).map_err(|e| anyhow!("bind {addr}: {e}"))?;
     s.listen(128)?;
@@ -90,7 +94,7 @@ pub async fn connect(to: SocketAddr, o: &KernelOptions) -> Result<tokio::net::Tc
     let s = socket(to, o)?;
     s.set_nonblocking(true)?;
     let sock = tokio::net::TcpSocket::from_std_stream(std::net::TcpStream::from(s));
-    Ok(sock.connect(to).await?)
+    sock.connect(to).await.map_err(|e| crate::cli_xfer::connect_error(to, &e))
 }
 
 fn getsockopt(fd: RawFd, level: i32, name: i32, buf: &mut [u8]) -> io::Result<usize> {
@@ -127,6 +131,26 @@ fn subflow_from_tcp_info(id: usize, b: &[u8], local: Option<SocketAddr>, remote:
         srtt_us: u32_at(b, 68),
         rttvar_us: u32_at(b, 72),
         penalized: 0,
+        state: kernel_state(b.first().copied().unwrap_or(0)),
+        established: matches!(b.first(), Some(1 | 4..=9 | 11)) || u64_at(b, 120) > 0 || u64_at(b, 128) > 0,
+    }
+}
+
+/// `tcpi_state` (include/net/tcp_states.h) by name.
+fn kernel_state(s: u8) -> &'static str {
+    match s {
+        1 => "ESTABLISHED",
+        2 => "SYN_SENT",
+        3 => "SYN_RECV",
+        4 => "FIN_WAIT1",
+        5 => "FIN_WAIT2",
+        6 => "TIME_WAIT",
+        7 => "CLOSE",
+        8 => "CLOSE_WAIT",
+        9 => "LAST_ACK",
+        10 => "LISTEN",
+        11 => "CLOSING",
+        _ => "UNKNOWN",
     }
 }
 

@@ -17,10 +17,11 @@ mod kernel;
 mod pathspec;
 mod plot;
 mod report;
+mod signals;
 mod traces;
 mod units;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -28,6 +29,41 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     cmd: Command,
+    #[command(flatten)]
+    log: Log,
+}
+
+/// Logging to stderr: `RUST_LOG` (tracing's filter syntax, e.g.
+/// `RUST_LOG=mptun=debug`) when set, otherwise by -v.
+#[derive(clap::Args)]
+struct Log {
+    /// More log output on stderr: -v info, -vv debug, -vvv trace (RUST_LOG, when set, decides instead).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// The same as -vv.
+    #[arg(long, global = true)]
+    debug: bool,
+}
+
+impl Log {
+    fn init(&self) {
+        use tracing_subscriber::EnvFilter;
+        let level = match self.verbose.max(if self.debug { 2 } else { 0 }) {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        };
+        let filter = match std::env::var("RUST_LOG") {
+            Ok(v) if !v.is_empty() => EnvFilter::new(v),
+            _ => EnvFilter::new(level),
+        };
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init();
+    }
 }
 
 #[derive(Subcommand)]
@@ -43,22 +79,75 @@ enum Command {
     Send(cli_xfer::SendArgs),
     /// Run a scenario in real namespaces behind linkem paths (needs root), reported like `sim`.
     Lab(cli_lab::LabArgs),
+    /// Print a shell completion script, e.g. `mptun completions bash > /etc/bash_completion.d/mptun`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `mptun man > ~/.local/share/man/man1/mptun.1`.
+    Man,
+}
+
+impl Command {
+    /// Whether the command prints iperf3's JSON document (`-J`/`--json`),
+    /// which then carries an error too.
+    fn json_document(&self) -> bool {
+        match self {
+            Command::Demo(a) => a.json.json,
+            Command::Serve(a) => a.json(),
+            Command::Send(a) => a.json(),
+            Command::Lab(a) => a.json.json,
+            Command::Sim(_) | Command::Completions { .. } | Command::Man => false,
+        }
+    }
+}
+
+/// Writes generated text to stdout; a closed pipe (`| head`) is no error.
+fn print_all(b: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(b) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::anyhow!("stdout: {e}")),
+        _ => Ok(()),
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    cli.log.init();
+    tracing::debug!(args = ?std::env::args().collect::<Vec<_>>(), "mptun {}", env!("CARGO_PKG_VERSION"));
+    let json = cli.cmd.json_document();
+    if matches!(cli.cmd, Command::Serve(_) | Command::Send(_) | Command::Lab(_)) {
+        // The first SIGINT/SIGTERM ends the test cleanly, a second at once.
+        signals::install();
+    }
     let res = match cli.cmd {
         Command::Demo(a) => cli_demo::run(a),
         Command::Sim(a) => cli_sim::run(a),
         Command::Serve(a) => cli_xfer::run_serve(a),
         Command::Send(a) => cli_xfer::run_send(a),
         Command::Lab(a) => cli_lab::run(a),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "mptun", &mut out);
+            print_all(&out)
+        }
+        Command::Man => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut out).expect("render into memory");
+            print_all(&out)
+        }
     };
+    // Interrupted: 128 + the signal, as iperf3 (130 for SIGINT, 143 for SIGTERM).
+    let interrupted = signals::exit_code();
     match res {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => interrupted.map_or(ExitCode::SUCCESS, ExitCode::from),
         Err(e) => {
+            if json && !report::reported() {
+                let doc = report::error_document(&format!("{e:#}"));
+                println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            }
             eprintln!("mptun: {e:#}");
-            ExitCode::FAILURE
+            interrupted.map_or(ExitCode::FAILURE, ExitCode::from)
         }
     }
 }

@@ -14,6 +14,11 @@ pub struct Report {
     pub start: Start,
     pub intervals: Vec<Interval>,
     pub end: End,
+    /// iperf3's top-level `error`: why the test ended early (an interrupt:
+    /// "interrupt - the client has terminated"); the figures are what was
+    /// measured until then.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -185,6 +190,11 @@ pub struct SubflowEnd {
     pub max_snd_cwnd: u64,
     pub rtt: u64,
     pub penalized: u64,
+    /// TCP state at the end (Linux's names); "never established (SYN_SENT)"
+    /// for a subflow that never came up, which is not counted in
+    /// `mptcp.subflows_max`.
+    #[serde(default)]
+    pub state: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
@@ -214,6 +224,9 @@ pub struct MptcpEnd {
     pub counters: BTreeMap<String, u64>,
     /// The peer's, as it sent them at the end.
     pub peer_counters: BTreeMap<String, u64>,
+    /// Why the data ended early (an interrupt at either end), if it did.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stopped: Option<String>,
 }
 
 impl MptcpEnd {
@@ -222,6 +235,48 @@ impl MptcpEnd {
         let m = if sender { &self.peer_counters } else { &self.counters };
         m.get(name).copied().unwrap_or(0)
     }
+}
+
+static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Prints a report as `--json` asks (one JSON document) or as text, and
+/// notes that this run's document is out.
+pub fn emit(r: &Report, json: bool) -> serde_json::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+    } else {
+        print!("{}", end_lines(r));
+    }
+    REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Notes that a report was printed (by other means than [`emit`]).
+pub fn mark_reported() {
+    REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether [`emit`] printed a report in this run.
+pub fn reported() -> bool {
+    REPORTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The document `--json` prints when a run fails before it has a report,
+/// as `iperf3 -J` does: `start` with what is known, empty `intervals` and
+/// `end`, and the cause in `error`.
+pub fn error_document(error: &str) -> serde_json::Value {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    serde_json::json!({
+        "start": {
+            "connected": [],
+            "version": format!("mptun {}", env!("CARGO_PKG_VERSION")),
+            "system_info": crate::bulk::host::uname(),
+            "timestamp": { "time": http_date(now), "timesecs": now },
+        },
+        "intervals": [],
+        "end": {},
+        "error": error,
+    })
 }
 
 pub fn hex(b: &[u8]) -> String {
@@ -340,6 +395,10 @@ pub fn end_lines(r: &Report) -> String {
     }
     for st in &e.streams {
         for sf in &st.subflows {
+            if sf.state.starts_with("never") {
+                let _ = writeln!(s, "        sf{} {} -> {}  {}", sf.id, sf.local, sf.remote, sf.state);
+                continue;
+            }
             let _ = writeln!(
                 s,
                 "        sf{} {} -> {}  {:>12} ({:>5.1}%)  retr {}  max cwnd {}{}",

@@ -237,6 +237,7 @@ pub fn sim_report(
                 .unwrap_or(0),
             rtt: s.tcp.srtt.as_micros() as u64,
             penalized: s.penalized,
+            state: "ESTABLISHED".into(),
         })
         .collect();
     let sum_sent = Sum::new(0.0, r.duration_s, size, Some(r.retransmits), true);
@@ -295,8 +296,10 @@ pub fn sim_report(
                 efficiency: sum_path_bps.map(|s| sum_received.bits_per_second / s),
                 counters: conv(&r.client_counters),
                 peer_counters: conv(&r.server_counters),
+                stopped: None,
             },
         },
+        error: None,
     }
 }
 

@@ -229,6 +229,12 @@ fn run(o: Opts) -> std::io::Result<String> {
 }
 
 fn main() -> ExitCode {
+    // Logging to stderr as RUST_LOG says (warnings otherwise).
+    let filter = std::env::var("RUST_LOG").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "warn".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
     let o = parse();
     let role = o.role.clone();
     match run(o) {

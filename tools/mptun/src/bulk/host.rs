@@ -16,7 +16,7 @@ pub(super) fn cpu_us() -> (u64, u64) {
 }
 
 /// `sysname nodename release machine`, as iperf3's `system_info` has it.
-pub(super) fn uname() -> String {
+pub(crate) fn uname() -> String {
     // SAFETY: uname fills the struct it is given.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer.

@@ -20,7 +20,6 @@ pub(super) struct Meter {
     pub(super) last_t: f64,
     pub(super) last_bytes: u64,
     pub(super) last_retrans: u64,
-    pub(super) base_retrans: u64,
     pub(super) last_sf: HashMap<usize, u64>,
     pub(super) last_sf_retrans: HashMap<usize, u64>,
     pub(super) max_cwnd: HashMap<usize, u64>,
@@ -51,11 +50,10 @@ impl Meter {
             last_t: 0.0,
             last_bytes: 0,
             last_retrans: probe.retrans_segs,
-            base_retrans: probe.retrans_segs,
             last_sf: HashMap::new(),
             last_sf_retrans: probe.subflows.iter().map(|s| (s.id, s.retrans_segs)).collect(),
             max_cwnd: HashMap::new(),
-            subflows_max: probe.subflows.len(),
+            subflows_max: probe.established(),
             intervals: Vec::new(),
             pb,
         }
@@ -96,7 +94,7 @@ impl Meter {
             return;
         }
         let probe = conn.probe();
-        self.subflows_max = self.subflows_max.max(probe.subflows.len());
+        self.subflows_max = self.subflows_max.max(probe.established());
         let secs = t - self.last_t;
         let mut subflows = Vec::new();
         for s in &probe.subflows {

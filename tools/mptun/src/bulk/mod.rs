@@ -6,7 +6,7 @@
 //! (CPU time, uname) in `host`; the messages themselves in
 //! [`crate::control`].
 
-mod host;
+pub(crate) mod host;
 mod meter;
 mod outcome;
 mod transfer;
@@ -70,7 +70,11 @@ pub struct Summary {
 }
 
 async fn read_exact_timeout(conn: &mut Conn, buf: &mut [u8], what: &str) -> Result<()> {
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.read_exact(buf)).await {
+    let r = tokio::select! {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.read_exact(buf)) => r,
+        _ = crate::signals::wait() => return Err(crate::signals::interrupted()),
+    };
+    match r {
         Err(_) => bail!("no {what} within {} s", HANDSHAKE_TIMEOUT.as_secs()),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => bail!("the peer closed before its {what}"),
         Ok(Err(e)) => bail!("reading the {what}: {e}"),
@@ -104,6 +108,9 @@ pub async fn run_client(
     if resp.refused.is_some() {
         bail!("the server refused the test: {}", String::from_utf8_lossy(&msg));
     }
+    if crate::signals::received().is_some() {
+        return Err(crate::signals::interrupted());
+    }
     let start = start_section(&conn, &settings, &test.request, !test.request.reverse);
     if !settings.json {
         print!("{}", report::header_lines(&start));
@@ -120,6 +127,23 @@ pub async fn run_client(
         send_phase(&mut conn, source, test.request.amount, settings, &counters, req.len() as u64).await?
     };
     Ok(assemble(start, intervals, outcome, sfmax, file))
+}
+
+/// Turns a client away: reads its request (if it sends one soon) and
+/// answers with a refusal carrying `why`, so it fails at once with the
+/// reason (iperf3's "the server is busy running a test").
+pub async fn refuse(mut conn: Conn, why: &'static str) {
+    let mut fixed = [0u8; control::REQUEST_LEN];
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn.read_exact(&mut fixed)).await;
+    let _ = conn.write_all(&Response { refused: Some(why.into()), amount: 0 }.encode()).await;
+    let _ = conn.shutdown().await;
+    // mptun's stream: give the answer time to be acknowledged before the
+    // stream (and with it the connection's last reference) goes.
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let mut b = [0u8; 512];
+        while conn.read(&mut b).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
 }
 
 /// What a server offers.

@@ -26,6 +26,8 @@ pub(super) struct Outcome {
     pub(super) counters: BTreeMap<String, u64>,
     pub(super) peer_summary: Summary,
     pub(super) congestion: String,
+    /// Why the data ended before the amount asked for, if it did.
+    pub(super) stopped: Option<String>,
 }
 
 pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bool) -> Start {
@@ -119,6 +121,7 @@ pub(super) fn assemble(
                 max_snd_cwnd: max_cwnd.get(&s.id).copied().unwrap_or(0).max(s.cwnd * s.mss),
                 rtt: s.srtt_us,
                 penalized: s.penalized,
+                state: if s.established { s.state.into() } else { format!("never established ({})", s.state) },
             }
         })
         .collect();
@@ -137,13 +140,14 @@ pub(super) fn assemble(
     let (scc, rcc) = if o.sender { (o.congestion.clone(), peer_cc) } else { (peer_cc, o.congestion.clone()) };
     let mptcp = MptcpEnd {
         mode: o.final_probe.mode.into(),
-        subflows_max: sfmax.max(o.peer_summary.subflows_max).max(o.final_probe.subflows.len()),
+        subflows_max: sfmax.max(o.peer_summary.subflows_max).max(o.final_probe.established()),
         sha256_sent: report::hex(&snd.sha256),
         sha256_received: report::hex(&rcv.sha256),
         sha256_match: snd.sha256 == rcv.sha256 && snd.bytes == rcv.bytes,
         efficiency: None,
         counters: o.counters,
         peer_counters: o.peer_summary.counters,
+        stopped: o.stopped,
     };
     Report {
         start,
@@ -157,5 +161,6 @@ pub(super) fn assemble(
             receiver_tcp_congestion: rcc,
             mptcp,
         },
+        error: None,
     }
 }

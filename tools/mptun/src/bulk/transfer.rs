@@ -6,28 +6,42 @@
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::host::cpu_us;
 use super::meter::Meter;
 use super::outcome::Outcome;
 use super::{Settings, Sink, Source, Summary, BLKSIZE};
 use crate::conn::{Conn, CounterSource};
-use crate::control::{self, Amount, Holdback, Trailer};
+use crate::control::{self, Amount, Holdback, Trailer, STOP_MAGIC};
 use crate::report::Interval;
+use crate::signals;
 
 /// How long a finished receiver waits for its trailer to be acknowledged.
 const LINGER: Duration = Duration::from_secs(10);
+/// How long an interrupted receiver waits for the sender to end the data.
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 fn progress_deadline(last: Instant, idle: Duration) -> Result<()> {
     if last.elapsed() > idle {
         bail!("no progress for {:.0} s: the peer or the paths are gone", idle.as_secs_f64());
     }
     Ok(())
+}
+
+/// What ends a wait of the sending loop.
+enum SendEv {
+    Tick,
+    /// The data ends now: the duration is up or a signal came (`None`),
+    /// or the receiver asked (`Some(why)`).
+    Stop(Option<&'static str>),
+    Peer(std::io::Result<usize>),
+    Wrote(std::io::Result<usize>),
 }
 
 /// Writes `data` completely, sampling while blocked.
@@ -90,13 +104,17 @@ pub(super) async fn send_phase(
     let mut sent: u64 = 0;
     let mut file_path = None;
     let data_acked = |c: &Conn, sent: u64| c.acked(pre + sent).saturating_sub(pre);
+    // The receiver's STOP, as far as it has arrived.
+    let mut stop_buf = [0u8; 4];
+    let mut stop_got = 0usize;
+    let mut stopped_by: Option<&'static str> = None;
     'data: loop {
         let want = match total {
             Some(t) if sent >= t => break,
             Some(t) => (t - sent).min(BLKSIZE as u64) as usize,
             None => BLKSIZE,
         };
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) || signals::received().is_some() {
             break;
         }
         let n = match &mut source {
@@ -116,27 +134,61 @@ pub(super) async fn send_phase(
         let mut off = 0;
         let mut last = Instant::now();
         while off < n {
-            let r = tokio::select! {
+            let ev = tokio::select! {
                 biased;
-                _ = ticker.tick() => None,
+                _ = ticker.tick() => SendEv::Tick,
+                _ = signals::wait() => SendEv::Stop(None),
                 _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && off == 0 => {
                     // Time is up before this block went out: it is not part of the stream.
-                    break 'data;
+                    SendEv::Stop(None)
                 }
-                r = conn.write(&buf[off..n]) => Some(r),
+                ev = std::future::poll_fn(|cx| {
+                    // Watch for the receiver's STOP while writing.
+                    if stop_got < STOP_MAGIC.len() {
+                        let mut rb = ReadBuf::new(&mut stop_buf[stop_got..]);
+                        if let Poll::Ready(r) = std::pin::Pin::new(&mut *conn).poll_read(cx, &mut rb) {
+                            return Poll::Ready(SendEv::Peer(r.map(|()| rb.filled().len())));
+                        }
+                    }
+                    std::pin::Pin::new(&mut *conn).poll_write(cx, &buf[off..n]).map(SendEv::Wrote)
+                }) => ev,
             };
-            match r {
-                None => {
+            match ev {
+                SendEv::Tick => {
                     let b = data_acked(conn, sent + off as u64);
                     meter.sample(conn, b);
                     progress_deadline(last, meter.settings.idle_timeout)?;
                 }
-                Some(Ok(0)) => bail!("the connection closed while sending"),
-                Some(Ok(k)) => {
+                SendEv::Stop(who) => {
+                    // What went out of this block is part of the stream.
+                    hasher.update(&buf[..off]);
+                    sent += off as u64;
+                    stopped_by = who;
+                    break 'data;
+                }
+                SendEv::Peer(Ok(0)) => bail!("the receiver closed the connection during the test"),
+                SendEv::Peer(Ok(k)) => {
+                    stop_got += k;
+                    if stop_got == STOP_MAGIC.len() {
+                        if stop_buf != STOP_MAGIC {
+                            bail!(
+                                "the receiver sent {:?} during the data (not a stop request)",
+                                String::from_utf8_lossy(&stop_buf)
+                            );
+                        }
+                        hasher.update(&buf[..off]);
+                        sent += off as u64;
+                        stopped_by = Some("the receiver was interrupted");
+                        break 'data;
+                    }
+                }
+                SendEv::Peer(Err(e)) => return Err(anyhow!("receive: {e}")),
+                SendEv::Wrote(Ok(0)) => bail!("the connection closed while sending"),
+                SendEv::Wrote(Ok(k)) => {
                     off += k;
                     last = Instant::now();
                 }
-                Some(Err(e)) => return Err(anyhow!("send: {e}")),
+                SendEv::Wrote(Err(e)) => return Err(anyhow!("send: {e}")),
             }
         }
         hasher.update(&buf[..n]);
@@ -148,7 +200,7 @@ pub(super) async fn send_phase(
     let cpu1 = cpu_us();
     let trailer = Trailer {
         bytes: sent,
-        retransmits: probe.retrans_segs.saturating_sub(meter.base_retrans).min(u64::from(u32::MAX)) as u32,
+        retransmits: probe.retrans_segs.min(u64::from(u32::MAX)) as u32,
         elapsed_us: meter.start.elapsed().as_micros() as u64,
         cpu_user_us: cpu1.0 - cpu0.0,
         cpu_sys_us: cpu1.1 - cpu0.1,
@@ -162,6 +214,10 @@ pub(super) async fn send_phase(
     let mut rbuf = vec![0u8; 16 * 1024];
     let mut last = Instant::now();
     let mut acked_seen = 0;
+    // The rest of a STOP half read during the data, or a whole one that
+    // crossed our trailer, precedes the receiver's trailer: skip it.
+    let mut skip = if stop_got > 0 { STOP_MAGIC.len() - stop_got } else { 0 };
+    let mut maybe_stop = stop_got == 0;
     loop {
         let r = tokio::select! {
             biased;
@@ -182,6 +238,17 @@ pub(super) async fn send_phase(
             Some(Ok(n)) => {
                 back.extend_from_slice(&rbuf[..n]);
                 last = Instant::now();
+                if skip > 0 && back.len() >= skip {
+                    back.drain(..skip);
+                    skip = 0;
+                }
+                if skip == 0 && maybe_stop && back.len() >= STOP_MAGIC.len() {
+                    if back[..STOP_MAGIC.len()] == STOP_MAGIC {
+                        back.drain(..STOP_MAGIC.len());
+                        stopped_by = stopped_by.or(Some("the receiver was interrupted"));
+                    }
+                    maybe_stop = false;
+                }
                 if back.len() > control::TRAILER_LEN + 4 + control::MAX_COUNTERS {
                     bail!("the receiver sent more than a trailer and its summary");
                 }
@@ -203,20 +270,20 @@ pub(super) async fn send_phase(
     let peer = Trailer::decode(&back[..back.len().min(control::TRAILER_LEN)]).context("the receiver's trailer")?;
     let peer_summary = parse_summary(back.get(control::TRAILER_LEN + 4..).unwrap_or(&[]));
     let cpu2 = cpu_us();
-    let local = Trailer {
-        retransmits: conn.probe().retrans_segs.saturating_sub(meter.base_retrans).min(u64::from(u32::MAX)) as u32,
-        ..trailer
-    };
+    // One snapshot for the total and its parts, so the total is their sum.
+    let final_probe = conn.probe();
+    let local = Trailer { retransmits: final_probe.retrans_segs.min(u64::from(u32::MAX)) as u32, ..trailer };
     let outcome = Outcome {
         sender: true,
         local,
         peer,
         local_elapsed,
         cpu: (cpu2.0 - cpu0.0, cpu2.1 - cpu0.1),
-        final_probe: conn.probe(),
+        final_probe,
         counters: counters.read(),
         peer_summary,
         congestion: conn.congestion(),
+        stopped: stopped_by.map(str::to_owned),
     };
     Ok((outcome, meter.intervals, meter.subflows_max, file_path))
 }
@@ -255,10 +322,21 @@ pub(super) async fn recv_phase(
     let mut first: Option<Instant> = None;
     let mut last = Instant::now();
     let mut write_err: Option<std::io::Error> = None;
+    // Interrupted: the STOP has gone to the sender, whose data must end by then.
+    let mut stop_deadline: Option<tokio::time::Instant> = None;
     loop {
         let r = tokio::select! {
             biased;
             _ = ticker.tick() => None,
+            _ = signals::wait(), if stop_deadline.is_none() => {
+                conn.write_all(&STOP_MAGIC).await.context("asking the sender to stop")?;
+                conn.flush().await.ok();
+                stop_deadline = Some(tokio::time::Instant::now() + STOP_WAIT);
+                continue;
+            }
+            _ = async { tokio::time::sleep_until(stop_deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if stop_deadline.is_some() => {
+                bail!("interrupted, and the sender did not stop within {} s", STOP_WAIT.as_secs());
+            }
             r = conn.read(&mut buf) => Some(r),
         };
         match r {
@@ -311,7 +389,7 @@ pub(super) async fn recv_phase(
     let probe = conn.probe();
     let local = Trailer {
         bytes: received,
-        retransmits: probe.retrans_segs.saturating_sub(meter.base_retrans).min(u64::from(u32::MAX)) as u32,
+        retransmits: probe.retrans_segs.min(u64::from(u32::MAX)) as u32,
         elapsed_us: (elapsed * 1e6) as u64,
         cpu_user_us: cpu1.0 - cpu0.0,
         cpu_sys_us: cpu1.1 - cpu0.1,
@@ -348,6 +426,7 @@ pub(super) async fn recv_phase(
         counters: counters_now,
         peer_summary: Summary::default(),
         congestion: conn.congestion(),
+        stopped: stop_deadline.map(|_| "this side was interrupted".to_owned()),
     };
     Ok((outcome, meter.intervals, meter.subflows_max, file_path))
 }

@@ -1,0 +1,232 @@
+//! Interrupts and early failures of `mptun send`/`serve`/`lab`, as a user
+//! meets them (issue 17): SIGINT mid-transfer ends the test with its
+//! summary and exit 130 and leaves the server ready at once; a connection
+//! to an address the server does not own is refused at once; `--json`
+//! always prints a document (with `error` on failure). Needs root: skipped
+//! with a reason otherwise, failed when MPTUN_REQUIRE_NETNS=1.
+
+#[path = "cli_support.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use mptun_io::testutil::require_netns;
+use mptun_tests::lab::{Lab, Side};
+use serde_json::Value;
+use support::{run, Running};
+
+fn server(lab: &Lab, port: &str) -> Running {
+    Running::start(
+        Some(lab.b.name()),
+        &["serve", "--topology", "lab-b:1", "-p", port, "--no-progress"],
+        "Server listening",
+        Duration::from_secs(10),
+    )
+}
+
+fn parse(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout}"))
+}
+
+/// The server takes a full 1 MB test from a fresh client right away.
+fn next_client_works(lab: &Lab, dst: &str, server: &Running) {
+    let t0 = Instant::now();
+    let out = run(
+        Some(lab.a.name()),
+        &["send", dst, "-n", "1M", "--topology", "lab-a:1", "--json", "--connect-timeout", "1"],
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.status.success(),
+        "the next client failed ({}): {} {}; server: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        server.output()
+    );
+    let v = parse(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true));
+    println!("next client done in {:?}", t0.elapsed());
+}
+
+/// SIGINT to a sending client mid-transfer: summary (JSON with what was
+/// measured, and iperf3's interrupt `error`), exit 130 within a second or
+/// two, and the server takes the next client at once. Then the same for
+/// a receiving client (`-R`): it asks the server to stop.
+#[test]
+fn cli_sigint_to_the_client_ends_the_test_cleanly() {
+    if require_netns().is_some() {
+        return;
+    }
+    let lab = Lab::new("sgc", 1).unwrap();
+    let srv = server(&lab, "5201");
+    let dst = lab.mptun_addr(Side::B, 1).to_string();
+    for reverse in [false, true] {
+        let mut args = vec!["send", &dst, "-t", "30", "--topology", "lab-a:1", "--json"];
+        if reverse {
+            args.push("-R");
+        }
+        let client = Running::spawn(Some(lab.a.name()), &args);
+        std::thread::sleep(Duration::from_millis(2500));
+        let t0 = Instant::now();
+        client.signal(libc::SIGINT);
+        let (st, out, err) = client.finish(Duration::from_secs(8));
+        let took = t0.elapsed();
+        assert_eq!(st.code(), Some(130), "reverse {reverse}: exit {st}; stderr {err}; stdout {out}");
+        assert!(took < Duration::from_secs(3), "reverse {reverse}: took {took:?} to stop");
+        let v = parse(&out);
+        assert_eq!(v["error"], "interrupt - the client has terminated", "{v:#}");
+        assert!(!v["intervals"].as_array().unwrap().is_empty(), "intervals measured before the interrupt");
+        assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0, "{:#}", v["end"]);
+        assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true), "a clean end: both sides agree");
+        assert!(err.contains("interrupt"), "{err}");
+        next_client_works(&lab, &dst, &srv);
+    }
+}
+
+/// SIGINT to the server mid-test: the client learns at once (the server
+/// stops sending, or asks the client to stop), both print a summary, the
+/// server exits 130.
+#[test]
+fn cli_sigint_to_the_server_ends_the_test_at_both_ends() {
+    if require_netns().is_some() {
+        return;
+    }
+    let lab = Lab::new("sgs", 1).unwrap();
+    let dst = lab.mptun_addr(Side::B, 1).to_string();
+    for reverse in [false, true] {
+        let srv = server(&lab, "5201");
+        let mut args = vec!["send", &dst, "-t", "30", "--topology", "lab-a:1", "--json"];
+        if reverse {
+            args.push("-R");
+        }
+        let client = Running::spawn(Some(lab.a.name()), &args);
+        std::thread::sleep(Duration::from_millis(2500));
+        srv.signal(libc::SIGINT);
+        let (st, out, err) = client.finish(Duration::from_secs(8));
+        assert!(st.success(), "reverse {reverse}: the client ends normally: {st}; {err}; {out}");
+        let v = parse(&out);
+        assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0);
+        assert!(v["end"]["sum_received"]["seconds"].as_f64().unwrap() < 10.0, "ended early: {:#}", v["end"]);
+        let st = srv.wait(Duration::from_secs(5));
+        assert_eq!(st.code(), Some(130), "reverse {reverse}");
+    }
+    // An idle server exits at once.
+    let srv = server(&lab, "5201");
+    srv.signal(libc::SIGTERM);
+    assert_eq!(srv.wait(Duration::from_secs(2)).code(), Some(143));
+}
+
+/// An address routed into the server's TUN that is not the server's own:
+/// refused at once (RST), with the cause; `--json` prints a document with
+/// `error`. And a second client while a test runs is told "busy".
+#[test]
+fn cli_refused_and_busy_are_reported_at_once() {
+    if require_netns().is_some() {
+        return;
+    }
+    let lab = Lab::new("sgr", 1).unwrap();
+    let srv = server(&lab, "5201");
+    // mptun B owns 10.201.0.2 on a TUN whose subnet is 10.201.0.0/24.
+    let other = "10.201.0.99";
+    for json in [false, true] {
+        let mut args = vec!["send", other, "-n", "1M", "--topology", "lab-a:1"];
+        if json {
+            args.push("--json");
+        }
+        let t0 = Instant::now();
+        let out = run(Some(lab.a.name()), &args, Duration::from_secs(15));
+        let took = t0.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("connection refused"), "{err}");
+        assert!(took < Duration::from_secs(2), "refused at once, not after a timeout: {took:?}");
+        if json {
+            let v = parse(&String::from_utf8_lossy(&out.stdout));
+            let e = v["error"].as_str().expect("error");
+            assert!(e.contains("connection refused"), "{v:#}");
+            assert!(v["start"].is_object() && v["intervals"].is_array() && v["end"].is_object(), "{v:#}");
+        } else {
+            assert!(out.stdout.is_empty());
+        }
+    }
+    let dst = lab.mptun_addr(Side::B, 1).to_string();
+    let first = Running::spawn(Some(lab.a.name()), &["send", &dst, "-t", "4", "--topology", "lab-a:1"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = run(Some(lab.a.name()), &["send", &dst, "-n", "1M", "--topology", "lab-a:1"], Duration::from_secs(15));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("busy"), "{err}");
+    let (st, _, err) = first.finish(Duration::from_secs(15));
+    assert!(st.success(), "the running test was not disturbed: {err}");
+    drop(srv);
+}
+
+/// SIGINT to `mptun lab` mid-run: it exits 130 and leaves none of its
+/// namespaces, processes or state directory behind.
+#[test]
+fn cli_sigint_to_lab_tears_everything_down() {
+    if require_netns().is_some() {
+        return;
+    }
+    let linkem = support::mptun_bin().with_file_name("linkem");
+    if !linkem.exists() {
+        assert!(
+            std::env::var("MPTUN_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "{} not built (cargo build -p linkem)",
+            linkem.display()
+        );
+        println!("skipped: {} not built (cargo build -p linkem)", linkem.display());
+        return;
+    }
+    let name = format!("sgl{}", std::process::id() % 100_000);
+    let scripts = concat!(env!("CARGO_MANIFEST_DIR"), "/../netns-scripts");
+    for wait_ms in [1500, 6000] {
+        let lab = Running::spawn(None, &["lab", "aggregate", "-n", "1G", "--name", &name, "--scripts", scripts]);
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        lab.signal(libc::SIGINT);
+        let (st, out, err) = lab.finish(Duration::from_secs(30));
+        assert_eq!(st.code(), Some(130), "after {wait_ms} ms: {st}; {err}; {out}");
+        let ns = std::process::Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let ns = String::from_utf8_lossy(&ns.stdout);
+        assert!(!ns.contains(&format!("{name}-")), "namespaces left after {wait_ms} ms: {ns}");
+        let state = std::env::temp_dir().join(format!("mptun-lab-{name}"));
+        assert!(!state.exists(), "{} left behind", state.display());
+    }
+}
+
+/// The figures add up: the total Retr is the sum of the subflows', and a
+/// subflow whose path is down (its MP_JOIN never answered) is listed with
+/// its state but not counted as in use. Counters are the test's own: a
+/// second test on the same server reports the same order of packets, not
+/// the server's lifetime.
+#[test]
+fn cli_totals_are_sums_and_dead_subflows_do_not_count() {
+    if require_netns().is_some() {
+        return;
+    }
+    let lab = Lab::new("sgt", 2).unwrap();
+    let srv = server(&lab, "5201");
+    lab.link_down(Side::A, 2).unwrap();
+    let dst = lab.mptun_addr(Side::B, 1).to_string();
+    let mut rx_segs = Vec::new();
+    for _ in 0..2 {
+        let out = run(
+            Some(lab.a.name()),
+            &["send", &dst, "-n", "8M", "--topology", "lab-a:2", "--json"],
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v = parse(&String::from_utf8_lossy(&out.stdout));
+        let sfs = v["end"]["streams"][0]["subflows"].as_array().unwrap().clone();
+        let sum: u64 = sfs.iter().map(|s| s["retransmits"].as_u64().unwrap()).sum();
+        assert_eq!(v["end"]["sum_sent"]["retransmits"].as_u64(), Some(sum), "{:#}", v["end"]);
+        assert_eq!(v["end"]["mptcp"]["subflows_max"], 1, "the dead path's subflow is not in use: {sfs:#?}");
+        let dead: Vec<_> = sfs.iter().filter(|s| s["state"].as_str().unwrap_or("").starts_with("never")).collect();
+        println!("subflows: {sfs:?}");
+        assert!(dead.iter().all(|s| s["bytes"] == 0), "{dead:?}");
+        rx_segs.push(v["end"]["mptcp"]["peer_counters"]["TcpInSegs"].as_u64().unwrap_or(0));
+    }
+    // Per-test deltas: the second test's counters are not the first's plus its own.
+    assert!(rx_segs[0] > 0 && rx_segs[1] < rx_segs[0] * 3 / 2, "server counters per test: {rx_segs:?}");
+    drop(srv);
+}
