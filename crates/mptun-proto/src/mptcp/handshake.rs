@@ -165,7 +165,7 @@ impl Connection {
             JoinState::ServerSynRcvd { nonce, peer_nonce } if f.ack() && !f.syn() => {
                 return self.on_join_ack(now, idx, (nonce, peer_nonce), opts);
             }
-            JoinState::ClientAwaitAck { .. } if f.ack() && !f.syn() => self.on_join_fourth_ack(idx),
+            JoinState::ClientAwaitAck { .. } if f.ack() && !f.syn() => self.on_join_fourth_ack(idx, opts),
             _ => {}
         }
         ControlFlow::Continue(())
@@ -287,9 +287,20 @@ impl Connection {
         ControlFlow::Break(())
     }
 
-    /// Client of a join: any ACK after our third one is the fourth ACK; the
-    /// subflow may carry data.
-    fn on_join_fourth_ack(&mut self, idx: usize) {
+    /// Client of a join: an ACK after our third one that carries a DATA_ACK
+    /// (or an ADD_ADDR) is the fourth ACK; the subflow may carry data. A bare
+    /// ACK is not: a server still in SYN-RECEIVED sends one for any
+    /// out-of-window segment (a spoofed one too), and taking it would skip
+    /// our third ACK, whose HMAC the server still waits for (Linux
+    /// `check_fully_established` asks for a DSS with `use_ack` or an ADD_ADDR).
+    fn on_join_fourth_ack(&mut self, idx: usize, opts: &OptionSummary) {
+        let fourth = opts
+            .mptcp
+            .iter()
+            .any(|o| matches!(o, MptcpOption::Dss { data_ack: Some(_), .. } | MptcpOption::AddAddr { .. }));
+        if !fourth {
+            return;
+        }
         let Some((_, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         ext.join = JoinState::Joined;
         ext.join_ack_retx = None;
