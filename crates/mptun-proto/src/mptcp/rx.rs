@@ -237,7 +237,9 @@ impl Connection {
         let f = hdr.flags;
         if sh.mode == Mode::Mptcp
             && !sh.infinite
-            && sh.fully_established
+            // A client whose first established segments carry no option
+            // falls back too (Linux `check_fully_established`).
+            && (sh.fully_established || !sh.server)
             && opts.mptcp.is_empty()
             && !f.syn()
             && !f.rst()
