@@ -146,6 +146,7 @@ impl Endpoint {
         }
         let key = self.fresh_key();
         let (iss, ts) = (self.rng.random(), self.rng.random());
+        let iss = wrap_early_iss(&cfg, iss);
         let conn = Connection::connect(now, cfg, local, remote, key, iss, ts);
         let h = self.insert(conn);
         self.tokens.insert(crypto::token(key), h);
@@ -355,6 +356,7 @@ impl Endpoint {
                 let key = self.fresh_key();
                 let (iss, ts) = (self.rng.random(), self.rng.random());
                 let cfg = self.config.conn();
+                let iss = wrap_early_iss(&cfg, iss);
                 let c = Connection::accept(now, cfg, local, remote, &pkt.tcp, &opts, mpc, key, iss, ts);
                 let h = self.insert(c);
                 self.passive.insert(h);
@@ -496,4 +498,10 @@ impl Endpoint {
     pub fn poll_event(&mut self) -> Option<(ConnectionHandle, Event)> {
         self.events.pop_front()
     }
+}
+
+/// The ISS of an initial subflow: `iss`, or with
+/// [`MptcpConfig::wrap_early`] one about `n / 2` before 2^32 (tests only).
+fn wrap_early_iss(cfg: &ConnConfig, iss: u32) -> u32 {
+    cfg.mptcp.wrap_early.map_or(iss, |n| 0u32.wrapping_sub(n / 2).wrapping_sub(iss % 4096))
 }

@@ -30,6 +30,15 @@ pub struct MptcpConfig {
     pub scheduler: Policy,
     /// Tuning of the penalising policies (how often, how much, guards).
     pub penalty: PenaltyConfig,
+    /// Tests only, both ends must agree: `Some(n)` starts every sequence
+    /// counter of a connection close to its wrap, so that a transfer of a
+    /// few times `n` bytes crosses them all: relative subflow sequence
+    /// numbers (what DSS mappings carry) start at `1 - n` modulo 2^32
+    /// instead of 1, each IDSN lies within `2n` (plus a key-dependent few
+    /// KiB) before 2^64, and the initial subflow's ISS within about `n / 2`
+    /// before 2^32. Not a protocol: a peer without it misreads mappings.
+    #[doc(hidden)]
+    pub wrap_early: Option<u32>,
 }
 
 impl Default for MptcpConfig {
@@ -49,6 +58,7 @@ impl Default for MptcpConfig {
             checksum: false,
             scheduler: Policy::Default,
             penalty: PenaltyConfig::default(),
+            wrap_early: None,
         }
     }
 }

@@ -318,7 +318,7 @@ impl Connection {
 impl Shared {
     /// The peer's key is known: its data starts at its IDSN + 1.
     fn set_rx_base(&mut self, remote_key: u64) {
-        let base = DataSeq(crypto::idsn(remote_key)) + 1;
+        let base = self.idsn(remote_key) + 1;
         self.rx_base = Some(base);
         self.rcv_nxt = base;
         // Until now `rcv_wnd_end` was 0 or a window edge counted from 0 (a

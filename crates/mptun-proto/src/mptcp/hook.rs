@@ -75,7 +75,7 @@ impl Hook<'_> {
 
     fn mapping_for(&self, meta: &SegmentMeta) -> Option<DssMapping> {
         let ssn = meta.seq - self.iss;
-        self.ext.tx_maps.iter().find(|m| ssn.wrapping_sub(m.ssn) < m.len).map(|m| DssMapping {
+        self.ext.tx_maps.iter().find(|m| m.contains(ssn)).map(|m| DssMapping {
             dsn: m.dsn.0,
             dsn64: true,
             ssn: m.ssn,
@@ -101,7 +101,7 @@ impl Hook<'_> {
 
     /// The mapping holding relative subflow sequence `ssn`.
     fn map_index(&self, ssn: u32) -> Option<usize> {
-        self.ext.tx_maps.iter().position(|m| ssn.wrapping_sub(m.ssn) < m.len)
+        self.ext.tx_maps.iter().position(|m| m.contains(ssn))
     }
 
     /// Whether the segments of the mapping holding `ssn` carry the DATA_ACK,
@@ -244,7 +244,9 @@ impl SegmentHook for Hook<'_> {
                 }
                 if !self.sh.server && !self.sh.fully_established {
                     // Third ACK and first data: repeat our key until the server shows it has it.
-                    let first = self.mapping_for(meta).filter(|m| m.dsn == self.sh.tx_base.0 && m.ssn == 1);
+                    let first = self
+                        .mapping_for(meta)
+                        .filter(|m| m.dsn == self.sh.tx_base.0 && m.ssn == 1u32.wrapping_add(self.sh.ssn_off()));
                     if meta.len > 0 && first.is_none() {
                         self.dss(meta, opts);
                     } else {

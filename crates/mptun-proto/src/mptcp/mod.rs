@@ -37,7 +37,7 @@ use mptun_time::Instant;
 use mptun_wire::checksum::dss_checksum;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::{crypto, TcpHeader};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 
 // What `tests.rs` (`use super::*`) reaches through this module.
@@ -94,6 +94,45 @@ pub(crate) struct TxMap {
     pub with_ack: Option<bool>,
 }
 
+/// A DSS mapping received on a subflow: `len` bytes from relative subflow
+/// sequence `ssn` (1 = first data byte, modulo 2^32) carry data sequence
+/// `dsn` on. Linux keeps the same in the subflow context (`map_seq`,
+/// `map_subflow_seq`, `map_data_len`, `map_csum`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RxMap {
+    pub ssn: Seq,
+    pub dsn: DataSeq,
+    pub len: u32,
+    /// DSS checksum of the mapping, when the peer sent one.
+    pub csum: Option<u16>,
+}
+
+impl RxMap {
+    /// The relative subflow sequence just past the mapping.
+    pub fn end(&self) -> Seq {
+        self.ssn + self.len
+    }
+    /// The data sequence just past the mapping.
+    pub fn dsn_end(&self) -> DataSeq {
+        self.dsn + self.len as u64
+    }
+    /// Whether relative subflow sequence `ssn` lies inside the mapping.
+    pub fn contains(&self, ssn: Seq) -> bool {
+        ssn - self.ssn < self.len
+    }
+    /// Whether the two mappings share a subflow byte.
+    pub fn overlaps(&self, o: &RxMap) -> bool {
+        self.contains(o.ssn) || o.contains(self.ssn)
+    }
+}
+
+impl TxMap {
+    /// Whether relative subflow sequence `ssn` lies inside the mapping (modulo 2^32).
+    pub fn contains(&self, ssn: u32) -> bool {
+        Seq(ssn) - Seq(self.ssn) < self.len
+    }
+}
+
 /// MPTCP state of one subflow.
 #[derive(Debug)]
 pub(crate) struct SubflowExt {
@@ -102,8 +141,21 @@ pub(crate) struct SubflowExt {
     pub remote_id: u8,
     pub backup: bool,
     pub tx_maps: VecDeque<TxMap>,
-    /// Received mappings: relative ssn → (dsn, len, DSS checksum).
-    pub rx_maps: BTreeMap<u32, (DataSeq, u32, Option<u16>)>,
+    /// The receive mapping the subflow's next bytes are read under (Linux
+    /// keeps exactly one per subflow).
+    pub rx_map: Option<RxMap>,
+    /// Mappings that came with data beyond the current mapping (on
+    /// out-of-order segments, or on a segment that starts inside the current
+    /// mapping): Linux keeps them on the skb that carried them until that
+    /// skb reaches the head of the queue. In subflow sequence order, never
+    /// overlapping, all inside the subflow's receive window.
+    pub rx_ahead: VecDeque<RxMap>,
+    /// (relative ssn, data sequence) just past the last mapping taken:
+    /// where an infinite mapping continues after a fallback.
+    pub rx_last_end: Option<(Seq, DataSeq)>,
+    /// Relative ssn and payload length of the segment being processed (the
+    /// one whose options are read).
+    pub rx_seg: (Seq, u32),
     pub stale: bool,
     /// Data sequence up to which this subflow's data was reinjected
     /// elsewhere; `None` before its first reinjection.
@@ -136,7 +188,10 @@ impl SubflowExt {
             remote_id,
             backup,
             tx_maps: VecDeque::new(),
-            rx_maps: BTreeMap::new(),
+            rx_map: None,
+            rx_ahead: VecDeque::new(),
+            rx_last_end: None,
+            rx_seg: (Seq(0), 0),
             stale: false,
             reinjected_to: None,
             join_ack_retx: None,
@@ -197,6 +252,26 @@ pub(crate) struct Shared {
     pub peer_data_fin_done: bool,
     pub announce: Vec<AddrAnnounce>,
     pub counters: Counters,
+    /// [`MptcpConfig::wrap_early`].
+    pub wrap_early: Option<u32>,
+}
+
+impl Shared {
+    /// What relative subflow sequence numbers are offset by (0 but in
+    /// tests, see [`MptcpConfig::wrap_early`]).
+    pub fn ssn_off(&self) -> u32 {
+        self.wrap_early.map_or(0, |n| 0u32.wrapping_sub(n))
+    }
+
+    /// The IDSN of `key`'s owner: the low 64 bits of SHA-256 of the key
+    /// (RFC 8684 3.1), or in tests a number just before 2^64.
+    pub fn idsn(&self, key: u64) -> DataSeq {
+        let idsn = crypto::idsn(key);
+        DataSeq(match self.wrap_early {
+            Some(n) => 0u64.wrapping_sub(2 * n as u64 + idsn % 4096),
+            None => idsn,
+        })
+    }
 }
 
 /// One application-visible connection: MPTCP with its subflows, or plain TCP.
@@ -281,9 +356,9 @@ pub struct SubflowInfo {
 
 impl Connection {
     fn new(cfg: ConnConfig, mode: Mode, server: bool, local_key: u64, now: Instant) -> Self {
-        let tx_base = DataSeq(crypto::idsn(local_key)) + 1;
+        let wrap_early = cfg.mptcp.wrap_early;
         let recv_limit = cfg.mptcp.recv_buffer.initial();
-        Connection {
+        let mut c = Connection {
             send_limit: cfg.mptcp.send_buffer.initial(),
             shared: Shared {
                 mode,
@@ -294,11 +369,11 @@ impl Connection {
                 local_key,
                 remote_key: None,
                 fully_established: false,
-                tx_base,
-                snd_una: tx_base,
-                snd_nxt: tx_base,
-                write_seq: tx_base,
-                wnd_end: tx_base,
+                tx_base: DataSeq(0),
+                snd_una: DataSeq(0),
+                snd_nxt: DataSeq(0),
+                write_seq: DataSeq(0),
+                wnd_end: DataSeq(0),
                 data_fin_seq: None,
                 data_fin_acked: false,
                 data_fin_due: false,
@@ -310,6 +385,7 @@ impl Connection {
                 peer_data_fin_done: false,
                 announce: Vec::new(),
                 counters: Counters::default(),
+                wrap_early,
             },
             subflows: Vec::new(),
             snd_buf: SendBuf::new(Seq(0)),
@@ -326,7 +402,13 @@ impl Connection {
             rcvq_space: RcvSpace::new(now, RcvSpace::initial_space(rx::DEFAULT_ADVMSS, recv_limit)),
             last_now: now,
             cfg,
-        }
+        };
+        let tx_base = c.shared.idsn(local_key) + 1;
+        let sh = &mut c.shared;
+        (sh.tx_base, sh.snd_una, sh.snd_nxt, sh.write_seq, sh.wnd_end) = (tx_base, tx_base, tx_base, tx_base, tx_base);
+        // The send buffer is indexed by the low 32 bits of the data sequence.
+        c.snd_buf = SendBuf::new(Seq(tx_base.0 as u32));
+        c
     }
 
     // ------------------------------------------------------------------
@@ -412,11 +494,12 @@ impl Connection {
             .flatten()
             .map(|(sf, e)| {
                 format!(
-                    "join={:?} stale={} tx_maps={} rx_maps={:?} queued={} recv_ready={} recv_off={}",
+                    "join={:?} stale={} tx_maps={} rx_map={:?} rx_ahead={:?} queued={} recv_ready={} recv_off={}",
                     e.join,
                     e.stale,
                     e.tx_maps.len(),
-                    e.rx_maps.iter().take(4).collect::<Vec<_>>(),
+                    e.rx_map,
+                    e.rx_ahead.iter().take(4).collect::<Vec<_>>(),
                     sf.send_queued(),
                     sf.recv_ready(),
                     sf.recv_offset()
@@ -624,9 +707,12 @@ impl Connection {
         if self.subflows.get(idx).and_then(|s| s.as_ref()).is_none() {
             return;
         }
-        let Some((sf, _)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
+        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let verdict = sf.handle_segment(now, hdr, opts, payload);
         let wnd = (hdr.window as u64) << sf.snd_wscale();
+        // Relative ssn of the payload's first byte (a SYN takes one number).
+        let irs = sf.irs() - self.shared.ssn_off();
+        ext.rx_seg = (Seq(hdr.seq) + hdr.flags.syn() as u32 - irs.0, payload.len() as u32);
         match verdict {
             Verdict::Accepted => {
                 if self.handshake_input(now, idx, hdr, opts).is_break() {
@@ -661,23 +747,35 @@ impl Connection {
     fn on_subflow_events(&mut self, idx: usize) {
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let mut failed = false;
+        let mut fallback_fin = false;
         while let Some(ev) = sf.poll_event() {
             match (self.shared.mode, ev, ext.join) {
                 // Until the SYN-ACK decides, the initial subflow's fate is the connection's.
                 (Mode::Plain | Mode::Pending, e, _) => self.events.push_back(e),
                 (_, Event::Connected, JoinState::Initial) => self.events.push_back(Event::Connected),
                 (_, Event::Connected, _) => {}
-                (_, Event::PeerFin, _) if self.shared.infinite => {
-                    // After a fallback the subflow's FIN is the DATA_FIN.
-                    self.shared.peer_data_fin_done = true;
-                    self.events.push_back(Event::PeerFin);
-                }
+                // After a fallback the subflow's FIN is the DATA_FIN, if
+                // the stream is whole up to it (checked below).
+                (_, Event::PeerFin, _) if self.shared.infinite => fallback_fin = true,
                 (_, Event::PeerFin, _) => {
                     // The peer closed this subflow: close ours too.
                     sf.close();
                 }
                 (_, Event::Reset | Event::TimedOut, _) => failed = true,
                 (_, Event::Closed, _) => failed = true,
+            }
+        }
+        if fallback_fin && !self.shared.peer_data_fin_done {
+            if self.fallback_fin_in_order(idx) {
+                self.shared.peer_data_fin_done = true;
+                self.events.push_back(Event::PeerFin);
+            } else {
+                // Bytes the subflow acknowledged cannot be delivered in
+                // order: fail loudly rather than end the stream short.
+                for (sf, _) in self.subflows.iter_mut().flatten() {
+                    sf.abort();
+                }
+                failed = true;
             }
         }
         if failed && self.shared.mode == Mode::Mptcp {
@@ -767,8 +865,9 @@ impl Connection {
                 sf.poll_transmit(now, &mut (), out)
             } else {
                 Self::apply_penalty(sf, ext, &mut self.shared.counters);
-                let next_ssn = (sf.snd_nxt() - sf.iss().0).0;
-                let mut hook = Hook { sh: &mut self.shared, ext, now, iss: sf.iss(), next_ssn, recv_window: 0 };
+                let iss = sf.iss() - self.shared.ssn_off();
+                let next_ssn = (sf.snd_nxt() - iss.0).0;
+                let mut hook = Hook { sh: &mut self.shared, ext, now, iss, next_ssn, recv_window: 0 };
                 hook.recv_window =
                     hook.sh.recv_limit.saturating_sub(self.rcv_buf.ready_len() + self.rcv_buf.ofo_len()) as u64;
                 sf.poll_transmit(now, &mut hook, out)

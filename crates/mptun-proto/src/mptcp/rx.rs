@@ -4,7 +4,7 @@
 //! the 32-bit DSN expansion, the fallback to an infinite mapping when a
 //! middlebox strips the options, and the connection-level receive window.
 
-use super::{Connection, Mode, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
+use super::{Connection, Mode, RxMap, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, Subflow};
 use bytes::Bytes;
@@ -31,40 +31,199 @@ pub(super) fn expand32(v: u64, reference: u64) -> u64 {
         .expect("three candidates")
 }
 
+/// Most mappings a subflow keeps ahead of its data (each came with at
+/// least one in-window byte, so the window bounds them too).
+const MAX_AHEAD: usize = 65536;
+
+/// A received mapping that cannot be: it contradicts one already in place
+/// (Linux `MPTcpExtDSSNotMatching`), or the data it came with is not in it.
+pub(super) struct BadMapping;
+
 impl Connection {
-    /// A DSS mapping received on a subflow: remembered until the subflow
-    /// delivers the bytes it maps. A DATA_FIN takes the mapping's last data
-    /// sequence number.
-    pub(super) fn on_mapping(sh: &mut Shared, ext: &mut SubflowExt, m: &DssMapping, data_fin: bool) {
-        // Nothing can be mapped before the peer's key (and so its IDSN) is known.
-        if sh.rx_base.is_none() {
+    /// A DSS mapping received on an acceptable segment of a subflow. As in
+    /// Linux it counts only together with the data it came with (it must
+    /// map at least one byte of that segment), and a mapping that
+    /// contradicts one already known resets the subflow. A DATA_FIN takes
+    /// the mapping's last data sequence number.
+    pub(super) fn on_mapping(sh: &mut Shared, sf: &mut Subflow, ext: &mut SubflowExt, m: &DssMapping, data_fin: bool) {
+        // Nothing can be mapped before the peer's key (and so its IDSN) is
+        // known, and after a fallback options are ignored (Linux
+        // `mptcp_incoming_options` returns early once fallen back).
+        if sh.rx_base.is_none() || sh.infinite {
             return;
         }
         let dsn = DataSeq(if m.dsn64 { m.dsn } else { expand32(m.dsn, sh.rcv_nxt.0) });
         let mut len = m.len as u32;
         if data_fin {
             // The DATA_FIN takes the last data sequence number of the mapping.
-            let fin = dsn + (len.max(1) as u64 - 1);
-            sh.peer_data_fin.get_or_insert(fin);
+            Self::on_data_fin(sh, dsn + (len.max(1) as u64 - 1));
             len = len.saturating_sub(1);
         }
-        if len > 0 && m.ssn != 0 {
-            ext.rx_maps.entry(m.ssn).or_insert((dsn, len, m.checksum));
+        if len == 0 {
+            return;
+        }
+        let map = RxMap { ssn: Seq(m.ssn), dsn, len, csum: m.checksum };
+        if Self::add_mapping(sh, sf, ext, map).is_err() {
+            Self::mapping_error(sh, sf, ext);
         }
     }
 
     /// The first data of the client may come with the third-ACK MP_CAPABLE
     /// (RFC 8684 3.1: data length and checksum, the mapping implied at
     /// relative sequence 1 and the peer's IDSN + 1).
-    pub(super) fn on_capable_mapping(sh: &Shared, ext: &mut SubflowExt, len: u16, checksum: Option<u16>) {
-        if let Some(base) = sh.rx_base {
-            ext.rx_maps.entry(1).or_insert((base, len as u32, checksum));
+    pub(super) fn on_capable_mapping(
+        sh: &mut Shared,
+        sf: &mut Subflow,
+        ext: &mut SubflowExt,
+        len: u16,
+        checksum: Option<u16>,
+    ) {
+        if let Some(base) = sh.rx_base.filter(|_| !sh.infinite) {
+            let map = RxMap { ssn: Seq(1) + sh.ssn_off(), dsn: base, len: len as u32, csum: checksum };
+            if len > 0 && Self::add_mapping(sh, sf, ext, map).is_err() {
+                Self::mapping_error(sh, sf, ext);
+            }
+        }
+    }
+
+    /// The peer's DATA_FIN at `fin`: taken only inside the receive window we
+    /// offered, and only the first (Linux `mptcp_update_rcv_data_fin`
+    /// ignores every later one: they may be retransmissions).
+    fn on_data_fin(sh: &mut Shared, fin: DataSeq) {
+        if sh.peer_data_fin.is_some() {
+            return;
+        }
+        let edge = sh.rcv_wnd_end.max(sh.rcv_nxt + sh.recv_limit as u64);
+        if fin.ge(sh.rcv_nxt) && fin.le(edge) {
+            sh.peer_data_fin = Some(fin);
+        }
+    }
+
+    /// Files a mapping that came with the segment `ext.rx_seg`: dropped if
+    /// its data was already read, an error unless it maps a byte of that
+    /// segment or if it contradicts a mapping already known for the same
+    /// subflow bytes. Mappings that only repeat (part of) a known one are
+    /// absorbed; the new bytes of one that extends a known one consistently
+    /// are kept (not with DSS checksums, which cover a mapping whole).
+    fn add_mapping(sh: &Shared, sf: &Subflow, ext: &mut SubflowExt, map: RxMap) -> Result<(), BadMapping> {
+        let (seg_ssn, seg_len) = ext.rx_seg;
+        if seg_len == 0 {
+            // Linux attaches a mapping to the skb of its data; a data-less
+            // segment's mapping (other than a DATA_FIN) goes nowhere.
+            return Ok(());
+        }
+        let next = Self::next_ssn(sh, sf);
+        if map.end().le(next) {
+            // All read already: a retransmission.
+            return Ok(());
+        }
+        let seg = RxMap { ssn: seg_ssn, dsn: DataSeq(0), len: seg_len, csum: None };
+        if !map.overlaps(&seg) {
+            return Err(BadMapping);
+        }
+        // The pieces of `map` no known mapping covers.
+        let mut pieces = vec![map];
+        for known in ext.rx_map.iter().chain(ext.rx_ahead.iter()) {
+            if *known == map {
+                return Ok(());
+            }
+            let mut rest = Vec::with_capacity(pieces.len() + 1);
+            for p in pieces {
+                if !p.overlaps(known) {
+                    rest.push(p);
+                    continue;
+                }
+                // Both must put the shared bytes at the same data sequence.
+                let (a, b) = if p.ssn.le(known.ssn) { (p, *known) } else { (*known, p) };
+                if a.dsn + (b.ssn - a.ssn) as u64 != b.dsn {
+                    return Err(BadMapping);
+                }
+                if p.ssn.lt(known.ssn) {
+                    rest.push(RxMap { len: known.ssn - p.ssn, ..p });
+                }
+                if known.end().lt(p.end()) {
+                    let cut = known.end() - p.ssn;
+                    rest.push(RxMap { ssn: known.end(), dsn: p.dsn + cut as u64, len: p.len - cut, ..p });
+                }
+            }
+            pieces = rest;
+        }
+        for p in pieces {
+            if p.len != map.len && sh.csum && map.csum.is_some() {
+                // Only part of a checksummed mapping would be kept.
+                return Err(BadMapping);
+            }
+            if p.end().le(next) {
+                continue;
+            }
+            if ext.rx_ahead.len() >= MAX_AHEAD {
+                return Err(BadMapping);
+            }
+            let key = |m: &RxMap| (m.ssn - next) as i32;
+            let at = ext.rx_ahead.partition_point(|m| key(m) < key(&p));
+            ext.rx_ahead.insert(at, p);
+        }
+        Ok(())
+    }
+
+    /// A mapping the peer cannot have sent: reset the subflow (Linux
+    /// `MAPPING_INVALID` on a subflow that cannot fall back: MP_TCPRST
+    /// "MPTCP-specific error"); its unacknowledged data is reinjected
+    /// elsewhere as for any failed subflow.
+    fn mapping_error(sh: &mut Shared, sf: &mut Subflow, ext: &mut SubflowExt) {
+        sh.counters.mptcp_dss_not_matching += 1;
+        ext.rx_map = None;
+        ext.rx_ahead.clear();
+        ext.rst_reason = Some(MPTCP_RST_EMPTCP);
+        sh.counters.mptcp_mp_rst_tx += 1;
+        sf.abort();
+    }
+
+    /// Relative ssn of the next byte the subflow would hand out.
+    fn next_ssn(sh: &Shared, sf: &Subflow) -> Seq {
+        Seq(sf.recv_offset() as u32) + 1 + sh.ssn_off()
+    }
+
+    /// The mapping that covers relative ssn `next`, made current: the
+    /// current one, else the first one kept ahead (those wholly before
+    /// `next` are dropped), else in fallback mode the infinite mapping's
+    /// continuation. `None` when no mapping covers `next`.
+    fn current_map(infinite: bool, ext: &mut SubflowExt, next: Seq) -> Option<RxMap> {
+        loop {
+            if let Some(m) = ext.rx_map {
+                if m.contains(next) {
+                    return Some(m);
+                }
+                if m.ssn.gt(next) {
+                    return None;
+                }
+                ext.rx_last_end = Some((m.end(), m.dsn_end()));
+                ext.rx_map = None;
+            }
+            match ext.rx_ahead.front() {
+                Some(a) if a.end().le(next) => {
+                    ext.rx_ahead.pop_front();
+                }
+                Some(a) if a.contains(next) => ext.rx_map = ext.rx_ahead.pop_front(),
+                Some(_) => return None,
+                None => match ext.rx_last_end {
+                    // After a fallback the stream goes on where the last
+                    // mapping ended, without end (in 1 GiB steps).
+                    Some((ssn, dsn)) if infinite && ssn == next => {
+                        ext.rx_map = Some(RxMap { ssn, dsn, len: 1 << 30, csum: None });
+                    }
+                    _ => return None,
+                },
+            }
         }
     }
 
     /// A middlebox stripped our options mid-stream: data (or an ACK of new
     /// data) without any MPTCP option on the only subflow, once fully
-    /// established. Fall back to an infinite mapping (RFC 8684 3.7).
+    /// established. Fall back to an infinite mapping (RFC 8684 3.7): the
+    /// mappings already received are honoured to their end, and the
+    /// subflow's bytes from there on continue the data sequence exactly
+    /// where the last of them ends.
     pub(super) fn detect_fallback(
         &mut self,
         idx: usize,
@@ -78,7 +237,9 @@ impl Connection {
         let f = hdr.flags;
         if sh.mode == Mode::Mptcp
             && !sh.infinite
-            && sh.fully_established
+            // A client whose first established segments carry no option
+            // falls back too (Linux `check_fully_established`).
+            && (sh.fully_established || !sh.server)
             && opts.mptcp.is_empty()
             && !f.syn()
             && !f.rst()
@@ -89,23 +250,43 @@ impl Connection {
         {
             sh.infinite = true;
             sh.counters.mptcp_dss_fallback += 1;
-            // Receive side: everything from the subflow's next byte on continues at rcv_nxt.
-            let next_ssn = (sf.recv_offset() as u32).wrapping_add(1);
-            ext.rx_maps.retain(|&ssn, &mut (_, len, _)| Seq(ssn + len).gt(Seq(next_ssn)));
-            if !ext.rx_maps.keys().any(|&k| Seq(k).le(Seq(next_ssn))) {
-                ext.rx_maps.insert(next_ssn, (sh.rcv_nxt, u32::MAX / 2, None));
-            }
+            // Where the mapped data ends: the last mapping known, else the
+            // last one read, else the subflow's next byte at rcv_nxt.
+            let next = Self::next_ssn(sh, sf);
+            let last = ext.rx_ahead.back().or(ext.rx_map.as_ref()).map(|m| (m.end(), m.dsn_end()));
+            let cont = last.or(ext.rx_last_end.filter(|&(ssn, _)| ssn.ge(next))).unwrap_or((next, sh.rcv_nxt));
+            // (Should bytes lie unmapped between `next` and `cont`,
+            // drain_mappings finds them and resets: never a silent gap.)
+            ext.rx_last_end = Some(cont);
         }
+    }
+
+    /// The subflow's FIN after a fallback: it is the DATA_FIN only if every
+    /// byte the subflow acknowledged made it into the connection and the
+    /// stream is contiguous up to it; anything else is an error for the
+    /// application, never an end of stream. `true` for a clean end.
+    pub(super) fn fallback_fin_in_order(&mut self, idx: usize) -> bool {
+        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return false };
+        let next = Self::next_ssn(&self.shared, sf);
+        let at = match ext.rx_map {
+            Some(m) if next - m.ssn <= m.len => Some(m.dsn + (next - m.ssn) as u64),
+            _ => ext.rx_last_end.filter(|&(ssn, _)| ssn == next).map(|(_, dsn)| dsn),
+        };
+        sf.recv_ready() == 0 && self.rcv_buf.ofo_is_empty() && at == Some(self.shared.rcv_nxt)
     }
 
     /// After a fallback no DATA_ACK comes: what the single subflow has
     /// acknowledged is acknowledged at the data level.
     pub(super) fn fallback_una(&mut self) {
         if let Some((sf, ext)) = self.subflows.iter().flatten().next() {
-            let sf_una = (sf.snd_una() - sf.iss().0).0;
+            let sf_una = sf.snd_una() - (sf.iss() - self.shared.ssn_off()).0;
             let mut una = self.shared.snd_una;
             for m in &ext.tx_maps {
-                let into = sf_una.wrapping_sub(m.ssn);
+                let start = Seq(m.ssn);
+                if sf_una.lt(start) {
+                    break;
+                }
+                let into = sf_una - start;
                 una = una.max(m.dsn + (into.min(m.len)) as u64);
                 if into < m.len {
                     break;
@@ -128,40 +309,34 @@ impl Connection {
         self.peer_data_fin_in_order(idx);
     }
 
-    /// The mapping loop of [`Connection::drain_subflow`].
+    /// The mapping loop of [`Connection::drain_subflow`] (Linux
+    /// `subflow_check_data_avail` with `get_mapping_status`): in-order
+    /// subflow data is read under the mapping that covers it; data no
+    /// mapping covers is a protocol error that resets the subflow.
     fn drain_mappings(&mut self, now: Instant, idx: usize, base: DataSeq) {
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let sh = &mut self.shared;
-        loop {
-            // Relative ssn of the next byte the subflow would hand out.
-            let ssn = (sf.recv_offset() as u32).wrapping_add(1);
-            let Some((&mssn, &(mdsn, mlen, mcsum))) = ext.rx_maps.range(..=ssn).next_back() else { break };
-            let into = ssn.wrapping_sub(mssn);
-            if into >= mlen {
-                // Past this mapping and no later one known yet.
-                if ext.rx_maps.range(ssn..).next().is_none() {
-                    break;
-                }
-                ext.rx_maps.remove(&mssn);
-                continue;
-            }
-            let Some(chunk) = Self::read_mapped(sh, sf, ext, now, (mssn, mdsn, mlen, mcsum), into) else { break };
-            let dsn = mdsn + into as u64;
-            let clen = chunk.len() as u32;
+        while sf.recv_ready() > 0 {
+            let next = Self::next_ssn(sh, sf);
+            let Some(map) = Self::current_map(sh.infinite, ext, next) else {
+                Self::mapping_error(sh, sf, ext);
+                break;
+            };
+            let into = next - map.ssn;
+            let Some(chunk) = Self::read_mapped(sh, sf, ext, now, map, into) else { break };
+            let dsn = map.dsn + into as u64;
+            let clen = chunk.len() as u64;
             // A mapping that puts data outside the window we offered (or
             // before the data sequence space) is a broken or hostile peer:
             // reset the subflow as Linux does for an invalid mapping, rather
-            // than let it park data anywhere in the reassembly queue.
+            // than let it park data anywhere in the reassembly queue. (After
+            // a fallback the subflow's own window is the limit.)
             let edge = sh.rcv_wnd_end.max(sh.rcv_nxt + self.rcv_buf.ofo_len() as u64 + sh.recv_limit as u64);
-            if dsn.lt(base) || (dsn + clen as u64).gt(edge) {
-                sh.counters.mptcp_dss_not_matching += 1;
-                ext.rx_maps.remove(&mssn);
-                ext.rst_reason = Some(MPTCP_RST_EMPTCP);
-                sh.counters.mptcp_mp_rst_tx += 1;
-                sf.abort();
+            if dsn.lt(base) || (!sh.infinite && (dsn + clen).gt(edge)) {
+                Self::mapping_error(sh, sf, ext);
                 break;
             }
-            if (dsn + clen as u64).le(sh.rcv_nxt) {
+            if (dsn + clen).le(sh.rcv_nxt) {
                 sh.counters.mptcp_duplicate_data += 1;
             } else {
                 let off = dsn - base;
@@ -176,9 +351,6 @@ impl Connection {
                 }
             }
             sh.rcv_nxt = base + self.rcv_buf.next();
-            if into + clen >= mlen {
-                ext.rx_maps.remove(&mssn);
-            }
         }
     }
 
@@ -192,9 +364,10 @@ impl Connection {
         sf: &mut Subflow,
         ext: &mut SubflowExt,
         now: Instant,
-        (mssn, mdsn, mlen, mcsum): (u32, DataSeq, u32, Option<u16>),
+        map: RxMap,
         into: u32,
     ) -> Option<Bytes> {
+        let RxMap { ssn: mssn, dsn: mdsn, len: mlen, csum: mcsum } = map;
         match mcsum.filter(|_| sh.csum && into == 0) {
             Some(expect) => {
                 if sf.recv_ready() < mlen as usize {
@@ -205,9 +378,9 @@ impl Connection {
                     let Some(c) = sf.recv_chunk(now, mlen as usize - whole.len()) else { break };
                     whole.extend_from_slice(&c);
                 }
-                if dss_checksum(mdsn.0, mssn, mlen as u16, &whole) != expect {
+                if dss_checksum(mdsn.0, mssn.0, mlen as u16, &whole) != expect {
                     sh.counters.mptcp_data_csum_err += 1;
-                    ext.rx_maps.remove(&mssn);
+                    ext.rx_map = None;
                     ext.rst_reason = Some(MPTCP_RST_EMIDDLEBOX);
                     sh.counters.mptcp_mp_rst_tx += 1;
                     sf.abort();

@@ -65,13 +65,13 @@ impl Connection {
                     Self::on_data_ack(sh, a, wnd);
                 }
                 if let Some(m) = mapping {
-                    Self::on_mapping(sh, ext, m, *data_fin);
+                    Self::on_mapping(sh, sf, ext, m, *data_fin);
                 }
             }
             MptcpOption::MpCapable { sender_key: Some(_), data_len: Some(len), checksum, .. }
                 if sh.server && ext.join == JoinState::Initial =>
             {
-                Self::on_capable_mapping(sh, ext, *len, *checksum);
+                Self::on_capable_mapping(sh, sf, ext, *len, *checksum);
             }
             MptcpOption::AddAddr { echo, addr_id, addr, port, hmac } => {
                 let (local0, port0) = (sf.local().ip(), sf.remote().port());

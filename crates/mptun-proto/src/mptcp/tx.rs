@@ -20,6 +20,11 @@ const TRUESIZE_PER_MSS: usize = 4352;
 impl Connection {
     /// Queues the not yet DATA_ACKed data of subflow `idx` for another subflow.
     pub(super) fn reinject_from(&mut self, idx: usize) {
+        // After a fallback the single subflow's byte stream is the data
+        // stream: data sent again on it would be read as new data.
+        if self.shared.infinite {
+            return;
+        }
         let Some((_, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let una = self.shared.snd_una;
         for m in &ext.tx_maps {
@@ -43,11 +48,12 @@ impl Connection {
     /// mapping, that its subflow acknowledged too: it may still retransmit).
     pub(super) fn release_acked(&mut self) {
         let una = self.shared.snd_una;
-        self.snd_buf.ack_to(Seq((una - self.shared.tx_base) as u32));
+        self.snd_buf.ack_to(Seq(una.0 as u32));
+        let off = self.shared.ssn_off();
         for (sf, ext) in self.subflows.iter_mut().flatten() {
-            let sf_una = sf.snd_una() - sf.iss().0;
+            let sf_una = sf.snd_una() - (sf.iss() - off).0;
             while let Some(m) = ext.tx_maps.front() {
-                let sf_done = Seq(m.ssn + m.len).le(Seq(sf_una.0));
+                let sf_done = (Seq(m.ssn) + m.len).le(sf_una);
                 if (m.dsn + m.len as u64).le(una) && sf_done {
                     ext.tx_maps.pop_front();
                 } else {
@@ -122,6 +128,9 @@ impl Connection {
 
     /// Hands bursts of data (reinjections first) to the subflows the scheduler picks.
     pub(super) fn push_pending(&mut self) {
+        if self.shared.infinite {
+            self.reinject.clear();
+        }
         loop {
             let (start, end, reinj) = match self.reinject.front() {
                 Some(&(s, e)) => (s.max(self.shared.snd_una), e, true),
@@ -147,8 +156,8 @@ impl Connection {
             if len == 0 {
                 return;
             }
-            let data = self.snd_buf.slice_bytes(Seq((start - self.shared.tx_base) as u32), len as usize);
-            let ssn = sf.write_seq() - sf.iss().0;
+            let data = self.snd_buf.slice_bytes(Seq(start.0 as u32), len as usize);
+            let ssn = sf.write_seq() - (sf.iss() - self.shared.ssn_off()).0;
             let data_for_csum = if self.shared.csum { data.clone() } else { Bytes::new() };
             if sf.send_bytes(data).is_err() {
                 return;
