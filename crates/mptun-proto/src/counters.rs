@@ -75,6 +75,8 @@ counters! {
     tcp_ext_beyond_window => "TcpExtBeyondWindow",
     /// SYNs answered with a challenge ACK in a synchronized state (`TcpExt TCPSYNChallenge`).
     tcp_ext_tcp_syn_challenge => "TcpExtTCPSYNChallenge",
+    /// Data segments at RCV.NXT dropped because our window was zero (`TcpExt TCPZeroWindowDrop`).
+    tcp_ext_tcp_zero_window_drop => "TcpExtTCPZeroWindowDrop",
     /// Zero-window probes sent (`TcpExt TCPWinProbe`).
     tcp_ext_tcp_win_probe => "TcpExtTCPWinProbe",
     /// Delayed ACKs sent by the timer (`TcpExt DelayedACKs`).

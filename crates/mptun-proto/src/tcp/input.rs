@@ -256,6 +256,21 @@ impl Subflow {
 
         // 6. Data and FIN.
         if ack_only_ok {
+            // Data at RCV.NXT into a zero window (a zero-window probe that
+            // carries a byte): its ACK was taken above, the data is dropped
+            // and answered at once with the (zero) window, so the probe
+            // learns when the window reopens (RFC 9293 3.10.7.4, 3.8.6.1;
+            // Linux tcp_data_queue, TCPZeroWindowDrop). A bare FIN is taken
+            // (Linux: it costs no buffer). The segment stays accepted: its
+            // ACK was processed, and the layer above must see its
+            // connection-level acknowledgement too (Linux runs
+            // mptcp_incoming_options before the zero-window drop).
+            if payload.is_empty() {
+                self.on_data(now, seq, payload, f.fin());
+            } else {
+                self.counters.tcp_ext_tcp_zero_window_drop += 1;
+                self.ack_now = true;
+            }
             return Verdict::Accepted;
         }
         if self.state.can_receive() || (self.fin_received.is_none() && matches!(self.state, State::Closing)) {
@@ -309,6 +324,11 @@ impl Subflow {
         }
         if fin && !trimmed && fin_off >= next_off as i64 && self.fin_received.is_none() {
             self.fin_received = Some(fin_off as u64);
+        }
+        if fin && fin_off > next_off as i64 {
+            // A FIN beyond a hole is out of order like data: duplicate ACK
+            // at once (RFC 5681 4.2; Linux queues it out of order and ACKs).
+            self.ack_now = true;
         }
         let ins = self.recv_buf.insert(off, data);
         if ins.queued_ofo {
