@@ -55,10 +55,14 @@ impl Subflow {
         self.last_ack_sent = self.rcv_nxt;
         self.peer_mss = opts.mss.unwrap_or(TCP_MSS_DEFAULT).max(MIN_MSS);
         match opts.window_scale {
-            Some(ws) if self.cfg.window_scaling => self.snd_wscale = ws.min(TCP_MAX_WSCALE),
+            Some(ws) if self.cfg.window_scaling => {
+                self.snd_wscale = ws.min(TCP_MAX_WSCALE);
+                self.wscale_ok = true;
+            }
             _ => {
                 self.snd_wscale = 0;
                 self.rcv_wscale = 0;
+                self.wscale_ok = false;
             }
         }
         self.sack_ok = self.cfg.sack && opts.sack_permitted;

@@ -94,6 +94,8 @@ pub struct Subflow {
     snd_wl1: Seq,
     snd_wl2: Seq,
     snd_wscale: u8,
+    /// Both SYNs carried Window Scale, so both shifts apply (RFC 7323 2.2).
+    wscale_ok: bool,
     peer_mss: u16,
     sack_ok: bool,
     ts_ok: bool,
@@ -241,6 +243,7 @@ impl Subflow {
             snd_wl1: Seq(0),
             snd_wl2: iss,
             snd_wscale: 0,
+            wscale_ok: false,
             peer_mss: TCP_MSS_DEFAULT,
             sack_ok: false,
             ts_ok: false,

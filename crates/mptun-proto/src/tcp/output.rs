@@ -308,7 +308,11 @@ impl Subflow {
         let _ = o.push(&TcpOption::Mss(self.cfg.mss));
         let sack = if syn_ack { self.sack_ok } else { self.cfg.sack };
         let ts = if syn_ack { self.ts_ok } else { self.cfg.timestamps };
-        let ws = if syn_ack { self.cfg.window_scaling && self.rcv_wscale > 0 } else { self.cfg.window_scaling };
+        // A SYN-ACK answers Window Scale with Window Scale even when our shift
+        // is 0: the peer scales its windows only if both SYNs carried the
+        // option (RFC 7323 2.2; Linux tcp_synack_options sends it whenever
+        // wscale_ok).
+        let ws = if syn_ack { self.wscale_ok } else { self.cfg.window_scaling };
         let tsopt = TcpOption::Timestamp { tsval: self.ts_now(now), tsecr: if syn_ack { self.ts_recent } else { 0 } };
         match (sack, ts) {
             (true, true) => {
