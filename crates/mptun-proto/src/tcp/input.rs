@@ -135,9 +135,12 @@ impl Subflow {
             self.ack_now = true;
             self.on_data(now, Seq(hdr.seq) + 1, payload, f.fin());
         } else {
-            // Simultaneous open (RFC 9293 figure 8): answer with SYN-ACK.
+            // Simultaneous open (RFC 9293 figure 8): answer with SYN-ACK at
+            // the next poll_transmit. It is a new segment, not a timeout's
+            // retransmission: no backoff, nothing counted (Linux
+            // tcp_rcv_synsent_state_process sends it with tcp_send_synack).
             self.state = State::SynReceived;
-            self.timers.set(Timer::Rto, now);
+            self.snd_nxt = self.iss;
         }
         Verdict::Accepted
     }
