@@ -63,6 +63,11 @@ impl LossProbe {
         self.due = true;
     }
 
+    /// The RTO fired at the probe's instant: it replaces the probe (RFC 8985 7.3).
+    pub(super) fn cancel_due(&mut self) {
+        self.due = false;
+    }
+
     /// Whether a probe is due, clearing the flag.
     pub(super) fn take_due(&mut self) -> bool {
         std::mem::take(&mut self.due)

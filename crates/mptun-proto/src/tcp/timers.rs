@@ -131,7 +131,10 @@ impl Subflow {
                     }
                 }
                 Timer::Rto => {
+                    // The RTO replaces a probe due at the same instant
+                    // (RFC 8985 7.3): one segment goes out, not two.
                     self.timers.stop(Timer::LossProbe);
+                    self.tlp.cancel_due();
                     self.on_rto(now);
                 }
                 Timer::Pacing => {}

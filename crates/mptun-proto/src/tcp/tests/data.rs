@@ -249,7 +249,6 @@ fn a_full_ack_ends_recovery() {
 }
 
 #[test]
-#[ignore = "known bug: a loss probe and the RTO due at the same instant send the same segment twice (RFC 8985 7.3: the RTO supersedes the probe)"]
 fn rto_and_loss_probe_due_together_send_one_segment() {
     let mut t = Sf::client(cfg(), FULL);
     t.write(b"hello");
