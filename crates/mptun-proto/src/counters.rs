@@ -41,6 +41,9 @@ counters! {
     tcp_out_rsts => "TcpOutRsts",
     /// Connections reset by a RST we accepted (`Tcp EstabResets`).
     tcp_estab_resets => "TcpEstabResets",
+    /// Connection attempts that failed: a RST or a timeout in SYN-SENT or
+    /// SYN-RECEIVED (`Tcp AttemptFails`).
+    tcp_attempt_fails => "TcpAttemptFails",
     /// Connections opened actively (`Tcp ActiveOpens`).
     tcp_active_opens => "TcpActiveOpens",
     /// Connections opened passively (`Tcp PassiveOpens`).
@@ -71,6 +74,12 @@ counters! {
     tcp_ext_tcp_duplicate_data => "TcpExtTCPDuplicateData",
     /// Challenge ACKs sent (RFC 5961, `TcpExt TCPChallengeACK`).
     tcp_ext_tcp_challenge_ack => "TcpExtTCPChallengeACK",
+    /// Challenge ACKs not sent: within `invalid_ratelimit` of the last ACK
+    /// answering an invalid segment (`TcpExt TCPACKSkippedChallenge`).
+    tcp_ext_tcp_ack_skipped_challenge => "TcpExtTCPACKSkippedChallenge",
+    /// Duplicate ACKs for out-of-window segments not sent, rate-limited
+    /// (`TcpExt TCPACKSkippedSeq`).
+    tcp_ext_tcp_ack_skipped_seq => "TcpExtTCPACKSkippedSeq",
     /// Segments dropped because they were outside the window (`TcpExt TCPOutOfWindowIcmps` analogue: `BeyondWindow`).
     tcp_ext_beyond_window => "TcpExtBeyondWindow",
     /// SYNs answered with a challenge ACK in a synchronized state (`TcpExt TCPSYNChallenge`).

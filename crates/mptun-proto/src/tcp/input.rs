@@ -107,8 +107,9 @@ impl Subflow {
         }
         if f.rst() {
             // RFC 5961 3.2 leaves SYN-SENT as RFC 793: acceptable iff it acks our SYN.
+            // A failed attempt, not a reset connection (Linux tcp_done).
             if f.ack() {
-                self.counters.tcp_estab_resets += 1;
+                self.counters.tcp_attempt_fails += 1;
                 self.enter_closed(Some(Event::Reset));
                 return Verdict::Reset;
             }
@@ -179,13 +180,24 @@ impl Subflow {
         // A zero window still accepts the ACK and window of a segment at rcv_nxt.
         let ack_only_ok = !acceptable && wnd == 0 && seq == self.rcv_nxt;
         if !acceptable && !ack_only_ok {
-            if !f.rst() {
+            if f.syn() && !f.rst() {
+                // RFC 5961 4.2: a SYN is challenged whatever its sequence
+                // number (Linux tcp_validate_incoming, syn_challenge).
+                self.counters.tcp_ext_tcp_syn_challenge += 1;
+                self.send_challenge_ack(now);
+            } else if !f.rst() {
                 if self.state == State::TimeWait && f.fin() {
                     self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
                 }
                 self.counters.tcp_ext_beyond_window += (seg_len > 0 && seq.gt(self.rcv_nxt)) as u64;
                 self.counters.tcp_ext_tcp_duplicate_data += (seg_len > 0 && seq.lt(self.rcv_nxt)) as u64;
-                self.ack_now = true;
+                // Bare segments are what an ACK loop is made of: their
+                // duplicate ACKs are spaced (Linux tcp_oow_rate_limited).
+                if seg_len > 0 || !self.oow_rate_limited(now) {
+                    self.ack_now = true;
+                } else {
+                    self.counters.tcp_ext_tcp_ack_skipped_seq += 1;
+                }
             }
             return Verdict::Dropped;
         }
@@ -194,6 +206,7 @@ impl Subflow {
         if f.rst() {
             if seq == self.rcv_nxt {
                 if self.state == State::SynReceived {
+                    self.counters.tcp_attempt_fails += 1;
                     self.enter_closed(Some(Event::Reset));
                 } else {
                     self.counters.tcp_estab_resets += 1;
@@ -201,14 +214,14 @@ impl Subflow {
                 }
                 return Verdict::Reset;
             }
-            self.send_challenge_ack();
+            self.send_challenge_ack(now);
             return Verdict::Dropped;
         }
 
         // 3. SYN in a synchronized state (RFC 5961 4.2): challenge ACK.
         if f.syn() {
             self.counters.tcp_ext_tcp_syn_challenge += 1;
-            self.send_challenge_ack();
+            self.send_challenge_ack(now);
             return Verdict::Dropped;
         }
 
@@ -251,11 +264,11 @@ impl Subflow {
         } else {
             // RFC 5961 5.2: an ACK for data never sent, or far too old.
             if ack.gt(self.snd_nxt) {
-                self.send_challenge_ack();
+                self.send_challenge_ack(now);
                 return Verdict::Dropped;
             }
             if ack.lt(self.snd_una - self.max_snd_wnd.max(1)) {
-                self.send_challenge_ack();
+                self.send_challenge_ack(now);
                 return Verdict::Dropped;
             }
             self.process_ack(now, hdr, opts, payload.is_empty() && !f.fin());
@@ -298,9 +311,38 @@ impl Subflow {
         self.rcv_rtt.sample_ms(ms);
     }
 
-    pub(super) fn send_challenge_ack(&mut self) {
+    /// Linux `tcp_send_challenge_ack`: at most one per `invalid_ratelimit`
+    /// (shared with the duplicate ACKs for out-of-window segments), and at
+    /// most `challenge_ack_limit` a second (RFC 5961 7).
+    pub(super) fn send_challenge_ack(&mut self, now: Instant) {
+        if self.oow_rate_limited(now) {
+            self.counters.tcp_ext_tcp_ack_skipped_challenge += 1;
+            return;
+        }
+        if self.cfg.challenge_ack_limit != u32::MAX {
+            let second = now.as_millis() / 1000;
+            if self.challenge_second != Some(second) {
+                self.challenge_second = Some(second);
+                self.challenge_count = self.cfg.challenge_ack_limit;
+            }
+            if self.challenge_count == 0 {
+                return;
+            }
+            self.challenge_count -= 1;
+        }
         self.counters.tcp_ext_tcp_challenge_ack += 1;
         self.challenge_ack = true;
+    }
+
+    /// Linux `__tcp_oow_rate_limited`: whether an ACK answering an invalid
+    /// segment must be skipped, the last one being less than
+    /// `invalid_ratelimit` ago; if not, this one is the last one now.
+    pub(super) fn oow_rate_limited(&mut self, now: Instant) -> bool {
+        if self.last_oow_ack.is_some_and(|t| now - t < self.cfg.invalid_ratelimit) {
+            return true;
+        }
+        self.last_oow_ack = Some(now);
+        false
     }
 
     pub(super) fn queue_rst(&mut self, seq: Seq, ack: Seq, flags: TcpFlags) {

@@ -139,6 +139,12 @@ pub struct Subflow {
     /// Send an ACK at the next `poll_transmit`.
     ack_now: bool,
     challenge_ack: bool,
+    /// When we last answered an invalid segment (Linux `last_oow_ack_time`).
+    last_oow_ack: Option<Instant>,
+    /// The second the challenge-ACK budget belongs to, and what is left of
+    /// it (Linux `tcp_challenge_timestamp`, `tcp_challenge_count`).
+    challenge_second: Option<u64>,
+    challenge_count: u32,
     pending_rst: Option<(Seq, Seq, TcpFlags)>,
 
     // --- receive autotuning (Linux rcvq_space) ---
@@ -282,6 +288,9 @@ impl Subflow {
             delack: DelayedAck::default(),
             ack_now: false,
             challenge_ack: false,
+            last_oow_ack: None,
+            challenge_second: None,
+            challenge_count: 0,
             pending_rst: None,
             rcv_rtt: RcvRtt::default(),
             // Linux tcp_init_buffer_space: min(rcv_wnd, TCP_INIT_CWND × advmss).

@@ -177,6 +177,7 @@ impl Subflow {
                     self.counters.tcp_retrans_segs += 1;
                     self.rtt.backoff();
                     if self.retries > self.cfg.syn_retries {
+                        self.counters.tcp_attempt_fails += 1;
                         self.enter_closed(Some(Event::TimedOut));
                         return;
                     }

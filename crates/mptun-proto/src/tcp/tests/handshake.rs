@@ -312,13 +312,14 @@ fn syn_received_rst_in_sequence_closes() {
 }
 
 #[test]
-#[ignore = "known bug: no challenge ACK for an in-window RST in SYN-RECEIVED (RFC 5961 3.2 applies in every state but SYN-SENT)"]
 fn syn_received_rst_in_window_gets_challenge_ack() {
     let mut t = Sf::accept(cfg(), Sf::peer_syn(PLAIN));
     t.recv().unwrap();
     send!(t, seq: IRS + 100, flags: RST, window: 0);
     assert_eq!(t.state(), State::SynReceived);
     recv!(t, seq: ISS + 1, ack: IRS + 1);
+    recv_nothing!(t);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_challenge_ack, 1);
 }
 
 #[test]
