@@ -80,6 +80,15 @@ counters! {
     /// Duplicate ACKs for out-of-window segments not sent, rate-limited
     /// (`TcpExt TCPACKSkippedSeq`).
     tcp_ext_tcp_ack_skipped_seq => "TcpExtTCPACKSkippedSeq",
+    /// Duplicate ACKs for segments PAWS rejected not sent, rate-limited
+    /// (`TcpExt TCPACKSkippedPAWS`).
+    tcp_ext_tcp_ack_skipped_paws => "TcpExtTCPACKSkippedPAWS",
+    /// Segments dropped by PAWS, their timestamp older than the last one
+    /// taken (RFC 7323 5.3, `TcpExt PAWSEstab`).
+    tcp_ext_paws_estab => "TcpExtPAWSEstab",
+    /// Retransmission timeouts that found the head of the queue SACKed: the
+    /// receiver reneged, every SACK mark is dropped (`TcpExt TCPSACKReneging`).
+    tcp_ext_tcp_sack_reneging => "TcpExtTCPSACKReneging",
     /// Segments dropped because they were outside the window (`TcpExt TCPOutOfWindowIcmps` analogue: `BeyondWindow`).
     tcp_ext_beyond_window => "TcpExtBeyondWindow",
     /// SYNs answered with a challenge ACK in a synchronized state (`TcpExt TCPSYNChallenge`).

@@ -48,7 +48,7 @@ impl DelayedAck {
 }
 
 impl Subflow {
-    pub(super) fn take_syn_options(&mut self, syn: &TcpHeader, opts: &OptionSummary) {
+    pub(super) fn take_syn_options(&mut self, now: Instant, syn: &TcpHeader, opts: &OptionSummary) {
         self.irs = Seq(syn.seq);
         self.rcv_nxt = self.irs + 1;
         self.rcv_adv = self.rcv_nxt;
@@ -69,6 +69,7 @@ impl Subflow {
         self.ts_ok = self.cfg.timestamps && opts.timestamp.is_some();
         if let Some((tsval, _)) = opts.timestamp {
             self.ts_recent = tsval;
+            self.ts_recent_stamp = now;
         }
         // The window in a SYN is never scaled.
         self.snd_wnd = syn.window as u32;
@@ -118,7 +119,7 @@ impl Subflow {
         if !f.syn() {
             return Verdict::Dropped;
         }
-        self.take_syn_options(hdr, opts);
+        self.take_syn_options(now, hdr, opts);
         if f.ack() {
             self.snd_una = ack;
             self.snd_wl1 = Seq(hdr.seq);
@@ -161,6 +162,28 @@ impl Subflow {
             // Retransmitted SYN: our SYN-ACK was lost.
             self.timers.set(Timer::Rto, now);
             return Verdict::Dropped;
+        }
+
+        // 0. PAWS (RFC 7323 5.3; Linux tcp_validate_incoming checks it
+        // first): a segment whose timestamp is older than the last one taken
+        // is an old duplicate. It is answered, unless it is a RST, which is
+        // judged on its sequence number alone.
+        let tsval = opts.timestamp.filter(|_| self.ts_ok).map(|(v, _)| v);
+        if let Some(tsval) = tsval {
+            if !f.rst() && self.paws_discard(now, hdr, tsval, seg_len) {
+                if f.syn() {
+                    self.counters.tcp_ext_tcp_syn_challenge += 1;
+                    self.send_challenge_ack(now);
+                    return Verdict::Dropped;
+                }
+                self.counters.tcp_ext_paws_estab += 1;
+                if seg_len > 0 || !self.oow_rate_limited(now) {
+                    self.ack_now = true;
+                } else {
+                    self.counters.tcp_ext_tcp_ack_skipped_paws += 1;
+                }
+                return Verdict::Dropped;
+            }
         }
 
         // 1. Sequence check (RFC 9293 3.10.7.4).
@@ -232,8 +255,11 @@ impl Subflow {
 
         // Timestamps: remember the peer's clock for echoing (RFC 7323 4.3).
         if let Some((tsval, tsecr)) = opts.timestamp.filter(|_| self.ts_ok) {
-            if seq.le(self.last_ack_sent) {
+            // Linux tcp_replace_ts_recent: never backwards (a disordered ACK
+            // that PAWS let through keeps the newer value).
+            if seq.le(self.last_ack_sent) && self.paws_check(now, tsval, 0) {
                 self.ts_recent = tsval;
+                self.ts_recent_stamp = now;
             }
             if !payload.is_empty() && tsecr != 0 {
                 self.rcv_rtt_sample(now, tsecr);
@@ -303,6 +329,39 @@ impl Subflow {
             self.ack_now = true;
         }
         Verdict::Accepted
+    }
+
+    /// Linux `tcp_paws_check`: `tsval` is not older than `ts_recent` by more
+    /// than `win`, or `ts_recent` is too old to judge by (24 days idle, RFC
+    /// 7323 5.5), or was never set by the peer (some stacks send 0 in SYNs).
+    pub(super) fn paws_check(&self, now: Instant, tsval: u32, win: i32) -> bool {
+        self.ts_recent.wrapping_sub(tsval) as i32 <= win
+            || now - self.ts_recent_stamp >= TCP_PAWS_24DAYS
+            || self.ts_recent == 0
+    }
+
+    /// Linux `tcp_paws_discard`: PAWS rejects the segment (one tick of slack),
+    /// unless it is a disordered ACK.
+    fn paws_discard(&self, now: Instant, hdr: &TcpHeader, tsval: u32, seg_len: u32) -> bool {
+        !self.paws_check(now, tsval, TCP_PAWS_WINDOW) && !self.disordered_ack(hdr, tsval, seg_len)
+    }
+
+    /// Linux `tcp_disordered_ack`: a pure duplicate ACK at RCV.NXT that does
+    /// not update the window, reordered by less than an RTO, is harmless
+    /// and let through (RFC 7323 5.3 allows it).
+    fn disordered_ack(&self, hdr: &TcpHeader, tsval: u32, seg_len: u32) -> bool {
+        let (seq, ack) = (Seq(hdr.seq), Seq(hdr.ack));
+        let wnd = (hdr.window as u32) << self.snd_wscale;
+        let may_update_window =
+            ack.gt(self.snd_una) || seq.gt(self.snd_wl1) || (seq == self.snd_wl1 && (wnd > self.snd_wnd || wnd == 0));
+        // Linux compares with icsk_rto * 1024 / HZ: the RTO in ms, about.
+        let rto_ticks = (self.rtt.rto().as_millis() as u64 * 1024 / 1000).min(i32::MAX as u64) as i32;
+        hdr.flags.ack()
+            && seg_len == 0
+            && seq == self.rcv_nxt
+            && ack == self.snd_una
+            && !may_update_window
+            && self.ts_recent.wrapping_sub(tsval) as i32 <= rto_ticks
     }
 
     pub(super) fn rcv_rtt_sample(&mut self, now: Instant, tsecr: u32) {

@@ -131,6 +131,9 @@ pub struct Subflow {
     recv_limit: usize,
     fin_received: Option<u64>,
     ts_recent: u32,
+    /// When `ts_recent` was taken (Linux `ts_recent_stamp`): PAWS trusts it
+    /// for 24 days at most (RFC 7323 5.5).
+    ts_recent_stamp: Instant,
     ts_offset: u32,
     last_ack_sent: Seq,
 
@@ -192,6 +195,12 @@ const MIN_MSS: u16 = 64;
 /// Bytes of NOP NOP TIMESTAMP on every segment once timestamps are on
 /// (Linux `TCPOLEN_TSTAMP_ALIGNED`).
 const TCPOLEN_TSTAMP_ALIGNED: usize = 12;
+/// How long an idle connection's `ts_recent` is trusted by PAWS (RFC 7323
+/// 5.5, Linux `TCP_PAWS_24DAYS`).
+const TCP_PAWS_24DAYS: Duration = Duration::from_secs(60 * 60 * 24 * 24);
+/// Timestamp ticks a segment may lag `ts_recent` and still pass PAWS
+/// (Linux `TCP_PAWS_WINDOW`).
+const TCP_PAWS_WINDOW: i32 = 1;
 /// Largest value of the 16-bit window field; a scaled window is this
 /// shifted by the window scale.
 const MAX_WINDOW_FIELD: u32 = 65535;
@@ -283,6 +292,7 @@ impl Subflow {
             recv_limit,
             fin_received: None,
             ts_recent: 0,
+            ts_recent_stamp: now,
             ts_offset,
             last_ack_sent: Seq(0),
             delack: DelayedAck::default(),
@@ -345,7 +355,7 @@ impl Subflow {
         let mut s = Subflow::new(now, cfg, local, remote, iss, ts_offset, State::SynReceived);
         s.counters.tcp_passive_opens += 1;
         s.counters.tcp_in_segs += 1;
-        s.take_syn_options(syn, opts);
+        s.take_syn_options(now, syn, opts);
         s.timers.set(Timer::Rto, now);
         s
     }
