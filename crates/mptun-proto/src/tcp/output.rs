@@ -142,19 +142,17 @@ impl Subflow {
         }
         // Challenge ACKs in every state but SYN-SENT (RFC 5961 3.2), and
         // zero-window probes.
-        if self.state != State::SynSent {
-            if self.challenge_ack {
-                self.challenge_ack = false;
-                let seq = if self.state == State::SynReceived {
-                    self.iss + 1
-                } else if self.timers.is_set(Timer::Persist) {
-                    self.snd_una - 1
-                } else {
-                    self.snd_nxt
-                };
-                let opts = self.ack_options(now, hook.option_space(false));
-                return self.emit(now, hook, out, seq, self.rcv_nxt, TcpFlags::ACK, None, false, opts);
-            }
+        if self.challenge_ack && self.state != State::SynSent {
+            self.challenge_ack = false;
+            let seq = if self.state == State::SynReceived {
+                self.iss + 1
+            } else if self.timers.is_set(Timer::Persist) {
+                self.snd_una - 1
+            } else {
+                self.snd_nxt
+            };
+            let opts = self.ack_options(now, hook.option_space(false));
+            return self.emit(now, hook, out, seq, self.rcv_nxt, TcpFlags::ACK, None, false, opts);
         }
         if self.ack_now && self.state != State::SynSent {
             let opts = self.ack_options(now, hook.option_space(false));
