@@ -41,6 +41,9 @@ counters! {
     tcp_out_rsts => "TcpOutRsts",
     /// Connections reset by a RST we accepted (`Tcp EstabResets`).
     tcp_estab_resets => "TcpEstabResets",
+    /// Connection attempts that failed: a RST or a timeout in SYN-SENT or
+    /// SYN-RECEIVED (`Tcp AttemptFails`).
+    tcp_attempt_fails => "TcpAttemptFails",
     /// Connections opened actively (`Tcp ActiveOpens`).
     tcp_active_opens => "TcpActiveOpens",
     /// Connections opened passively (`Tcp PassiveOpens`).
@@ -71,10 +74,27 @@ counters! {
     tcp_ext_tcp_duplicate_data => "TcpExtTCPDuplicateData",
     /// Challenge ACKs sent (RFC 5961, `TcpExt TCPChallengeACK`).
     tcp_ext_tcp_challenge_ack => "TcpExtTCPChallengeACK",
+    /// Challenge ACKs not sent: within `invalid_ratelimit` of the last ACK
+    /// answering an invalid segment (`TcpExt TCPACKSkippedChallenge`).
+    tcp_ext_tcp_ack_skipped_challenge => "TcpExtTCPACKSkippedChallenge",
+    /// Duplicate ACKs for out-of-window segments not sent, rate-limited
+    /// (`TcpExt TCPACKSkippedSeq`).
+    tcp_ext_tcp_ack_skipped_seq => "TcpExtTCPACKSkippedSeq",
+    /// Duplicate ACKs for segments PAWS rejected not sent, rate-limited
+    /// (`TcpExt TCPACKSkippedPAWS`).
+    tcp_ext_tcp_ack_skipped_paws => "TcpExtTCPACKSkippedPAWS",
+    /// Segments dropped by PAWS, their timestamp older than the last one
+    /// taken (RFC 7323 5.3, `TcpExt PAWSEstab`).
+    tcp_ext_paws_estab => "TcpExtPAWSEstab",
+    /// Retransmission timeouts that found the head of the queue SACKed: the
+    /// receiver reneged, every SACK mark is dropped (`TcpExt TCPSACKReneging`).
+    tcp_ext_tcp_sack_reneging => "TcpExtTCPSACKReneging",
     /// Segments dropped because they were outside the window (`TcpExt TCPOutOfWindowIcmps` analogue: `BeyondWindow`).
     tcp_ext_beyond_window => "TcpExtBeyondWindow",
     /// SYNs answered with a challenge ACK in a synchronized state (`TcpExt TCPSYNChallenge`).
     tcp_ext_tcp_syn_challenge => "TcpExtTCPSYNChallenge",
+    /// Data segments at RCV.NXT dropped because our window was zero (`TcpExt TCPZeroWindowDrop`).
+    tcp_ext_tcp_zero_window_drop => "TcpExtTCPZeroWindowDrop",
     /// Zero-window probes sent (`TcpExt TCPWinProbe`).
     tcp_ext_tcp_win_probe => "TcpExtTCPWinProbe",
     /// Delayed ACKs sent by the timer (`TcpExt DelayedACKs`).

@@ -27,6 +27,10 @@ const TCP_SYN_RETRIES: u32 = 6;
 const TCP_RETRIES2: u32 = 15;
 /// Linux `net.ipv4.tcp_reordering`.
 const TCP_REORDERING: u32 = 3;
+/// Linux `net.ipv4.tcp_invalid_ratelimit` (500 ms).
+const TCP_INVALID_RATELIMIT: Duration = Duration::from_millis(500);
+/// Linux `net.ipv4.tcp_challenge_ack_limit` before 6.0 (1000 a second).
+const TCP_CHALLENGE_ACK_LIMIT: u32 = 1000;
 /// Linux `net.ipv4.ip_default_ttl`.
 const IPDEFTTL: u8 = 64;
 
@@ -119,6 +123,15 @@ pub struct TcpConfig {
     pub dup_thresh: u32,
     /// IP TTL / hop limit of our packets.
     pub ttl: u8,
+    /// Least spacing of ACKs that answer invalid segments: challenge ACKs and
+    /// duplicate ACKs for bare out-of-window segments (Linux
+    /// `tcp_invalid_ratelimit`, 500 ms), so that two endpoints that disagree
+    /// cannot ping-pong ACKs and an attacker gains little from provoking them.
+    pub invalid_ratelimit: Duration,
+    /// Most challenge ACKs sent in one second (RFC 5961 7; Linux
+    /// `tcp_challenge_ack_limit`, here per subflow and without Linux's
+    /// randomisation). `u32::MAX` turns the limit off.
+    pub challenge_ack_limit: u32,
     /// Never put bytes of two `send` calls in one segment. MPTCP subflows set
     /// it so each segment lies inside one DSS mapping.
     pub segment_at_write_boundaries: bool,
@@ -148,6 +161,8 @@ impl Default for TcpConfig {
             time_wait: TCP_TIMEWAIT_LEN,
             dup_thresh: TCP_REORDERING,
             ttl: IPDEFTTL,
+            invalid_ratelimit: TCP_INVALID_RATELIMIT,
+            challenge_ack_limit: TCP_CHALLENGE_ACK_LIMIT,
             segment_at_write_boundaries: false,
         }
     }

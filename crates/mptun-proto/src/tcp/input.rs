@@ -48,23 +48,28 @@ impl DelayedAck {
 }
 
 impl Subflow {
-    pub(super) fn take_syn_options(&mut self, syn: &TcpHeader, opts: &OptionSummary) {
+    pub(super) fn take_syn_options(&mut self, now: Instant, syn: &TcpHeader, opts: &OptionSummary) {
         self.irs = Seq(syn.seq);
         self.rcv_nxt = self.irs + 1;
         self.rcv_adv = self.rcv_nxt;
         self.last_ack_sent = self.rcv_nxt;
         self.peer_mss = opts.mss.unwrap_or(TCP_MSS_DEFAULT).max(MIN_MSS);
         match opts.window_scale {
-            Some(ws) if self.cfg.window_scaling => self.snd_wscale = ws.min(TCP_MAX_WSCALE),
+            Some(ws) if self.cfg.window_scaling => {
+                self.snd_wscale = ws.min(TCP_MAX_WSCALE);
+                self.wscale_ok = true;
+            }
             _ => {
                 self.snd_wscale = 0;
                 self.rcv_wscale = 0;
+                self.wscale_ok = false;
             }
         }
         self.sack_ok = self.cfg.sack && opts.sack_permitted;
         self.ts_ok = self.cfg.timestamps && opts.timestamp.is_some();
         if let Some((tsval, _)) = opts.timestamp {
             self.ts_recent = tsval;
+            self.ts_recent_stamp = now;
         }
         // The window in a SYN is never scaled.
         self.snd_wnd = syn.window as u32;
@@ -103,8 +108,9 @@ impl Subflow {
         }
         if f.rst() {
             // RFC 5961 3.2 leaves SYN-SENT as RFC 793: acceptable iff it acks our SYN.
+            // A failed attempt, not a reset connection (Linux tcp_done).
             if f.ack() {
-                self.counters.tcp_estab_resets += 1;
+                self.counters.tcp_attempt_fails += 1;
                 self.enter_closed(Some(Event::Reset));
                 return Verdict::Reset;
             }
@@ -113,7 +119,7 @@ impl Subflow {
         if !f.syn() {
             return Verdict::Dropped;
         }
-        self.take_syn_options(hdr, opts);
+        self.take_syn_options(now, hdr, opts);
         if f.ack() {
             self.snd_una = ack;
             self.snd_wl1 = Seq(hdr.seq);
@@ -131,9 +137,12 @@ impl Subflow {
             self.ack_now = true;
             self.on_data(now, Seq(hdr.seq) + 1, payload, f.fin());
         } else {
-            // Simultaneous open (RFC 9293 figure 8): answer with SYN-ACK.
+            // Simultaneous open (RFC 9293 figure 8): answer with SYN-ACK at
+            // the next poll_transmit. It is a new segment, not a timeout's
+            // retransmission: no backoff, nothing counted (Linux
+            // tcp_rcv_synsent_state_process sends it with tcp_send_synack).
             self.state = State::SynReceived;
-            self.timers.set(Timer::Rto, now);
+            self.snd_nxt = self.iss;
         }
         Verdict::Accepted
     }
@@ -155,6 +164,28 @@ impl Subflow {
             return Verdict::Dropped;
         }
 
+        // 0. PAWS (RFC 7323 5.3; Linux tcp_validate_incoming checks it
+        // first): a segment whose timestamp is older than the last one taken
+        // is an old duplicate. It is answered, unless it is a RST, which is
+        // judged on its sequence number alone.
+        let tsval = opts.timestamp.filter(|_| self.ts_ok).map(|(v, _)| v);
+        if let Some(tsval) = tsval {
+            if !f.rst() && self.paws_discard(now, hdr, tsval, seg_len) {
+                if f.syn() {
+                    self.counters.tcp_ext_tcp_syn_challenge += 1;
+                    self.send_challenge_ack(now);
+                    return Verdict::Dropped;
+                }
+                self.counters.tcp_ext_paws_estab += 1;
+                if seg_len > 0 || !self.oow_rate_limited(now) {
+                    self.ack_now = true;
+                } else {
+                    self.counters.tcp_ext_tcp_ack_skipped_paws += 1;
+                }
+                return Verdict::Dropped;
+            }
+        }
+
         // 1. Sequence check (RFC 9293 3.10.7.4).
         let wnd = self.rcv_wnd_now();
         let acceptable = if seg_len == 0 {
@@ -172,13 +203,24 @@ impl Subflow {
         // A zero window still accepts the ACK and window of a segment at rcv_nxt.
         let ack_only_ok = !acceptable && wnd == 0 && seq == self.rcv_nxt;
         if !acceptable && !ack_only_ok {
-            if !f.rst() {
+            if f.syn() && !f.rst() {
+                // RFC 5961 4.2: a SYN is challenged whatever its sequence
+                // number (Linux tcp_validate_incoming, syn_challenge).
+                self.counters.tcp_ext_tcp_syn_challenge += 1;
+                self.send_challenge_ack(now);
+            } else if !f.rst() {
                 if self.state == State::TimeWait && f.fin() {
                     self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
                 }
                 self.counters.tcp_ext_beyond_window += (seg_len > 0 && seq.gt(self.rcv_nxt)) as u64;
                 self.counters.tcp_ext_tcp_duplicate_data += (seg_len > 0 && seq.lt(self.rcv_nxt)) as u64;
-                self.ack_now = true;
+                // Bare segments are what an ACK loop is made of: their
+                // duplicate ACKs are spaced (Linux tcp_oow_rate_limited).
+                if seg_len > 0 || !self.oow_rate_limited(now) {
+                    self.ack_now = true;
+                } else {
+                    self.counters.tcp_ext_tcp_ack_skipped_seq += 1;
+                }
             }
             return Verdict::Dropped;
         }
@@ -187,6 +229,7 @@ impl Subflow {
         if f.rst() {
             if seq == self.rcv_nxt {
                 if self.state == State::SynReceived {
+                    self.counters.tcp_attempt_fails += 1;
                     self.enter_closed(Some(Event::Reset));
                 } else {
                     self.counters.tcp_estab_resets += 1;
@@ -194,14 +237,14 @@ impl Subflow {
                 }
                 return Verdict::Reset;
             }
-            self.send_challenge_ack();
+            self.send_challenge_ack(now);
             return Verdict::Dropped;
         }
 
         // 3. SYN in a synchronized state (RFC 5961 4.2): challenge ACK.
         if f.syn() {
             self.counters.tcp_ext_tcp_syn_challenge += 1;
-            self.send_challenge_ack();
+            self.send_challenge_ack(now);
             return Verdict::Dropped;
         }
 
@@ -212,8 +255,11 @@ impl Subflow {
 
         // Timestamps: remember the peer's clock for echoing (RFC 7323 4.3).
         if let Some((tsval, tsecr)) = opts.timestamp.filter(|_| self.ts_ok) {
-            if seq.le(self.last_ack_sent) {
+            // Linux tcp_replace_ts_recent: never backwards (a disordered ACK
+            // that PAWS let through keeps the newer value).
+            if seq.le(self.last_ack_sent) && self.paws_check(now, tsval, 0) {
                 self.ts_recent = tsval;
+                self.ts_recent_stamp = now;
             }
             if !payload.is_empty() && tsecr != 0 {
                 self.rcv_rtt_sample(now, tsecr);
@@ -244,11 +290,11 @@ impl Subflow {
         } else {
             // RFC 5961 5.2: an ACK for data never sent, or far too old.
             if ack.gt(self.snd_nxt) {
-                self.send_challenge_ack();
+                self.send_challenge_ack(now);
                 return Verdict::Dropped;
             }
             if ack.lt(self.snd_una - self.max_snd_wnd.max(1)) {
-                self.send_challenge_ack();
+                self.send_challenge_ack(now);
                 return Verdict::Dropped;
             }
             self.process_ack(now, hdr, opts, payload.is_empty() && !f.fin());
@@ -256,6 +302,21 @@ impl Subflow {
 
         // 6. Data and FIN.
         if ack_only_ok {
+            // Data at RCV.NXT into a zero window (a zero-window probe that
+            // carries a byte): its ACK was taken above, the data is dropped
+            // and answered at once with the (zero) window, so the probe
+            // learns when the window reopens (RFC 9293 3.10.7.4, 3.8.6.1;
+            // Linux tcp_data_queue, TCPZeroWindowDrop). A bare FIN is taken
+            // (Linux: it costs no buffer). The segment stays accepted: its
+            // ACK was processed, and the layer above must see its
+            // connection-level acknowledgement too (Linux runs
+            // mptcp_incoming_options before the zero-window drop).
+            if payload.is_empty() {
+                self.on_data(now, seq, payload, f.fin());
+            } else {
+                self.counters.tcp_ext_tcp_zero_window_drop += 1;
+                self.ack_now = true;
+            }
             return Verdict::Accepted;
         }
         if self.state.can_receive() || (self.fin_received.is_none() && matches!(self.state, State::Closing)) {
@@ -270,15 +331,77 @@ impl Subflow {
         Verdict::Accepted
     }
 
+    /// Linux `tcp_paws_check`: `tsval` is not older than `ts_recent` by more
+    /// than `win`, or `ts_recent` is too old to judge by (24 days idle, RFC
+    /// 7323 5.5), or was never set by the peer (some stacks send 0 in SYNs).
+    pub(super) fn paws_check(&self, now: Instant, tsval: u32, win: i32) -> bool {
+        self.ts_recent.wrapping_sub(tsval) as i32 <= win
+            || now - self.ts_recent_stamp >= TCP_PAWS_24DAYS
+            || self.ts_recent == 0
+    }
+
+    /// Linux `tcp_paws_discard`: PAWS rejects the segment (one tick of slack),
+    /// unless it is a disordered ACK.
+    fn paws_discard(&self, now: Instant, hdr: &TcpHeader, tsval: u32, seg_len: u32) -> bool {
+        !self.paws_check(now, tsval, TCP_PAWS_WINDOW) && !self.disordered_ack(hdr, tsval, seg_len)
+    }
+
+    /// Linux `tcp_disordered_ack`: a pure duplicate ACK at RCV.NXT that does
+    /// not update the window, reordered by less than an RTO, is harmless
+    /// and let through (RFC 7323 5.3 allows it).
+    fn disordered_ack(&self, hdr: &TcpHeader, tsval: u32, seg_len: u32) -> bool {
+        let (seq, ack) = (Seq(hdr.seq), Seq(hdr.ack));
+        let wnd = (hdr.window as u32) << self.snd_wscale;
+        let may_update_window =
+            ack.gt(self.snd_una) || seq.gt(self.snd_wl1) || (seq == self.snd_wl1 && (wnd > self.snd_wnd || wnd == 0));
+        // Linux compares with icsk_rto * 1024 / HZ: the RTO in ms, about.
+        let rto_ticks = (self.rtt.rto().as_millis() as u64 * 1024 / 1000).min(i32::MAX as u64) as i32;
+        hdr.flags.ack()
+            && seg_len == 0
+            && seq == self.rcv_nxt
+            && ack == self.snd_una
+            && !may_update_window
+            && self.ts_recent.wrapping_sub(tsval) as i32 <= rto_ticks
+    }
+
     pub(super) fn rcv_rtt_sample(&mut self, now: Instant, tsecr: u32) {
         let now_ts = self.ts_now(now);
         let ms = now_ts.wrapping_sub(tsecr);
         self.rcv_rtt.sample_ms(ms);
     }
 
-    pub(super) fn send_challenge_ack(&mut self) {
+    /// Linux `tcp_send_challenge_ack`: at most one per `invalid_ratelimit`
+    /// (shared with the duplicate ACKs for out-of-window segments), and at
+    /// most `challenge_ack_limit` a second (RFC 5961 7).
+    pub(super) fn send_challenge_ack(&mut self, now: Instant) {
+        if self.oow_rate_limited(now) {
+            self.counters.tcp_ext_tcp_ack_skipped_challenge += 1;
+            return;
+        }
+        if self.cfg.challenge_ack_limit != u32::MAX {
+            let second = now.as_millis() / 1000;
+            if self.challenge_second != Some(second) {
+                self.challenge_second = Some(second);
+                self.challenge_count = self.cfg.challenge_ack_limit;
+            }
+            if self.challenge_count == 0 {
+                return;
+            }
+            self.challenge_count -= 1;
+        }
         self.counters.tcp_ext_tcp_challenge_ack += 1;
         self.challenge_ack = true;
+    }
+
+    /// Linux `__tcp_oow_rate_limited`: whether an ACK answering an invalid
+    /// segment must be skipped, the last one being less than
+    /// `invalid_ratelimit` ago; if not, this one is the last one now.
+    pub(super) fn oow_rate_limited(&mut self, now: Instant) -> bool {
+        if self.last_oow_ack.is_some_and(|t| now - t < self.cfg.invalid_ratelimit) {
+            return true;
+        }
+        self.last_oow_ack = Some(now);
+        false
     }
 
     pub(super) fn queue_rst(&mut self, seq: Seq, ack: Seq, flags: TcpFlags) {
@@ -309,6 +432,11 @@ impl Subflow {
         }
         if fin && !trimmed && fin_off >= next_off as i64 && self.fin_received.is_none() {
             self.fin_received = Some(fin_off as u64);
+        }
+        if fin && fin_off > next_off as i64 {
+            // A FIN beyond a hole is out of order like data: duplicate ACK
+            // at once (RFC 5681 4.2; Linux queues it out of order and ACKs).
+            self.ack_now = true;
         }
         let ins = self.recv_buf.insert(off, data);
         if ins.queued_ofo {

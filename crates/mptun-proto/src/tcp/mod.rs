@@ -94,6 +94,8 @@ pub struct Subflow {
     snd_wl1: Seq,
     snd_wl2: Seq,
     snd_wscale: u8,
+    /// Both SYNs carried Window Scale, so both shifts apply (RFC 7323 2.2).
+    wscale_ok: bool,
     peer_mss: u16,
     sack_ok: bool,
     ts_ok: bool,
@@ -129,6 +131,9 @@ pub struct Subflow {
     recv_limit: usize,
     fin_received: Option<u64>,
     ts_recent: u32,
+    /// When `ts_recent` was taken (Linux `ts_recent_stamp`): PAWS trusts it
+    /// for 24 days at most (RFC 7323 5.5).
+    ts_recent_stamp: Instant,
     ts_offset: u32,
     last_ack_sent: Seq,
 
@@ -137,6 +142,12 @@ pub struct Subflow {
     /// Send an ACK at the next `poll_transmit`.
     ack_now: bool,
     challenge_ack: bool,
+    /// When we last answered an invalid segment (Linux `last_oow_ack_time`).
+    last_oow_ack: Option<Instant>,
+    /// The second the challenge-ACK budget belongs to, and what is left of
+    /// it (Linux `tcp_challenge_timestamp`, `tcp_challenge_count`).
+    challenge_second: Option<u64>,
+    challenge_count: u32,
     pending_rst: Option<(Seq, Seq, TcpFlags)>,
 
     // --- receive autotuning (Linux rcvq_space) ---
@@ -184,6 +195,12 @@ const MIN_MSS: u16 = 64;
 /// Bytes of NOP NOP TIMESTAMP on every segment once timestamps are on
 /// (Linux `TCPOLEN_TSTAMP_ALIGNED`).
 const TCPOLEN_TSTAMP_ALIGNED: usize = 12;
+/// How long an idle connection's `ts_recent` is trusted by PAWS (RFC 7323
+/// 5.5, Linux `TCP_PAWS_24DAYS`).
+const TCP_PAWS_24DAYS: Duration = Duration::from_secs(60 * 60 * 24 * 24);
+/// Timestamp ticks a segment may lag `ts_recent` and still pass PAWS
+/// (Linux `TCP_PAWS_WINDOW`).
+const TCP_PAWS_WINDOW: i32 = 1;
 /// Largest value of the 16-bit window field; a scaled window is this
 /// shifted by the window scale.
 const MAX_WINDOW_FIELD: u32 = 65535;
@@ -241,6 +258,7 @@ impl Subflow {
             snd_wl1: Seq(0),
             snd_wl2: iss,
             snd_wscale: 0,
+            wscale_ok: false,
             peer_mss: TCP_MSS_DEFAULT,
             sack_ok: false,
             ts_ok: false,
@@ -274,11 +292,15 @@ impl Subflow {
             recv_limit,
             fin_received: None,
             ts_recent: 0,
+            ts_recent_stamp: now,
             ts_offset,
             last_ack_sent: Seq(0),
             delack: DelayedAck::default(),
             ack_now: false,
             challenge_ack: false,
+            last_oow_ack: None,
+            challenge_second: None,
+            challenge_count: 0,
             pending_rst: None,
             rcv_rtt: RcvRtt::default(),
             // Linux tcp_init_buffer_space: min(rcv_wnd, TCP_INIT_CWND × advmss).
@@ -333,7 +355,7 @@ impl Subflow {
         let mut s = Subflow::new(now, cfg, local, remote, iss, ts_offset, State::SynReceived);
         s.counters.tcp_passive_opens += 1;
         s.counters.tcp_in_segs += 1;
-        s.take_syn_options(syn, opts);
+        s.take_syn_options(now, syn, opts);
         s.timers.set(Timer::Rto, now);
         s
     }

@@ -139,12 +139,20 @@ impl Subflow {
             if let Some(t) = self.poll_data(now, hook, out) {
                 return Some(t);
             }
-            if self.challenge_ack {
-                self.challenge_ack = false;
-                let seq = if self.timers.is_set(Timer::Persist) { self.snd_una - 1 } else { self.snd_nxt };
-                let opts = self.ack_options(now, hook.option_space(false));
-                return self.emit(now, hook, out, seq, self.rcv_nxt, TcpFlags::ACK, None, false, opts);
-            }
+        }
+        // Challenge ACKs in every state but SYN-SENT (RFC 5961 3.2), and
+        // zero-window probes.
+        if self.challenge_ack && self.state != State::SynSent {
+            self.challenge_ack = false;
+            let seq = if self.state == State::SynReceived {
+                self.iss + 1
+            } else if self.timers.is_set(Timer::Persist) {
+                self.snd_una - 1
+            } else {
+                self.snd_nxt
+            };
+            let opts = self.ack_options(now, hook.option_space(false));
+            return self.emit(now, hook, out, seq, self.rcv_nxt, TcpFlags::ACK, None, false, opts);
         }
         if self.ack_now && self.state != State::SynSent {
             let opts = self.ack_options(now, hook.option_space(false));
@@ -308,7 +316,11 @@ impl Subflow {
         let _ = o.push(&TcpOption::Mss(self.cfg.mss));
         let sack = if syn_ack { self.sack_ok } else { self.cfg.sack };
         let ts = if syn_ack { self.ts_ok } else { self.cfg.timestamps };
-        let ws = if syn_ack { self.cfg.window_scaling && self.rcv_wscale > 0 } else { self.cfg.window_scaling };
+        // A SYN-ACK answers Window Scale with Window Scale even when our shift
+        // is 0: the peer scales its windows only if both SYNs carried the
+        // option (RFC 7323 2.2; Linux tcp_synack_options sends it whenever
+        // wscale_ok).
+        let ws = if syn_ack { self.wscale_ok } else { self.cfg.window_scaling };
         let tsopt = TcpOption::Timestamp { tsval: self.ts_now(now), tsecr: if syn_ack { self.ts_recent } else { 0 } };
         match (sack, ts) {
             (true, true) => {

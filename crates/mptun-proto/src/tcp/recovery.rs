@@ -13,6 +13,9 @@ use super::*;
 /// RACK's reordering-window multiplier never grows past this (RFC 8985 6.2
 /// step 4 bounds `reo_wnd` by SRTT anyway).
 const RACK_REO_WND_MULT_MAX: u32 = 16;
+/// Least wait before the RTO that handles SACK reneging (Linux
+/// `tcp_check_sack_reneging`: max(srtt/16, 10 ms)).
+const SACK_RENEGING_MIN_DELAY: Duration = Duration::from_millis(10);
 /// Recoveries after which a widened reordering window decays back to one
 /// (Linux `TCP_RACK_RECOVERY_THRESH`).
 const TCP_RACK_RECOVERY_THRESH: u32 = 16;
@@ -61,6 +64,11 @@ impl LossProbe {
     /// The probe timer fired.
     pub(super) fn set_due(&mut self) {
         self.due = true;
+    }
+
+    /// The RTO fired at the probe's instant: it replaces the probe (RFC 8985 7.3).
+    pub(super) fn cancel_due(&mut self) {
+        self.due = false;
     }
 
     /// Whether a probe is due, clearing the flag.
@@ -430,16 +438,33 @@ impl Scoreboard {
         }
     }
 
-    /// Linux `tcp_enter_loss` on the scoreboard: everything not SACKed is
-    /// lost and no retransmission is in flight any more.
-    pub(super) fn mark_all_lost(&mut self) {
+    /// The first segment not cumulatively acknowledged is SACKed: the
+    /// receiver dropped what it had SACKed (reneging, RFC 2018 8), since it
+    /// would otherwise have acknowledged it.
+    pub(super) fn head_sacked(&self) -> bool {
+        self.segs.front().is_some_and(|s| s.sacked)
+    }
+
+    /// Linux `tcp_timeout_mark_lost`: everything not SACKed is lost and no
+    /// retransmission is in flight any more. If the head is SACKed the
+    /// receiver reneged: every SACK mark goes too, so that what it dropped
+    /// is sent again. Returns whether it reneged.
+    pub(super) fn mark_all_lost(&mut self) -> bool {
+        let reneged = self.head_sacked();
+        if reneged {
+            self.sacked_out = 0;
+        }
         self.lost_out = 0;
         self.retrans_out = 0;
         for s in self.segs.iter_mut() {
             s.retrans = false;
+            if reneged {
+                s.sacked = false;
+            }
             s.lost = !s.sacked;
             self.lost_out += s.lost as u32;
         }
+        reneged
     }
 
     /// RFC 8985: the widened reordering window decays after
@@ -556,7 +581,9 @@ impl Subflow {
         self.ccs.cwnd = 1;
         self.ccs.cwnd_cnt = 0;
         self.high_seq = self.snd_nxt;
-        self.scoreboard.mark_all_lost();
+        if self.scoreboard.mark_all_lost() {
+            self.counters.tcp_ext_tcp_sack_reneging += 1;
+        }
     }
 
     /// Loss detection after an ACK: RACK with SACK, the dupack threshold
@@ -576,6 +603,15 @@ impl Subflow {
 
     /// Congestion state machine (Linux `tcp_fastretrans_alert`, simplified).
     pub(super) fn fastretrans_alert(&mut self, now: Instant, una_advanced: bool) {
+        // Linux tcp_check_sack_reneging: the cumulative ACK stopped at a
+        // segment it had SACKed. Do not act at once (the receiver may be
+        // only briefly short of memory): an early RTO, which then drops the
+        // SACK marks, unless an ACK comes first.
+        if una_advanced && self.scoreboard.head_sacked() {
+            let delay = self.rtt.smoothed().map_or(Duration::ZERO, |s| s / 16).max(SACK_RENEGING_MIN_DELAY);
+            self.timers.set(Timer::Rto, now + delay);
+            return;
+        }
         match self.ca_state {
             CaState::Open | CaState::Disorder => {
                 if self.scoreboard.lost_out() > 0 {

@@ -131,7 +131,10 @@ impl Subflow {
                     }
                 }
                 Timer::Rto => {
+                    // The RTO replaces a probe due at the same instant
+                    // (RFC 8985 7.3): one segment goes out, not two.
                     self.timers.stop(Timer::LossProbe);
+                    self.tlp.cancel_due();
                     self.on_rto(now);
                 }
                 Timer::Pacing => {}
@@ -174,6 +177,7 @@ impl Subflow {
                     self.counters.tcp_retrans_segs += 1;
                     self.rtt.backoff();
                     if self.retries > self.cfg.syn_retries {
+                        self.counters.tcp_attempt_fails += 1;
                         self.enter_closed(Some(Event::TimedOut));
                         return;
                     }

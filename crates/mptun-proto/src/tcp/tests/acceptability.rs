@@ -125,14 +125,27 @@ fn zero_window_empty_segment_elsewhere_is_acked_and_dropped() {
 }
 
 #[test]
-#[ignore = "known bug: data at RCV.NXT into a zero window draws no ACK, so a zero-window probe carrying a byte goes unanswered (RFC 9293 3.10.7.4, 3.8.6.1)"]
 fn zero_window_data_is_acked_with_zero_window_and_dropped() {
     let mut t = Sf::established();
     let r = t.fill(R, S, BUF);
     send!(t, seq: r, ack: S, payload: bytes(1));
-    assert_eq!(t.verdict, Some(Verdict::Dropped));
+    // The data is dropped, but the segment passed the sequence check for its
+    // ACK, which was processed: accepted (Linux hands its MPTCP options on too).
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
     recv!(t, seq: S, ack: r, window: 0);
+    recv_nothing!(t);
     assert_eq!(t.sf.recv_ready(), BUF);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_zero_window_drop, 1);
+}
+
+#[test]
+fn zero_window_bare_fin_at_rcv_nxt_is_taken() {
+    let mut t = Sf::established();
+    let r = t.fill(R, S, BUF);
+    send!(t, seq: r, ack: S, flags: FIN | ACK);
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
+    recv!(t, seq: S, ack: r + 1, window: 0);
+    assert_eq!(t.state(), State::CloseWait);
 }
 
 #[test]

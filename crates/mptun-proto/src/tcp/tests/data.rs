@@ -249,7 +249,6 @@ fn a_full_ack_ends_recovery() {
 }
 
 #[test]
-#[ignore = "known bug: a loss probe and the RTO due at the same instant send the same segment twice (RFC 8985 7.3: the RTO supersedes the probe)"]
 fn rto_and_loss_probe_due_together_send_one_segment() {
     let mut t = Sf::client(cfg(), FULL);
     t.write(b"hello");
@@ -260,6 +259,51 @@ fn rto_and_loss_probe_due_together_send_one_segment() {
         sent = t.recv_all();
     }
     assert_eq!(sent.len(), 1, "{sent:?}");
+}
+
+#[test]
+fn rto_drops_the_sack_marks_of_a_receiver_that_reneged() {
+    // RFC 2018 8, Linux tcp_timeout_mark_lost: at the RTO, a SACKed head
+    // means the receiver dropped what it SACKed; everything goes again.
+    let mut t = Sf::client(cfg(), FULL);
+    let d = bytes(2 * 1448);
+    t.write(&d);
+    assert_eq!(t.recv_all().len(), 2);
+    let ts = Some((PEER_TS + 1, T0 as u32 + 10));
+    send!(t, seq: R, ack: S, ts: ts, sack: vec![(S, S + 1448)]);
+    recv_nothing!(t);
+    assert_eq!(t.sf.info().sacked_out, 1);
+    let mut sent = Vec::new();
+    while sent.is_empty() {
+        t.fire_timer();
+        sent = t.recv_all();
+    }
+    let want = Seg { seq: S, ack: R, ts: Some((t.ms(), PEER_TS + 1)), payload: d[..1448].to_vec(), ..SEG };
+    assert_eq!(sent, vec![want]);
+    let c = t.sf.counters();
+    assert_eq!((c.tcp_ext_tcp_timeouts, c.tcp_ext_tcp_sack_reneging), (1, 1));
+    assert_eq!((t.sf.info().sacked_out, t.sf.info().lost_out), (0, 2));
+}
+
+#[test]
+fn a_cumulative_ack_stopping_at_a_sacked_segment_brings_the_rto_forward() {
+    // Linux tcp_check_sack_reneging: the receiver SACKed the second segment,
+    // then acknowledged only the first: it reneged. An RTO after
+    // max(srtt/16, 10 ms) resends the second segment.
+    let mut t = Sf::client(cfg(), FULL);
+    let d = bytes(3 * 1448);
+    t.write(&d);
+    assert_eq!(t.recv_all().len(), 3);
+    let ts = Some((PEER_TS + 1, T0 as u32 + 10));
+    send!(t, seq: R, ack: S, ts: ts, sack: vec![(S + 1448, S + 2 * 1448)]);
+    recv_nothing!(t);
+    send!(t, seq: R, ack: S + 1448, ts: ts);
+    recv_nothing!(t);
+    assert_eq!(t.fire_timer(), Duration::from_millis(10));
+    let want =
+        Seg { seq: S + 1448, ack: R, ts: Some((t.ms(), PEER_TS + 1)), payload: d[1448..2 * 1448].to_vec(), ..SEG };
+    assert_eq!(t.recv_all(), vec![want]);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_sack_reneging, 1);
 }
 
 #[test]

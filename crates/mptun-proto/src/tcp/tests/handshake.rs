@@ -173,15 +173,19 @@ fn simultaneous_open_answers_syn_with_syn_ack() {
 }
 
 #[test]
-#[ignore = "known bug: the SYN-ACK of a simultaneous open is sent by the RTO path and counted as a timeout (RFC 9293 3.10.7.3)"]
 fn simultaneous_open_syn_ack_is_not_a_retransmission() {
     let mut t = Sf::connect(cfg());
     t.recv().unwrap();
     send!(t, seq: IRS, flags: SYN, window: 65535, mss: Some(MSS));
     t.advance(Duration::ZERO);
-    t.recv().unwrap();
+    recv!(t, seq: ISS, ack: IRS + 1, flags: SYN | ACK, window: WIN, mss: Some(MSS));
+    recv_nothing!(t);
     assert_eq!(t.sf.counters().tcp_ext_tcp_timeouts, 0);
     assert_eq!(t.sf.counters().tcp_retrans_segs, 0);
+    // Not backed off: the SYN-ACK's own timer is the initial RTO.
+    assert_eq!(t.fire_timer(), Duration::from_secs(1));
+    recv!(t, seq: ISS, ack: IRS + 1, flags: SYN | ACK, window: WIN, mss: Some(MSS));
+    assert_eq!(t.sf.counters().tcp_ext_tcp_timeouts, 1);
 }
 
 #[test]
@@ -308,13 +312,14 @@ fn syn_received_rst_in_sequence_closes() {
 }
 
 #[test]
-#[ignore = "known bug: no challenge ACK for an in-window RST in SYN-RECEIVED (RFC 5961 3.2 applies in every state but SYN-SENT)"]
 fn syn_received_rst_in_window_gets_challenge_ack() {
     let mut t = Sf::accept(cfg(), Sf::peer_syn(PLAIN));
     t.recv().unwrap();
     send!(t, seq: IRS + 100, flags: RST, window: 0);
     assert_eq!(t.state(), State::SynReceived);
     recv!(t, seq: ISS + 1, ack: IRS + 1);
+    recv_nothing!(t);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_challenge_ack, 1);
 }
 
 #[test]

@@ -65,14 +65,79 @@ fn timestamp_echo_ignores_out_of_order_segments() {
 }
 
 #[test]
-#[ignore = "known bug: no PAWS, a segment with an older TSval is accepted (RFC 7323 5.3)"]
 fn paws_drops_a_segment_with_an_old_timestamp() {
     let mut t = Sf::client(cfg(), FULL);
     send!(t, seq: R, ack: S, payload: bytes(10), ts: Some((PEER_TS + 100, T0 as u32)));
     t.recv_all();
     send!(t, seq: R + 10, ack: S, payload: bytes(10), ts: Some((PEER_TS + 50, T0 as u32)));
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
     recv!(t, seq: S, ack: R + 10, window: WIN - 10, ts: Some((t.ms(), PEER_TS + 100)));
+    recv_nothing!(t);
     assert_eq!(t.sf.recv_ready(), 10);
+    assert_eq!(t.sf.counters().tcp_ext_paws_estab, 1);
+}
+
+#[test]
+fn paws_lets_a_timestamp_one_tick_old_through() {
+    let mut t = Sf::client(cfg(), FULL);
+    send!(t, seq: R, ack: S, payload: bytes(10), ts: Some((PEER_TS + 100, T0 as u32)));
+    t.recv_all();
+    send!(t, seq: R + 10, ack: S, payload: bytes(10), ts: Some((PEER_TS + 99, T0 as u32)));
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
+    assert_eq!(t.sf.recv_ready(), 20);
+    // ts_recent never moves back: the echo stays the newest value.
+    recv!(t, seq: S, ack: R + 20, window: WIN - 20, ts: Some((t.ms(), PEER_TS + 100)));
+}
+
+#[test]
+fn paws_duplicate_acks_for_bare_segments_are_rate_limited() {
+    let mut t = Sf::client(cfg(), FULL);
+    let old = Some((PEER_TS - 10_000, T0 as u32));
+    send!(t, seq: R, ack: S, window: 1000, ts: old);
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
+    recv!(t, seq: S, ack: R, ts: Some((t.ms(), PEER_TS)));
+    send!(t, seq: R, ack: S, window: 1000, ts: old);
+    recv_nothing!(t);
+    let c = t.sf.counters();
+    assert_eq!((c.tcp_ext_paws_estab, c.tcp_ext_tcp_ack_skipped_paws), (2, 1));
+}
+
+#[test]
+fn paws_lets_a_disordered_duplicate_ack_through() {
+    // Two pure ACKs for the same data, swapped on the way (Linux
+    // tcp_disordered_ack): the older timestamp, within an RTO, is no threat.
+    let mut t = Sf::client(cfg(), FULL);
+    send!(t, seq: R, ack: S, ts: Some((PEER_TS + 101, T0 as u32)));
+    send!(t, seq: R, ack: S, ts: Some((PEER_TS + 100, T0 as u32)));
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
+    recv_nothing!(t);
+    assert_eq!(t.sf.counters().tcp_ext_paws_estab, 0);
+}
+
+#[test]
+fn paws_does_not_apply_to_rst() {
+    let mut t = Sf::client(cfg(), FULL);
+    send!(t, seq: R, ack: S, payload: bytes(10), ts: Some((PEER_TS + 100, T0 as u32)));
+    t.recv_all();
+    send!(t, seq: R + 10, flags: RST, window: 0, ts: Some((PEER_TS + 50, 0)));
+    assert_eq!(t.verdict, Some(Verdict::Reset));
+    assert_eq!(t.state(), State::Closed);
+}
+
+#[test]
+fn paws_forgets_a_timestamp_24_days_old() {
+    let mut t = Sf::client(cfg(), FULL);
+    send!(t, seq: R, ack: S, payload: bytes(10), ts: Some((PEER_TS + 100, T0 as u32)));
+    t.recv_all();
+    t.advance(Duration::from_secs(24 * 24 * 3600 - 1));
+    send!(t, seq: R + 10, ack: S, payload: bytes(10), ts: Some((PEER_TS + 50, T0 as u32)));
+    assert_eq!(t.verdict, Some(Verdict::Dropped));
+    t.recv_all();
+    t.advance(Duration::from_secs(1));
+    send!(t, seq: R + 10, ack: S, payload: bytes(10), ts: Some((PEER_TS + 50, T0 as u32)));
+    assert_eq!(t.verdict, Some(Verdict::Accepted));
+    assert_eq!(t.sf.recv_ready(), 20);
+    recv!(t, seq: S, ack: R + 20, window: WIN - 20, ts: Some((t.ms(), PEER_TS + 50)));
 }
 
 #[test]

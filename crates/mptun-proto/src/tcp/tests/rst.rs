@@ -97,15 +97,97 @@ fn syn_outside_the_window_is_answered_with_an_ack() {
 }
 
 #[test]
-#[ignore = "known bug: challenge ACKs are not rate-limited (RFC 5961 7, Linux tcp_challenge_ack_limit)"]
 fn challenge_acks_are_rate_limited() {
-    let (mut t, _, r) = Sf::in_state(State::Established);
+    let (mut t, s, r) = Sf::in_state(State::Established);
     let mut sent = 0;
     for i in 0..1000 {
         send!(t, seq: r + 1 + i, flags: RST, window: 0);
         sent += t.recv_all().len();
     }
     assert!(sent < 1000, "{sent} challenge ACKs for 1000 RSTs within one second");
+    // One per tcp_invalid_ratelimit (500 ms), counted as Linux counts them.
+    assert_eq!(sent, 1);
+    let c = t.sf.counters();
+    assert_eq!((c.tcp_ext_tcp_challenge_ack, c.tcp_ext_tcp_ack_skipped_challenge), (1, 999));
+    t.advance(Duration::from_millis(499));
+    send!(t, seq: r + 1, flags: RST, window: 0);
+    recv_nothing!(t);
+    t.advance(Duration::from_millis(1));
+    send!(t, seq: r + 1, flags: RST, window: 0);
+    recv!(t, seq: s, ack: r);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_challenge_ack, 2);
+}
+
+#[test]
+fn challenge_acks_per_second_are_limited() {
+    // Without the spacing, the per-second budget (tcp_challenge_ack_limit) holds.
+    let c = TcpConfig { invalid_ratelimit: Duration::ZERO, challenge_ack_limit: 3, ..cfg() };
+    let mut t = Sf::client(c, PLAIN);
+    let (s, r) = (ISS + 1, IRS + 1);
+    let mut sent = 0;
+    for i in 0..10 {
+        send!(t, seq: r + 1 + i, flags: RST, window: 0);
+        sent += t.recv_all().len();
+    }
+    assert_eq!(sent, 3);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_challenge_ack, 3);
+    // A new second, a new budget.
+    t.advance(Duration::from_millis(1000));
+    send!(t, seq: r + 1, flags: RST, window: 0);
+    recv!(t, seq: s, ack: r);
+}
+
+#[test]
+fn duplicate_acks_for_bare_out_of_window_segments_are_rate_limited() {
+    let (mut t, s, r) = Sf::in_state(State::Established);
+    send!(t, seq: r - 1, ack: s);
+    recv!(t, seq: s, ack: r);
+    send!(t, seq: r - 1, ack: s);
+    recv_nothing!(t);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_ack_skipped_seq, 1);
+    // Out-of-window data is no ACK loop: always answered.
+    send!(t, seq: r - 10, ack: s, payload: bytes(10));
+    recv!(t, seq: s, ack: r);
+    // The spacing is shared with challenge ACKs.
+    send!(t, seq: r + 1, flags: RST, window: 0);
+    recv_nothing!(t);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_ack_skipped_challenge, 1);
+    t.advance(Duration::from_millis(500));
+    send!(t, seq: r - 1, ack: s);
+    recv!(t, seq: s, ack: r);
+}
+
+#[test]
+fn rst_in_syn_sent_counts_as_attempt_fail() {
+    let mut t = Sf::connect(cfg());
+    t.recv().unwrap();
+    send!(t, seq: 0, ack: ISS + 1, flags: RST | ACK, window: 0);
+    assert_eq!(t.verdict, Some(Verdict::Reset));
+    assert_eq!(t.state(), State::Closed);
+    let c = t.sf.counters();
+    assert_eq!((c.tcp_attempt_fails, c.tcp_estab_resets), (1, 0));
+}
+
+#[test]
+fn rst_in_syn_received_counts_as_attempt_fail() {
+    let mut t = Sf::accept(cfg(), Sf::peer_syn(PLAIN));
+    t.recv().unwrap();
+    send!(t, seq: IRS + 1, flags: RST, window: 0);
+    assert_eq!(t.state(), State::Closed);
+    let c = t.sf.counters();
+    assert_eq!((c.tcp_attempt_fails, c.tcp_estab_resets), (1, 0));
+}
+
+#[test]
+fn syn_timeout_counts_as_attempt_fail() {
+    let mut t = Sf::connect(TcpConfig { syn_retries: 1, ..cfg() });
+    t.recv().unwrap();
+    t.fire_timer();
+    t.recv().unwrap();
+    t.fire_timer();
+    assert_eq!(t.state(), State::Closed);
+    assert_eq!(t.events(), vec![Event::TimedOut]);
+    assert_eq!(t.sf.counters().tcp_attempt_fails, 1);
 }
 
 #[test]

@@ -189,14 +189,25 @@ fn window_scaling_disabled_locally_ignores_the_peer_option() {
 }
 
 #[test]
-#[ignore = "known bug: a SYN-ACK sent without Window Scale (our shift 0) still scales the peer's windows by its shift (RFC 7323 2.2)"]
 fn server_that_sends_no_window_scale_does_not_scale_the_peer_window() {
     let mut t = Sf::accept(cfg(), Sf::peer_syn(FULL));
     let synack = t.recv().unwrap();
+    // Our buffer needs no shift, yet the SYN-ACK says so (shift 0), as Linux:
+    // the peer's shift applies only if both SYNs carried the option.
+    assert_eq!(synack.ws, Some(0));
     t.advance(Duration::from_millis(10));
     let ts = Some((PEER_TS, T0 as u32));
     send!(t, seq: R, ack: S, window: 100, ts: ts);
     assert_eq!(t.state(), State::Established);
-    let shift = if synack.ws.is_some() { 7 } else { 0 };
-    assert_eq!(t.sf.info().snd_wnd, 100 << shift);
+    assert_eq!(t.sf.info().snd_wnd, 100 << 7);
+}
+
+#[test]
+fn syn_ack_to_a_syn_without_window_scale_carries_none_and_nothing_is_scaled() {
+    let mut t = Sf::accept(TcpConfig { recv_buffer: BufferSize::Fixed(1 << 20), ..cfg() }, Sf::peer_syn(PLAIN));
+    let synack = t.recv().unwrap();
+    assert_eq!(synack.ws, None);
+    send!(t, seq: R, ack: S, window: 100);
+    assert_eq!(t.state(), State::Established);
+    assert_eq!(t.sf.info().snd_wnd, 100);
 }
