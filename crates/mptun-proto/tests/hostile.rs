@@ -680,7 +680,10 @@ fn hostile_in_window_bad_ack_options_ignored() {
         }
     }
     n.settle();
-    let c = n.cc().tcp_ext_tcp_challenge_ack + n.sc().tcp_ext_tcp_challenge_ack;
+    // Every one is challenged; the ACKs themselves are rate-limited as in
+    // Linux (tcp_invalid_ratelimit), the rest counted as skipped.
+    let skipped = n.cc().tcp_ext_tcp_ack_skipped_challenge + n.sc().tcp_ext_tcp_ack_skipped_challenge;
+    let c = n.cc().tcp_ext_tcp_challenge_ack + n.sc().tcp_ext_tcp_challenge_ack + skipped;
     assert!(c - ch0 >= sent, "challenge ACKs {} for {sent}\n{}", c - ch0, n.dump());
     assert!(opts_unacceptable(&n) - before >= sent);
     n.finish();
@@ -1058,7 +1061,6 @@ fn hostile_accepted_mp_fail() {
 }
 
 #[test]
-#[ignore = "hostile hole: a DATA_FIN at a random DSN on an accepted pure ACK is taken (no window check, first one wins), the genuine DATA_FIN never completes (owner: close)"]
 fn hostile_accepted_data_fin_at_random_dsn() {
     let mut r = ChaCha8Rng::seed_from_u64(17);
     let dsn: u64 = r.random();
@@ -1066,7 +1068,6 @@ fn hostile_accepted_data_fin_at_random_dsn() {
 }
 
 #[test]
-#[ignore = "hostile hole: a DSS mapping on an accepted segment without data is kept and maps the next real bytes to its DSN: DSSNotMatching resets the only subflow (owner: rx)"]
 fn hostile_accepted_dss_mapping_without_data() {
     // On-path knowledge: the relative subflow sequence number of the next
     // byte; a random data sequence number.
@@ -1079,7 +1080,6 @@ fn hostile_accepted_dss_mapping_without_data() {
 }
 
 #[test]
-#[ignore = "hostile hole: an accepted pure ACK without MPTCP option makes a single-subflow connection fall back to infinite mapping mid-transfer and the peer stalls (owner: rx)"]
 fn hostile_accepted_pure_ack_without_options_no_fallback() {
     let n = accepted_case(1, &|_, _, _| vec![]);
     assert_eq!(n.cc().mptcp_dss_fallback + n.sc().mptcp_dss_fallback, 0);

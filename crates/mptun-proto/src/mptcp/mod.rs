@@ -157,6 +157,10 @@ pub(crate) struct SubflowExt {
     /// one whose options are read).
     pub rx_seg: (Seq, u32),
     pub stale: bool,
+    /// Accepted segments in a row that acknowledged new data without any
+    /// MPTCP option: the evidence a sender has that a middlebox strips its
+    /// peer's options (one forged ACK is not enough to fall back).
+    pub optless_acks: u8,
     /// Data sequence up to which this subflow's data was reinjected
     /// elsewhere; `None` before its first reinjection.
     pub reinjected_to: Option<DataSeq>,
@@ -193,6 +197,7 @@ impl SubflowExt {
             rx_last_end: None,
             rx_seg: (Seq(0), 0),
             stale: false,
+            optless_acks: 0,
             reinjected_to: None,
             join_ack_retx: None,
             penalty: None,
@@ -708,7 +713,9 @@ impl Connection {
             return;
         }
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
+        let una_before = sf.snd_una();
         let verdict = sf.handle_segment(now, hdr, opts, payload);
+        let acked_new = sf.snd_una().gt(una_before);
         let wnd = (hdr.window as u64) << sf.snd_wscale();
         // Relative ssn of the payload's first byte (a SYN takes one number).
         let irs = sf.irs() - self.shared.ssn_off();
@@ -718,7 +725,7 @@ impl Connection {
                 if self.handshake_input(now, idx, hdr, opts).is_break() {
                     return;
                 }
-                self.detect_fallback(idx, hdr, opts, payload, (single_subflow, ofo_empty));
+                self.detect_fallback(idx, hdr, opts, payload, (single_subflow, ofo_empty, acked_new));
                 if self.shared.mode == Mode::Mptcp && self.incoming_options(now, idx, opts, wnd).is_break() {
                     return;
                 }

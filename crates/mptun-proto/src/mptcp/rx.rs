@@ -39,6 +39,11 @@ const MAX_AHEAD: usize = 65536;
 /// (Linux `MPTcpExtDSSNotMatching`), or the data it came with is not in it.
 pub(super) struct BadMapping;
 
+/// ACKs of new data in a row without MPTCP options after which a sender
+/// takes the peer's options as stripped (three, like the duplicate-ACK
+/// threshold: a middlebox strips every one, a forged ACK is a single one).
+const OPTLESS_ACKS_FALLBACK: u8 = 3;
+
 impl Connection {
     /// A DSS mapping received on an acceptable segment of a subflow. As in
     /// Linux it counts only together with the data it came with (it must
@@ -218,9 +223,10 @@ impl Connection {
         }
     }
 
-    /// A middlebox stripped our options mid-stream: data (or an ACK of new
-    /// data) without any MPTCP option on the only subflow, once fully
-    /// established. Fall back to an infinite mapping (RFC 8684 3.7): the
+    /// A middlebox stripped our options mid-stream: data without any MPTCP
+    /// option on the only subflow once fully established, or a run of ACKs
+    /// of new data without options (before full establishment, a client
+    /// takes the first such ACK). Fall back to an infinite mapping (RFC 8684 3.7): the
     /// mappings already received are honoured to their end, and the
     /// subflow's bytes from there on continue the data sequence exactly
     /// where the last of them ends.
@@ -230,11 +236,16 @@ impl Connection {
         hdr: &TcpHeader,
         opts: &OptionSummary,
         payload: &[u8],
-        (single_subflow, ofo_empty): (bool, bool),
+        (single_subflow, ofo_empty, acked_new): (bool, bool, bool),
     ) {
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let sh = &mut self.shared;
         let f = hdr.flags;
+        if !opts.mptcp.is_empty() {
+            ext.optless_acks = 0;
+        } else if acked_new {
+            ext.optless_acks = ext.optless_acks.saturating_add(1);
+        }
         if sh.mode == Mode::Mptcp
             && !sh.infinite
             // A client whose first established segments carry no option
@@ -243,7 +254,14 @@ impl Connection {
             && opts.mptcp.is_empty()
             && !f.syn()
             && !f.rst()
-            && (!payload.is_empty() || sf.snd_una() != sf.iss() + 1)
+            // Data without a DSS proves the stripping (Linux
+            // `get_mapping_status`). A sender that gets only pure ACKs needs
+            // OPTLESS_ACKS_FALLBACK of them in a row acknowledging new data,
+            // so one forged ACK cannot force a fallback; before it is fully
+            // established a client takes the first (`check_fully_established`).
+            && (!payload.is_empty()
+                || ext.optless_acks >= OPTLESS_ACKS_FALLBACK
+                || (!sh.fully_established && sf.snd_una() != sf.iss() + 1))
             && ext.join == super::JoinState::Initial
             && single_subflow
             && ofo_empty
