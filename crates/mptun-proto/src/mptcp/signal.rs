@@ -62,10 +62,26 @@ impl Connection {
         match o {
             MptcpOption::Dss { data_ack, mapping, data_fin } => {
                 if let Some(a) = data_ack {
+                    sh.peer_data_ack_seen = true;
                     Self::on_data_ack(sh, a, wnd);
                 }
                 if let Some(m) = mapping {
-                    Self::on_mapping(sh, ext, m, *data_fin);
+                    if sh.csum && m.checksum.is_none() {
+                        // Checksums were negotiated: a mapping without one
+                        // is invalid (RFC 8684 3.3; Linux's get_mapping_status
+                        // resets the subflow).
+                        sh.counters.mptcp_dss_not_matching += 1;
+                        sh.counters.mptcp_mp_rst_tx += 1;
+                        ext.rst_reason = Some(super::MPTCP_RST_EMPTCP);
+                        sf.abort();
+                        // Handled like a refused join: the RST (with its
+                        // reason) leaves before the subflow is reaped.
+                        return ControlFlow::Break(());
+                    } else if m.len == 0 && !*data_fin {
+                        self.on_infinite_mapping(idx, m);
+                    } else {
+                        Self::on_mapping(sh, ext, m, *data_fin);
+                    }
                 }
             }
             MptcpOption::MpCapable { sender_key: Some(_), data_len: Some(len), checksum, .. }
@@ -75,16 +91,21 @@ impl Connection {
             }
             MptcpOption::AddAddr { echo, addr_id, addr, port, hmac } => {
                 let (local0, port0) = (sf.local().ip(), sf.remote().port());
+                let joins_allowed = !sh.infinite && sh.data_fin_seq.is_none() && sh.peer_data_fin.is_none();
+                let mut joins = Vec::new();
                 Self::on_add_addr(
                     sh,
                     &mut self.pm,
                     &self.cfg.mptcp.pm,
-                    &mut self.pending_joins,
+                    &mut joins,
                     now,
                     local0,
                     port0,
                     (*echo, *addr_id, *addr, *port, *hmac),
                 );
+                if joins_allowed {
+                    self.pending_joins.extend(joins);
+                }
             }
             MptcpOption::RmAddr { ids } => {
                 sh.counters.mptcp_rm_addr += 1;
@@ -161,12 +182,44 @@ impl Connection {
         }
         sh.counters.mptcp_add_addr += 1;
         if !sh.announce.iter().any(|a| a.echo && a.id == id) {
-            sh.announce.push(AddrAnnounce { id, addr, port, echo: true, at: now });
+            sh.announce.push(AddrAnnounce { id, addr, port, echo: true, at: now, sent: 0 });
+        }
+        if !crate::pm::joinable(pmcfg, local0, addr) {
+            sh.counters.mptcp_add_addr_drop += 1;
+            return;
         }
         match pm.on_add_addr(pmcfg, local0, addr, port.unwrap_or(port0), false) {
             Some(j) => joins.push(j),
             None => sh.counters.mptcp_add_addr_drop += 1,
         }
+    }
+
+    /// A DSS mapping with data-level length 0: the infinite mapping of a
+    /// peer that fell back to TCP (RFC 8684 3.7). On the only subflow the
+    /// connection falls back too: the subflow's bytes from the mapping's
+    /// subflow sequence on continue the data sequence at its DSN, and no
+    /// MPTCP option is sent any more. With other subflows alive it is a
+    /// protocol error that resets this subflow (Linux: an infinite mapping is
+    /// valid only when the connection can fall back).
+    fn on_infinite_mapping(&mut self, idx: usize, m: &mptun_wire::mptcp::DssMapping) {
+        let single = self.subflows.iter().flatten().count() == 1;
+        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
+        let sh = &mut self.shared;
+        sh.counters.mptcp_infinite_map_rx += 1;
+        if !single || ext.join != JoinState::Initial || sh.rx_base.is_none() {
+            sh.counters.mptcp_mp_rst_tx += 1;
+            ext.rst_reason = Some(super::MPTCP_RST_EMPTCP);
+            sf.abort();
+            return;
+        }
+        let dsn = DataSeq(if m.dsn64 { m.dsn } else { expand32(m.dsn, sh.rcv_nxt.0) });
+        // The mapping starts at its subflow sequence number (0 when the
+        // sender left it out: then at the subflow's next unread byte).
+        let ssn = if m.ssn != 0 { m.ssn } else { (sf.recv_offset() as u32).wrapping_add(1) };
+        sh.infinite = true;
+        sh.counters.mptcp_dss_fallback += 1;
+        ext.rx_maps.retain(|&s, _| crate::seq::Seq(s).lt(crate::seq::Seq(ssn)));
+        ext.rx_maps.insert(ssn, (dsn, u32::MAX / 2, None));
     }
 
     /// MP_PRIO: the peer marks the subflow it arrived on backup (or not).
@@ -198,10 +251,23 @@ impl Connection {
     /// Path manager, once fully established: announce our addresses and
     /// open the subflows it wants; then ask for a pure ACK to carry an
     /// ADD_ADDR that is due.
+    ///
+    /// No subflow is opened once the connection fell back or is closing (a
+    /// DATA_FIN sent or received: Linux joins only while the msk is
+    /// ESTABLISHED), nor to the peer's initial address when its MP_CAPABLE
+    /// had the C flag.
     pub(super) fn pm_progress(&mut self, now: Instant) {
+        let sh = &self.shared;
+        if sh.infinite || sh.data_fin_seq.is_some() || sh.peer_data_fin.is_some() {
+            self.pending_joins.clear();
+        }
         if self.shared.fully_established && !self.pm.announced {
             if let Some((l, r)) = self.addresses() {
-                let (ann, joins) = self.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
+                let (ann, mut joins) = self.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
+                let sh = &self.shared;
+                if sh.infinite || sh.data_fin_seq.is_some() || sh.peer_data_fin.is_some() || sh.peer_no_src_addr {
+                    joins.clear();
+                }
                 for e in ann {
                     self.shared.announce.push(AddrAnnounce {
                         id: e.id,
@@ -209,6 +275,7 @@ impl Connection {
                         port: None,
                         echo: false,
                         at: now,
+                        sent: 0,
                     });
                 }
                 self.pending_joins.extend(joins);

@@ -534,3 +534,5 @@ fn a_mapping_outside_the_window_resets_the_subflow_and_the_data_arrives_anyway()
     assert_eq!(n.b.counters().mptcp_dss_not_matching, 1);
     assert_eq!(got, data, "the reset subflow's data is reinjected on the other path");
 }
+
+mod conn;
