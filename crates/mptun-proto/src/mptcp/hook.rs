@@ -256,7 +256,10 @@ impl SegmentHook for Hook<'_> {
                 if !self.sh.server && !self.sh.fully_established {
                     // Third ACK and first data: repeat our key until the server shows it has it.
                     let first = self.mapping_for(meta).filter(|m| m.dsn == self.sh.tx_base.0 && m.ssn == 1);
-                    if meta.len > 0 && first.is_none() {
+                    // A due DATA_FIN goes in a DSS at once (Linux leaves
+                    // MP_CAPABLE off once `snd_data_fin_enable` is set).
+                    let data_fin = meta.len == 0 && self.sh.data_fin_due;
+                    if (meta.len > 0 && first.is_none()) || data_fin {
                         self.dss(meta, opts);
                     } else {
                         push(opts, self.mp_capable(false, self.sh.remote_key, first.as_ref()));
