@@ -115,11 +115,7 @@ impl Connection {
     ) -> Option<usize> {
         let live = self.subflows.iter().flatten().count();
         let sh = &self.shared;
-        // Joins only while the connection is established in MPTCP mode: not
-        // after a fallback, not once a DATA_FIN was sent or received (Linux
-        // `__mptcp_finish_join` wants the msk ESTABLISHED).
-        let closing = sh.infinite || sh.mode != Mode::Mptcp || sh.data_fin_seq.is_some() || sh.peer_data_fin.is_some();
-        if live > self.cfg.mptcp.pm.max_subflows as usize || !sh.fully_established || closing {
+        if live > self.cfg.mptcp.pm.max_subflows as usize || !sh.fully_established || sh.joins_closed() {
             return None;
         }
         self.shared.counters.mptcp_mp_join_syn_rx += 1;

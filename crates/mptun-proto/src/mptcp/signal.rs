@@ -17,6 +17,20 @@ use std::net::IpAddr;
 use super::rx::expand32;
 use crate::seq::DataSeq;
 
+impl Shared {
+    /// No subflow may be added: the connection fell back to TCP (or never
+    /// spoke MPTCP), or it is closing in both directions (both DATA_FINs
+    /// sent or received), when a new path has nothing left to carry. A
+    /// half-closed connection still takes joins: one direction may have much
+    /// to send (Linux refuses joins outside ESTABLISHED, which would keep a
+    /// receiver that shut its sending side down on one path).
+    pub(super) fn joins_closed(&self) -> bool {
+        self.infinite
+            || self.mode != super::Mode::Mptcp
+            || (self.data_fin_seq.is_some() && self.peer_data_fin.is_some())
+    }
+}
+
 impl Connection {
     /// The MPTCP options of a segment the subflow `idx` has processed, in
     /// the order they came, then what they imply together: subflows to
@@ -91,7 +105,7 @@ impl Connection {
             }
             MptcpOption::AddAddr { echo, addr_id, addr, port, hmac } => {
                 let (local0, port0) = (sf.local().ip(), sf.remote().port());
-                let joins_allowed = !sh.infinite && sh.data_fin_seq.is_none() && sh.peer_data_fin.is_none();
+                let joins_allowed = !sh.joins_closed();
                 let mut joins = Vec::new();
                 Self::on_add_addr(
                     sh,
@@ -252,20 +266,18 @@ impl Connection {
     /// open the subflows it wants; then ask for a pure ACK to carry an
     /// ADD_ADDR that is due.
     ///
-    /// No subflow is opened once the connection fell back or is closing (a
-    /// DATA_FIN sent or received: Linux joins only while the msk is
-    /// ESTABLISHED), nor to the peer's initial address when its MP_CAPABLE
-    /// had the C flag.
+    /// No subflow is opened once the connection fell back or is closing
+    /// (see [`Shared::joins_closed`]), nor to the peer's initial address
+    /// when its MP_CAPABLE had the C flag.
     pub(super) fn pm_progress(&mut self, now: Instant) {
-        let sh = &self.shared;
-        if sh.infinite || sh.data_fin_seq.is_some() || sh.peer_data_fin.is_some() {
+        if self.shared.joins_closed() {
             self.pending_joins.clear();
         }
         if self.shared.fully_established && !self.pm.announced {
             if let Some((l, r)) = self.addresses() {
                 let (ann, mut joins) = self.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
                 let sh = &self.shared;
-                if sh.infinite || sh.data_fin_seq.is_some() || sh.peer_data_fin.is_some() || sh.peer_no_src_addr {
+                if sh.joins_closed() || sh.peer_no_src_addr {
                     joins.clear();
                 }
                 for e in ann {

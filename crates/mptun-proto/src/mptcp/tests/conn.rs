@@ -468,7 +468,7 @@ fn a_finished_connection_is_released_without_a_reset() {
 }
 
 /// Issue 12.5: the peer's ADD_ADDR that arrives once the connection is
-/// closing (its DATA_FIN came) opens no subflow.
+/// closing (both DATA_FINs sent) opens no subflow.
 #[test]
 fn no_join_once_closing() {
     let mut n = two_path();
@@ -485,6 +485,7 @@ fn no_join_once_closing() {
     assert!(!held.is_empty());
     let sh = n.b.accept().unwrap();
     n.b.close(sh);
+    n.a.close(h);
     n.run(Duration::from_millis(20), &mut pass());
     assert!(n.a.recv_finished(h));
     for p in held {
