@@ -174,6 +174,15 @@ counters! {
     mptcp_cwnd_penalized => "MPTcpExtCwndPenalized",
     /// Times a slow subflow qualified for a penalty, guard or not (`MPTcpExt PenalCandidate`).
     mptcp_penal_candidate => "MPTcpExtPenalCandidate",
+    /// MPTCP-level zero-window probes sent (`MPTcpExt WinProbe`).
+    mptcp_win_probe => "MPTcpExtWinProbe",
+    /// Data retransmitted by the MPTCP-level retransmission timer (`MPTcpExt MPTCPRetrans`).
+    mptcp_retrans => "MPTcpExtMPTCPRetrans",
+    /// Infinite mappings received (`MPTcpExt InfiniteMapRx`).
+    mptcp_infinite_map_rx => "MPTcpExtInfiniteMapRx",
+    /// Connections reset because their DATA_FIN was not acknowledged within
+    /// the close timeout (mptun's; Linux `mptcp_close_tout_expired`).
+    mptun_data_fin_timeout => "MptunDataFinTimeout",
     /// Packets dropped at the endpoint because they were malformed.
     mptun_malformed => "MptunMalformed",
     /// Packets that were not TCP (or used IP features we do not handle), ignored.

@@ -352,7 +352,10 @@ impl Endpoint {
                     return;
                 }
             } else if self.is_listening(local) {
-                let mpc = opts.mptcp.iter().any(|o| matches!(o, MptcpOption::MpCapable { version: 1, .. }));
+                // H set and B clear, or the MP_CAPABLE is ignored (RFC 8684 3.1).
+                let mpc = opts.mptcp.iter().any(|o| {
+                    matches!(o, MptcpOption::MpCapable { version: 1, flags, .. } if crate::mptcp::usable_cap_flags(*flags))
+                });
                 let key = self.fresh_key();
                 let (iss, ts) = (self.rng.random(), self.rng.random());
                 let cfg = self.config.conn();

@@ -212,7 +212,9 @@ impl<A: Host, B: Host> Sim<A, B> {
 
     /// Runs until `done` says so (checked after every step), nothing is left
     /// to do, or `max_time` passes. `sample` is called every `sample_every`
-    /// of virtual time (if given) for traces. Returns the final virtual time.
+    /// of virtual time (if given) for traces; it only observes: the hosts
+    /// do not run at sample times, so a traced run is the very run an
+    /// untraced one is. Returns the final virtual time.
     pub fn run(
         &mut self,
         mut done: impl FnMut(&Self) -> bool,
@@ -222,15 +224,22 @@ impl<A: Host, B: Host> Sim<A, B> {
         let end = Instant::ZERO + self.cfg.max_time;
         let mut next_sample = sample_every.map(|_| Instant::ZERO);
         let mut stuck = 0u32;
+        let mut observed_only = false;
         loop {
-            self.transmit_all(Side::A);
-            self.transmit_all(Side::B);
-            if done(self) {
-                break;
+            if !observed_only {
+                self.transmit_all(Side::A);
+                self.transmit_all(Side::B);
+                if done(self) {
+                    break;
+                }
             }
-            let Some(mut t) = self.next_event() else { break };
-            if let Some(s) = next_sample {
-                t = t.min(s);
+            observed_only = false;
+            let Some(t) = self.next_event() else { break };
+            if let Some(s) = next_sample.filter(|&s| s <= t && s <= end) {
+                sample(s.max(self.now), &self.a, &self.b);
+                next_sample = Some(s + sample_every.expect("set with next_sample"));
+                observed_only = true;
+                continue;
             }
             if t > end {
                 self.now = end;
@@ -245,10 +254,6 @@ impl<A: Host, B: Host> Sim<A, B> {
             self.now = self.now.max(t);
             self.stats.events += 1;
             let now = self.now;
-            if let Some(s) = next_sample.filter(|&s| s <= now) {
-                sample(now, &self.a, &self.b);
-                next_sample = Some(s + sample_every.expect("set with next_sample"));
-            }
             while self.actions.last().is_some_and(|a| a.at <= now) {
                 let act = self.actions.pop().expect("peeked");
                 let p = &mut self.paths[act.path];

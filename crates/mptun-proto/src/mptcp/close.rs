@@ -11,6 +11,11 @@ use mptun_time::{Duration, Instant};
 /// (Linux `TCP_TIMEOUT_INIT`, the initial RTO).
 const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
 
+/// How long our DATA_FIN may go unacknowledged before the connection is
+/// given up with MP_FASTCLOSE (Linux `mptcp_close_timeout`, by default
+/// `TCP_TIMEWAIT_LEN`).
+pub(crate) const MPTCP_CLOSE_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl Connection {
     /// Our DATA_FIN: once all data is sent (and nothing waits for
     /// reinjection), put it on a pure ACK, again after a backed-off RTO
@@ -33,11 +38,21 @@ impl Connection {
             self.data_fin_rto = None;
             return;
         }
+        if self.data_fin_first.is_some_and(|t| now.saturating_duration_since(t) >= MPTCP_CLOSE_TIMEOUT) {
+            // Retries are bounded: the peer is gone.
+            self.data_fin_rto = None;
+            self.shared.counters.mptun_data_fin_timeout += 1;
+            self.abort();
+            return;
+        }
         let due = self.data_fin_rto.is_none_or(|t| t <= now);
         if due {
+            self.data_fin_first.get_or_insert(now);
             sh.data_fin_due = true;
             let rto = self.subflows.iter().flatten().map(|(s, _)| s.info().rto).min().unwrap_or(TCP_TIMEOUT_INIT);
-            self.data_fin_rto = Some(now + rto * (1 << self.data_fin_backoff.min(6)));
+            let rto = rto * (1 << self.data_fin_backoff.min(6));
+            let deadline = self.data_fin_first.map_or(now + rto, |t| t + MPTCP_CLOSE_TIMEOUT);
+            self.data_fin_rto = Some((now + rto).min(deadline));
             self.data_fin_backoff += 1;
             if let Some((sf, _)) = self.best_ack_subflow() {
                 sf.request_ack();

@@ -12,6 +12,7 @@ use crate::seq::DataSeq;
 use crate::tcp::{BufferSize, Subflow, TcpConfig};
 use core::ops::ControlFlow;
 use mptun_time::{Duration, Instant};
+use mptun_wire::mptcp::cap_flags;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::{crypto, MptcpOption, TcpHeader};
 use std::net::SocketAddr;
@@ -84,11 +85,16 @@ impl Connection {
         }
         let sf = Subflow::accept(now, sfcfg, local, remote, syn, opts, iss, ts_offset);
         c.subflows.push(Some((sf, SubflowExt::new(JoinState::Initial, 0, 0, false))));
-        // Checksums are on if the client asked (A flag) or we do.
-        c.shared.csum |= mptcp
-            && opts.mptcp.iter().any(
-                |o| matches!(o, MptcpOption::MpCapable { flags, .. } if flags & mptun_wire::mptcp::cap_flags::CHECKSUM != 0),
-            );
+        // Checksums are on if the client asked (A flag) or we do; the C flag
+        // keeps our path manager from joining to the client's address.
+        let flags = opts.mptcp.iter().find_map(|o| match o {
+            MptcpOption::MpCapable { flags, .. } => Some(*flags),
+            _ => None,
+        });
+        if let Some(flags) = flags.filter(|_| mptcp) {
+            c.shared.csum |= flags & cap_flags::CHECKSUM != 0;
+            c.shared.peer_no_src_addr = flags & cap_flags::NO_SRC_ADDR != 0;
+        }
         c
     }
 
@@ -108,7 +114,8 @@ impl Connection {
         ts_offset: u32,
     ) -> Option<usize> {
         let live = self.subflows.iter().flatten().count();
-        if live > self.cfg.mptcp.pm.max_subflows as usize || !self.shared.fully_established {
+        let sh = &self.shared;
+        if live > self.cfg.mptcp.pm.max_subflows as usize || !sh.fully_established || sh.joins_closed() {
             return None;
         }
         self.shared.counters.mptcp_mp_join_syn_rx += 1;
@@ -175,15 +182,20 @@ impl Connection {
     /// MP_CAPABLE) or not (then the connection is plain TCP from here on).
     fn on_mp_capable_synack(&mut self, hdr: &TcpHeader, opts: &OptionSummary) {
         let sh = &mut self.shared;
+        // An MP_CAPABLE without H (HMAC-SHA256) or with B (an extension we
+        // do not know) is ignored (RFC 8684 3.1, Linux mptcp_parse_option).
         let key = opts.mptcp.iter().find_map(|o| match o {
-            MptcpOption::MpCapable { version: 1, flags, sender_key: Some(k), receiver_key: None, .. } => {
-                Some((*k, flags & mptun_wire::mptcp::cap_flags::CHECKSUM != 0))
+            MptcpOption::MpCapable { version: 1, flags, sender_key: Some(k), receiver_key: None, .. }
+                if usable_cap_flags(*flags) =>
+            {
+                Some((*k, *flags))
             }
             _ => None,
         });
         match key {
-            Some((k, csum)) => {
-                sh.csum |= csum;
+            Some((k, flags)) => {
+                sh.csum |= flags & cap_flags::CHECKSUM != 0;
+                sh.peer_no_src_addr = flags & cap_flags::NO_SRC_ADDR != 0;
                 sh.mode = Mode::Mptcp;
                 sh.remote_key = Some(k);
                 sh.set_rx_base(k);
@@ -199,10 +211,19 @@ impl Connection {
     }
 
     /// Server: the third ACK echoes our key with the client's; from it on the
-    /// connection is fully established.
+    /// connection is fully established. A third ACK without MP_CAPABLE makes
+    /// the connection plain TCP (Linux: `MPCapableFallbackACK`).
     fn on_mp_capable_ack(&mut self, idx: usize, hdr: &TcpHeader, opts: &OptionSummary) {
         let Some((sf, _)) = self.subflows.get(idx).and_then(|s| s.as_ref()) else { return };
         let sh = &mut self.shared;
+        let has_mpc = opts.mptcp.iter().any(
+            |o| matches!(o, MptcpOption::MpCapable { sender_key: Some(_), flags, .. } if usable_cap_flags(*flags)),
+        );
+        if !has_mpc {
+            sh.mode = Mode::Plain;
+            sh.counters.mptcp_mp_capable_fallback_ack += 1;
+            return;
+        }
         for o in &opts.mptcp {
             if let MptcpOption::MpCapable { receiver_key: Some(rk), sender_key: Some(k), .. } = o {
                 if *rk == sh.local_key {
@@ -313,6 +334,12 @@ impl Connection {
             sf.request_ack();
         }
     }
+}
+
+/// An MP_CAPABLE's flags we can accept: H (HMAC-SHA256) set and B
+/// (extensibility) clear.
+pub(crate) fn usable_cap_flags(flags: u8) -> bool {
+    flags & cap_flags::HMAC_SHA256 != 0 && flags & cap_flags::EXTENSIBILITY == 0
 }
 
 impl Shared {

@@ -17,10 +17,9 @@ const DSS_FULL: usize = 28;
 const DSS_ACK: usize = 12;
 /// DSS with a 64-bit mapping only (18 bytes, 20 aligned; 20 exactly with a checksum).
 const DSS_MAP: usize = 20;
-/// ADD_ADDR retransmission interval until echoed: Linux's default
-/// `net.mptcp.add_addr_timeout`, which "matches TCP_RTO_MAX" (120 s).
-/// (`MptcpConfig::add_addr_timeout` is not consulted here yet.)
-const TCP_RTO_MAX: Duration = Duration::from_secs(120);
+/// Retransmissions of an unechoed ADD_ADDR before it is given up (Linux
+/// `ADD_ADDR_RETRANS_MAX`), each `MptcpConfig::add_addr_timeout` apart.
+pub(crate) const ADD_ADDR_RETRANS_MAX: u8 = 3;
 /// Retry of an ADD_ADDR that found no option room on a segment.
 const ADD_ADDR_NO_ROOM_RETRY: Duration = Duration::from_millis(10);
 /// An unchanged DATA_ACK is still repeated on every this many mappings, so
@@ -94,9 +93,14 @@ impl Hook<'_> {
     /// edge) changed since this subflow last sent it, or it is time to repeat
     /// it. RFC 8684 3.3 makes the DATA_ACK optional per segment; with a one-way
     /// transfer this frees 8 bytes of every data segment for payload.
+    /// Until the peer has shown with a DATA_ACK of its own that it is fully
+    /// established, every DSS carries the DATA_ACK (a Linux peer falls back
+    /// on a first segment with neither MP_CAPABLE nor a DATA_ACK).
     fn data_ack_due(&self) -> bool {
         self.sh.rx_base.is_some()
-            && (self.ext.last_ack_sent != Some(self.ack_info()) || self.ext.maps_without_ack >= ACK_REFRESH_MAPS)
+            && (!self.sh.peer_data_ack_seen
+                || self.ext.last_ack_sent != Some(self.ack_info())
+                || self.ext.maps_without_ack >= ACK_REFRESH_MAPS)
     }
 
     /// The mapping holding relative subflow sequence `ssn`.
@@ -176,8 +180,15 @@ impl Hook<'_> {
                 self.sh.announce.remove(i);
             } else {
                 self.sh.counters.mptcp_add_addr_tx += 1;
-                // Retransmitted until echoed (Linux add_addr_timeout).
-                self.sh.announce[i].at = now + TCP_RTO_MAX;
+                // Retransmitted every add_addr_timeout until echoed, at most
+                // ADD_ADDR_RETRANS_MAX times (Linux mptcp_pm_add_timer).
+                let ann = &mut self.sh.announce[i];
+                ann.sent = ann.sent.saturating_add(1);
+                if ann.sent > ADD_ADDR_RETRANS_MAX {
+                    self.sh.announce.remove(i);
+                } else {
+                    ann.at = now + self.sh.add_addr_timeout;
+                }
             }
         } else {
             // No room on this segment (SACK blocks took it): try again shortly
@@ -247,7 +258,10 @@ impl SegmentHook for Hook<'_> {
                     let first = self
                         .mapping_for(meta)
                         .filter(|m| m.dsn == self.sh.tx_base.0 && m.ssn == 1u32.wrapping_add(self.sh.ssn_off()));
-                    if meta.len > 0 && first.is_none() {
+                    // A due DATA_FIN goes in a DSS at once (Linux leaves
+                    // MP_CAPABLE off once `snd_data_fin_enable` is set).
+                    let data_fin = meta.len == 0 && self.sh.data_fin_due;
+                    if (meta.len > 0 && first.is_none()) || data_fin {
                         self.dss(meta, opts);
                     } else {
                         push(opts, self.mp_capable(false, self.sh.remote_key, first.as_ref()));

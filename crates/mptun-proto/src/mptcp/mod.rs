@@ -23,6 +23,7 @@ mod signal;
 mod tx;
 
 pub use config::{ConnConfig, MptcpConfig};
+pub(crate) use handshake::usable_cap_flags;
 
 use crate::buf::{RecvBuf, SendBuf};
 use crate::counters::Counters;
@@ -33,7 +34,7 @@ use crate::tcp::autotune::RcvSpace;
 use crate::tcp::{Event, Subflow, Transmit, Verdict};
 use bytes::Bytes;
 use hook::Hook;
-use mptun_time::Instant;
+use mptun_time::{Duration, Instant};
 use mptun_wire::checksum::dss_checksum;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::{crypto, TcpHeader};
@@ -42,7 +43,7 @@ use std::net::{IpAddr, SocketAddr};
 
 // What `tests.rs` (`use super::*`) reaches through this module.
 #[cfg(test)]
-use {mptun_time::Duration, mptun_wire::MptcpOption, rx::expand32};
+use {mptun_wire::MptcpOption, rx::expand32};
 
 /// MP_TCPRST reason "MPTCP-specific error" (RFC 8684 3.6), what Linux sends
 /// for a join it refuses (`MPTCP_RST_EMPTCP`).
@@ -220,6 +221,9 @@ pub(crate) struct AddrAnnounce {
     pub echo: bool,
     /// Next (re)transmission.
     pub at: Instant,
+    /// Transmissions so far: the first and at most `ADD_ADDR_RETRANS_MAX`
+    /// retransmissions, as Linux.
+    pub sent: u8,
 }
 
 /// Connection-level state read by the per-segment option hook.
@@ -248,6 +252,17 @@ pub(crate) struct Shared {
     pub data_fin_acked: bool,
     /// Send the DATA_FIN (again) on the next pure ACK.
     pub data_fin_due: bool,
+    /// We have seen a DATA_ACK in the peer's DSS: it holds our key and is
+    /// fully established (Linux `check_fully_established`), so a data
+    /// segment may leave an unchanged DATA_ACK off. Until then every DSS
+    /// carries one: a Linux peer that is not yet fully established falls
+    /// back to TCP on a segment with neither MP_CAPABLE nor a DATA_ACK.
+    pub peer_data_ack_seen: bool,
+    /// The peer set the MP_CAPABLE C flag: no subflow may be opened to its
+    /// initial address (RFC 8684 3.1).
+    pub peer_no_src_addr: bool,
+    /// Retransmission interval of an unechoed ADD_ADDR (`add_addr_timeout`).
+    pub add_addr_timeout: Duration,
     /// First DSN of the peer's data (IDSN + 1), once known.
     pub rx_base: Option<DataSeq>,
     pub rcv_nxt: DataSeq,
@@ -295,6 +310,24 @@ pub struct Connection {
     pub(crate) pending_joins: Vec<JoinRequest>,
     data_fin_rto: Option<Instant>,
     data_fin_backoff: u32,
+    /// When our DATA_FIN was first sent: the connection is given up (reset
+    /// with MP_FASTCLOSE) if it is not DATA_ACKed within `MPTCP_CLOSE_TIMEOUT`.
+    data_fin_first: Option<Instant>,
+    /// MPTCP-level zero-window probe timer and its backoff (Linux's msk-level
+    /// zero window handling in `mptcp_sendmsg_frag`).
+    wnd_probe_at: Option<Instant>,
+    wnd_probe_backoff: u32,
+    /// The last byte the peer DATA_ACKed: what a zero-window probe carries
+    /// (Linux probes with the byte at `snd_una - 1`, a duplicate at the data
+    /// level that the subflow still acknowledges).
+    last_acked_byte: Option<u8>,
+    /// MPTCP-level retransmission timer (Linux `mptcp_retransmit_timer`):
+    /// data a subflow acknowledged but the peer never DATA_ACKed is sent
+    /// again when it expires.
+    rtx_at: Option<Instant>,
+    rtx_backoff: u32,
+    /// `snd_una` when the retransmission timer was armed.
+    rtx_una: DataSeq,
     closed_event_sent: bool,
     /// Connection-level DRS (`mptcp_rcv_space_adjust`), the subflow's type.
     rcvq_space: RcvSpace,
@@ -382,6 +415,9 @@ impl Connection {
                 data_fin_seq: None,
                 data_fin_acked: false,
                 data_fin_due: false,
+                peer_data_ack_seen: false,
+                peer_no_src_addr: false,
+                add_addr_timeout: cfg.mptcp.add_addr_timeout,
                 rx_base: None,
                 rcv_nxt: DataSeq(0),
                 rcv_wnd_end: DataSeq(0),
@@ -402,6 +438,13 @@ impl Connection {
             pending_joins: Vec::new(),
             data_fin_rto: None,
             data_fin_backoff: 0,
+            data_fin_first: None,
+            wnd_probe_at: None,
+            wnd_probe_backoff: 0,
+            last_acked_byte: None,
+            rtx_at: None,
+            rtx_backoff: 0,
+            rtx_una: DataSeq(0),
             closed_event_sent: false,
             // As the subflow does (Linux starts at TCP_INIT_CWND × advmss).
             rcvq_space: RcvSpace::new(now, RcvSpace::initial_space(rx::DEFAULT_ADVMSS, recv_limit)),
@@ -411,6 +454,7 @@ impl Connection {
         let tx_base = c.shared.idsn(local_key) + 1;
         let sh = &mut c.shared;
         (sh.tx_base, sh.snd_una, sh.snd_nxt, sh.write_seq, sh.wnd_end) = (tx_base, tx_base, tx_base, tx_base, tx_base);
+        c.rtx_una = tx_base;
         // The send buffer is indexed by the low 32 bits of the data sequence.
         c.snd_buf = SendBuf::new(Seq(tx_base.0 as u32));
         c
@@ -650,9 +694,18 @@ impl Connection {
     /// Abortive close. In MPTCP mode every subflow's RST carries
     /// MP_FASTCLOSE with the peer's key (RFC 8684 3.5), so the peer tears
     /// the whole connection down at once, not subflow by subflow.
+    ///
+    /// A connection whose DATA_FINs are both done has nothing left to abort:
+    /// it is released without MP_FASTCLOSE, and a subflow whose FIN exchange
+    /// finished (TIME_WAIT) is left alone, as the kernel leaves a timewait
+    /// socket when its process exits.
     pub fn abort(&mut self) {
-        let fastclose = self.shared.mode == Mode::Mptcp && self.shared.remote_key.is_some();
+        let done = self.shared.data_fin_acked && self.shared.peer_data_fin_done;
+        let fastclose = self.shared.mode == Mode::Mptcp && self.shared.remote_key.is_some() && !done;
         for (sf, ext) in self.subflows.iter_mut().flatten() {
+            if sf.state() == crate::tcp::State::TimeWait {
+                continue;
+            }
             ext.fastclose = fastclose;
             sf.abort();
         }
@@ -824,6 +877,8 @@ impl Connection {
         self.detect_stale();
         self.pm_progress(now);
         self.push_pending();
+        self.window_probe(now);
+        self.retransmit_timer(now);
         self.data_fin_progress(now);
         self.close_when_done();
     }
@@ -842,6 +897,8 @@ impl Connection {
             t = Instant::min_opt(t, ext.join_ack_retx);
         }
         t = Instant::min_opt(t, self.data_fin_rto);
+        t = Instant::min_opt(t, self.wnd_probe_at);
+        t = Instant::min_opt(t, self.rtx_at);
         for a in &self.shared.announce {
             t = Instant::min_opt(t, Some(a.at));
         }
@@ -877,7 +934,15 @@ impl Connection {
                 let mut hook = Hook { sh: &mut self.shared, ext, now, iss, next_ssn, recv_window: 0 };
                 hook.recv_window =
                     hook.sh.recv_limit.saturating_sub(self.rcv_buf.ready_len() + self.rcv_buf.ofo_len()) as u64;
-                sf.poll_transmit(now, &mut hook, out)
+                let before = sf.snd_nxt();
+                let t = sf.poll_transmit(now, &mut hook, out);
+                // A data segment took the pure ACK that was asked for to
+                // carry a due DATA_FIN: ask again, so that it leaves right
+                // after the data instead of a retransmission timeout later.
+                if self.shared.data_fin_due && sf.snd_nxt() != before {
+                    sf.request_ack();
+                }
+                t
             };
             if let Some(t) = t {
                 self.on_subflow_events(i);

@@ -185,7 +185,7 @@ impl Connection {
     }
 
     /// Relative ssn of the next byte the subflow would hand out.
-    fn next_ssn(sh: &Shared, sf: &Subflow) -> Seq {
+    pub(super) fn next_ssn(sh: &Shared, sf: &Subflow) -> Seq {
         Seq(sf.recv_offset() as u32) + 1 + sh.ssn_off()
     }
 

@@ -15,7 +15,21 @@ use mptun_wire::{crypto, MptcpOption};
 use std::net::IpAddr;
 
 use super::rx::expand32;
-use crate::seq::DataSeq;
+use crate::seq::{DataSeq, Seq};
+
+impl Shared {
+    /// No subflow may be added: the connection fell back to TCP (or never
+    /// spoke MPTCP), or it is closing in both directions (both DATA_FINs
+    /// sent or received), when a new path has nothing left to carry. A
+    /// half-closed connection still takes joins: one direction may have much
+    /// to send (Linux refuses joins outside ESTABLISHED, which would keep a
+    /// receiver that shut its sending side down on one path).
+    pub(super) fn joins_closed(&self) -> bool {
+        self.infinite
+            || self.mode != super::Mode::Mptcp
+            || (self.data_fin_seq.is_some() && self.peer_data_fin.is_some())
+    }
+}
 
 impl Connection {
     /// The MPTCP options of a segment the subflow `idx` has processed, in
@@ -62,10 +76,26 @@ impl Connection {
         match o {
             MptcpOption::Dss { data_ack, mapping, data_fin } => {
                 if let Some(a) = data_ack {
+                    sh.peer_data_ack_seen = true;
                     Self::on_data_ack(sh, a, wnd);
                 }
                 if let Some(m) = mapping {
-                    Self::on_mapping(sh, sf, ext, m, *data_fin);
+                    if sh.csum && m.checksum.is_none() {
+                        // Checksums were negotiated: a mapping without one
+                        // is invalid (RFC 8684 3.3; Linux's get_mapping_status
+                        // resets the subflow).
+                        sh.counters.mptcp_dss_not_matching += 1;
+                        sh.counters.mptcp_mp_rst_tx += 1;
+                        ext.rst_reason = Some(super::MPTCP_RST_EMPTCP);
+                        sf.abort();
+                        // Handled like a refused join: the RST (with its
+                        // reason) leaves before the subflow is reaped.
+                        return ControlFlow::Break(());
+                    } else if m.len == 0 && !*data_fin {
+                        self.on_infinite_mapping(idx, m);
+                    } else {
+                        Self::on_mapping(sh, sf, ext, m, *data_fin);
+                    }
                 }
             }
             MptcpOption::MpCapable { sender_key: Some(_), data_len: Some(len), checksum, .. }
@@ -75,16 +105,21 @@ impl Connection {
             }
             MptcpOption::AddAddr { echo, addr_id, addr, port, hmac } => {
                 let (local0, port0) = (sf.local().ip(), sf.remote().port());
+                let joins_allowed = !sh.joins_closed();
+                let mut joins = Vec::new();
                 Self::on_add_addr(
                     sh,
                     &mut self.pm,
                     &self.cfg.mptcp.pm,
-                    &mut self.pending_joins,
+                    &mut joins,
                     now,
                     local0,
                     port0,
                     (*echo, *addr_id, *addr, *port, *hmac),
                 );
+                if joins_allowed {
+                    self.pending_joins.extend(joins);
+                }
             }
             MptcpOption::RmAddr { ids } => {
                 sh.counters.mptcp_rm_addr += 1;
@@ -161,12 +196,48 @@ impl Connection {
         }
         sh.counters.mptcp_add_addr += 1;
         if !sh.announce.iter().any(|a| a.echo && a.id == id) {
-            sh.announce.push(AddrAnnounce { id, addr, port, echo: true, at: now });
+            sh.announce.push(AddrAnnounce { id, addr, port, echo: true, at: now, sent: 0 });
+        }
+        if !crate::pm::joinable(pmcfg, local0, addr) {
+            sh.counters.mptcp_add_addr_drop += 1;
+            return;
         }
         match pm.on_add_addr(pmcfg, local0, addr, port.unwrap_or(port0), false) {
             Some(j) => joins.push(j),
             None => sh.counters.mptcp_add_addr_drop += 1,
         }
+    }
+
+    /// A DSS mapping with data-level length 0: the infinite mapping of a
+    /// peer that fell back to TCP (RFC 8684 3.7). On the only subflow the
+    /// connection falls back too: the subflow's bytes from the mapping's
+    /// subflow sequence on continue the data sequence at its DSN, and no
+    /// MPTCP option is sent any more. With other subflows alive it is a
+    /// protocol error that resets this subflow (Linux: an infinite mapping is
+    /// valid only when the connection can fall back).
+    fn on_infinite_mapping(&mut self, idx: usize, m: &mptun_wire::mptcp::DssMapping) {
+        let single = self.subflows.iter().flatten().count() == 1;
+        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
+        let sh = &mut self.shared;
+        sh.counters.mptcp_infinite_map_rx += 1;
+        if !single || ext.join != JoinState::Initial || sh.rx_base.is_none() {
+            sh.counters.mptcp_mp_rst_tx += 1;
+            ext.rst_reason = Some(super::MPTCP_RST_EMPTCP);
+            sf.abort();
+            return;
+        }
+        let dsn = DataSeq(if m.dsn64 { m.dsn } else { expand32(m.dsn, sh.rcv_nxt.0) });
+        // The mapping starts at its subflow sequence number (0 when the
+        // sender left it out: then at the subflow's next unread byte).
+        let next = Self::next_ssn(sh, sf);
+        let ssn = if m.ssn != 0 { Seq(m.ssn) } else { next };
+        sh.infinite = true;
+        sh.counters.mptcp_dss_fallback += 1;
+        // Mappings before it still hold; from `ssn` on, the subflow's bytes
+        // continue the data sequence at `dsn` (what `current_map` reads in
+        // fallback mode once the known mappings are used up).
+        ext.rx_ahead.retain(|x| x.ssn.lt(ssn));
+        ext.rx_last_end = Some((ssn, dsn));
     }
 
     /// MP_PRIO: the peer marks the subflow it arrived on backup (or not).
@@ -198,10 +269,21 @@ impl Connection {
     /// Path manager, once fully established: announce our addresses and
     /// open the subflows it wants; then ask for a pure ACK to carry an
     /// ADD_ADDR that is due.
+    ///
+    /// No subflow is opened once the connection fell back or is closing
+    /// (see [`Shared::joins_closed`]), nor to the peer's initial address
+    /// when its MP_CAPABLE had the C flag.
     pub(super) fn pm_progress(&mut self, now: Instant) {
+        if self.shared.joins_closed() {
+            self.pending_joins.clear();
+        }
         if self.shared.fully_established && !self.pm.announced {
             if let Some((l, r)) = self.addresses() {
-                let (ann, joins) = self.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
+                let (ann, mut joins) = self.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
+                let sh = &self.shared;
+                if sh.joins_closed() || sh.peer_no_src_addr {
+                    joins.clear();
+                }
                 for e in ann {
                     self.shared.announce.push(AddrAnnounce {
                         id: e.id,
@@ -209,6 +291,7 @@ impl Connection {
                         port: None,
                         echo: false,
                         at: now,
+                        sent: 0,
                     });
                 }
                 self.pending_joins.extend(joins);

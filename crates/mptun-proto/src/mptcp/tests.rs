@@ -637,11 +637,11 @@ fn fallback_at_every_point_delivers_every_byte_or_fails_loudly() {
     assert!(whole > 0);
 }
 
-/// Options stripped from the third ACK on: the server must fall back when
-/// the third ACK has no MP_CAPABLE (Linux MPCapableFallbackACK, issue 12
-/// item 5, handshake.rs). Today the server waits forever.
+/// Options stripped from the third ACK on: the server falls back when the
+/// third ACK has no MP_CAPABLE (Linux MPCapableFallbackACK).
 #[test]
-#[ignore]
 fn fallback_when_the_third_ack_is_stripped() {
     assert_eq!(fallback_case(2, false, false), Outcome::Whole);
 }
+
+mod conn;

@@ -5,13 +5,18 @@
 //! stale subflow's unacknowledged data; and the release of what the peer
 //! DATA_ACKed.
 
+use super::handshake::TCP_RTO_MIN;
 use super::{Connection, JoinState, SubflowExt, TxMap};
 use crate::counters::Counters;
 use crate::sched::{ConnView, Policy, SubflowView};
-use crate::seq::Seq;
+use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, State, Subflow};
 use bytes::Bytes;
+use mptun_time::{Duration, Instant};
 use mptun_wire::checksum::dss_checksum;
+
+/// Ceiling of the MPTCP-level probe and retransmission backoff (Linux `TCP_RTO_MAX`).
+const TCP_RTO_MAX: Duration = Duration::from_secs(120);
 
 /// Memory Linux charges per MSS-sized segment in a subflow's send buffer
 /// (`tcp_sndbuf_expand`: skb truesize, about 4352 bytes for a 1448-byte MSS).
@@ -48,7 +53,14 @@ impl Connection {
     /// mapping, that its subflow acknowledged too: it may still retransmit).
     pub(super) fn release_acked(&mut self) {
         let una = self.shared.snd_una;
-        self.snd_buf.ack_to(Seq(una.0 as u32));
+        let una_rel = Seq(una.0 as u32);
+        let head = self.snd_buf.end() - self.snd_buf.len() as u32;
+        // Kept for a zero-window probe (the DATA_FIN's DATA_ACK is one past the data).
+        let last = una_rel.min(self.snd_buf.end());
+        if last.gt(head) {
+            self.last_acked_byte = self.snd_buf.slice_bytes(last - 1, 1).first().copied();
+        }
+        self.snd_buf.ack_to(una_rel);
         let off = self.shared.ssn_off();
         for (sf, ext) in self.subflows.iter_mut().flatten() {
             let sf_una = sf.snd_una() - (sf.iss() - off).0;
@@ -172,6 +184,124 @@ impl Connection {
             }
             self.sched.on_pushed(pick.id, len as usize, &views);
         }
+    }
+
+    /// The MPTCP-level zero-window probe (Linux `mptcp_sendmsg_frag`'s
+    /// `zero_window_probe`): when the peer's connection-level window is
+    /// closed, data waits and nothing is unacknowledged, the window update
+    /// that would reopen it may have been lost, and no ACK will come by
+    /// itself. So the last DATA_ACKed byte goes out again as a one-byte
+    /// mapping, a duplicate at the data level that the subflow still
+    /// acknowledges, with a DATA_ACK and the current window; repeated with
+    /// an exponential backoff while the window stays closed.
+    pub(super) fn window_probe(&mut self, now: Instant) {
+        let sh = &self.shared;
+        let closed = sh.wnd_end.le(sh.snd_nxt) && sh.snd_una == sh.snd_nxt && sh.write_seq.gt(sh.snd_nxt);
+        if !closed || sh.infinite || !self.reinject.is_empty() {
+            self.wnd_probe_at = None;
+            self.wnd_probe_backoff = 0;
+            return;
+        }
+        let Some(byte) = self.last_acked_byte else { return };
+        let rto = self.subflows.iter().flatten().map(|(s, _)| s.info().rto).max().unwrap_or(TCP_RTO_MIN);
+        let Some(at) = self.wnd_probe_at else {
+            self.wnd_probe_at = Some(now + rto.max(TCP_RTO_MIN));
+            return;
+        };
+        if at > now {
+            return;
+        }
+        // Whatever happens now, the timer moves on (a timer left due would
+        // be polled forever).
+        self.wnd_probe_backoff += 1;
+        let backoff = rto.max(TCP_RTO_MIN) * (1 << self.wnd_probe_backoff.min(9));
+        self.wnd_probe_at = Some(now + backoff.min(TCP_RTO_MAX));
+        // No idle subflow: the previous probe still waits in one (its own
+        // zero-window probing carries it).
+        let Some(i) = self.probe_subflow() else { return };
+        let off = self.shared.ssn_off();
+        let (sf, ext) = self.subflows[i].as_mut().expect("picked a live subflow");
+        let dsn = DataSeq(self.shared.snd_una.0.wrapping_sub(1));
+        let ssn = sf.write_seq() - (sf.iss() - off).0;
+        if sf.send_bytes(Bytes::copy_from_slice(&[byte])).is_err() {
+            return;
+        }
+        let csum = if self.shared.csum { dss_checksum(dsn.0, ssn.0, 1, &[byte]) } else { 0 };
+        ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn, len: 1, csum, with_ack: Some(true) });
+        self.shared.counters.mptcp_win_probe += 1;
+    }
+
+    /// A usable subflow with nothing queued, the lowest RTT first.
+    fn probe_subflow(&self) -> Option<usize> {
+        self.subflows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+            .filter(|(_, (sf, ext))| {
+                matches!(ext.join, JoinState::Initial | JoinState::Joined)
+                    && matches!(sf.state(), State::Established | State::CloseWait)
+                    && !ext.stale
+                    && sf.send_queued() == 0
+            })
+            .min_by_key(|(_, (sf, _))| sf.srtt().unwrap_or(Duration::MAX))
+            .map(|(i, _)| i)
+    }
+
+    /// The MPTCP-level retransmission timer (Linux `mptcp_retransmit_timer`
+    /// and `__mptcp_retrans`): armed while data is not DATA_ACKed, restarted
+    /// whenever `snd_una` moves. When it expires and the oldest
+    /// unacknowledged data is no longer in flight on any subflow (a subflow
+    /// acknowledged it but the peer never DATA_ACKed it, or its subflow is
+    /// gone), that data is sent again on a subflow the scheduler picks.
+    pub(super) fn retransmit_timer(&mut self, now: Instant) {
+        let sh = &self.shared;
+        if sh.infinite || sh.snd_una.ge(sh.snd_nxt) {
+            self.rtx_at = None;
+            self.rtx_backoff = 0;
+            return;
+        }
+        let rto = self.subflows.iter().flatten().map(|(s, _)| s.info().rto).max().unwrap_or(TCP_RTO_MIN);
+        let rto = rto.max(TCP_RTO_MIN);
+        if self.rtx_at.is_none() || self.rtx_una != sh.snd_una {
+            if self.rtx_una != sh.snd_una {
+                self.rtx_backoff = 0;
+            }
+            self.rtx_una = sh.snd_una;
+            self.rtx_at = Some(now + rto * (1 << self.rtx_backoff.min(6)));
+            return;
+        }
+        if self.rtx_at.is_some_and(|t| t > now) {
+            return;
+        }
+        self.rtx_backoff += 1;
+        self.rtx_at = Some(now + (rto * (1 << self.rtx_backoff.min(6))).min(TCP_RTO_MAX));
+        let una = sh.snd_una;
+        if self.reinject.iter().any(|&(a, b)| a.le(una) && una.lt(b)) {
+            return;
+        }
+        // Where is the byte at snd_una? In flight on a subflow: that
+        // subflow's own RTO covers it.
+        let mut end = None;
+        let off = self.shared.ssn_off();
+        for (sf, ext) in self.subflows.iter().flatten() {
+            let sf_una = (sf.snd_una() - (sf.iss() - off).0).0;
+            for m in &ext.tx_maps {
+                let mend = m.dsn + m.len as u64;
+                if m.dsn.le(una) && una.lt(mend) {
+                    let at_ssn = m.ssn.wrapping_add((una - m.dsn) as u32);
+                    if Seq(at_ssn).ge(Seq(sf_una)) {
+                        return;
+                    }
+                    end = Some(end.map_or(mend, |e: DataSeq| e.max(mend)));
+                }
+            }
+        }
+        let mss = self.subflows.iter().flatten().map(|(s, _)| s.mss(0) as u64).max().unwrap_or(1);
+        let end = end.unwrap_or(self.shared.snd_nxt).min(una + mss).min(self.shared.snd_nxt);
+        self.reinject.push_back((una, end));
+        self.shared.counters.mptcp_retrans += 1;
+        self.shared.counters.mptcp_reinjected_bytes += end - una;
+        self.push_pending();
     }
 
     /// Records a policy's decision: flag the slow subflow, count, reinject.

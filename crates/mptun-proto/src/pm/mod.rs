@@ -91,6 +91,18 @@ pub fn source_for(cfg: &PmConfig, remote: IpAddr, fallback: IpAddr) -> (IpAddr, 
         .unwrap_or((fallback, 0, false))
 }
 
+/// Whether a subflow may be opened from `local0`'s family to an address the
+/// peer announced: same family, a unicast address, and not one of ours (the
+/// initial subflow's or an endpoint's). Linux filters the same way before
+/// `mptcp_pm_nl_add_addr_received` creates a subflow.
+pub fn joinable(cfg: &PmConfig, local0: IpAddr, addr: IpAddr) -> bool {
+    let unicast = match addr {
+        IpAddr::V4(a) => !a.is_unspecified() && !a.is_multicast() && !a.is_broadcast(),
+        IpAddr::V6(a) => !a.is_unspecified() && !a.is_multicast(),
+    };
+    unicast && addr.is_ipv4() == local0.is_ipv4() && addr != local0 && cfg.endpoints.iter().all(|e| e.addr != addr)
+}
+
 impl PmState {
     /// Decisions when the connection becomes fully established: addresses to
     /// announce and subflows to open from `subflow` endpoints.
@@ -181,6 +193,20 @@ mod tests {
         assert_eq!(j.local, "10.0.2.1".parse::<IpAddr>().unwrap());
         assert_eq!(j.local_id, 1);
         assert!(st.on_add_addr(&cfg, l0, "10.0.3.2".parse().unwrap(), 5000, false).is_none());
+    }
+
+    #[test]
+    fn announced_addresses_are_filtered_before_joining() {
+        let cfg = PmConfig { endpoints: vec![ep(1, "10.0.2.1", false, false)], ..PmConfig::default() };
+        let l0: IpAddr = "10.0.1.1".parse().unwrap();
+        for bad in ["0.0.0.0", "224.0.0.1", "255.255.255.255", "10.0.1.1", "10.0.2.1", "fd00::2", "::"] {
+            assert!(!joinable(&cfg, l0, bad.parse().unwrap()), "{bad}");
+        }
+        assert!(joinable(&cfg, l0, "10.0.2.2".parse().unwrap()));
+        let l6: IpAddr = "fd00::1".parse().unwrap();
+        assert!(joinable(&cfg, l6, "fd00::2".parse().unwrap()));
+        assert!(!joinable(&cfg, l6, "ff02::1".parse().unwrap()));
+        assert!(!joinable(&cfg, l6, "10.0.2.2".parse().unwrap()));
     }
 
     #[test]

@@ -1,0 +1,551 @@
+//! Connection-level edges: DATA_ACK until the peer is fully established, the
+//! MPTCP-level window probe and retransmission timer, a prompt DATA_FIN and
+//! bounded retries, release without reset, handshake flags and fallback,
+//! joins refused when they may not happen, ADD_ADDR retransmission.
+
+use super::*;
+use crate::tcp::BufferSize;
+use mptun_wire::{TcpFlags, TcpOptions};
+
+fn hdr(p: &[u8]) -> TcpHeader {
+    parse_tcp_packet(p).unwrap().tcp
+}
+
+fn payload_len(p: &[u8]) -> usize {
+    parse_tcp_packet(p).unwrap().payload.len()
+}
+
+/// The packet turned into a bare RST+ACK (same ports, seq and ack).
+fn to_rst_ack(p: &[u8]) -> Vec<u8> {
+    let pkt = parse_tcp_packet(p).unwrap();
+    let mut h = pkt.tcp.clone();
+    h.flags = TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0);
+    h.options = TcpOptions::new();
+    let mut out = vec![0u8; 1600];
+    let n = emit_tcp_packet(pkt.src, pkt.dst, pkt.ttl, &h, &[], &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+fn has_data_ack(p: &[u8]) -> bool {
+    mptcp_opts(p).iter().any(|o| matches!(o, MptcpOption::Dss { data_ack: Some(_), .. }))
+}
+
+fn has_mpc(p: &[u8]) -> bool {
+    mptcp_opts(p).iter().any(|o| matches!(o, MptcpOption::MpCapable { .. }))
+}
+
+/// Issue 18.1. The server's first data segments reach the client before the
+/// server's pure ACKs (which carry its DATA_ACK). The wire models Linux's
+/// `check_fully_established`: a client not yet fully established that
+/// receives a segment with neither MP_CAPABLE nor a DATA_ACK falls back.
+/// Every DSS must therefore carry the DATA_ACK until the server has seen one
+/// from the client.
+#[test]
+fn data_ack_on_every_dss_until_the_peer_is_fully_established() {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    n.run(Duration::from_millis(10), &mut pass());
+    let sh = n.b.accept().unwrap();
+    assert_eq!(n.a.send(h, &[1u8; 100]), 100);
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    let mut client_established = false;
+    let mut model_fallback = false;
+    let mut tamper = |from_a: bool, p: Vec<u8>, held: &mut Vec<Vec<u8>>| -> Option<Vec<u8>> {
+        if from_a {
+            return Some(p);
+        }
+        let f = hdr(&p).flags;
+        if payload_len(&p) == 0 && !f.syn() && !client_established {
+            // The server's pure ACKs are reordered behind its data.
+            held.push(p);
+            return None;
+        }
+        if !client_established && !has_mpc(&p) && !has_data_ack(&p) {
+            model_fallback = true;
+        }
+        if has_data_ack(&p) {
+            client_established = true;
+        }
+        Some(p)
+    };
+    // The server's application reads the request at once, then its
+    // (delayed) ACK goes out: the response's DATA_ACK would be unchanged.
+    n.run(Duration::from_micros(1500), &mut |a, p| tamper(a, p, &mut held));
+    let mut buf = vec![0u8; 65536];
+    assert_eq!(n.read_b(sh, &mut buf), vec![1u8; 100]);
+    n.run(Duration::from_millis(60), &mut |a, p| tamper(a, p, &mut held));
+    let response: Vec<u8> = (0..6000u32).map(|i| (i % 253) as u8).collect();
+    assert_eq!(n.b.send(sh, &response), response.len());
+    n.run(Duration::from_millis(5), &mut |a, p| tamper(a, p, &mut held));
+    assert!(!held.is_empty(), "the test must hold back a pure ACK of the server");
+    for p in held.drain(..) {
+        n.wire.push_back((n.now + n.delay, false, p));
+    }
+    n.run(Duration::from_millis(200), &mut |a, p| tamper(a, p, &mut held));
+    assert!(!model_fallback, "a server data segment without DATA_ACK reached a client not yet fully established");
+    let mut got = Vec::new();
+    loop {
+        let k = n.a.recv(h, n.now, &mut buf);
+        if k == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..k]);
+    }
+    assert_eq!(got, response);
+    assert_eq!(n.a.conn(h).unwrap().mode(), Mode::Mptcp);
+}
+
+/// Issue 18.3. The receiver's connection-level window closes (its
+/// application does not read); every window update after that is lost
+/// once. The sender's MPTCP-level zero-window probe recovers each time and
+/// the transfer completes.
+#[test]
+fn window_probe_recovers_every_lost_window_update() {
+    let mut s = EndpointConfig::default();
+    s.mptcp.recv_buffer = BufferSize::Fixed(64 * 1024);
+    let mut n = net(EndpointConfig::default(), s);
+    let h = n.connect();
+    n.run(Duration::from_millis(10), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let data: Vec<u8> = (0..600_000u32).map(|i| (i % 249) as u8).collect();
+    let mut sent = 0;
+    let mut last_ack: Option<u32> = None;
+    let mut seen = std::collections::HashSet::new();
+    let mut dropped = 0;
+    let mut tamper = |from_a: bool, p: Vec<u8>| -> Option<Vec<u8>> {
+        if from_a {
+            return Some(p);
+        }
+        let h = hdr(&p);
+        let pure_update = payload_len(&p) == 0 && last_ack == Some(h.ack);
+        last_ack = Some(h.ack);
+        let dack = mptcp_opts(&p).iter().find_map(|o| match o {
+            MptcpOption::Dss { data_ack: Some(a), .. } => Some(a.ack),
+            _ => None,
+        });
+        if pure_update && seen.insert((dack, h.window)) {
+            dropped += 1;
+            return None;
+        }
+        Some(p)
+    };
+    // Fill the window without reading.
+    for _ in 0..20 {
+        sent += n.a.send(h, &data[sent..]);
+        n.run(Duration::from_millis(10), &mut tamper);
+    }
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..3000 {
+        sent += n.a.send(h, &data[sent..]);
+        n.run(Duration::from_millis(20), &mut tamper);
+        got.extend(n.read_b(sh, &mut buf));
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), data.len(), "stalled: {}", n.a.conn(h).unwrap().debug_state());
+    assert!(got == data);
+    assert!(dropped > 0, "no window update was dropped");
+    assert!(n.a.counters().mptcp_win_probe > 0);
+}
+
+/// Runs a 100-byte request / 100-byte response with close on both sides
+/// over a 2 ms RTT, the server answering once the request ended (it reads
+/// to end of stream, as an HTTP/1.0 server does); returns the time from
+/// connect until the client has the whole response and its end.
+fn request_response_with_close() -> Duration {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let t0 = n.now;
+    let h = n.connect();
+    let mut sh = None;
+    let mut buf = vec![0u8; 4096];
+    let (mut req_sent, mut got_req, mut got_resp, mut replied) = (false, 0, 0, false);
+    for _ in 0..20_000 {
+        n.run(Duration::from_micros(100), &mut pass());
+        if !req_sent && n.a.is_established(h) && n.a.conn(h).unwrap().mode() == Mode::Mptcp {
+            assert_eq!(n.a.send(h, &[7u8; 100]), 100);
+            n.a.close(h);
+            req_sent = true;
+        }
+        if sh.is_none() {
+            sh = n.b.accept();
+        }
+        if let Some(sh) = sh {
+            let k = n.b.recv(sh, n.now, &mut buf);
+            got_req += k;
+            if got_req == 100 && n.b.recv_finished(sh) && n.b.send_space(sh) > 0 && !replied {
+                replied = true;
+                assert_eq!(n.b.send(sh, &[9u8; 100]), 100);
+                n.b.close(sh);
+            }
+        }
+        got_resp += n.a.recv(h, n.now, &mut buf);
+        if got_resp == 100 && n.a.recv_finished(h) {
+            return n.now - t0;
+        }
+    }
+    panic!("the request/response did not complete");
+}
+
+/// Issue 18.4. Handshake (1 RTT) plus request, response and both DATA_FINs
+/// (1 RTT): 4 ms at a 2 ms RTT. Before the DATA_FIN left at once it took
+/// 408 ms: each DATA_FIN waited for a minimum RTO (200 ms).
+#[test]
+fn request_response_with_close_completes_in_one_rtt_after_the_handshake() {
+    let d = request_response_with_close();
+    eprintln!("request/response with close: {d:?} (RTT 2 ms)");
+    assert!(d <= Duration::from_millis(8), "took {d:?}");
+}
+
+/// Issue 18, smaller: a peer's RST+ACK during a join handshake ends that
+/// subflow quietly: no RST (with MP_TCPRST) goes back, in either role.
+#[test]
+fn rst_ack_during_a_join_handshake_is_not_answered() {
+    for client_side in [true, false] {
+        let mut n = two_path();
+        let h = n.connect();
+        let mut answered = 0;
+        let mut converted = 0;
+        n.run(Duration::from_millis(300), &mut |from_a, p| {
+            let opts = mptcp_opts(&p);
+            if hdr(&p).flags.rst() && converted > 0 {
+                answered += 1;
+            }
+            let target = if client_side {
+                !from_a && opts.iter().any(|o| matches!(o, MptcpOption::MpJoinSynAck { .. }))
+            } else {
+                from_a && opts.iter().any(|o| matches!(o, MptcpOption::MpJoinAck { .. }))
+            };
+            if target && converted == 0 {
+                converted += 1;
+                return Some(to_rst_ack(&p));
+            }
+            Some(p)
+        });
+        assert_eq!(converted, 1);
+        assert_eq!(answered, 0, "a RST was answered with a RST (client side: {client_side})");
+        assert_eq!(n.a.counters().mptcp_mp_rst_tx + n.b.counters().mptcp_mp_rst_tx, 0);
+        assert!(n.a.conn(h).unwrap().is_established());
+    }
+}
+
+/// Issue 12.5: a third ACK without MP_CAPABLE makes the server's connection
+/// plain TCP (`MPCapableFallbackACK`); the bytes still arrive.
+#[test]
+fn third_ack_without_mp_capable_falls_back_on_the_server() {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    let mut stripped = false;
+    n.run(Duration::from_millis(10), &mut |from_a, p| {
+        let f = hdr(&p).flags;
+        if from_a && !stripped && !f.syn() && f.ack() {
+            stripped = true;
+            return Some(strip_mptcp(&p));
+        }
+        Some(p)
+    });
+    assert!(stripped);
+    let sh = n.b.accept().unwrap();
+    assert_eq!(n.b.conn(sh).unwrap().mode(), Mode::Plain);
+    assert_eq!(n.b.counters().mptcp_mp_capable_fallback_ack, 1);
+    assert_eq!(n.a.send(h, b"hello"), 5);
+    n.run(Duration::from_millis(50), &mut pass());
+    let mut buf = vec![0u8; 64];
+    assert_eq!(n.read_b(sh, &mut buf), b"hello");
+}
+
+/// Issue 12.5: an MP_CAPABLE without H or with B is ignored (fallback to
+/// TCP), and the C flag keeps the path manager from joining the peer's
+/// initial address.
+#[test]
+fn mp_capable_flags_h_and_b_checked_and_c_honoured() {
+    for (clear, set) in [(cap_flags_h(), 0u8), (0, 0x40)] {
+        let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+        let h = n.connect();
+        n.run(Duration::from_millis(20), &mut |from_a, p| {
+            if from_a && hdr(&p).flags.syn() {
+                return Some(rewrite(&p, &mut |m| {
+                    if let MptcpOption::MpCapable { flags, .. } = m {
+                        *flags = (*flags & !clear) | set;
+                    }
+                }));
+            }
+            Some(p)
+        });
+        assert_eq!(n.a.conn(h).unwrap().mode(), Mode::Plain, "flags -{clear:#x} +{set:#x}");
+        let sh = n.b.accept().unwrap();
+        assert_eq!(n.b.conn(sh).unwrap().mode(), Mode::Plain);
+    }
+    // C flag in the server's SYN-ACK: the client's subflow endpoint must not
+    // join the server's initial address.
+    let mut c = EndpointConfig::default();
+    c.mptcp.pm.endpoints.push(PmEndpoint {
+        id: 1,
+        addr: ip("10.0.2.1"),
+        flags: EndpointFlags { subflow: true, ..Default::default() },
+    });
+    for c_flag in [false, true] {
+        let mut n = net(c.clone(), EndpointConfig::default());
+        let h = n.connect();
+        let mut tamper = |from_a: bool, p: Vec<u8>| {
+            if !from_a && hdr(&p).flags.syn() && c_flag {
+                return Some(rewrite(&p, &mut |m| {
+                    if let MptcpOption::MpCapable { flags, .. } = m {
+                        *flags |= 0x20;
+                    }
+                }));
+            }
+            Some(p)
+        };
+        n.run(Duration::from_millis(20), &mut tamper);
+        // Data makes the client fully established (the server's DATA_ACK).
+        n.a.send(h, &[1u8; 100]);
+        n.run(Duration::from_millis(100), &mut tamper);
+        let subflows = n.a.conn(h).unwrap().info().subflows.len();
+        assert_eq!(subflows, if c_flag { 1 } else { 2 }, "C flag {c_flag}");
+    }
+}
+
+fn cap_flags_h() -> u8 {
+    mptun_wire::mptcp::cap_flags::HMAC_SHA256
+}
+
+/// Issue 12.5: with checksums negotiated, a DSS mapping without one resets
+/// the subflow (MP_TCPRST), counted as `DSSNotMatching`.
+#[test]
+fn dss_without_checksum_is_refused_when_checksums_are_on() {
+    let mut c = EndpointConfig::default();
+    c.mptcp.checksum = true;
+    let mut n = net(c, EndpointConfig::default());
+    let h = n.connect();
+    n.run(Duration::from_millis(20), &mut pass());
+    // The first mapping rides on MP_CAPABLE; the next ones are DSS.
+    n.a.send(h, &[5u8; 3000]);
+    n.run(Duration::from_millis(100), &mut pass());
+    n.a.send(h, &[5u8; 3000]);
+    let mut rst_with_reason = 0;
+    n.run(Duration::from_millis(200), &mut |from_a, p| {
+        if !from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpTcpRst { .. })) {
+            rst_with_reason += 1;
+        }
+        if from_a && payload_len(&p) > 0 {
+            return Some(rewrite(&p, &mut |m| {
+                if let MptcpOption::Dss { mapping: Some(m), .. } = m {
+                    m.checksum = None;
+                }
+            }));
+        }
+        Some(p)
+    });
+    assert!(n.b.counters().mptcp_dss_not_matching >= 1);
+    assert!(rst_with_reason >= 1);
+}
+
+/// Issue 12.5: a zero-length (infinite) mapping from a peer that fell back:
+/// the receiver falls back too and the bytes arrive intact.
+#[test]
+fn infinite_mapping_is_followed() {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    n.run(Duration::from_millis(20), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+    let mut buf = vec![0u8; 65536];
+    let mut got = Vec::new();
+    let mut sent = n.a.send(h, &data[..20_000]);
+    n.run(Duration::from_millis(50), &mut pass());
+    got.extend(n.read_b(sh, &mut buf));
+    // From here the client "falls back": its next mapping is sent as an
+    // infinite one, and no MPTCP option follows.
+    let mut infinite_sent = false;
+    for _ in 0..200 {
+        sent += n.a.send(h, &data[sent..]);
+        n.run(Duration::from_millis(20), &mut |from_a, p| {
+            if !from_a {
+                return Some(p);
+            }
+            if infinite_sent {
+                return Some(strip_mptcp(&p));
+            }
+            if payload_len(&p) > 0 {
+                infinite_sent = true;
+                return Some(rewrite(&p, &mut |m| {
+                    if let MptcpOption::Dss { mapping: Some(m), data_ack, .. } = m {
+                        m.len = 0;
+                        *data_ack = None;
+                    }
+                }));
+            }
+            Some(p)
+        });
+        got.extend(n.read_b(sh, &mut buf));
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert!(got == data, "{} of {} bytes", got.len(), data.len());
+    assert_eq!(n.b.counters().mptcp_infinite_map_rx, 1);
+}
+
+/// Issue 12.5: an unechoed ADD_ADDR goes out once and is retransmitted at
+/// most 3 times, `add_addr_timeout` apart.
+#[test]
+fn add_addr_retransmitted_three_times_at_add_addr_timeout() {
+    let mut n = two_path();
+    let h = n.connect();
+    let _ = h;
+    // Shorter timeout on the announcing server.
+    let mut s = EndpointConfig::default();
+    s.mptcp.add_addr_timeout = Duration::from_secs(2);
+    s.mptcp.pm.endpoints.push(PmEndpoint {
+        id: 1,
+        addr: ip("10.0.2.2"),
+        flags: EndpointFlags { signal: true, ..Default::default() },
+    });
+    let mut b = Endpoint::new(s, [2; 32]);
+    b.listen("10.0.1.2:5000".parse().unwrap());
+    n = Net::new(Endpoint::new(EndpointConfig::default(), [1; 32]), b, Instant::ZERO);
+    n.connect();
+    let mut times = Vec::new();
+    let mut now_seen = Instant::ZERO;
+    n.run(Duration::from_secs(20), &mut |from_a, p| {
+        let _ = now_seen;
+        if !from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::AddAddr { echo: false, .. })) {
+            times.push(());
+            return None;
+        }
+        Some(p)
+    });
+    now_seen = n.now;
+    let _ = now_seen;
+    assert_eq!(times.len(), 4, "one transmission and three retransmissions");
+    assert_eq!(n.b.counters().mptcp_add_addr_tx, 4);
+}
+
+/// Issue 12.5: our DATA_FIN is retried with backoff but not forever: with
+/// the peer gone, the connection is reset after the close timeout.
+#[test]
+fn data_fin_retries_end_at_the_close_timeout() {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    n.run(Duration::from_millis(20), &mut pass());
+    n.a.send(h, b"last words");
+    n.run(Duration::from_millis(20), &mut pass());
+    n.a.close(h);
+    n.run(Duration::from_secs(90), &mut |from_a, p| from_a.then_some(p));
+    assert_eq!(n.a.counters().mptun_data_fin_timeout, 1);
+    assert!(n.a.is_closed(h));
+}
+
+/// Issue 12.5: both DATA_FINs and the subflow FINs done, the application
+/// aborting (as a process exit does) sends nothing: no RST, no MP_FASTCLOSE.
+#[test]
+fn a_finished_connection_is_released_without_a_reset() {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    n.run(Duration::from_millis(20), &mut pass());
+    let sh = n.b.accept().unwrap();
+    n.a.send(h, b"ping");
+    n.a.close(h);
+    n.run(Duration::from_millis(50), &mut pass());
+    let mut buf = vec![0u8; 64];
+    assert_eq!(n.read_b(sh, &mut buf), b"ping");
+    n.b.close(sh);
+    n.run(Duration::from_millis(200), &mut pass());
+    assert!(n.a.recv_finished(h));
+    n.a.abort(h);
+    n.b.abort(sh);
+    let mut rsts = 0;
+    n.run(Duration::from_millis(100), &mut |_, p| {
+        rsts += hdr(&p).flags.rst() as u32;
+        Some(p)
+    });
+    assert_eq!(rsts, 0);
+    assert_eq!(n.a.counters().mptcp_mp_fastclose_rx + n.b.counters().mptcp_mp_fastclose_rx, 0);
+    assert_eq!(n.a.counters().mptcp_mp_fastclose_tx + n.b.counters().mptcp_mp_fastclose_tx, 0);
+}
+
+/// Issue 12.5: the peer's ADD_ADDR that arrives once the connection is
+/// closing (both DATA_FINs sent) opens no subflow.
+#[test]
+fn no_join_once_closing() {
+    let mut n = two_path();
+    let h = n.connect();
+    // Hold the server's ADD_ADDR back until it has closed.
+    let mut held = Vec::new();
+    n.run(Duration::from_millis(20), &mut |from_a, p| {
+        if !from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::AddAddr { echo: false, .. })) {
+            held.push(p);
+            return None;
+        }
+        Some(p)
+    });
+    assert!(!held.is_empty());
+    let sh = n.b.accept().unwrap();
+    n.b.close(sh);
+    n.a.close(h);
+    n.run(Duration::from_millis(20), &mut pass());
+    assert!(n.a.recv_finished(h));
+    for p in held {
+        n.wire.push_back((n.now + n.delay, false, p));
+    }
+    let mut join_syns = 0;
+    n.run(Duration::from_millis(100), &mut |_, p| {
+        join_syns += mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpJoinSyn { .. })) as u32;
+        Some(p)
+    });
+    assert_eq!(join_syns, 0);
+    assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 1);
+}
+
+/// Issue 12.5: data a subflow acknowledged but the peer never DATA_ACKed
+/// (here its mapping was rewritten into a duplicate, as if the peer's
+/// connection dropped it) is sent again by the MPTCP-level retransmission
+/// timer.
+#[test]
+fn mptcp_retransmit_timer_resends_data_never_data_acked() {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    n.run(Duration::from_millis(20), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 239) as u8).collect();
+    let mut sent = 0;
+    let mut first_dsn = None;
+    let mut victim: Option<(u64, u32)> = None;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..500 {
+        sent += n.b.send(sh, &data[sent..]);
+        n.run(Duration::from_millis(20), &mut |from_a, p| {
+            if from_a || payload_len(&p) == 0 {
+                return Some(p);
+            }
+            Some(rewrite(&p, &mut |m| {
+                if let MptcpOption::Dss { mapping: Some(m), .. } = m {
+                    let base = *first_dsn.get_or_insert(m.dsn);
+                    if victim.is_none() && m.dsn - base >= 100_000 {
+                        victim = Some((m.dsn, m.ssn));
+                    }
+                    if victim == Some((m.dsn, m.ssn)) {
+                        m.dsn = base;
+                    }
+                }
+            }))
+        });
+        loop {
+            let k = n.a.recv(h, n.now, &mut buf);
+            if k == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..k]);
+        }
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert!(victim.is_some());
+    assert!(got == data, "{} of {} bytes", got.len(), data.len());
+    assert!(n.b.counters().mptcp_retrans >= 1);
+}
