@@ -260,11 +260,13 @@ impl SegmentHook for Hook<'_> {
                         .filter(|m| m.dsn == self.sh.tx_base.0 && m.ssn == 1u32.wrapping_add(self.sh.ssn_off()));
                     // A due DATA_FIN goes in a DSS at once (Linux leaves
                     // MP_CAPABLE off once `snd_data_fin_enable` is set).
-                    let data_fin = meta.len == 0 && self.sh.data_fin_due;
+                    // Never before the third ACK itself has gone out.
+                    let data_fin = meta.len == 0 && self.sh.data_fin_due && self.sh.cap_ack_sent;
                     if (meta.len > 0 && first.is_none()) || data_fin {
                         self.dss(meta, opts);
                     } else {
                         push(opts, self.mp_capable(false, self.sh.remote_key, first.as_ref()));
+                        self.sh.cap_ack_sent = true;
                     }
                 } else {
                     self.dss(meta, opts);

@@ -258,6 +258,10 @@ pub(crate) struct Shared {
     /// carries one: a Linux peer that is not yet fully established falls
     /// back to TCP on a segment with neither MP_CAPABLE nor a DATA_ACK.
     pub peer_data_ack_seen: bool,
+    /// Client: our MP_CAPABLE third ACK (both keys) has gone out at least
+    /// once. Until it has, no other form may replace it: a server that gets
+    /// a first ACK without MP_CAPABLE falls back (MPCapableFallbackACK).
+    pub cap_ack_sent: bool,
     /// The peer set the MP_CAPABLE C flag: no subflow may be opened to its
     /// initial address (RFC 8684 3.1).
     pub peer_no_src_addr: bool,
@@ -416,6 +420,7 @@ impl Connection {
                 data_fin_acked: false,
                 data_fin_due: false,
                 peer_data_ack_seen: false,
+                cap_ack_sent: false,
                 peer_no_src_addr: false,
                 add_addr_timeout: cfg.mptcp.add_addr_timeout,
                 rx_base: None,
@@ -931,15 +936,18 @@ impl Connection {
                 Self::apply_penalty(sf, ext, &mut self.shared.counters);
                 let iss = sf.iss() - self.shared.ssn_off();
                 let next_ssn = (sf.snd_nxt() - iss.0).0;
+                let cap_before = self.shared.cap_ack_sent;
                 let mut hook = Hook { sh: &mut self.shared, ext, now, iss, next_ssn, recv_window: 0 };
                 hook.recv_window =
                     hook.sh.recv_limit.saturating_sub(self.rcv_buf.ready_len() + self.rcv_buf.ofo_len()) as u64;
                 let before = sf.snd_nxt();
                 let t = sf.poll_transmit(now, &mut hook, out);
-                // A data segment took the pure ACK that was asked for to
-                // carry a due DATA_FIN: ask again, so that it leaves right
-                // after the data instead of a retransmission timeout later.
-                if self.shared.data_fin_due && sf.snd_nxt() != before {
+                // A data segment (or the third ACK, which must carry
+                // MP_CAPABLE) took the pure ACK that was asked for to carry a
+                // due DATA_FIN: ask again, so that it leaves right after
+                // instead of a retransmission timeout later.
+                let took_the_ack = sf.snd_nxt() != before || (!cap_before && self.shared.cap_ack_sent);
+                if self.shared.data_fin_due && took_the_ack {
                     sf.request_ack();
                 }
                 t
