@@ -18,12 +18,14 @@ mod close;
 mod config;
 mod handshake;
 mod hook;
+mod info;
 mod rx;
 mod signal;
 mod tx;
 
 pub use config::{ConnConfig, MptcpConfig};
 pub(crate) use handshake::usable_cap_flags;
+pub use info::{ConnectionInfo, SubflowInfo};
 
 use crate::buf::{RecvBuf, SendBuf};
 use crate::counters::Counters;
@@ -351,51 +353,6 @@ impl core::fmt::Debug for Connection {
     }
 }
 
-/// A snapshot like Linux's `MPTCP_INFO` plus per-subflow `TCP_INFO`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ConnectionInfo {
-    /// MPTCP, plain TCP, or not decided yet.
-    pub mode: Mode,
-    /// Both keys are known to both sides: joins can be accepted and
-    /// addresses announced.
-    pub fully_established: bool,
-    /// Our token (what the peer's MP_JOINs name), in MPTCP mode.
-    pub local_token: Option<u32>,
-    /// The peer's token, once its key is known.
-    pub remote_token: Option<u32>,
-    /// Data bytes the peer DATA_ACKed (`mptcpi_bytes_acked`): what reached
-    /// its connection, whatever subflow carried it.
-    pub bytes_acked: u64,
-    /// Data bytes received in order (`mptcpi_bytes_received`).
-    pub bytes_received: u64,
-    /// Every live subflow.
-    pub subflows: Vec<SubflowInfo>,
-}
-
-/// One subflow in [`ConnectionInfo`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct SubflowInfo {
-    /// Index in the connection (stable for the subflow's life, what
-    /// [`Connection::set_backup`] takes).
-    pub id: usize,
-    /// Local address and port.
-    pub local: SocketAddr,
-    /// Peer address and port.
-    pub remote: SocketAddr,
-    /// Backup subflow: carries data only when no other can.
-    pub backup: bool,
-    /// Stale after an RTO streak: avoided, its data reinjected elsewhere.
-    pub stale: bool,
-    /// Usable for data (the initial subflow, or a join that completed).
-    pub joined: bool,
-    /// The subflow's own `TCP_INFO`.
-    pub tcp: crate::tcp::TcpInfo,
-    /// Scheduler's `avg_pacing_rate`, bytes/s.
-    pub avg_pacing_rate: Option<u64>,
-    /// Slow-subflow cwnd halvings applied to it.
-    pub penalized: u64,
-}
-
 impl Connection {
     fn new(cfg: ConnConfig, mode: Mode, server: bool, local_key: u64, now: Instant) -> Self {
         let wrap_early = cfg.mptcp.wrap_early;
@@ -499,85 +456,6 @@ impl Connection {
     /// (local, remote) of the initial subflow.
     pub fn addresses(&self) -> Option<(SocketAddr, SocketAddr)> {
         self.subflows.first().and_then(|s| s.as_ref()).map(|(sf, _)| (sf.local(), sf.remote()))
-    }
-
-    /// Counters of the connection and all its subflows.
-    pub fn counters(&self) -> Counters {
-        let mut c = self.shared.counters;
-        for (sf, _) in self.subflows.iter().flatten() {
-            c.add(&sf.counters());
-        }
-        c
-    }
-
-    /// A snapshot of the connection and its subflows, for reports and the
-    /// runtime's `MPTCP_INFO`-like query.
-    pub fn info(&self) -> ConnectionInfo {
-        ConnectionInfo {
-            mode: self.shared.mode,
-            fully_established: self.shared.fully_established,
-            local_token: self.local_token(),
-            remote_token: self.remote_token(),
-            bytes_acked: self.shared.snd_una - self.shared.tx_base,
-            bytes_received: self.rcv_buf.next(),
-            subflows: self
-                .subflows
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
-                .map(|(i, (sf, ext))| SubflowInfo {
-                    id: i,
-                    local: sf.local(),
-                    remote: sf.remote(),
-                    backup: ext.backup,
-                    stale: ext.stale,
-                    joined: matches!(ext.join, JoinState::Joined | JoinState::Initial),
-                    tcp: sf.info(),
-                    avg_pacing_rate: self.sched.avg_pacing_rate(i),
-                    penalized: ext.penalized,
-                })
-                .collect(),
-        }
-    }
-
-    /// Internal state for debugging a stuck connection.
-    pub fn debug_state(&self) -> String {
-        let maps: Vec<_> = self
-            .subflows
-            .iter()
-            .flatten()
-            .map(|(sf, e)| {
-                format!(
-                    "join={:?} stale={} tx_maps={} rx_map={:?} rx_ahead={:?} queued={} recv_ready={} recv_off={}",
-                    e.join,
-                    e.stale,
-                    e.tx_maps.len(),
-                    e.rx_map,
-                    e.rx_ahead.iter().take(4).collect::<Vec<_>>(),
-                    sf.send_queued(),
-                    sf.recv_ready(),
-                    sf.recv_offset()
-                )
-            })
-            .collect();
-        format!(
-            "snd_una={} snd_nxt={} write_seq={} wnd_end={} rcv_nxt={} rx_base={:?} ofo={} ready={} recv_limit={} send_limit={} reinject={:?} fin={:?}/{} peer_fin={:?} {:?}",
-            self.shared.snd_una - self.shared.tx_base,
-            self.shared.snd_nxt - self.shared.tx_base,
-            self.shared.write_seq - self.shared.tx_base,
-            self.shared.wnd_end.saturating_sub(self.shared.tx_base),
-            self.shared.rcv_nxt - self.shared.rx_base.unwrap_or(DataSeq(0)),
-            self.shared.rx_base.is_some(),
-            self.rcv_buf.ofo_len(),
-            self.rcv_buf.ready_len(),
-            self.shared.recv_limit,
-            self.send_limit,
-            self.reinject,
-            self.shared.data_fin_seq.map(|f| f - self.shared.tx_base),
-            self.shared.data_fin_acked,
-            self.shared.peer_data_fin,
-            maps
-        )
     }
 
     /// Replaces the scheduler (per-connection policy).
