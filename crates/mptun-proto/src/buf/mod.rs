@@ -10,5 +10,5 @@ mod recv;
 mod recv_oracle;
 mod send;
 
-pub(crate) use recv::RecvBuf;
+pub(crate) use recv::{mem_budget, RecvBuf};
 pub(crate) use send::SendBuf;
