@@ -11,4 +11,6 @@ mod recv_oracle;
 mod send;
 
 pub(crate) use recv::{mem_budget, RecvBuf};
+#[cfg(test)]
+pub(crate) use recv::MEM_SLACK;
 pub(crate) use send::SendBuf;

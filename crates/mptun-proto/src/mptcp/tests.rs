@@ -22,6 +22,11 @@ fn net(client: EndpointConfig, server: EndpointConfig) -> Net {
 
 /// Two addresses each (paths 1 and 2); the server announces its second.
 fn two_path() -> Net {
+    two_path_with(|_| {})
+}
+
+/// [`two_path`] with the server's configuration changed by `f`.
+fn two_path_with(f: impl FnOnce(&mut EndpointConfig)) -> Net {
     let mut c = EndpointConfig::default();
     c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: ip("10.0.2.1"), flags: EndpointFlags::default() });
     c.mptcp.pm.max_add_addr_accepted = 2;
@@ -31,6 +36,7 @@ fn two_path() -> Net {
         addr: ip("10.0.2.2"),
         flags: EndpointFlags { signal: true, ..Default::default() },
     });
+    f(&mut s);
     net(c, s)
 }
 
