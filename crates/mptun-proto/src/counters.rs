@@ -70,6 +70,15 @@ counters! {
     tcp_ext_tcp_ofo_merge => "TcpExtTCPOFOMerge",
     /// Out-of-order segments dropped for lack of buffer (`TcpExt TCPOFODrop`).
     tcp_ext_tcp_ofo_drop => "TcpExtTCPOFODrop",
+    /// Receive queues found over their memory budget
+    /// (twice the window plus a fixed slack), the out-of-order tail
+    /// then pruned (`TcpExt PruneCalled`).
+    tcp_ext_prune_called => "TcpExtPruneCalled",
+    /// Prunings that dropped out-of-order data (`TcpExt OfoPruned`).
+    tcp_ext_ofo_pruned => "TcpExtOfoPruned",
+    /// In-order segments dropped because the receive queue stayed over its
+    /// budget after pruning; never acknowledged (`TcpExt RcvPruned`).
+    tcp_ext_rcv_pruned => "TcpExtRcvPruned",
     /// Fully duplicate segments received (`TcpExt TCPDSACKRecv` is the sender side; this is `DelivedDup`).
     tcp_ext_tcp_duplicate_data => "TcpExtTCPDuplicateData",
     /// Challenge ACKs sent (RFC 5961, `TcpExt TCPChallengeACK`).
@@ -133,6 +142,16 @@ counters! {
     mptcp_ofo_queue_tail => "MPTcpExtOFOQueueTail",
     /// OFO segments merged with a neighbour (`MPTcpExt OFOMerge`).
     mptcp_ofo_merge => "MPTcpExtOFOMerge",
+    /// Data dropped at the connection level because it ends past the right
+    /// edge of the largest window the connection announced (`MPTcpExt NoDSSInWindow`).
+    mptcp_no_dss_in_window => "MPTcpExtNoDSSInWindow",
+    /// Out-of-order data pruned from the connection's queue to keep it within
+    /// its memory budget: one per pruning (`MPTcpExt OFOPruned`).
+    mptcp_ofo_pruned => "MPTcpExtOFOPruned",
+    /// Data dropped at the connection level for lack of memory budget even
+    /// after pruning; the subflow acknowledged it, the DATA_ACK does not
+    /// cover it, so the peer sends it again (`MPTcpExt RcvPruned`).
+    mptcp_rcv_pruned => "MPTcpExtRcvPruned",
     /// Data already received at the connection level (`MPTcpExt DuplicateData`).
     mptcp_duplicate_data => "MPTcpExtDuplicateData",
     /// Fell back to TCP mid-stream: options stripped on the only subflow (`MPTcpExt DSSFallback`).

@@ -10,5 +10,7 @@ mod recv;
 mod recv_oracle;
 mod send;
 
-pub(crate) use recv::RecvBuf;
+#[cfg(test)]
+pub(crate) use recv::MEM_SLACK;
+pub(crate) use recv::{mem_budget, RecvBuf};
 pub(crate) use send::SendBuf;

@@ -245,6 +245,28 @@ impl OfoQueue {
         Some((s, c.into_bytes(), spare))
     }
 
+    /// Drops the last chunk of the queue if it starts at or after `from`
+    /// (pruning, Linux `tcp_prune_ofo_queue`: the tail goes first, and
+    /// never data before the segment being made room for); its length.
+    pub fn pop_last_chunk_from(&mut self, from: u64) -> Option<usize> {
+        let entry = self.chunks.last_entry()?;
+        let start = *entry.key();
+        if start < from {
+            return None;
+        }
+        let c = entry.remove();
+        self.len -= c.len();
+        self.spare -= c.spare();
+        // The last chunk is the tail of the last range.
+        let mut range = self.ranges.last_entry().expect("chunks tile the ranges");
+        if *range.key() == start {
+            range.remove();
+        } else {
+            *range.get_mut() = start;
+        }
+        Some(c.len())
+    }
+
     /// Checks the invariants (tests).
     #[cfg(test)]
     pub fn check(&self) {

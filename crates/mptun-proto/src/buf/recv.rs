@@ -9,6 +9,31 @@ use super::ofo::{OfoQueue, Src, CHUNK_OVERHEAD};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 
+/// Memory a receive queue may hold beyond twice its window
+/// ([`mem_budget`]): room for one more 64 KiB chunk (a GRO-sized segment,
+/// or the spare capacity of one coalescing buffer) and its overhead.
+pub(crate) const MEM_SLACK: usize = 64 * 1024 + CHUNK_OVERHEAD;
+
+/// The memory budget of a receive queue whose window is `window` bytes, in
+/// [`RecvBuf::mem_charged`] terms: twice the window, as Linux's `sk_rcvbuf`
+/// is about twice the window it advertises (`tcp_adv_win_scale`), plus
+/// [`MEM_SLACK`]. A peer that keeps to the window with segments of 256 bytes
+/// or more never reaches it; past it the out-of-order tail is pruned.
+pub(crate) fn mem_budget(window: usize) -> usize {
+    window.saturating_mul(2).saturating_add(MEM_SLACK)
+}
+
+/// What [`RecvBuf::make_room`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Room {
+    /// The budget was exceeded (Linux `tcp_prune_queue` ran: `PruneCalled`).
+    pub prune_called: bool,
+    /// Out-of-order chunks dropped from the tail (`OFOPruned` when not 0).
+    pub pruned_chunks: usize,
+    /// The segment fits now; when `false` it must be dropped.
+    pub fits: bool,
+}
+
 /// What inserting a segment did, for the counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Insert {
@@ -75,9 +100,38 @@ impl RecvBuf {
     /// Memory the queues hold, as Linux charges `truesize` to `sk_rmem_alloc`:
     /// the bytes, the spare capacity of their buffers and
     /// [`CHUNK_OVERHEAD`] per chunk, in order and out of order.
-    #[allow(dead_code)] // the receive-window enforcement will use it
     pub fn mem_charged(&self) -> usize {
         self.ready_len + self.ready_spare + CHUNK_OVERHEAD * self.ready.len() + self.ofo.mem_charged()
+    }
+
+    /// Makes room for `len` bytes at offset `off` within `budget` (Linux
+    /// `tcp_try_rmem_schedule`): when they would take [`RecvBuf::mem_charged`]
+    /// past it, out-of-order chunks are dropped from the tail, never one
+    /// that starts before `off` and never in-order data (what was received
+    /// in order was acknowledged). `fits` is `false` when even that is not
+    /// enough: the segment is dropped then (it was not acknowledged).
+    pub fn make_room(&mut self, off: u64, len: usize, budget: usize) -> Room {
+        let charge = len + CHUNK_OVERHEAD;
+        let mut room = Room { fits: true, ..Room::default() };
+        if self.mem_charged() + charge <= budget {
+            return room;
+        }
+        room.prune_called = true;
+        while self.mem_charged() + charge > budget {
+            if self.ofo.pop_last_chunk_from(off.max(self.next)).is_none() {
+                break;
+            }
+            room.pruned_chunks += 1;
+        }
+        if room.pruned_chunks > 0 {
+            // The SACK state is reset (Linux `tcp_sack_reset`): the peer
+            // learns from the next SACK blocks what is still held.
+            if self.last_ofo.is_some_and(|l| self.ofo.range_at(l).is_none()) {
+                self.last_ofo = None;
+            }
+        }
+        room.fits = self.mem_charged() + charge <= budget;
+        room
     }
 
     /// Out-of-order ranges as `[start, end)` offsets, ascending.
@@ -320,6 +374,36 @@ mod tests {
         }
         assert_eq!(r.ofo_len(), 1000);
         assert_eq!(r.mem_charged(), 1000 * (1 + CHUNK_OVERHEAD));
+    }
+
+    /// Past its budget the queue drops its out-of-order tail, never data
+    /// before the segment made room for and never in-order data.
+    #[test]
+    fn make_room_prunes_the_tail_only() {
+        let mut r = RecvBuf::default();
+        r.insert(0, &[1u8; 1000]);
+        for i in 0..100u64 {
+            r.insert(2000 + 2 * i, b"x");
+        }
+        let before = r.mem_charged();
+        let budget = 1000 + 30 * (1 + CHUNK_OVERHEAD);
+        // A segment behind some of the queued ones: only those after it go.
+        let room = r.make_room(2100, 1, budget);
+        assert!(room.prune_called && !room.fits, "{room:?}");
+        assert_eq!(r.ofo_ranges().last(), Some((2098, 2099)));
+        assert!(r.mem_charged() < before);
+        // In-order data may take the whole out-of-order queue, not the ready bytes.
+        let room = r.make_room(1000, 1, budget);
+        assert!(room.fits && room.pruned_chunks > 0, "{room:?}");
+        assert_eq!(r.ready_len(), 1000);
+        r.check();
+        let room = r.make_room(1000, 10_000, budget);
+        assert!(!room.fits);
+        assert_eq!(r.ready_len(), 1000);
+        assert!(r.ofo_is_empty());
+        r.check();
+        // Within the budget nothing happens.
+        assert_eq!(r.make_room(1000, 1, mem_budget(1 << 20)), Room { fits: true, ..Room::default() });
     }
 
     /// Descending arrival of many full segments is not quadratic (the old

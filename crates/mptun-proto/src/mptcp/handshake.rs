@@ -161,7 +161,7 @@ impl Connection {
         let f = hdr.flags;
         match ext.join {
             JoinState::Initial if sh.mode == Mode::Pending && f.syn() && f.ack() => {
-                self.on_mp_capable_synack(hdr, opts);
+                self.on_mp_capable_synack(idx, hdr, opts);
             }
             JoinState::Initial if sh.mode == Mode::Mptcp && sh.server && sh.remote_key.is_none() && f.ack() => {
                 self.on_mp_capable_ack(idx, hdr, opts);
@@ -180,7 +180,8 @@ impl Connection {
 
     /// Client: the SYN-ACK says whether the server speaks MPTCP (its key in
     /// MP_CAPABLE) or not (then the connection is plain TCP from here on).
-    fn on_mp_capable_synack(&mut self, hdr: &TcpHeader, opts: &OptionSummary) {
+    fn on_mp_capable_synack(&mut self, idx: usize, hdr: &TcpHeader, opts: &OptionSummary) {
+        let Some((sf, _)) = self.subflows.get(idx).and_then(|s| s.as_ref()) else { return };
         let sh = &mut self.shared;
         // An MP_CAPABLE without H (HMAC-SHA256) or with B (an extension we
         // do not know) is ignored (RFC 8684 3.1, Linux mptcp_parse_option).
@@ -198,7 +199,7 @@ impl Connection {
                 sh.peer_no_src_addr = flags & cap_flags::NO_SRC_ADDR != 0;
                 sh.mode = Mode::Mptcp;
                 sh.remote_key = Some(k);
-                sh.set_rx_base(k);
+                sh.set_rx_base(k, sf.syn_window());
                 // Until the first DATA_ACK, the window is relative to our IDSN + 1.
                 sh.wnd_end = sh.tx_base + hdr.window as u64;
                 sh.counters.mptcp_mp_capable_synack_rx += 1;
@@ -228,7 +229,7 @@ impl Connection {
             if let MptcpOption::MpCapable { receiver_key: Some(rk), sender_key: Some(k), .. } = o {
                 if *rk == sh.local_key {
                     sh.remote_key = Some(*k);
-                    sh.set_rx_base(*k);
+                    sh.set_rx_base(*k, sf.syn_window());
                     sh.fully_established = true;
                     sh.wnd_end = sh.wnd_end.max(sh.tx_base + ((hdr.window as u64) << sf.snd_wscale()));
                     sh.counters.mptcp_mp_capable_ack_rx += 1;
@@ -343,8 +344,10 @@ pub(crate) fn usable_cap_flags(flags: u8) -> bool {
 }
 
 impl Shared {
-    /// The peer's key is known: its data starts at its IDSN + 1.
-    fn set_rx_base(&mut self, remote_key: u64) {
+    /// The peer's key is known: its data starts at its IDSN + 1, and it may
+    /// send the `syn_window` bytes our SYN (or SYN-ACK) offered before any
+    /// connection-level window of ours reaches it.
+    fn set_rx_base(&mut self, remote_key: u64, syn_window: u64) {
         let base = self.idsn(remote_key) + 1;
         self.rx_base = Some(base);
         self.rcv_nxt = base;
@@ -352,6 +355,6 @@ impl Shared {
         // segment sent before the key came): it enters the data sequence
         // space as the later of the two in plain order, so that the modular
         // order from here on never sees a number 2^63 away.
-        self.rcv_wnd_end = DataSeq(self.rcv_wnd_end.0.max(base.0));
+        self.rcv_wnd_end = DataSeq(self.rcv_wnd_end.0.max(base.0)).max(base + syn_window);
     }
 }

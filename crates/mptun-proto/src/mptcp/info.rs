@@ -53,6 +53,14 @@ pub struct SubflowInfo {
 }
 
 impl Connection {
+    /// Memory the receive side holds, the connection's queue and every
+    /// subflow's, charged per chunk like Linux's `truesize`. Bounded by
+    /// twice the receive buffer plus a fixed slack for the connection and for
+    /// each subflow (see `buf::mem_budget`).
+    pub fn recv_mem(&self) -> usize {
+        self.rcv_buf.mem_charged() + self.subflows.iter().flatten().map(|(sf, _)| sf.recv_mem()).sum::<usize>()
+    }
+
     /// Counters of the connection and all its subflows.
     pub fn counters(&self) -> Counters {
         let mut c = self.shared.counters;

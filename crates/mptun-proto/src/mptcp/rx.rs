@@ -5,6 +5,7 @@
 //! middlebox strips the options, and the connection-level receive window.
 
 use super::{Connection, Mode, RxMap, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
+use crate::buf::{mem_budget, RecvBuf};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, Subflow};
 use bytes::Bytes;
@@ -98,8 +99,8 @@ impl Connection {
         if sh.peer_data_fin.is_some() {
             return;
         }
-        let edge = sh.rcv_wnd_end.max(sh.rcv_nxt + sh.recv_limit as u64);
-        if fin.ge(sh.rcv_nxt) && fin.le(edge) {
+        // The DATA_FIN follows the last data byte: within the window too.
+        if fin.ge(sh.rcv_nxt) && fin.le(sh.rcv_wnd_end) {
             sh.peer_data_fin = Some(fin);
         }
     }
@@ -343,19 +344,26 @@ impl Connection {
             let into = next - map.ssn;
             let Some(chunk) = Self::read_mapped(sh, sf, ext, now, map, into) else { break };
             let dsn = map.dsn + into as u64;
-            let clen = chunk.len() as u64;
-            // A mapping that puts data outside the window we offered (or
-            // before the data sequence space) is a broken or hostile peer:
-            // reset the subflow as Linux does for an invalid mapping, rather
-            // than let it park data anywhere in the reassembly queue. (After
-            // a fallback the subflow's own window is the limit.)
-            let edge = sh.rcv_wnd_end.max(sh.rcv_nxt + self.rcv_buf.ofo_len() as u64 + sh.recv_limit as u64);
-            if dsn.lt(base) || (!sh.infinite && (dsn + clen).gt(edge)) {
+            let end = dsn + chunk.len() as u64;
+            // A mapping that puts data before the data sequence space is a
+            // broken or hostile peer: reset the subflow as Linux does for an
+            // invalid mapping.
+            if dsn.lt(base) {
                 Self::mapping_error(sh, sf, ext);
                 break;
             }
-            if (dsn + clen).le(sh.rcv_nxt) {
+            if end.le(sh.rcv_nxt) {
                 sh.counters.mptcp_duplicate_data += 1;
+            } else if !sh.infinite && end.gt(sh.rcv_wnd_end) {
+                // Past the right edge of the largest window we announced: the
+                // peer ignores the window. Dropped (Linux
+                // `mptcp_data_queue_ofo`, `MPTcpExtNoDSSInWindow`); the DATA_ACK
+                // does not cover it. (After a fallback the subflow's own
+                // window is the limit.)
+                sh.counters.mptcp_no_dss_in_window += 1;
+            } else if !sh.infinite && !Self::admit(sh, &mut self.rcv_buf, dsn - base, chunk.len()) {
+                // Over the memory budget even after pruning: dropped, not
+                // DATA_ACKed, so the peer sends it again.
             } else {
                 let off = dsn - base;
                 let ins = self.rcv_buf.insert_bytes(off, chunk);
@@ -370,6 +378,17 @@ impl Connection {
             }
             sh.rcv_nxt = base + self.rcv_buf.next();
         }
+    }
+
+    /// Makes room for `len` bytes at offset `off` of the connection's receive
+    /// queue within its memory budget (Linux `mptcp_rmem_schedule`): the
+    /// out-of-order tail past them is pruned first (`MPTcpExtOFOPruned`);
+    /// `false` when they still do not fit and are dropped (`MPTcpExtRcvPruned`).
+    fn admit(sh: &mut Shared, rcv_buf: &mut RecvBuf, off: u64, len: usize) -> bool {
+        let room = rcv_buf.make_room(off, len, mem_budget(sh.recv_limit));
+        sh.counters.mptcp_ofo_pruned += (room.pruned_chunks > 0) as u64;
+        sh.counters.mptcp_rcv_pruned += !room.fits as u64;
+        room.fits
     }
 
     /// The next bytes of the mapping `(ssn, dsn, len, checksum)`, `into`

@@ -52,6 +52,7 @@ impl Subflow {
         self.irs = Seq(syn.seq);
         self.rcv_nxt = self.irs + 1;
         self.rcv_adv = self.rcv_nxt;
+        self.rcv_edge_max = self.rcv_nxt;
         self.last_ack_sent = self.rcv_nxt;
         self.peer_mss = opts.mss.unwrap_or(TCP_MSS_DEFAULT).max(MIN_MSS);
         match opts.window_scale {
@@ -429,6 +430,24 @@ impl Subflow {
         if off + data.len() as u64 > limit {
             data = &data[..limit.saturating_sub(off).min(data.len() as u64) as usize];
             trimmed = true;
+        }
+        if !data.is_empty() {
+            // Within the memory budget (Linux tcp_try_rmem_schedule): the
+            // out-of-order tail past this segment is pruned first; a segment
+            // that still does not fit is dropped, never acknowledged.
+            let room = self.recv_buf.make_room(off, data.len(), self.rcv_mem_budget());
+            self.counters.tcp_ext_prune_called += room.prune_called as u64;
+            self.counters.tcp_ext_ofo_pruned += (room.pruned_chunks > 0) as u64;
+            if !room.fits {
+                if off > next_off {
+                    self.counters.tcp_ext_tcp_ofo_drop += 1;
+                } else {
+                    self.counters.tcp_ext_rcv_pruned += 1;
+                }
+                self.ack_now = true;
+                data = &[];
+                trimmed = true;
+            }
         }
         if fin && !trimmed && fin_off >= next_off as i64 && self.fin_received.is_none() {
             self.fin_received = Some(fin_off as u64);

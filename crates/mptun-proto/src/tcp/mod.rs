@@ -127,6 +127,15 @@ pub struct Subflow {
     rcv_wscale: u8,
     /// Right edge we last advertised (never moves left, RFC 7323 2.4).
     rcv_adv: Seq,
+    /// The furthest right edge ever advertised (`rcv_adv` can move left
+    /// under MPTCP, whose window is the connection's): what data is accepted up to.
+    rcv_edge_max: Seq,
+    /// The largest window ever advertised: under MPTCP the subflow's
+    /// buffer is the connection's, and this is what it let the subflow offer.
+    rcv_wnd_max: u32,
+    /// The window advertised is the connection's (MPTCP: the segment hook
+    /// gives it), not this subflow's free buffer space.
+    rcv_wnd_shared: bool,
     recv_buf: RecvBuf,
     recv_limit: usize,
     fin_received: Option<u64>,
@@ -288,6 +297,9 @@ impl Subflow {
             rcv_nxt: Seq(0),
             rcv_wscale,
             rcv_adv: Seq(0),
+            rcv_edge_max: Seq(0),
+            rcv_wnd_max: 0,
+            rcv_wnd_shared: false,
             recv_buf: RecvBuf::default(),
             recv_limit,
             fin_received: None,
@@ -568,6 +580,18 @@ impl Subflow {
         } else {
             0
         }
+    }
+
+    /// Memory the receive queues hold, charged per chunk like Linux's
+    /// `truesize` ([`crate::buf`]'s `mem_charged`).
+    pub fn recv_mem(&self) -> usize {
+        self.recv_buf.mem_charged()
+    }
+
+    /// The window a SYN or SYN-ACK of ours offers (unscaled), before any
+    /// other segment: what the peer may send first.
+    pub(crate) fn syn_window(&self) -> u64 {
+        self.recv_limit.min(MAX_WINDOW_FIELD as usize) as u64
     }
 
     /// In-order bytes ready for the application.

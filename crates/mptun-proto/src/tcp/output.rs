@@ -18,9 +18,33 @@ impl Subflow {
         }
     }
 
-    /// Stream offset of the right edge we accept data up to.
+    /// Stream offset of the right edge we accept data up to: the furthest
+    /// edge advertised when the window is the connection's (MPTCP: the
+    /// subflow's buffer is the connection's, RFC 8684 3.3.4), else also what
+    /// the subflow's own free buffer allows.
     pub(super) fn rcv_window_edge_off(&self) -> u64 {
-        self.recv_buf.next() + self.rcv_wnd_now().max(self.free_window() as u32) as u64
+        let adv = if self.rcv_edge_max.gt(self.rcv_nxt) { self.rcv_edge_max - self.rcv_nxt } else { 0 };
+        if self.rcv_wnd_shared {
+            return self.recv_buf.next() + adv as u64;
+        }
+        self.recv_buf.next() + self.rcv_wnd_now().max(adv).max(self.free_window() as u32) as u64
+    }
+
+    /// Memory budget of the receive queues (`buf::mem_budget`): twice the
+    /// largest window advertised (the subflow's own buffer when the window
+    /// is not the connection's) plus a fixed slack.
+    pub(super) fn rcv_mem_budget(&self) -> usize {
+        let own = if self.rcv_wnd_shared { 0 } else { self.recv_limit };
+        crate::buf::mem_budget(own.max(self.rcv_wnd_max as usize))
+    }
+
+    /// Records a window advertised in a segment.
+    fn note_rcv_adv(&mut self, w: u32) {
+        self.rcv_adv = self.rcv_nxt + w;
+        if self.rcv_adv.gt(self.rcv_edge_max) {
+            self.rcv_edge_max = self.rcv_adv;
+        }
+        self.rcv_wnd_max = self.rcv_wnd_max.max(w);
     }
 
     /// The window to advertise now (bytes), never shrinking the right edge.
@@ -371,18 +395,21 @@ impl Subflow {
         let window = if flags.syn() {
             let w = self.recv_limit.min(MAX_WINDOW_FIELD as usize) as u16;
             if flags.ack() {
-                self.rcv_adv = self.rcv_nxt + w as u32;
+                self.note_rcv_adv(w as u32);
             }
             w
         } else if flags.rst() {
             0
         } else {
             let w = match hook_window {
-                Some(w) => w.min((MAX_WINDOW_FIELD as u64) << self.rcv_wscale) as u32,
+                Some(w) => {
+                    self.rcv_wnd_shared = true;
+                    w.min((MAX_WINDOW_FIELD as u64) << self.rcv_wscale) as u32
+                }
                 None => self.select_window(),
             };
             if flags.ack() {
-                self.rcv_adv = self.rcv_nxt + w;
+                self.note_rcv_adv(w);
                 if w == 0 {
                     self.counters.tcp_ext_tcp_to_zero_window_adv += 1;
                 }

@@ -549,3 +549,89 @@ fn mptcp_retransmit_timer_resends_data_never_data_acked() {
     assert!(got == data, "{} of {} bytes", got.len(), data.len());
     assert!(n.b.counters().mptcp_retrans >= 1);
 }
+
+/// Issue 13.1. A hostile sender leaves a one-byte hole at the start of the
+/// data sequence space (every mapping is moved one byte on) and ignores the
+/// connection-level window: the server's DATA_ACKs are forged on the way so
+/// the sender believes everything arrived and keeps mapping new data far
+/// past the window, on both subflows. Before, every out-of-order chunk moved
+/// the accepted edge on (62 MB queued with a 256 KiB buffer). Now nothing
+/// past the largest edge announced is queued (`MPTcpExtNoDSSInWindow`), the
+/// subflows are not reset, and the receive side stays within its memory
+/// budget: `2 × recv_buffer + MEM_SLACK` for the connection's queue plus
+/// the same per subflow (here the subflows hold nothing: their data is in
+/// order at the subflow level).
+#[test]
+fn a_peer_ignoring_the_window_behind_a_hole_stays_within_the_receive_buffer() {
+    const RCVBUF: usize = 256 * 1024;
+    const TOTAL: usize = 16 << 20;
+    let mut n = two_path_with(|s| s.mptcp.recv_buffer = BufferSize::Fixed(RCVBUF));
+    let h = n.connect();
+    n.run(Duration::from_millis(200), &mut pass());
+    let sh = n.b.accept().unwrap();
+    assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 2);
+    let chunk = vec![0x5au8; 256 * 1024];
+    let mut sent = 0usize;
+    let mut max_end = 0u64;
+    let mut peak = 0usize;
+    let mut tamper = |from_a: bool, p: Vec<u8>| -> Option<Vec<u8>> {
+        Some(rewrite(&p, &mut |m| match m {
+            MptcpOption::Dss { mapping: Some(map), .. } if from_a => {
+                max_end = max_end.max(map.dsn + map.len as u64);
+                map.dsn += 1;
+            }
+            MptcpOption::Dss { data_ack: Some(a), .. } if !from_a && max_end > 0 => {
+                a.ack = max_end;
+                a.ack64 = true;
+            }
+            _ => {}
+        }))
+    };
+    let mut steps = 0;
+    while sent < TOTAL {
+        steps += 1;
+        assert!(steps < 20_000, "the sender stalled at {sent}");
+        sent += n.a.send(h, &chunk);
+        n.run(Duration::from_millis(5), &mut tamper);
+        let c = n.b.conn(sh).expect("the connection is not reset");
+        peak = peak.max(c.recv_mem());
+    }
+    let c = n.b.conn(sh).unwrap();
+    assert_eq!(c.info().subflows.len(), 2, "no subflow was reset");
+    assert_eq!(c.recv_ready(), 0, "nothing in order: the hole is never filled");
+    let k = n.b.counters();
+    assert!(k.mptcp_no_dss_in_window > 1000, "{}", k.to_nstat());
+    assert_eq!(k.mptcp_dss_not_matching, 0);
+    let bound = 2 * RCVBUF + crate::buf::MEM_SLACK;
+    eprintln!("sent {sent} B past a one-byte hole: peak receive memory {peak} B (bound {bound} B)\n{}", k.to_nstat());
+    assert!(peak <= bound, "peak {peak} > {bound}");
+}
+
+/// A healthy two-path transfer into a small fixed receive buffer completes
+/// intact without hitting the memory budget.
+#[test]
+fn a_small_fixed_receive_buffer_still_completes_intact() {
+    let mut n = two_path_with(|s| s.mptcp.recv_buffer = BufferSize::Fixed(64 * 1024));
+    let h = n.connect();
+    n.run(Duration::from_millis(200), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let data: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+    let (mut sent, mut got) = (0, Vec::new());
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..5000 {
+        sent += n.a.send(h, &data[sent..]);
+        n.run(Duration::from_millis(5), &mut pass());
+        got.extend(n.read_b(sh, &mut buf));
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert!(got == data, "{} of {} bytes", got.len(), data.len());
+    let k = n.b.counters();
+    assert_eq!(
+        (k.mptcp_no_dss_in_window, k.mptcp_rcv_pruned, k.mptcp_ofo_pruned, k.tcp_ext_prune_called),
+        (0, 0, 0, 0),
+        "{}",
+        k.to_nstat()
+    );
+}
