@@ -106,6 +106,10 @@ pub(crate) struct RxMap {
     pub len: u32,
     /// DSS checksum of the mapping, when the peer sent one.
     pub csum: Option<u16>,
+    /// The mapping carried the DATA_FIN: its data-level length on the wire,
+    /// which the checksum's pseudo-header holds, is `len + 1` (Linux
+    /// `map_data_fin`, added back in `validate_data_csum`).
+    pub fin: bool,
 }
 
 impl RxMap {

@@ -31,6 +31,13 @@ pub(super) fn expand32(v: u64, reference: u64) -> u64 {
         .expect("three candidates")
 }
 
+/// Whether a received DSS checksum equals the one computed: equal, or the
+/// two ones'-complement zeros (0x0000 and 0xffff) for each other (Linux sums
+/// the received checksum in and tests the folded result for zero).
+fn checksum_matches(computed: u16, received: u16) -> bool {
+    computed == received || (computed, received) == (0, 0xffff) || (computed, received) == (0xffff, 0)
+}
+
 /// Most mappings a subflow keeps ahead of its data (each came with at
 /// least one in-window byte, so the window bounds them too).
 const MAX_AHEAD: usize = 65536;
@@ -67,7 +74,7 @@ impl Connection {
         if len == 0 {
             return;
         }
-        let map = RxMap { ssn: Seq(m.ssn), dsn, len, csum: m.checksum };
+        let map = RxMap { ssn: Seq(m.ssn), dsn, len, csum: m.checksum, fin: data_fin };
         if Self::add_mapping(sh, sf, ext, map).is_err() {
             Self::mapping_error(sh, sf, ext);
         }
@@ -84,7 +91,7 @@ impl Connection {
         checksum: Option<u16>,
     ) {
         if let Some(base) = sh.rx_base.filter(|_| !sh.infinite) {
-            let map = RxMap { ssn: Seq(1) + sh.ssn_off(), dsn: base, len: len as u32, csum: checksum };
+            let map = RxMap { ssn: Seq(1) + sh.ssn_off(), dsn: base, len: len as u32, csum: checksum, fin: false };
             if len > 0 && Self::add_mapping(sh, sf, ext, map).is_err() {
                 Self::mapping_error(sh, sf, ext);
             }
@@ -122,7 +129,7 @@ impl Connection {
             // All read already: a retransmission.
             return Ok(());
         }
-        let seg = RxMap { ssn: seg_ssn, dsn: DataSeq(0), len: seg_len, csum: None };
+        let seg = RxMap { ssn: seg_ssn, dsn: DataSeq(0), len: seg_len, csum: None, fin: false };
         if !map.overlaps(&seg) {
             return Err(BadMapping);
         }
@@ -215,7 +222,7 @@ impl Connection {
                     // After a fallback the stream goes on where the last
                     // mapping ended, without end (in 1 GiB steps).
                     Some((ssn, dsn)) if infinite && ssn == next => {
-                        ext.rx_map = Some(RxMap { ssn, dsn, len: 1 << 30, csum: None });
+                        ext.rx_map = Some(RxMap { ssn, dsn, len: 1 << 30, csum: None, fin: false });
                     }
                     _ => return None,
                 },
@@ -385,7 +392,7 @@ impl Connection {
         map: RxMap,
         into: u32,
     ) -> Option<Bytes> {
-        let RxMap { ssn: mssn, dsn: mdsn, len: mlen, csum: mcsum } = map;
+        let RxMap { ssn: mssn, dsn: mdsn, len: mlen, csum: mcsum, fin: mfin } = map;
         match mcsum.filter(|_| sh.csum && into == 0) {
             Some(expect) => {
                 if sf.recv_ready() < mlen as usize {
@@ -396,7 +403,10 @@ impl Connection {
                     let Some(c) = sf.recv_chunk(now, mlen as usize - whole.len()) else { break };
                     whole.extend_from_slice(&c);
                 }
-                if dss_checksum(mdsn.0, mssn.0, mlen as u16, &whole) != expect {
+                // The pseudo-header always has the 64-bit DSN (RFC 8684
+                // 3.3.1) and the data-level length as sent, which counts a
+                // DATA_FIN the mapping carries.
+                if !checksum_matches(dss_checksum(mdsn.0, mssn.0, (mlen + mfin as u32) as u16, &whole), expect) {
                     sh.counters.mptcp_data_csum_err += 1;
                     ext.rx_map = None;
                     ext.rst_reason = Some(MPTCP_RST_EMIDDLEBOX);
