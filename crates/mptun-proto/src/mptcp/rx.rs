@@ -4,7 +4,7 @@
 //! the 32-bit DSN expansion, the fallback to an infinite mapping when a
 //! middlebox strips the options, and the connection-level receive window.
 
-use super::{Connection, Mode, RxMap, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
+use super::{Connection, JoinState, Mode, RxMap, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, Subflow};
 use bytes::Bytes;
@@ -273,17 +273,24 @@ impl Connection {
             && single_subflow
             && ofo_empty
         {
-            sh.infinite = true;
             sh.counters.mptcp_dss_fallback += 1;
-            // Where the mapped data ends: the last mapping known, else the
-            // last one read, else the subflow's next byte at rcv_nxt.
-            let next = Self::next_ssn(sh, sf);
-            let last = ext.rx_ahead.back().or(ext.rx_map.as_ref()).map(|m| (m.end(), m.dsn_end()));
-            let cont = last.or(ext.rx_last_end.filter(|&(ssn, _)| ssn.ge(next))).unwrap_or((next, sh.rcv_nxt));
-            // (Should bytes lie unmapped between `next` and `cont`,
-            // drain_mappings finds them and resets: never a silent gap.)
-            ext.rx_last_end = Some(cont);
+            Self::fall_back(sh, sf, ext);
         }
+    }
+
+    /// Falls back to an infinite mapping on the only subflow: the mappings
+    /// already received are honoured to their end, and the subflow's bytes
+    /// from there on continue the data sequence where the last of them ends.
+    pub(super) fn fall_back(sh: &mut Shared, sf: &Subflow, ext: &mut SubflowExt) {
+        sh.infinite = true;
+        // Where the mapped data ends: the last mapping known, else the
+        // last one read, else the subflow's next byte at rcv_nxt.
+        let next = Self::next_ssn(sh, sf);
+        let last = ext.rx_ahead.back().or(ext.rx_map.as_ref()).map(|m| (m.end(), m.dsn_end()));
+        let cont = last.or(ext.rx_last_end.filter(|&(ssn, _)| ssn.ge(next))).unwrap_or((next, sh.rcv_nxt));
+        // (Should bytes lie unmapped between `next` and `cont`,
+        // drain_mappings finds them and resets: never a silent gap.)
+        ext.rx_last_end = Some(cont);
     }
 
     /// The subflow's FIN after a fallback: it is the DATA_FIN only if every
@@ -339,6 +346,7 @@ impl Connection {
     /// subflow data is read under the mapping that covers it; data no
     /// mapping covers is a protocol error that resets the subflow.
     fn drain_mappings(&mut self, now: Instant, idx: usize, base: DataSeq) {
+        let alone = self.subflows.iter().flatten().count() == 1;
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let sh = &mut self.shared;
         while sf.recv_ready() > 0 {
@@ -348,7 +356,7 @@ impl Connection {
                 break;
             };
             let into = next - map.ssn;
-            let Some(chunk) = Self::read_mapped(sh, sf, ext, now, map, into) else { break };
+            let Some(chunk) = Self::read_mapped(sh, sf, ext, now, map, into, alone) else { break };
             let dsn = map.dsn + into as u64;
             let clen = chunk.len() as u64;
             // A mapping that puts data outside the window we offered (or
@@ -382,8 +390,12 @@ impl Connection {
     /// The next bytes of the mapping `(ssn, dsn, len, checksum)`, `into`
     /// bytes in, from the subflow; `None` when there are none yet or the
     /// subflow was reset. With DSS checksums a mapping is delivered whole
-    /// and only once verified; a failed checksum resets the subflow
-    /// (MP_TCPRST "middlebox interference").
+    /// and only once verified. A failed checksum (RFC 8684 3.7, Linux
+    /// `subflow_check_data_avail`): on the only subflow (`alone`, never
+    /// joined) MP_FAIL with the mapping's DSN and a fallback to TCP from
+    /// that mapping on, its bytes delivered as the TCP stream carried them;
+    /// otherwise the subflow is reset with MP_TCPRST "middlebox
+    /// interference" and MP_FAIL, and its data is reinjected elsewhere.
     fn read_mapped(
         sh: &mut Shared,
         sf: &mut Subflow,
@@ -391,6 +403,7 @@ impl Connection {
         now: Instant,
         map: RxMap,
         into: u32,
+        alone: bool,
     ) -> Option<Bytes> {
         let RxMap { ssn: mssn, dsn: mdsn, len: mlen, csum: mcsum, fin: mfin } = map;
         match mcsum.filter(|_| sh.csum && into == 0) {
@@ -408,6 +421,18 @@ impl Connection {
                 // DATA_FIN the mapping carries.
                 if !checksum_matches(dss_checksum(mdsn.0, mssn.0, (mlen + mfin as u32) as u16, &whole), expect) {
                     sh.counters.mptcp_data_csum_err += 1;
+                    sh.counters.mptcp_mp_fail_tx += 1;
+                    ext.mp_fail = Some(mdsn);
+                    if alone && ext.join == JoinState::Initial {
+                        // The infinite mapping starts at the failed one: the
+                        // subflow's bytes continue the data sequence from it.
+                        sh.infinite = true;
+                        sh.counters.mptcp_dss_fallback += 1;
+                        ext.rx_ahead.clear();
+                        ext.rx_map = Some(RxMap { ssn: mssn, dsn: mdsn, len: 1 << 30, csum: None, fin: false });
+                        sf.request_ack();
+                        return Some(Bytes::from(whole));
+                    }
                     ext.rx_map = None;
                     ext.rst_reason = Some(MPTCP_RST_EMIDDLEBOX);
                     sh.counters.mptcp_mp_rst_tx += 1;
