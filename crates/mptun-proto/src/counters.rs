@@ -160,6 +160,10 @@ counters! {
     mptcp_dss_not_matching => "MPTcpExtDSSNotMatching",
     /// Mappings whose DSS checksum did not match (`MPTcpExt DataCsumErr`).
     mptcp_data_csum_err => "MPTcpExtDataCsumErr",
+    /// MP_FAIL sent after a checksum failure (`MPTcpExt MPFailTx`).
+    mptcp_mp_fail_tx => "MPTcpExtMPFailTx",
+    /// MP_FAIL received (`MPTcpExt MPFailRx`).
+    mptcp_mp_fail_rx => "MPTcpExtMPFailRx",
     /// ADD_ADDR received with a valid HMAC (`MPTcpExt AddAddr`).
     mptcp_add_addr => "MPTcpExtAddAddr",
     /// ADD_ADDR echoes received (`MPTcpExt EchoAdd`).

@@ -17,6 +17,8 @@ const DSS_FULL: usize = 28;
 const DSS_ACK: usize = 12;
 /// DSS with a 64-bit mapping only (18 bytes, 20 aligned; 20 exactly with a checksum).
 const DSS_MAP: usize = 20;
+/// MP_FAIL (RFC 8684 3.7).
+const MP_FAIL_LEN: usize = 12;
 /// Retransmissions of an unechoed ADD_ADDR before it is given up (Linux
 /// `ADD_ADDR_RETRANS_MAX`), each `MptcpConfig::add_addr_timeout` apart.
 pub(crate) const ADD_ADDR_RETRANS_MAX: u8 = 3;
@@ -202,7 +204,8 @@ impl SegmentHook for Hook<'_> {
     fn option_space(&self, data: bool) -> usize {
         match self.sh.mode {
             Mode::Plain => 0,
-            _ if self.sh.infinite => 0,
+            // The MP_FAIL of a checksum failure still leaves after the fallback.
+            _ if self.sh.infinite => self.ext.mp_fail.map_or(0, |_| MP_FAIL_LEN),
             Mode::Mptcp
                 if data
                     && self.sh.fully_established
@@ -235,9 +238,17 @@ impl SegmentHook for Hook<'_> {
             if let Some(reason) = self.ext.rst_reason {
                 push(opts, MptcpOption::MpTcpRst { flags: 0, reason });
             }
+            if let Some(dsn) = self.ext.mp_fail {
+                push(opts, MptcpOption::MpFail { dsn: dsn.0 });
+            }
             return None;
         }
         if self.sh.mode == Mode::Plain || self.sh.infinite {
+            if let Some(dsn) = self.ext.mp_fail.filter(|_| self.sh.mode == Mode::Mptcp && ack) {
+                if push(opts, MptcpOption::MpFail { dsn: dsn.0 }) {
+                    self.ext.mp_fail = None;
+                }
+            }
             return None;
         }
         match self.ext.join {

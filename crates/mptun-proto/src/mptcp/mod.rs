@@ -108,6 +108,10 @@ pub(crate) struct RxMap {
     pub len: u32,
     /// DSS checksum of the mapping, when the peer sent one.
     pub csum: Option<u16>,
+    /// The mapping carried the DATA_FIN: its data-level length on the wire,
+    /// which the checksum's pseudo-header holds, is `len + 1` (Linux
+    /// `map_data_fin`, added back in `validate_data_csum`).
+    pub fin: bool,
 }
 
 impl RxMap {
@@ -178,6 +182,10 @@ pub(crate) struct SubflowExt {
     pub rst_reason: Option<u8>,
     /// Put MP_FASTCLOSE on our RST.
     pub fastclose: bool,
+    /// MP_FAIL to send (RFC 8684 3.7): the data sequence number of the
+    /// mapping whose checksum failed, on the next ACK of the only subflow
+    /// (which then falls back) or on the RST with MP_TCPRST.
+    pub mp_fail: Option<DataSeq>,
     /// MP_PRIO to send on the next pure ACK.
     pub prio_pending: Option<bool>,
     /// (DATA_ACK, window edge) last sent on this subflow, and mappings sent
@@ -207,6 +215,7 @@ impl SubflowExt {
             penalized: 0,
             rst_reason: None,
             fastclose: false,
+            mp_fail: None,
             prio_pending: None,
             last_ack_sent: None,
             maps_without_ack: 0,
@@ -689,6 +698,12 @@ impl Connection {
 
     fn on_subflow_events(&mut self, idx: usize) {
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
+        if self.shared.mode == Mode::Mptcp && sf.rst_pending() {
+            // A subflow reset by the MPTCP layer (a bad mapping or checksum
+            // found while draining) is reaped only once its RST left with
+            // MP_TCPRST (and MP_FAIL): poll_transmit comes back here.
+            return;
+        }
         let mut failed = false;
         let mut fallback_fin = false;
         while let Some(ev) = sf.poll_event() {

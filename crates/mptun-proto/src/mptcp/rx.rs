@@ -4,7 +4,7 @@
 //! the 32-bit DSN expansion, the fallback to an infinite mapping when a
 //! middlebox strips the options, and the connection-level receive window.
 
-use super::{Connection, Mode, RxMap, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
+use super::{Connection, JoinState, Mode, RxMap, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
 use crate::buf::{mem_budget, RecvBuf};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, Subflow};
@@ -30,6 +30,13 @@ pub(super) fn expand32(v: u64, reference: u64) -> u64 {
         .into_iter()
         .min_by_key(|c| c.abs_diff(reference))
         .expect("three candidates")
+}
+
+/// Whether a received DSS checksum equals the one computed: equal, or the
+/// two ones'-complement zeros (0x0000 and 0xffff) for each other (Linux sums
+/// the received checksum in and tests the folded result for zero).
+fn checksum_matches(computed: u16, received: u16) -> bool {
+    computed == received || (computed, received) == (0, 0xffff) || (computed, received) == (0xffff, 0)
 }
 
 /// Most mappings a subflow keeps ahead of its data (each came with at
@@ -68,7 +75,7 @@ impl Connection {
         if len == 0 {
             return;
         }
-        let map = RxMap { ssn: Seq(m.ssn), dsn, len, csum: m.checksum };
+        let map = RxMap { ssn: Seq(m.ssn), dsn, len, csum: m.checksum, fin: data_fin };
         if Self::add_mapping(sh, sf, ext, map).is_err() {
             Self::mapping_error(sh, sf, ext);
         }
@@ -85,7 +92,7 @@ impl Connection {
         checksum: Option<u16>,
     ) {
         if let Some(base) = sh.rx_base.filter(|_| !sh.infinite) {
-            let map = RxMap { ssn: Seq(1) + sh.ssn_off(), dsn: base, len: len as u32, csum: checksum };
+            let map = RxMap { ssn: Seq(1) + sh.ssn_off(), dsn: base, len: len as u32, csum: checksum, fin: false };
             if len > 0 && Self::add_mapping(sh, sf, ext, map).is_err() {
                 Self::mapping_error(sh, sf, ext);
             }
@@ -123,7 +130,7 @@ impl Connection {
             // All read already: a retransmission.
             return Ok(());
         }
-        let seg = RxMap { ssn: seg_ssn, dsn: DataSeq(0), len: seg_len, csum: None };
+        let seg = RxMap { ssn: seg_ssn, dsn: DataSeq(0), len: seg_len, csum: None, fin: false };
         if !map.overlaps(&seg) {
             return Err(BadMapping);
         }
@@ -216,7 +223,7 @@ impl Connection {
                     // After a fallback the stream goes on where the last
                     // mapping ended, without end (in 1 GiB steps).
                     Some((ssn, dsn)) if infinite && ssn == next => {
-                        ext.rx_map = Some(RxMap { ssn, dsn, len: 1 << 30, csum: None });
+                        ext.rx_map = Some(RxMap { ssn, dsn, len: 1 << 30, csum: None, fin: false });
                     }
                     _ => return None,
                 },
@@ -267,17 +274,24 @@ impl Connection {
             && single_subflow
             && ofo_empty
         {
-            sh.infinite = true;
             sh.counters.mptcp_dss_fallback += 1;
-            // Where the mapped data ends: the last mapping known, else the
-            // last one read, else the subflow's next byte at rcv_nxt.
-            let next = Self::next_ssn(sh, sf);
-            let last = ext.rx_ahead.back().or(ext.rx_map.as_ref()).map(|m| (m.end(), m.dsn_end()));
-            let cont = last.or(ext.rx_last_end.filter(|&(ssn, _)| ssn.ge(next))).unwrap_or((next, sh.rcv_nxt));
-            // (Should bytes lie unmapped between `next` and `cont`,
-            // drain_mappings finds them and resets: never a silent gap.)
-            ext.rx_last_end = Some(cont);
+            Self::fall_back(sh, sf, ext);
         }
+    }
+
+    /// Falls back to an infinite mapping on the only subflow: the mappings
+    /// already received are honoured to their end, and the subflow's bytes
+    /// from there on continue the data sequence where the last of them ends.
+    pub(super) fn fall_back(sh: &mut Shared, sf: &Subflow, ext: &mut SubflowExt) {
+        sh.infinite = true;
+        // Where the mapped data ends: the last mapping known, else the
+        // last one read, else the subflow's next byte at rcv_nxt.
+        let next = Self::next_ssn(sh, sf);
+        let last = ext.rx_ahead.back().or(ext.rx_map.as_ref()).map(|m| (m.end(), m.dsn_end()));
+        let cont = last.or(ext.rx_last_end.filter(|&(ssn, _)| ssn.ge(next))).unwrap_or((next, sh.rcv_nxt));
+        // (Should bytes lie unmapped between `next` and `cont`,
+        // drain_mappings finds them and resets: never a silent gap.)
+        ext.rx_last_end = Some(cont);
     }
 
     /// The subflow's FIN after a fallback: it is the DATA_FIN only if every
@@ -333,6 +347,7 @@ impl Connection {
     /// subflow data is read under the mapping that covers it; data no
     /// mapping covers is a protocol error that resets the subflow.
     fn drain_mappings(&mut self, now: Instant, idx: usize, base: DataSeq) {
+        let alone = self.subflows.iter().flatten().count() == 1;
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let sh = &mut self.shared;
         while sf.recv_ready() > 0 {
@@ -342,7 +357,7 @@ impl Connection {
                 break;
             };
             let into = next - map.ssn;
-            let Some(chunk) = Self::read_mapped(sh, sf, ext, now, map, into) else { break };
+            let Some(chunk) = Self::read_mapped(sh, sf, ext, now, map, into, alone) else { break };
             let dsn = map.dsn + into as u64;
             let end = dsn + chunk.len() as u64;
             // A mapping that puts data before the data sequence space is a
@@ -394,8 +409,12 @@ impl Connection {
     /// The next bytes of the mapping `(ssn, dsn, len, checksum)`, `into`
     /// bytes in, from the subflow; `None` when there are none yet or the
     /// subflow was reset. With DSS checksums a mapping is delivered whole
-    /// and only once verified; a failed checksum resets the subflow
-    /// (MP_TCPRST "middlebox interference").
+    /// and only once verified. A failed checksum (RFC 8684 3.7, Linux
+    /// `subflow_check_data_avail`): on the only subflow (`alone`, never
+    /// joined) MP_FAIL with the mapping's DSN and a fallback to TCP from
+    /// that mapping on, its bytes delivered as the TCP stream carried them;
+    /// otherwise the subflow is reset with MP_TCPRST "middlebox
+    /// interference" and MP_FAIL, and its data is reinjected elsewhere.
     fn read_mapped(
         sh: &mut Shared,
         sf: &mut Subflow,
@@ -403,8 +422,9 @@ impl Connection {
         now: Instant,
         map: RxMap,
         into: u32,
+        alone: bool,
     ) -> Option<Bytes> {
-        let RxMap { ssn: mssn, dsn: mdsn, len: mlen, csum: mcsum } = map;
+        let RxMap { ssn: mssn, dsn: mdsn, len: mlen, csum: mcsum, fin: mfin } = map;
         match mcsum.filter(|_| sh.csum && into == 0) {
             Some(expect) => {
                 if sf.recv_ready() < mlen as usize {
@@ -415,8 +435,23 @@ impl Connection {
                     let Some(c) = sf.recv_chunk(now, mlen as usize - whole.len()) else { break };
                     whole.extend_from_slice(&c);
                 }
-                if dss_checksum(mdsn.0, mssn.0, mlen as u16, &whole) != expect {
+                // The pseudo-header always has the 64-bit DSN (RFC 8684
+                // 3.3.1) and the data-level length as sent, which counts a
+                // DATA_FIN the mapping carries.
+                if !checksum_matches(dss_checksum(mdsn.0, mssn.0, (mlen + mfin as u32) as u16, &whole), expect) {
                     sh.counters.mptcp_data_csum_err += 1;
+                    sh.counters.mptcp_mp_fail_tx += 1;
+                    ext.mp_fail = Some(mdsn);
+                    if alone && ext.join == JoinState::Initial {
+                        // The infinite mapping starts at the failed one: the
+                        // subflow's bytes continue the data sequence from it.
+                        sh.infinite = true;
+                        sh.counters.mptcp_dss_fallback += 1;
+                        ext.rx_ahead.clear();
+                        ext.rx_map = Some(RxMap { ssn: mssn, dsn: mdsn, len: 1 << 30, csum: None, fin: false });
+                        sf.request_ack();
+                        return Some(Bytes::from(whole));
+                    }
                     ext.rx_map = None;
                     ext.rst_reason = Some(MPTCP_RST_EMIDDLEBOX);
                     sh.counters.mptcp_mp_rst_tx += 1;

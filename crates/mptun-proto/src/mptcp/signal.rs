@@ -131,6 +131,22 @@ impl Connection {
                 return ControlFlow::Break(());
             }
             MptcpOption::MpTcpRst { .. } => sh.counters.mptcp_mp_rst_rx += 1,
+            MptcpOption::MpFail { .. } => {
+                sh.counters.mptcp_mp_fail_rx += 1;
+                // The peer's checksum failed on our only subflow and it fell
+                // back (RFC 8684 3.7): so do we (Linux
+                // `mptcp_pm_mp_fail_received`, which also answers with an
+                // infinite mapping). With other subflows the peer resets this
+                // one instead, and the MP_FAIL is only counted.
+                let alone = self.subflows.iter().flatten().count() == 1;
+                let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else {
+                    return ControlFlow::Continue(());
+                };
+                let sh = &mut self.shared;
+                if alone && sh.csum && !sh.infinite && sh.mode == super::Mode::Mptcp && ext.join == JoinState::Initial {
+                    Self::fall_back(sh, sf, ext);
+                }
+            }
             _ => {}
         }
         ControlFlow::Continue(())

@@ -337,9 +337,13 @@ fn checksums_negotiated_by_either_side_and_corruption_caught() {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 65536];
     let mut corrupted = 0;
+    let mut rst_opts = Vec::new();
     for _ in 0..300 {
         sent += n.a.send(h, &data[sent..]);
         n.run(Duration::from_millis(20), &mut |from_a, p| {
+            if !from_a && parse_tcp_packet(&p).unwrap().tcp.flags.rst() {
+                rst_opts.extend(mptcp_opts(&p));
+            }
             // A middlebox rewrites one payload byte of one data segment on path 1
             // and fixes the TCP checksum: only the DSS checksum can tell.
             if from_a && corrupted == 0 && p.len() > 1000 && p[19] == 2 {
@@ -362,6 +366,88 @@ fn checksums_negotiated_by_either_side_and_corruption_caught() {
     assert_eq!(corrupted, 1);
     assert_eq!(n.b.counters().mptcp_data_csum_err, 1);
     assert_eq!(got, data, "the corrupted mapping must not be delivered; it is re-sent on the other path");
+    // With another subflow the failed one is reset with MP_TCPRST
+    // "middlebox interference" and MP_FAIL (RFC 8684 3.7).
+    assert!(
+        rst_opts.contains(&MptcpOption::MpTcpRst { flags: 0, reason: MPTCP_RST_EMIDDLEBOX }),
+        "{rst_opts:?} {:?}",
+        n.b.counters()
+    );
+    assert!(rst_opts.iter().any(|o| matches!(o, MptcpOption::MpFail { .. })), "{rst_opts:?}");
+    assert_eq!(n.b.counters().mptcp_mp_fail_tx, 1);
+}
+
+/// On the only subflow a checksum failure does not reset (RFC 8684 3.7):
+/// the receiver sends MP_FAIL with the failed mapping's DSN and both ends
+/// fall back to TCP, from that mapping on. The stream stays whole and in
+/// place; the byte the middlebox rewrote is delivered as TCP carried it.
+#[test]
+fn checksum_failure_on_the_only_subflow_sends_mp_fail_and_falls_back() {
+    let mut c = EndpointConfig::default();
+    c.mptcp.checksum = true;
+    let mut n = net(c, EndpointConfig::default());
+    let h = n.connect();
+    let mut iss = None;
+    n.run(Duration::from_millis(100), &mut |from_a, p| {
+        let t = parse_tcp_packet(&p).unwrap().tcp;
+        if from_a && t.flags.syn() {
+            iss = Some(t.seq);
+        }
+        Some(p)
+    });
+    let iss = iss.unwrap();
+    let sh = n.b.accept().unwrap();
+    let data: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
+    let (mut sent, mut got, mut buf) = (0, Vec::new(), vec![0u8; 65536]);
+    let (mut corrupted, mut mp_fail_dsn, mut rsts) = (None, Vec::new(), 0);
+    let mut data_segs = 0;
+    for _ in 0..300 {
+        sent += n.a.send(h, &data[sent..]);
+        if sent == data.len() {
+            n.a.close(h);
+        }
+        n.run(Duration::from_millis(20), &mut |from_a, p| {
+            let pkt = parse_tcp_packet(&p).unwrap();
+            rsts += pkt.tcp.flags.rst() as usize;
+            for o in mptcp_opts(&p) {
+                if let (false, MptcpOption::MpFail { dsn }) = (from_a, o) {
+                    mp_fail_dsn.push(dsn);
+                }
+            }
+            // One payload byte of the 50th data segment rewritten, TCP
+            // checksum fixed: only the DSS checksum can tell.
+            data_segs += (from_a && pkt.payload.len() > 1000) as usize;
+            if from_a && corrupted.is_none() && pkt.payload.len() > 1000 && data_segs == 50 {
+                let mut payload = pkt.payload.to_vec();
+                payload[100] ^= 0xff;
+                let mut out = vec![0u8; 1600];
+                let k = emit_tcp_packet(pkt.src, pkt.dst, pkt.ttl, &pkt.tcp, &payload, &mut out).unwrap();
+                out.truncate(k);
+                corrupted = Some(pkt.tcp.seq.wrapping_add(100));
+                return Some(out);
+            }
+            Some(p)
+        });
+        got.extend(n.read_b(sh, &mut buf));
+        if got.len() == data.len() && n.b.recv_finished(sh) {
+            break;
+        }
+    }
+    assert!(corrupted.is_some());
+    let (bc, ac) = (n.b.counters(), n.a.counters());
+    assert_eq!(bc.mptcp_data_csum_err, 1, "{bc:?}");
+    assert_eq!(bc.mptcp_mp_fail_tx, 1);
+    assert_eq!(ac.mptcp_mp_fail_rx, 1, "the MP_FAIL reached the sender");
+    assert_eq!(mp_fail_dsn.len(), 1, "one MP_FAIL: {mp_fail_dsn:?}");
+    assert_eq!(rsts, 0, "no reset");
+    assert_eq!(bc.mptcp_mp_rst_tx + ac.mptcp_mp_rst_tx, 0);
+    assert!(n.b.conn(sh).is_none_or(|c| c.shared.infinite), "the receiver fell back");
+    assert_eq!(got.len(), data.len(), "every byte arrives, in place");
+    assert!(n.b.recv_finished(sh), "the stream ends cleanly after the fallback");
+    let diff: Vec<usize> = (0..data.len()).filter(|&i| got[i] != data[i]).collect();
+    assert_eq!(diff.len(), 1, "exactly the rewritten byte differs: {diff:?}");
+    let at = corrupted.unwrap().wrapping_sub(iss.wrapping_add(1)) as usize;
+    assert_eq!(diff, [at], "the rewritten byte sits where TCP carried it");
 }
 
 #[test]

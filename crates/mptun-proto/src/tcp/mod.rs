@@ -639,6 +639,11 @@ impl Subflow {
         }
     }
 
+    /// A RST is waiting to go out.
+    pub fn rst_pending(&self) -> bool {
+        self.pending_rst.is_some()
+    }
+
     /// Abortive close: a RST goes out and the subflow is closed at once.
     pub fn abort(&mut self) {
         if self.state.is_synchronized() || self.state == State::SynReceived {
