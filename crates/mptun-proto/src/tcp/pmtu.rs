@@ -24,8 +24,10 @@ const IP_MIN_PMTU: u32 = 552;
 /// IPv6 minimum link MTU (RFC 8200 5): a report below it is ignored (Linux
 /// `tcp_v6_err`).
 const IPV6_MIN_MTU: u32 = 1280;
-/// RTOs in a row after which a black hole is suspected (Linux
-/// `tcp_retries1`).
+/// Linux `tcp_retries1`: a black hole is suspected once retransmissions
+/// have gone unanswered for as long as this many RTOs from `rto_min` would
+/// take, `(2^(n+1) - 1) × rto_min` (Linux `retransmits_timed_out` with
+/// `tcp_model_timeout`): 3 s with the default 200 ms.
 const TCP_RETRIES1: u32 = 3;
 /// The MSS never falls below this on black-hole detection (Linux
 /// `tcp_mtu_probe_floor`).
@@ -46,6 +48,9 @@ pub(super) struct PathMtu {
     probe: Option<(Seq, Seq, u32)>,
     /// When the search (re)started (Linux `icsk_mtup.probe_timestamp`).
     probe_timestamp: Option<Instant>,
+    /// When the data the current RTO streak retransmits was first sent
+    /// (Linux `retrans_stamp`).
+    rto_streak_start: Option<Instant>,
 }
 
 impl PathMtu {
@@ -179,15 +184,22 @@ impl Subflow {
         }
     }
 
-    /// Called on every RTO of data (Linux `tcp_write_timeout`'s black-hole
-    /// detection, `tcp_mtu_probing`): a probe in flight failed; after
-    /// `tcp_retries1` RTOs in a row the search starts (its floor is
+    /// Called on every RTO of data, before the backoff (Linux
+    /// `tcp_write_timeout`'s black-hole detection, `tcp_mtu_probing`): a
+    /// probe in flight failed; once the streak of RTOs has lasted what
+    /// `tcp_retries1` RTOs would, the search starts (its floor is
     /// `base_mss`) or, if it runs already, its floor halves.
     pub(super) fn pmtu_on_rto(&mut self, now: Instant) {
         if self.pmtu.probe.is_some() {
             self.mtu_probe_failed();
         }
-        if !self.pmtu.known() || self.cfg.mtu_probing == 0 || self.retries <= TCP_RETRIES1 {
+        if self.retries <= 1 || self.pmtu.rto_streak_start.is_none() {
+            // The timer that just fired was armed when the head was sent.
+            self.pmtu.rto_streak_start = Some(now - self.rtt.rto());
+        }
+        let start = self.pmtu.rto_streak_start.unwrap_or(now);
+        let boundary = self.cfg.rto_min.saturating_mul((2 << TCP_RETRIES1) - 1);
+        if !self.pmtu.known() || self.cfg.mtu_probing == 0 || now.saturating_duration_since(start) < boundary {
             return;
         }
         if !self.pmtu.enabled {
