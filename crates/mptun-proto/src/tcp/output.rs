@@ -205,6 +205,9 @@ impl Subflow {
             0
         };
         let mss = self.mss(hook_space + sack_space);
+        if self.pmtu.known() {
+            self.pmtu.hook_space = hook_space;
+        }
         let mut flags = TcpFlags::ACK;
 
         // Retransmit the first lost segment, else send new data.

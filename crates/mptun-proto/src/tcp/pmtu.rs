@@ -51,6 +51,9 @@ pub(super) struct PathMtu {
     /// When the data the current RTO streak retransmits was first sent
     /// (Linux `retrans_stamp`).
     rto_streak_start: Option<Instant>,
+    /// Option bytes the segment hook put on the last data segment: what
+    /// the segments in flight carry besides timestamps.
+    pub(super) hook_space: usize,
 }
 
 impl PathMtu {
@@ -166,11 +169,11 @@ impl Subflow {
     }
 
     /// Linux `tcp_simple_retransmit`: every segment in flight larger than the
-    /// MSS now is lost and goes out again (cut to the new size), without
+    /// MSS now (with the options data segments carry) is lost and goes out again (cut to the new size), without
     /// touching the congestion window: no more data is in the network, only
     /// the units changed.
     pub(super) fn simple_retransmit(&mut self, now: Instant) {
-        self.scoreboard.mark_lost_larger_than(self.mss(0));
+        self.scoreboard.mark_lost_larger_than(self.mss(self.pmtu.hook_space));
         if self.scoreboard.lost_out() == 0 {
             return;
         }
