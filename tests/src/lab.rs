@@ -135,11 +135,48 @@ impl Lab {
     /// One TUN in `side` carrying the subnets of `paths` (one TUN per path:
     /// call once per path; one TUN for several: pass them all).
     pub fn tun(&self, side: Side, name: &str, paths: &[u8]) -> io::Result<Arc<TunDevice>> {
-        let mut cfg = TunConfig::new(name).tx_queue_len(10_000);
+        self.tun_mtu(side, name, paths, 1500)
+    }
+
+    /// As [`Lab::tun`], with the TUN's MTU.
+    pub fn tun_mtu(&self, side: Side, name: &str, paths: &[u8], mtu: u16) -> io::Result<Arc<TunDevice>> {
+        let mut cfg = TunConfig::new(name).tx_queue_len(10_000).mtu(mtu);
         for &i in paths {
             cfg = cfg.address(self.tun_gateway(side, i), 24)?;
         }
         Ok(Arc::new(spawn_tun_in_netns(self.ns(side).name(), &cfg)?))
+    }
+
+    /// Makes namespace A a router with a smaller next hop on path `i`: veth
+    /// a<i> gets MTU `mtu`, so A's kernel, forwarding mptun A's larger
+    /// packets onto it, drops them and sends ICMP "fragmentation needed"
+    /// (unless [`Lab::drop_icmp`]). B's end keeps 1500 and B's routes back
+    /// to mptun A's path-`i` subnet get `mtu M advmss 1460`: B sends at most
+    /// `mtu` bytes that way yet announces a full-size MSS, so mptun A has to
+    /// discover the hop itself.
+    pub fn narrow_hop(&self, i: u8, mtu: u16) -> io::Result<()> {
+        let (a, b) = (self.a.name(), self.b.name());
+        ip(a, ["link", "set", &format!("a{i}"), "mtu", &mtu.to_string()])?;
+        let subnet = format!("10.{}.0.0/24", 100 + i);
+        let (via, dev, m) = (format!("10.0.{i}.1"), format!("b{i}"), mtu.to_string());
+        let mut tables = vec!["main".to_owned()];
+        for j in 1..=self.paths {
+            tables.push((200 + u32::from(j)).to_string());
+            tables.push((60 + u32::from(j)).to_string());
+        }
+        for t in &tables {
+            ip(b, ["route", "replace", &subnet, "via", &via, "dev", &dev, "table", t, "mtu", &m, "advmss", "1460"])?;
+        }
+        Ok(())
+    }
+
+    /// No ICMP error leaves namespace A's kernel (a policy rule sends every
+    /// locally generated ICMP to a blackhole table): a router hop that
+    /// drops too-big packets silently, a PMTUD black hole.
+    pub fn drop_icmp(&self) -> io::Result<()> {
+        let a = self.a.name();
+        ip(a, ["route", "add", "blackhole", "default", "table", "77"])?;
+        ip(a, ["rule", "add", "pref", "10", "ipproto", "icmp", "lookup", "77"]).map(drop)
     }
 
     /// Brings path `i` down on `side` (`ip link set <veth> down`).

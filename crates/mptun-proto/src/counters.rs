@@ -112,6 +112,29 @@ counters! {
     tcp_ext_tcp_to_zero_window_adv => "TcpExtTCPToZeroWindowAdv",
     /// Receive buffer autotuning steps (`TcpExt TCPRcvSpaceGrow` is not in Linux; named for clarity).
     tcp_ext_tcp_rcv_space_grow => "TcpExtTCPRcvSpaceGrow",
+    /// ICMP "fragmentation needed" / "packet too big" ignored because the
+    /// quoted sequence number was outside `snd_una..=snd_nxt` (RFC 5927;
+    /// `TcpExt OutOfWindowIcmps`).
+    tcp_ext_out_of_window_icmps => "TcpExtOutOfWindowIcmps",
+    /// Path-MTU probes that were lost: the search ceiling came down
+    /// (`TcpExt TCPMTUPFail`).
+    tcp_ext_tcp_mtup_fail => "TcpExtTCPMTUPFail",
+    /// Path-MTU probes acknowledged: the MSS went up (`TcpExt TCPMTUPSuccess`).
+    tcp_ext_tcp_mtup_success => "TcpExtTCPMTUPSuccess",
+    /// ICMPv4 destination-unreachable messages received (`Icmp InDestUnreachs`).
+    icmp_in_dest_unreachs => "IcmpInDestUnreachs",
+    /// ICMP messages received that were malformed (bad checksum, short
+    /// quote) (`Icmp InErrors`).
+    icmp_in_errors => "IcmpInErrors",
+    /// ICMPv6 "packet too big" messages received (`Icmp6 InPktTooBigs`).
+    icmp6_in_pkt_too_bigs => "Icmp6InPktTooBigs",
+    /// ICMP "too big" reports that lowered a subflow's path MTU (no Linux
+    /// counter: the kernel records the new MTU in the route cache).
+    mptun_pmtu_reduced => "MptunPmtuReduced",
+    /// Black holes detected (full-size segments timing out while smaller
+    /// ones get through): the MSS fell back to `tcp_base_mss` and probing
+    /// started (Linux `tcp_mtu_probing`, no counter there).
+    mptun_pmtu_black_hole => "MptunPmtuBlackHole",
     /// SYNs carrying MP_CAPABLE received (`MPTcpExt MPCapableSYNRX`).
     mptcp_mp_capable_syn_rx => "MPTcpExtMPCapableSYNRX",
     /// SYNs carrying MP_CAPABLE sent (`MPTcpExt MPCapableSYNTX`).

@@ -12,12 +12,13 @@ use crate::mptcp::{ConnConfig, Connection, MptcpConfig};
 use crate::seq::Seq;
 use crate::tcp::{Event, TcpConfig, Transmit};
 use mptun_time::Instant;
+use mptun_wire::icmp::{parse_icmp_packet, Icmp};
 use mptun_wire::parse_tcp_packet;
 use mptun_wire::{crypto, MptcpOption, TcpFlags, TcpHeader, TcpOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// Local ports an outgoing connection (or subflow) is given when it asks for
 /// port 0: Linux's default `net.ipv4.ip_local_port_range` (32768–60999), so
@@ -69,6 +70,8 @@ pub struct Endpoint {
     next_tx: usize,
     rr: usize,
     counters: Counters,
+    /// MTU of the device each local address lives on (the driver's paths).
+    device_mtus: HashMap<IpAddr, u32>,
 }
 
 impl Endpoint {
@@ -90,6 +93,7 @@ impl Endpoint {
             next_tx: 0,
             rr: 0,
             counters: Counters::default(),
+            device_mtus: HashMap::new(),
         }
     }
 
@@ -97,6 +101,23 @@ impl Endpoint {
     /// size its own buffers or report what runs).
     pub fn config(&self) -> &EndpointConfig {
         &self.config
+    }
+
+    /// The MTU of the device that carries local address `local`: every
+    /// subflow from that address created from now on announces and uses an
+    /// MSS that fits it and runs path-MTU discovery below it (ICMP, and
+    /// probing per `TcpConfig::mtu_probing`). Without it a subflow uses the
+    /// configured MSS as is.
+    pub fn set_device_mtu(&mut self, local: IpAddr, mtu: u32) {
+        self.device_mtus.insert(local, mtu);
+    }
+
+    /// Gives subflow `idx` of `h`, bound to `local`, its device MTU.
+    fn apply_device_mtu(&mut self, h: ConnectionHandle, idx: usize, local: IpAddr) {
+        let Some(&mtu) = self.device_mtus.get(&local) else { return };
+        if let Some(c) = self.conn_mut(h) {
+            c.set_device_mtu(idx, mtu);
+        }
     }
 
     /// Accept connections to `addr` (an unspecified IP listens on every address).
@@ -151,6 +172,7 @@ impl Endpoint {
         let h = self.insert(conn);
         self.tokens.insert(crypto::token(key), h);
         self.by_tuple.insert((local, remote), (h, 0));
+        self.apply_device_mtu(h, 0, local.ip());
         h
     }
 
@@ -314,8 +336,12 @@ impl Endpoint {
     pub fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
         let pkt = match parse_tcp_packet(packet) {
             Ok(p) => p,
-            Err(mptun_wire::Error::NotTcp | mptun_wire::Error::Unsupported) => {
-                // Not ours to judge (ICMPv6 neighbour discovery on a TUN, UDP...).
+            Err(mptun_wire::Error::NotTcp) => {
+                self.handle_non_tcp(now, packet);
+                return;
+            }
+            Err(mptun_wire::Error::Unsupported) => {
+                // Not ours to judge (fragments, extension headers).
                 self.counters.mptun_not_tcp += 1;
                 return;
             }
@@ -367,12 +393,42 @@ impl Endpoint {
                     self.tokens.insert(crypto::token(key), h);
                 }
                 self.by_tuple.insert((local, remote), (h, 0));
+                self.apply_device_mtu(h, 0, local.ip());
                 return;
             }
         }
         self.counters.mptun_no_socket += 1;
         let refused_join = opts.mptcp.iter().any(|o| matches!(o, MptcpOption::MpJoinSyn { .. }));
         self.queue_rst(local, remote, &pkt.tcp, pkt.payload.len(), refused_join);
+    }
+
+    /// A packet that is not TCP: ICMP "fragmentation needed" / ICMPv6
+    /// "packet too big" about one of our subflows goes to that subflow
+    /// (which checks the quoted sequence number); the rest is counted and
+    /// dropped (neighbour discovery on a TUN, UDP...).
+    fn handle_non_tcp(&mut self, now: Instant, packet: &[u8]) {
+        let t = match parse_icmp_packet(packet) {
+            Ok(Icmp::TooBig(t)) => t,
+            Ok(Icmp::Other) | Err(mptun_wire::Error::NotTcp) => {
+                self.counters.mptun_not_tcp += 1;
+                return;
+            }
+            Err(_) => {
+                self.counters.icmp_in_errors += 1;
+                return;
+            }
+        };
+        if t.v6 {
+            self.counters.icmp6_in_pkt_too_bigs += 1;
+        } else {
+            self.counters.icmp_in_dest_unreachs += 1;
+        }
+        let tuple = (SocketAddr::new(t.local, t.local_port), SocketAddr::new(t.remote, t.remote_port));
+        let Some(&(h, idx)) = self.by_tuple.get(&tuple) else { return };
+        if let Some(c) = self.conns.get_mut(h.0).and_then(Option::as_mut) {
+            c.handle_too_big(now, idx, Seq(t.seq), t.mtu);
+            self.post_conn(now, h);
+        }
     }
 
     fn accept_join(
@@ -393,6 +449,7 @@ impl Endpoint {
         match c.accept_join(now, local, remote, syn, opts, (backup, addr_id, peer_nonce), nonce, iss, ts) {
             Some(idx) => {
                 self.by_tuple.insert((local, remote), (h, idx));
+                self.apply_device_mtu(h, idx, local.ip());
                 true
             }
             None => false,
@@ -444,6 +501,9 @@ impl Endpoint {
             let c = self.conns[h.0].as_mut().expect("checked above");
             let idx = c.add_join(now, &j, local, nonce, iss, ts);
             self.by_tuple.insert((local, remote), (h, idx));
+            if let Some(&mtu) = self.device_mtus.get(&local.ip()) {
+                c.set_device_mtu(idx, mtu);
+            }
         }
         let c = self.conns[h.0].as_mut().expect("checked above");
         while let Some(ev) = c.poll_event() {

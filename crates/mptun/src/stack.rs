@@ -161,7 +161,11 @@ impl StackBuilder {
                 .collect();
         }
         let default_cfg = ConnConfig { tcp: self.tcp.clone(), mptcp: mptcp.clone() };
-        let ep = Endpoint::new(EndpointConfig { tcp: self.tcp.clone(), mptcp }, seed);
+        let mut ep = Endpoint::new(EndpointConfig { tcp: self.tcp.clone(), mptcp }, seed);
+        // Each subflow's MSS from the MTU of the device its address lives on.
+        for (local, dev) in &self.paths {
+            ep.set_device_mtu(*local, u32::try_from(dev.mtu()).unwrap_or(u32::MAX));
+        }
         let local_ips = routes.iter().map(|(ip, _)| *ip).collect();
         let shared = Arc::new(Shared::new(State::new(ep, local_ips), Clock::new()));
         let driver = Driver::new(shared.clone(), devices.clone(), routes, pcaps);

@@ -227,6 +227,21 @@ impl SegmentHook for Hook<'_> {
         }
     }
 
+    fn option_space_at(&self, seq: Seq) -> usize {
+        match self.sh.mode {
+            Mode::Plain => 0,
+            _ if self.sh.infinite => 0,
+            Mode::Mptcp
+                if self.sh.fully_established
+                    && matches!(self.ext.join, JoinState::Joined | JoinState::Initial)
+                    && !self.peek_with_ack(seq - self.iss) =>
+            {
+                DSS_MAP
+            }
+            _ => DSS_FULL,
+        }
+    }
+
     fn on_emit(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) -> Option<u64> {
         let (syn, ack) = (meta.flags.syn(), meta.flags.ack());
         if meta.flags.rst() {

@@ -803,6 +803,25 @@ impl Connection {
         t
     }
 
+    /// An ICMP "fragmentation needed" / "packet too big" about subflow
+    /// `idx` quoting sequence number `seq` (see [`Subflow::handle_too_big`]):
+    /// only that subflow's MSS comes down.
+    pub(crate) fn handle_too_big(&mut self, now: Instant, idx: usize, seq: Seq, mtu: u32) {
+        self.last_now = self.last_now.max(now);
+        let Some((sf, _)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
+        if sf.handle_too_big(now, seq, mtu) {
+            self.progress(now);
+        }
+    }
+
+    /// The MTU of the device subflow `idx` leaves by (see
+    /// [`Subflow::set_device_mtu`]); called by the endpoint as it creates it.
+    pub(crate) fn set_device_mtu(&mut self, idx: usize, mtu: u32) {
+        if let Some((sf, _)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) {
+            sf.set_device_mtu(mtu);
+        }
+    }
+
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.last_now = self.last_now.max(now);
         for i in 0..self.subflows.len() {

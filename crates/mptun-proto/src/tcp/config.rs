@@ -33,6 +33,15 @@ const TCP_INVALID_RATELIMIT: Duration = Duration::from_millis(500);
 const TCP_CHALLENGE_ACK_LIMIT: u32 = 1000;
 /// Linux `net.ipv4.ip_default_ttl`.
 const IPDEFTTL: u8 = 64;
+/// Linux `net.ipv4.tcp_base_mss`: where packetization-layer PMTUD starts
+/// after a black hole.
+const TCP_BASE_MSS: u16 = 1024;
+/// Linux `net.ipv4.tcp_probe_interval` (600 s): how long a finished MTU
+/// search stands before the path is probed again.
+const TCP_PROBE_INTERVAL: Duration = Duration::from_secs(600);
+/// Linux `net.ipv4.tcp_probe_threshold`: the search stops once its range
+/// is narrower than this many bytes.
+const TCP_PROBE_THRESHOLD: u32 = 8;
 
 /// Buffer sizing: a fixed size (like setting `SO_SNDBUF`/`SO_RCVBUF`, which
 /// turns Linux's autotuning off) or autotuned between bounds.
@@ -135,6 +144,18 @@ pub struct TcpConfig {
     /// Never put bytes of two `send` calls in one segment. MPTCP subflows set
     /// it so each segment lies inside one DSS mapping.
     pub segment_at_write_boundaries: bool,
+    /// Packetization-layer path-MTU discovery (RFC 4821; Linux
+    /// `net.ipv4.tcp_mtu_probing`): 0 off, 1 only after a black hole is
+    /// detected (full-size segments time out again and again), 2 always.
+    /// Runs only on subflows that know their device MTU
+    /// ([`crate::tcp::Subflow::set_device_mtu`]).
+    pub mtu_probing: u8,
+    /// MSS a black hole falls back to (Linux `tcp_base_mss`).
+    pub base_mss: u16,
+    /// Re-probe a finished search after this long (Linux `tcp_probe_interval`).
+    pub probe_interval: Duration,
+    /// Stop the search once its range is narrower (Linux `tcp_probe_threshold`).
+    pub probe_threshold: u32,
 }
 
 impl Default for TcpConfig {
@@ -164,6 +185,10 @@ impl Default for TcpConfig {
             invalid_ratelimit: TCP_INVALID_RATELIMIT,
             challenge_ack_limit: TCP_CHALLENGE_ACK_LIMIT,
             segment_at_write_boundaries: false,
+            mtu_probing: 1,
+            base_mss: TCP_BASE_MSS,
+            probe_interval: TCP_PROBE_INTERVAL,
+            probe_threshold: TCP_PROBE_THRESHOLD,
         }
     }
 }

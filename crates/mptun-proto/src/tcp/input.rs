@@ -559,6 +559,7 @@ impl Subflow {
         let delivered = acked.segs + newly_sacked;
 
         self.detect_loss(now);
+        self.pmtu_on_ack(now);
         self.fastretrans_alert(now, ack.gt(prior_una));
         self.cong_control(now, ack.gt(prior_una), delivered, ca_rtt, prior_in_flight);
         if acked.fin {

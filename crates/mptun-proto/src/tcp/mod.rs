@@ -49,6 +49,7 @@ pub mod config;
 mod input;
 mod output;
 mod penalty;
+mod pmtu;
 mod recovery;
 mod timers;
 mod types;
@@ -97,6 +98,8 @@ pub struct Subflow {
     /// Both SYNs carried Window Scale, so both shifts apply (RFC 7323 2.2).
     wscale_ok: bool,
     peer_mss: u16,
+    /// Path MTU and its discovery (ICMP, probing).
+    pmtu: pmtu::PathMtu,
     sack_ok: bool,
     ts_ok: bool,
     send_buf: SendBuf,
@@ -269,6 +272,7 @@ impl Subflow {
             snd_wscale: 0,
             wscale_ok: false,
             peer_mss: TCP_MSS_DEFAULT,
+            pmtu: pmtu::PathMtu::default(),
             sack_ok: false,
             ts_ok: false,
             send_buf: SendBuf::new(iss + 1),
@@ -444,7 +448,7 @@ impl Subflow {
     /// Payload bytes a data segment can carry now.
     pub fn mss(&self, hook_space: usize) -> u32 {
         let opt = if self.ts_ok { TCPOLEN_TSTAMP_ALIGNED } else { 0 } + hook_space;
-        (self.peer_mss.min(self.cfg.mss) as usize).saturating_sub(opt).max(MIN_MSS as usize) as u32
+        (self.mss_cap() as usize).saturating_sub(opt).max(MIN_MSS as usize) as u32
     }
 
     /// A `TCP_INFO`-like snapshot for reports and traces.
@@ -455,6 +459,7 @@ impl Subflow {
             cwnd: self.ccs.cwnd,
             ssthresh: self.ccs.ssthresh,
             mss: self.mss(0),
+            pmtu: self.path_mtu().unwrap_or(0),
             srtt: self.rtt.smoothed().unwrap_or_default(),
             rttvar: self.rtt.var(),
             min_rtt: self.rtt.min().unwrap_or_default(),

@@ -104,7 +104,11 @@ impl Subflow {
         hook: &mut dyn SegmentHook,
         out: &mut [u8],
     ) -> Option<Transmit> {
-        let s = self.scoreboard.on_loss_probe()?;
+        let max_len = match self.scoreboard.loss_probe_seq() {
+            Some(seq) if self.pmtu.known() => self.mss(hook.option_space_at(seq)),
+            _ => u32::MAX,
+        };
+        let s = self.scoreboard.on_loss_probe(max_len)?;
         self.tlp.on_probe_sent(self.snd_nxt);
         self.counters.tcp_ext_tcp_loss_probes += 1;
         self.counters.tcp_retrans_segs += 1;
@@ -216,12 +220,31 @@ impl Subflow {
         }
         self.timers.stop(Timer::Pacing);
         let hook_space = hook.option_space(true);
-        let mss = self.mss(hook_space);
         let opts = self.ack_options(now, hook_space);
+        // With a known path MTU, SACK blocks on a data segment take payload
+        // room too (Linux tcp_current_mss counts every option).
+        let sack_space = if self.pmtu.known() {
+            opts.len().saturating_sub(if self.ts_ok { TCPOLEN_TSTAMP_ALIGNED } else { 0 })
+        } else {
+            0
+        };
+        let mss = self.mss(hook_space + sack_space);
+        if self.pmtu.known() {
+            self.pmtu.hook_space = hook_space;
+        }
         let mut flags = TcpFlags::ACK;
 
         // Retransmit the first lost segment, else send new data.
         if let Some(i) = self.scoreboard.next_lost() {
+            if self.pmtu.known() {
+                // Cut what was sent before the MSS came down (Linux
+                // tcp_retransmit_skb fragments to the current MSS).
+                let (seq, len) = self.scoreboard.seg(i);
+                let max = self.mss(hook.option_space_at(seq) + sack_space);
+                if len > max {
+                    self.scoreboard.split(i, max);
+                }
+            }
             let s = self.scoreboard.on_retransmit(i, now);
             self.counters.tcp_retrans_segs += 1;
             self.bytes_retrans += s.len as u64;
@@ -251,6 +274,17 @@ impl Subflow {
             // One MPTCP mapping per write: a segment never straddles two (Linux
             // refuses to collapse skbs whose MPTCP extensions differ).
             len = len.min(self.send_buf.contiguous_from(self.snd_nxt) as u32);
+        }
+        if len > 0 && self.pmtu.known() {
+            let contiguous = if self.cfg.segment_at_write_boundaries {
+                self.send_buf.contiguous_from(self.snd_nxt) as u32
+            } else {
+                u32::MAX
+            };
+            let opt = (opts.len() + hook_space) as u32;
+            if let Some(probe) = self.mtu_probe_len(now, opt, mss, contiguous) {
+                len = probe;
+            }
         }
         if len == 0 && !(self.fin_queued && !self.fin_sent && unsent == 0) {
             return None;
@@ -337,7 +371,7 @@ impl Subflow {
     pub(super) fn emit_syn(&mut self, now: Instant, hook: &mut dyn SegmentHook, out: &mut [u8]) -> Option<Transmit> {
         let mut o = TcpOptions::new();
         let syn_ack = self.state == State::SynReceived;
-        let _ = o.push(&TcpOption::Mss(self.cfg.mss));
+        let _ = o.push(&TcpOption::Mss(self.advmss()));
         let sack = if syn_ack { self.sack_ok } else { self.cfg.sack };
         let ts = if syn_ack { self.ts_ok } else { self.cfg.timestamps };
         // A SYN-ACK answers Window Scale with Window Scale even when our shift

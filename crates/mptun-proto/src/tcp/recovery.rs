@@ -206,6 +206,53 @@ impl Scoreboard {
         self.segs.iter().position(|s| s.lost && !s.retrans && !s.sacked)
     }
 
+    /// First sequence number and payload bytes of segment `i`.
+    pub(super) fn seg(&self, i: usize) -> (Seq, u32) {
+        (self.segs[i].seq, self.segs[i].len)
+    }
+
+    /// Linux `tcp_fragment`: cuts segment `i` after `first` payload bytes
+    /// (0 < `first` < its length). Both parts keep its marks and send time;
+    /// the FIN stays with the second.
+    pub(super) fn split(&mut self, i: usize, first: u32) {
+        let s = self.segs[i];
+        debug_assert!(first > 0 && first < s.len);
+        let mut tail = s;
+        tail.seq = s.seq + first;
+        tail.len = s.len - first;
+        self.segs[i].len = first;
+        self.segs[i].fin = false;
+        self.sacked_out += s.sacked as u32;
+        self.lost_out += s.lost as u32;
+        self.retrans_out += s.retrans as u32;
+        self.segs.insert(i + 1, tail);
+    }
+
+    /// Marks every segment not SACKed with more than `mss` payload bytes
+    /// lost, dropping any retransmission of it in flight (Linux
+    /// `tcp_simple_retransmit` with `tcp_mark_skb_lost`); returns how many
+    /// became lost.
+    pub(super) fn mark_lost_larger_than(&mut self, mss: u32) -> u32 {
+        let mut n = 0;
+        for s in self.segs.iter_mut().filter(|s| !s.sacked && s.len > mss) {
+            if s.retrans {
+                s.retrans = false;
+                self.retrans_out -= 1;
+            }
+            if !s.lost {
+                s.lost = true;
+                self.lost_out += 1;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Whether the segment starting at `seq` is in flight and marked lost.
+    pub(super) fn is_lost_at(&self, seq: Seq) -> bool {
+        self.segs.iter().find(|s| s.seq == seq).is_some_and(|s| s.lost)
+    }
+
     /// Records the retransmission of segment `i` at `now`; returns it.
     pub(super) fn on_retransmit(&mut self, i: usize, now: Instant) -> Sent {
         let s = self.segs[i];
@@ -217,11 +264,21 @@ impl Scoreboard {
         s
     }
 
-    /// Picks the highest segment not SACKed for a tail loss probe and marks
-    /// it retransmitted (Karn), without counting it as a retransmission in
+    /// First sequence number of the segment a tail loss probe would resend.
+    pub(super) fn loss_probe_seq(&self) -> Option<Seq> {
+        self.segs.iter().rev().find(|s| !s.sacked).map(|s| s.seq)
+    }
+
+    /// Picks the highest segment not SACKed for a tail loss probe (its last
+    /// `max_len` bytes, Linux `tcp_send_loss_probe`) and marks it
+    /// retransmitted (Karn), without counting it as a retransmission in
     /// flight; returns it.
-    pub(super) fn on_loss_probe(&mut self) -> Option<Sent> {
-        let i = self.segs.iter().rposition(|s| !s.sacked)?;
+    pub(super) fn on_loss_probe(&mut self, max_len: u32) -> Option<Sent> {
+        let mut i = self.segs.iter().rposition(|s| !s.sacked)?;
+        if self.segs[i].len > max_len && max_len > 0 {
+            self.split(i, self.segs[i].len - max_len);
+            i += 1;
+        }
         let s = self.segs[i];
         self.segs[i].ever_retrans = true;
         Some(s)

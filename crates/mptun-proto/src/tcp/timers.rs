@@ -195,6 +195,7 @@ impl Subflow {
                     self.enter_closed(Some(Event::TimedOut));
                     return;
                 }
+                self.pmtu_on_rto(now);
                 self.enter_loss(now);
                 self.rtt.backoff();
                 self.timers.set(Timer::Rto, now + self.rtt.rto());

@@ -91,6 +91,11 @@ pub trait SegmentHook {
     fn option_space(&self, _data: bool) -> usize {
         0
     }
+    /// Option bytes the hook adds to a data segment starting at `seq` that
+    /// was sent before (a retransmission repeats its mapping's options).
+    fn option_space_at(&self, _seq: Seq) -> usize {
+        self.option_space(true)
+    }
     /// Called for each emitted segment; may push options and return a
     /// receive window (bytes, unscaled) to advertise instead of the subflow's.
     fn on_emit(&mut self, _seg: &SegmentMeta, _opts: &mut TcpOptions) -> Option<u64> {
@@ -133,6 +138,9 @@ pub struct TcpInfo {
     pub ssthresh: u32,
     /// Payload bytes per data segment now.
     pub mss: u32,
+    /// Path MTU the segments are cut for (Linux `tcpi_pmtu`); 0 when the
+    /// device MTU is unknown.
+    pub pmtu: u32,
     /// Smoothed RTT (zero before the first sample).
     pub srtt: Duration,
     /// RTT variation.

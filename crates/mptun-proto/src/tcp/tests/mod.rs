@@ -8,6 +8,7 @@ mod close;
 mod data;
 mod handshake;
 mod options;
+mod pmtu;
 mod rst;
 mod window;
 
