@@ -13,7 +13,11 @@
 //!   (one TUN per path) connects to a kernel listener in B.
 //!
 //! Every run sends a seeded random size (256 KiB – 4 MiB) each way at once,
-//! both ends close, and both streams are compared by length and SHA-256.
+//! in writes of seeded random sizes (1 B – 16 KiB: many small DSS mappings,
+//! the ones whose DATA_ACK a sender may elide); the client writes at once,
+//! the server once the client's first bytes arrived plus a seeded 0–15 ms
+//! (so its first data may follow its own pure ACKs with an unchanged
+//! DATA_ACK, and overtake them on the reordering link); both ends close, and both streams are compared by length and SHA-256.
 //! A run must finish within 20 s. Fallbacks to TCP are counted at both ends
 //! (mptun's counters and the kernel's `nstat` with "Fallback" or
 //! "InfiniteMap" in the name) and must be zero; both paths must carry data.
@@ -42,7 +46,7 @@ use mptun::{MptcpListener, MptcpStream, Stack};
 use mptun_io::testutil::require_netns;
 use mptun_tests::kernel::{self, Proto};
 use mptun_tests::lab::{Emulation, Lab, Side};
-use mptun_tests::xfer::{exchange_async, exchange_blocking, Report};
+use mptun_tests::xfer::{exchange_async_with, exchange_blocking_with, FirstWrite, Report, Writes};
 use tokio::time::timeout_at;
 
 /// Seeds per role.
@@ -76,8 +80,9 @@ impl Role {
     }
 }
 
-/// The seed's sizes: (client → server, server → client).
-fn sizes(seed: u64) -> (usize, usize) {
+/// The seed's sizes, (client → server, server → client), and how long the
+/// server waits after the client's first bytes before it answers (0–15 ms).
+fn sizes(seed: u64) -> (usize, usize, u64) {
     let mut x = seed;
     let mut next = || {
         // splitmix64
@@ -88,7 +93,8 @@ fn sizes(seed: u64) -> (usize, usize) {
         z ^ (z >> 31)
     };
     let mut size = || (MIN_SIZE + next() % (MAX_SIZE - MIN_SIZE + 1)) as usize;
-    (size(), size())
+    let (up, down) = (size(), size());
+    (up, down, next() % 16)
 }
 
 /// What one successful run saw.
@@ -185,7 +191,12 @@ struct KernelSide {
 }
 
 impl KernelSide {
-    fn spawn(f: impl FnOnce() -> std::io::Result<TcpStream> + Send + 'static, len: usize, seed: u64) -> KernelSide {
+    fn spawn(
+        f: impl FnOnce() -> std::io::Result<TcpStream> + Send + 'static,
+        len: usize,
+        seed: u64,
+        first: FirstWrite,
+    ) -> KernelSide {
         let (tx, socket) = mpsc::channel();
         let thread = std::thread::spawn(move || {
             let s = f()?;
@@ -193,7 +204,7 @@ impl KernelSide {
                 let _ = tx.send(c);
             }
             let mptcp = kernel::is_mptcp(&s);
-            exchange_blocking(s, len, seed, RUN_LIMIT).map(|r| (r, mptcp))
+            exchange_blocking_with(s, len, seed, RUN_LIMIT, Writes::Random { seed: !seed }, first).map(|r| (r, mptcp))
         });
         KernelSide { thread, socket }
     }
@@ -238,7 +249,8 @@ async fn run_once(role: Role, seed: u64, linkem: &std::path::Path) -> Result<Run
     let emulation =
         Emulation { path: 1, a2b: TOWARD_SERVER.into(), b2a: TOWARD_CLIENT.into(), seed: seed.wrapping_mul(2) };
     let lab = Lab::with_linkem(role.tag(), 2, linkem, &[emulation]).map_err(|e| format!("lab: {e}"))?;
-    let (up, down) = sizes(seed);
+    let (up, down, answer_ms) = sizes(seed);
+    let answer = FirstWrite::AfterFirstRead(Duration::from_millis(answer_ms));
     // Pattern seeds: distinct per run and direction.
     let (up_seed, down_seed) = (seed * 2 + 1000, seed * 2 + 1001);
     let pcap =
@@ -263,7 +275,8 @@ async fn run_once(role: Role, seed: u64, linkem: &std::path::Path) -> Result<Run
             let addr = SocketAddr::new(lab.mptun_addr(Side::B, 1), 5400);
             let listener = MptcpListener::bind(&stack, addr).await.map_err(|e| format!("bind: {e}"))?;
             let ns = kernel_ns.clone();
-            let k = KernelSide::spawn(move || kernel::connect(&ns, addr, Proto::Mptcp), up, up_seed);
+            let k =
+                KernelSide::spawn(move || kernel::connect(&ns, addr, Proto::Mptcp), up, up_seed, FirstWrite::AtOnce);
             let accepted = timeout_at(deadline, listener.accept()).await;
             let s = match accepted {
                 Ok(Ok((s, _))) => s,
@@ -272,7 +285,7 @@ async fn run_once(role: Role, seed: u64, linkem: &std::path::Path) -> Result<Run
                     return Err(format!("accept: {:?}", other.map(|r| r.map(|_| ()))));
                 }
             };
-            (stack, k, (s, down, down_seed), None)
+            (stack, k, (s, down, down_seed, answer), None)
         }
         Role::KernelServer => {
             lab.kernel_mptcp(Side::B, false).map_err(|e| format!("kernel MPTCP setup: {e}"))?;
@@ -288,7 +301,7 @@ async fn run_once(role: Role, seed: u64, linkem: &std::path::Path) -> Result<Run
             // Joins arrive at the listener: it stays open for the whole run
             // (a closed one answers the MP_JOIN SYN with a RST, NO_SOCKET).
             let keep = l.try_clone().map_err(|e| format!("listener: {e}"))?;
-            let k = KernelSide::spawn(move || kernel::accept_within(&l, RUN_LIMIT), down, down_seed);
+            let k = KernelSide::spawn(move || kernel::accept_within(&l, RUN_LIMIT), down, down_seed, answer);
             let s = match timeout_at(deadline, MptcpStream::connect(&stack, server)).await {
                 Ok(Ok(s)) => s,
                 other => {
@@ -296,12 +309,16 @@ async fn run_once(role: Role, seed: u64, linkem: &std::path::Path) -> Result<Run
                     return Err(format!("connect: {:?}", other.map(|r| r.map(|_| ()))));
                 }
             };
-            (stack, k, (s, up, up_seed), Some(keep))
+            (stack, k, (s, up, up_seed, FirstWrite::AtOnce), Some(keep))
         }
     };
-    let (s, len, pseed) = xfer;
+    let (s, len, pseed, first) = xfer;
     let mptun_mptcp = s.info().map(|i| i.is_mptcp()).unwrap_or(false);
-    let ours = timeout_at(deadline, exchange_async(s, len, pseed, progress.clone())).await;
+    let ours = timeout_at(
+        deadline,
+        exchange_async_with(s, len, pseed, Writes::Random { seed: !pseed }, first, progress.clone()),
+    )
+    .await;
     let theirs = match &ours {
         Ok(Ok(_)) => ksock.finish(deadline).await,
         _ => {
@@ -381,8 +398,8 @@ async fn run_role(test: &str, role: Role) {
                 r.reordered
             ),
             Err(e) => {
-                let (up, down) = sizes(seed);
-                println!("{test} seed {seed:>2}: FAIL {up} B up, {down} B down: {e}");
+                let (up, down, answer_ms) = sizes(seed);
+                println!("{test} seed {seed:>2}: FAIL {up} B up, {down} B down, answer after {answer_ms} ms: {e}");
                 failures.insert(seed, e);
             }
         }
