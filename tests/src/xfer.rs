@@ -36,6 +36,9 @@ pub enum FirstWrite {
     /// (a server answering a request: its first data follows its own ACKs
     /// of the request, with the same DATA_ACK).
     AfterFirstRead(Duration),
+    /// One write (a request), then the rest once the peer's first bytes
+    /// arrived (the answer).
+    RequestFirst,
 }
 
 /// The sending side of an exchange: `len` bytes of `Pattern::new(seed)` in
@@ -173,8 +176,13 @@ where
             tokio::time::sleep(d).await;
         }
         let mut out = Outgoing::with_writes(seed, len, writes);
+        let mut n = 0;
         while let Some(chunk) = out.next_chunk() {
             w.write_all(chunk).await?;
+            n += 1;
+            if n == 1 && first == FirstWrite::RequestFirst {
+                let _ = first_rx.wait_for(|&b| b).await;
+            }
         }
         w.shutdown().await?;
         io::Result::Ok((w, out.sha()))
@@ -221,8 +229,13 @@ pub fn exchange_blocking_with(
             std::thread::sleep(d);
         }
         let mut out = Outgoing::with_writes(seed, len, writes);
+        let mut n = 0;
         while let Some(chunk) = out.next_chunk() {
             w.write_all(chunk)?;
+            n += 1;
+            if n == 1 && first == FirstWrite::RequestFirst {
+                let _ = first_rx.recv();
+            }
         }
         w.shutdown(Shutdown::Write)?;
         Ok(out.sha())

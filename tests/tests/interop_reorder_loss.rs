@@ -14,8 +14,9 @@
 //!
 //! Every run sends a seeded random size (256 KiB – 4 MiB) each way at once,
 //! in writes of seeded random sizes (1 B – 16 KiB: many small DSS mappings,
-//! the ones whose DATA_ACK a sender may elide); the client writes at once,
-//! the server once the client's first bytes arrived plus a seeded 0–15 ms
+//! the ones whose DATA_ACK a sender may elide); the client writes one
+//! request and the rest once the answer began; the server answers once the
+//! client's first bytes arrived plus a seeded 0–15 ms
 //! (so its first data may follow its own pure ACKs with an unchanged
 //! DATA_ACK, and overtake them on the reordering link); both ends close, and both streams are compared by length and SHA-256.
 //! A run must finish within 20 s. Fallbacks to TCP are counted at both ends
@@ -61,7 +62,7 @@ const MIN_SIZE: u64 = 256 << 10;
 const MAX_SIZE: u64 = 4 << 20;
 /// Each path must carry at least this much (bytes on the wire, both
 /// directions) in every run for it to count as used.
-const MIN_PATH_BYTES: u64 = 32 << 10;
+const MIN_PATH_BYTES: u64 = 8 << 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -275,8 +276,12 @@ async fn run_once(role: Role, seed: u64, linkem: &std::path::Path) -> Result<Run
             let addr = SocketAddr::new(lab.mptun_addr(Side::B, 1), 5400);
             let listener = MptcpListener::bind(&stack, addr).await.map_err(|e| format!("bind: {e}"))?;
             let ns = kernel_ns.clone();
-            let k =
-                KernelSide::spawn(move || kernel::connect(&ns, addr, Proto::Mptcp), up, up_seed, FirstWrite::AtOnce);
+            let k = KernelSide::spawn(
+                move || kernel::connect(&ns, addr, Proto::Mptcp),
+                up,
+                up_seed,
+                FirstWrite::RequestFirst,
+            );
             let accepted = timeout_at(deadline, listener.accept()).await;
             let s = match accepted {
                 Ok(Ok((s, _))) => s,
@@ -309,7 +314,7 @@ async fn run_once(role: Role, seed: u64, linkem: &std::path::Path) -> Result<Run
                     return Err(format!("connect: {:?}", other.map(|r| r.map(|_| ()))));
                 }
             };
-            (stack, k, (s, up, up_seed, FirstWrite::AtOnce), Some(keep))
+            (stack, k, (s, up, up_seed, FirstWrite::RequestFirst), Some(keep))
         }
     };
     let (s, len, pseed, first) = xfer;
