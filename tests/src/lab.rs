@@ -16,9 +16,13 @@
 //! policy table ends in `unreachable`, so when a path is brought down its
 //! traffic is dropped instead of leaking onto another path.
 
-use std::io;
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use mptun_io::netns::ip;
 use mptun_io::testutil::unique_name;
@@ -31,11 +35,54 @@ pub enum Side {
     B,
 }
 
-/// The lab; dropping it deletes both namespaces (and every interface in them).
+/// One path through linkem: `--a2b` applies to frames from A towards B,
+/// `--b2a` to the other direction (linkem spec syntax, e.g.
+/// `delay=10ms,loss=0.5%`).
+#[derive(Clone, Debug)]
+pub struct Emulation {
+    pub path: u8,
+    pub a2b: String,
+    pub b2a: String,
+    /// linkem's `--seed` (a2b uses it, b2a it + 1).
+    pub seed: u64,
+}
+
+/// A running linkem; stopped (SIGTERM, then SIGKILL) and its control
+/// socket removed on drop.
+struct Linkem {
+    path: u8,
+    child: Child,
+    control: PathBuf,
+}
+
+impl Drop for Linkem {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: signalling our own child, which has not been reaped yet.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.control);
+    }
+}
+
+/// The lab; dropping it stops linkem and deletes the namespaces (and every
+/// interface in them).
 pub struct Lab {
-    // Field order: TUN users drop before the namespaces.
+    // Field order: linkem stops first; TUN users drop before the namespaces.
+    linkem: Vec<Linkem>,
     pub a: NetnsGuard,
     pub b: NetnsGuard,
+    /// linkem's namespace, when a path is emulated.
+    mid: Option<NetnsGuard>,
     pub paths: u8,
 }
 
@@ -50,12 +97,33 @@ impl Lab {
         let base = unique_name(&format!("mpt-{case}-"), 40);
         let a = Netns::create(&format!("{base}-a"))?;
         let b = Netns::create(&format!("{base}-b"))?;
-        let lab = Lab { a, b, paths };
-        lab.setup()?;
+        let lab = Lab { linkem: Vec::new(), a, b, mid: None, paths };
+        lab.setup(&[])?;
         Ok(lab)
     }
 
-    fn setup(&self) -> io::Result<()> {
+    /// As [`Lab::new`], with the paths of `emulated` through `linkem` (the
+    /// binary) in a middle namespace. Returns once every linkem forwards.
+    pub fn with_linkem(case: &str, paths: u8, linkem: &Path, emulated: &[Emulation]) -> io::Result<Lab> {
+        assert!((1..=8).contains(&paths));
+        assert!(emulated.iter().all(|e| (1..=paths).contains(&e.path)));
+        let base = unique_name(&format!("mpt-{case}-"), 40);
+        let a = Netns::create(&format!("{base}-a"))?;
+        let b = Netns::create(&format!("{base}-b"))?;
+        let mut lab = Lab { linkem: Vec::new(), a, b, mid: None, paths };
+        lab.mid = Some(Netns::create(&format!("{base}-m"))?);
+        lab.setup(emulated)?;
+        let mid = lab.mid.as_ref().expect("just created").name().to_owned();
+        for e in emulated {
+            let control = std::env::temp_dir().join(format!("{base}-linkem{}.sock", e.path));
+            let _ = std::fs::remove_file(&control);
+            let le = spawn_linkem(&mid, linkem, e, &control)?;
+            lab.linkem.push(le);
+        }
+        Ok(lab)
+    }
+
+    fn setup(&self, emulated: &[Emulation]) -> io::Result<()> {
         let (a, b) = (self.a.name(), self.b.name());
         for ns in [&self.a, &self.b] {
             ns.sysctl("net.ipv4.ip_forward", "1")?;
@@ -64,7 +132,22 @@ impl Lab {
         }
         for i in 1..=self.paths {
             let (ai, bi) = (format!("a{i}"), format!("b{i}"));
-            ip(a, ["link", "add", &ai, "type", "veth", "peer", "name", &bi, "netns", b])?;
+            if emulated.iter().any(|e| e.path == i) {
+                let m = self.mid.as_ref().expect("a middle namespace for linkem").name();
+                let (li, ri) = (format!("l{i}"), format!("r{i}"));
+                ip(a, ["link", "add", &ai, "type", "veth", "peer", "name", &li, "netns", m])?;
+                ip(m, ["link", "add", &ri, "type", "veth", "peer", "name", &bi, "netns", b])?;
+                for dev in [&li, &ri] {
+                    // A wire: no addresses, no IPv6 chatter of its own.
+                    mptun_io::netns::sysctl(m, &format!("net.ipv6.conf.{dev}.disable_ipv6"), "1")?;
+                    ip(m, ["link", "set", dev, "up"])?;
+                }
+                for (ns, dev) in [(a, &ai), (m, &li), (m, &ri), (b, &bi)] {
+                    offloads_off(ns, dev)?;
+                }
+            } else {
+                ip(a, ["link", "add", &ai, "type", "veth", "peer", "name", &bi, "netns", b])?;
+            }
             for (ns, dev) in [(a, &ai), (b, &bi)] {
                 ns_sysctl_dev(ns, dev)?;
             }
@@ -206,6 +289,82 @@ impl Lab {
             }
         }
         Ok(())
+    }
+}
+
+impl Lab {
+    /// linkem's statistics of emulated path `i` (one line of JSON, see
+    /// docs/linkem.md), from its control socket.
+    pub fn linkem_stats(&self, i: u8) -> io::Result<String> {
+        let le = self
+            .linkem
+            .iter()
+            .find(|l| l.path == i)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("path {i} is not emulated")))?;
+        let mut s = UnixStream::connect(&le.control)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"stats\n")?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line)?;
+        Ok(line.trim().to_owned())
+    }
+
+    /// `ip -s -j link show dev DEV` in `side`: the interface's counters as JSON.
+    pub fn link_stats(&self, side: Side, dev: &str) -> io::Result<String> {
+        ip(self.ns(side).name(), ["-s", "-j", "link", "show", "dev", dev])
+    }
+}
+
+/// Starts linkem for `e` in namespace `mid` and waits for its `ready` line.
+fn spawn_linkem(mid: &str, bin: &Path, e: &Emulation, control: &Path) -> io::Result<Linkem> {
+    let i = e.path;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", mid])
+        .arg(bin)
+        .args(["--a", &format!("l{i}"), "--b", &format!("r{i}")])
+        .args(["--a2b", &e.a2b, "--b2a", &e.b2a, "--seed", &e.seed.to_string(), "--quiet", "--control"])
+        .arg(control)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|err| io::Error::new(err.kind(), format!("{}: {err}", bin.display())))?;
+    let stdout = child.stdout.take().expect("piped");
+    let le = Linkem { path: i, child, control: control.to_owned() };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // Drains stdout for linkem's whole life; the first line that matters is `ready`.
+        let mut r = BufReader::new(stdout);
+        let mut line = String::new();
+        while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+            if line.contains("linkem: ready") {
+                let _ = tx.send(());
+            }
+            line.clear();
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(()) => Ok(le),
+        Err(_) => Err(io::Error::other(format!("linkem on path {i} did not become ready within 10 s"))),
+    }
+}
+
+/// Offloads off (wire-sized frames, checksums computed in software), as
+/// netns-scripts/lib.sh `lab_offloads_off` does; needs ethtool.
+fn offloads_off(ns: &str, dev: &str) -> io::Result<()> {
+    let run = |extra: &[&str]| {
+        Command::new("ip")
+            .args(["netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if run(&["rx", "off"]) || run(&[]) {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("ethtool -K {dev} (offloads off) failed in {ns}")))
     }
 }
 

@@ -17,6 +17,30 @@ const CHUNK: usize = 64 * 1024;
 
 pub use mptun::pattern::Pattern;
 
+/// How a sender cuts its stream into writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writes {
+    /// 64 KiB writes.
+    Chunks,
+    /// Seeded random sizes: a quarter of the writes 1–256 bytes, the rest
+    /// 1 B – 16 KiB (many small DSS mappings, the TSO-sized ones interleaved).
+    Random { seed: u64 },
+}
+
+/// When a side starts writing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirstWrite {
+    /// At once, duplex from the start.
+    AtOnce,
+    /// Once the first bytes from the peer arrived, and then this much later
+    /// (a server answering a request: its first data follows its own ACKs
+    /// of the request, with the same DATA_ACK).
+    AfterFirstRead(Duration),
+    /// One write (a request), then the rest once the peer's first bytes
+    /// arrived (the answer).
+    RequestFirst,
+}
+
 /// The sending side of an exchange: `len` bytes of `Pattern::new(seed)` in
 /// chunks, hashed as they are produced.
 struct Outgoing {
@@ -24,11 +48,33 @@ struct Outgoing {
     hash: Sha256,
     buf: Vec<u8>,
     left: usize,
+    writes: Writes,
 }
 
 impl Outgoing {
     fn new(seed: u64, len: usize) -> Self {
-        Outgoing { pattern: Pattern::new(seed), hash: Sha256::new(), buf: vec![0u8; CHUNK], left: len }
+        Self::with_writes(seed, len, Writes::Chunks)
+    }
+
+    fn with_writes(seed: u64, len: usize, writes: Writes) -> Self {
+        Outgoing { pattern: Pattern::new(seed), hash: Sha256::new(), buf: vec![0u8; CHUNK], left: len, writes }
+    }
+
+    /// The size of the next write.
+    fn next_len(&mut self) -> usize {
+        match &mut self.writes {
+            Writes::Chunks => CHUNK,
+            Writes::Random { seed } => {
+                // splitmix64
+                *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = *seed;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^= z >> 31;
+                let max = if z % 4 == 0 { 256 } else { 16 << 10 };
+                1 + ((z >> 8) % max) as usize
+            }
+        }
     }
 
     /// The next chunk to write, `None` once `len` bytes have been produced.
@@ -36,7 +82,7 @@ impl Outgoing {
         if self.left == 0 {
             return None;
         }
-        let n = self.left.min(CHUNK);
+        let n = self.left.min(self.next_len());
         self.pattern.fill(&mut self.buf[..n]);
         self.hash.update(&self.buf[..n]);
         self.left -= n;
@@ -106,11 +152,37 @@ pub async fn exchange_async<S>(s: S, len: usize, seed: u64, progress: Arc<Atomic
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
+    exchange_async_with(s, len, seed, Writes::Chunks, FirstWrite::AtOnce, progress).await
+}
+
+/// [`exchange_async`] with the writes cut as `writes` says.
+pub async fn exchange_async_with<S>(
+    s: S,
+    len: usize,
+    seed: u64,
+    writes: Writes,
+    first: FirstWrite,
+    progress: Arc<AtomicU64>,
+) -> io::Result<Report>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
     let (mut r, mut w) = tokio::io::split(s);
+    let (got_first, mut first_rx) = tokio::sync::watch::channel(false);
     let writer = tokio::spawn(async move {
-        let mut out = Outgoing::new(seed, len);
+        if let FirstWrite::AfterFirstRead(d) = first {
+            // An error means the reader ended (end of stream): write anyway.
+            let _ = first_rx.wait_for(|&b| b).await;
+            tokio::time::sleep(d).await;
+        }
+        let mut out = Outgoing::with_writes(seed, len, writes);
+        let mut n = 0;
         while let Some(chunk) = out.next_chunk() {
             w.write_all(chunk).await?;
+            n += 1;
+            if n == 1 && first == FirstWrite::RequestFirst {
+                let _ = first_rx.wait_for(|&b| b).await;
+            }
         }
         w.shutdown().await?;
         io::Result::Ok((w, out.sha()))
@@ -123,8 +195,10 @@ where
             break;
         }
         inc.add(&buf[..n]);
+        got_first.send_replace(true);
         progress.store(inc.received, Ordering::Relaxed);
     }
+    drop(got_first);
     let (_w, sent_sha) = writer.await.map_err(io::Error::other)??;
     Ok(inc.report(len, sent_sha))
 }
@@ -132,13 +206,36 @@ where
 /// The same over a blocking kernel socket: a writer thread and the calling
 /// thread reading. Reads time out after `idle` without data.
 pub fn exchange_blocking(s: TcpStream, len: usize, seed: u64, idle: Duration) -> io::Result<Report> {
+    exchange_blocking_with(s, len, seed, idle, Writes::Chunks, FirstWrite::AtOnce)
+}
+
+/// [`exchange_blocking`] with the writes cut as `writes` says.
+pub fn exchange_blocking_with(
+    s: TcpStream,
+    len: usize,
+    seed: u64,
+    idle: Duration,
+    writes: Writes,
+    first: FirstWrite,
+) -> io::Result<Report> {
     s.set_read_timeout(Some(idle))?;
     s.set_write_timeout(Some(idle))?;
     let mut w = s.try_clone()?;
+    let (got_first, first_rx) = std::sync::mpsc::channel::<()>();
     let writer = std::thread::spawn(move || -> io::Result<[u8; 32]> {
-        let mut out = Outgoing::new(seed, len);
+        if let FirstWrite::AfterFirstRead(d) = first {
+            // A disconnected channel means the reader ended: write anyway.
+            let _ = first_rx.recv();
+            std::thread::sleep(d);
+        }
+        let mut out = Outgoing::with_writes(seed, len, writes);
+        let mut n = 0;
         while let Some(chunk) = out.next_chunk() {
             w.write_all(chunk)?;
+            n += 1;
+            if n == 1 && first == FirstWrite::RequestFirst {
+                let _ = first_rx.recv();
+            }
         }
         w.shutdown(Shutdown::Write)?;
         Ok(out.sha())
@@ -152,7 +249,9 @@ pub fn exchange_blocking(s: TcpStream, len: usize, seed: u64, idle: Duration) ->
             break;
         }
         inc.add(&buf[..n]);
+        let _ = got_first.send(());
     }
+    drop(got_first);
     let sent_sha = writer.join().map_err(|_| io::Error::other("writer thread panicked"))??;
     Ok(inc.report(len, sent_sha))
 }
@@ -180,6 +279,23 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(pattern_sha(5, 200_000), pattern_sha(5, 200_000));
         assert_ne!(pattern_sha(5, 200_000), pattern_sha(5, 200_001));
+    }
+
+    #[test]
+    fn random_writes_produce_the_same_stream() {
+        let mut out = Outgoing::with_writes(5, 200_000, Writes::Random { seed: 9 });
+        let mut sizes = Vec::new();
+        while let Some(c) = out.next_chunk() {
+            sizes.push(c.len());
+        }
+        assert_eq!(sizes.iter().sum::<usize>(), 200_000);
+        assert!(sizes.iter().all(|&n| (1..=16 << 10).contains(&n)));
+        assert!(sizes.iter().any(|&n| n <= 256) && sizes.iter().any(|&n| n > 4096), "{sizes:?}");
+        // Deterministic per seed (the pattern itself depends on where the
+        // writes cut it: both ends hash what was actually sent).
+        let mut again = Outgoing::with_writes(5, 200_000, Writes::Random { seed: 9 });
+        while again.next_chunk().is_some() {}
+        assert_eq!(out.sha(), again.sha());
     }
 
     #[tokio::test]
