@@ -24,7 +24,9 @@ impl Connection {
         let sh = &mut self.shared;
         let Some(fin) = sh.data_fin_seq else { return };
         if sh.infinite {
-            // After a fallback the subflow's FIN carries the DATA_FIN.
+            // After a fallback the subflow's FIN carries the DATA_FIN: no
+            // connection-level retries (a timer left due would spin).
+            self.data_fin_rto = None;
             if sh.snd_nxt == fin {
                 if let Some((sf, _)) = self.subflows.iter_mut().flatten().next() {
                     if matches!(sf.state(), State::Established | State::CloseWait) {

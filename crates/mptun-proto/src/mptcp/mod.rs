@@ -670,6 +670,13 @@ impl Connection {
                 if self.handshake_input(now, idx, hdr, opts).is_break() {
                     return;
                 }
+                // A SYN's options are the handshake's and nothing else: a
+                // SYN taken as a simultaneous open on a join subflow (any
+                // sequence number will do) must not move connection state.
+                if hdr.flags.syn() {
+                    self.after_input(now, idx);
+                    return;
+                }
                 self.detect_fallback(idx, hdr, opts, payload, (single_subflow, ofo_empty, acked_new));
                 if self.shared.mode == Mode::Mptcp && self.incoming_options(now, idx, opts, wnd).is_break() {
                     return;

@@ -25,10 +25,11 @@ pub(super) const DEFAULT_ADVMSS: usize = 1448;
 pub(super) fn expand32(v: u64, reference: u64) -> u64 {
     let low = v & 0xffff_ffff;
     let cand = (reference & !0xffff_ffff) | low;
-    // Pick the candidate closest to the reference.
+    // Pick the candidate closest to the reference, modulo 2^64 (a data
+    // sequence space may cross the wrap).
     [cand.wrapping_sub(1 << 32), cand, cand.wrapping_add(1 << 32)]
         .into_iter()
-        .min_by_key(|c| c.abs_diff(reference))
+        .min_by_key(|c| (c.wrapping_sub(reference) as i64).unsigned_abs())
         .expect("three candidates")
 }
 

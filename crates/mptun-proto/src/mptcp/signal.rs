@@ -31,6 +31,9 @@ impl Shared {
     }
 }
 
+/// How long a due announcement waits when no subflow can carry it.
+const ANNOUNCE_NO_SUBFLOW_RETRY: Duration = Duration::from_millis(200);
+
 impl Connection {
     /// The MPTCP options of a segment the subflow `idx` has processed, in
     /// the order they came, then what they imply together: subflows to
@@ -313,9 +316,19 @@ impl Connection {
                 self.pending_joins.extend(joins);
             }
         }
+        if self.shared.infinite || self.shared.mode != super::Mode::Mptcp {
+            // No options go out any more: nothing can carry them.
+            self.shared.announce.clear();
+        }
         if self.shared.announce.iter().any(|a| a.at <= now) {
             if let Some((sf, _)) = self.best_ack_subflow() {
                 sf.request_ack();
+            } else {
+                // No subflow can carry them now: look again later instead of
+                // leaving a due deadline that a driver would poll forever.
+                for a in self.shared.announce.iter_mut().filter(|a| a.at <= now) {
+                    a.at = now + ANNOUNCE_NO_SUBFLOW_RETRY;
+                }
             }
         }
     }

@@ -742,3 +742,15 @@ fn fallback_when_the_third_ack_is_stripped() {
 }
 
 mod conn;
+
+#[test]
+fn expand32_picks_the_closest_value_modulo_2_64() {
+    use super::rx::expand32;
+    // Ordinary: the same 2^32 block, the next, the previous.
+    assert_eq!(expand32(5, 0x1_0000_0003), 0x1_0000_0005);
+    assert_eq!(expand32(2, 0x1_ffff_fff0), 0x2_0000_0002);
+    assert_eq!(expand32(0xffff_fff0, 0x2_0000_0002), 0x1_ffff_fff0);
+    // Across the 2^64 wrap: 5 is 15 ahead of 2^64 - 10, not 2^32 behind it.
+    assert_eq!(expand32(5, u64::MAX - 9), 5);
+    assert_eq!(expand32(0xffff_fff0, 3), u64::MAX - 15);
+}

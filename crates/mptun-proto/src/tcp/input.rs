@@ -513,10 +513,11 @@ impl Subflow {
             return;
         }
         self.state = State::Closed;
-        self.timers.stop(Timer::Rto);
-        self.timers.stop(Timer::DelayedAck);
-        self.timers.stop(Timer::Persist);
-        self.timers.stop(Timer::TimeWait);
+        // Every timer: a closed subflow has nothing to do (one left due, e.g.
+        // a pacing slot, would be polled forever).
+        for t in Timer::FIRE_ORDER.into_iter().chain([Timer::Pacing]) {
+            self.timers.stop(t);
+        }
         self.events.push_back(ev.unwrap_or(Event::Closed));
     }
 
