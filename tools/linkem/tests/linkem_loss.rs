@@ -31,7 +31,10 @@ fn linkem_loss_matches_the_configured_rate() {
     for cause in ["queue_full", "link_down", "oversize", "tx_error", "rx_kernel"] {
         assert_eq!(d[cause], 0, "non-model drops ({cause}): {d}");
     }
-    assert_eq!(d["loss"].as_u64().unwrap(), lost, "receiver and linkem disagree on losses");
+    // linkem's model also drops the odd ARP/ND frame the client sends meanwhile
+    // (1 % of a handful): its count may exceed the datagrams lost by that few.
+    let dropped = d["loss"].as_u64().unwrap();
+    assert!((lost..=lost + 5).contains(&dropped), "receiver lost {lost}, linkem dropped {dropped}");
     assert!((0.008..=0.012).contains(&loss), "measured loss {loss}");
     assert_eq!(seqs.len(), distinct.len(), "duplicates without duplicate=");
 }
