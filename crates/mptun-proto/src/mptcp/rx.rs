@@ -135,9 +135,15 @@ impl Connection {
         if !map.overlaps(&seg) {
             return Err(BadMapping);
         }
-        // The pieces of `map` no known mapping covers.
+        // The pieces of `map` no known mapping covers. `rx_ahead` is sorted
+        // and without overlaps, so only the run of mappings that overlap
+        // `map` is looked at (found by binary search): a peer cannot make
+        // each new mapping cost a scan of all those kept.
+        let key = |s: Seq| (s - next) as i32;
+        let lo = ext.rx_ahead.partition_point(|m| key(m.end()) <= key(map.ssn));
+        let hi = ext.rx_ahead.partition_point(|m| key(m.ssn) < key(map.end())).max(lo);
         let mut pieces = vec![map];
-        for known in ext.rx_map.iter().chain(ext.rx_ahead.iter()) {
+        for known in ext.rx_map.iter().chain(ext.rx_ahead.range(lo..hi)) {
             if *known == map {
                 return Ok(());
             }
@@ -173,8 +179,7 @@ impl Connection {
             if ext.rx_ahead.len() >= MAX_AHEAD {
                 return Err(BadMapping);
             }
-            let key = |m: &RxMap| (m.ssn - next) as i32;
-            let at = ext.rx_ahead.partition_point(|m| key(m) < key(&p));
+            let at = ext.rx_ahead.partition_point(|m| key(m.ssn) < key(p.ssn));
             ext.rx_ahead.insert(at, p);
         }
         Ok(())
