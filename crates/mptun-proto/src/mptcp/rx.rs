@@ -142,6 +142,11 @@ impl Connection {
         let key = |s: Seq| (s - next) as i32;
         let lo = ext.rx_ahead.partition_point(|m| key(m.end()) <= key(map.ssn));
         let hi = ext.rx_ahead.partition_point(|m| key(m.ssn) < key(map.end())).max(lo);
+        // The common case, a mapping repeated on every wire segment it
+        // covers: known already, nothing to file (and nothing allocated).
+        if ext.rx_map.iter().chain(ext.rx_ahead.range(lo..hi)).any(|known| *known == map) {
+            return Ok(());
+        }
         let mut pieces = vec![map];
         for known in ext.rx_map.iter().chain(ext.rx_ahead.range(lo..hi)) {
             if *known == map {
