@@ -406,19 +406,19 @@ mod tests {
         assert_eq!(r.make_room(1000, 1, mem_budget(1 << 20)), Room { fits: true, ..Room::default() });
     }
 
-    /// Descending arrival of many full segments is not quadratic (the old
-    /// queue took seconds for 4000).
+    /// Descending arrival of many full segments reassembles whole, each
+    /// segment held once (no merge copies, charged one chunk each). Its
+    /// speed is the `reassembly` bench's business, not a timed test's.
     #[test]
-    fn reverse_order_is_fast() {
+    fn reverse_order_reassembles_each_segment_once() {
         let seg = vec![1u8; 1448];
         let mut r = RecvBuf::default();
         let n = 20_000u64;
-        let t = std::time::Instant::now();
         for i in (0..n).rev() {
             r.insert(i * 1448, &seg);
         }
         assert_eq!(r.ready_len(), n as usize * 1448);
-        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(r.mem_charged() <= n as usize * (1448 + CHUNK_OVERHEAD), "{}", r.mem_charged());
     }
 
     #[derive(Debug, Clone)]
