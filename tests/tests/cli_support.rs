@@ -136,6 +136,19 @@ impl Running {
         r
     }
 
+    /// As [`Running::spawn`], returning once a line of its stdout or
+    /// stderr contains `ready` (within `limit`), so [`Running::finish`]
+    /// later separates what it printed on each.
+    pub fn spawn_ready(ns: Option<&str>, args: &[&str], ready: &str, limit: Duration) -> Running {
+        let r = Running::spawn(ns, args);
+        let deadline = Instant::now() + limit;
+        while !r.output().contains(ready) {
+            assert!(Instant::now() < deadline, "mptun {} never printed {ready:?}; output: {}", r.what, r.output());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
     /// Sends `sig` (libc::SIGINT, ...) to the process (`ip netns exec`
     /// execs mptun, so the pid is mptun's).
     pub fn signal(&self, sig: i32) {

@@ -239,6 +239,8 @@ impl Common {
                 congestion: cc_name,
                 scheduler: if self.kernel { "kernel".into() } else { scheduler.to_string() },
                 connecting_to: None,
+                sock_bufsize: rcvbuf.or(sndbuf).unwrap_or(0) as u64,
+                path_manager: None,
             },
             pcap: self.pcap.clone(),
         })
@@ -391,7 +393,7 @@ pub fn run_send(a: SendArgs) -> Result<()> {
     if source.is_none() && !a.reverse {
         source = Some(Source::Pattern(Pattern::new(1)));
     }
-    let request = Request { reverse: a.reverse, amount, file: file_name };
+    let request = Request { reverse: a.reverse, amount, file: file_name, cookie: crate::control::new_cookie() };
     plan.settings.connecting_to = Some((host.clone(), port));
     let json = plan.settings.json;
     let rt = runtime()?;

@@ -93,6 +93,23 @@ impl Meter {
         if t - self.last_t < 0.005 {
             return;
         }
+        self.close(conn, bytes, t);
+    }
+
+    /// The last sample, when the data has ended: a remainder shorter than
+    /// a tenth of the interval is not reported as an interval of its own
+    /// (as iperf3: `-t 3` gives three), its bytes are in the end sums.
+    pub(super) fn finish(&mut self, conn: &Conn, bytes: u64) {
+        let t = self.elapsed();
+        if t - self.last_t >= self.settings.interval.as_secs_f64() / 10.0 || self.intervals.is_empty() {
+            self.sample(conn, bytes);
+        }
+        if let Some(pb) = &self.pb {
+            pb.finish_and_clear();
+        }
+    }
+
+    fn close(&mut self, conn: &Conn, bytes: u64, t: f64) {
         let probe = conn.probe();
         self.subflows_max = self.subflows_max.max(probe.established());
         let secs = t - self.last_t;
@@ -123,12 +140,15 @@ impl Meter {
         self.last_retrans = probe.retrans_segs;
         let sum =
             Sum::new(self.last_t, t, bytes.saturating_sub(self.last_bytes), self.sender.then_some(retr), self.sender);
+        let first = probe.subflows.first();
         let stream = IntervalStream {
             socket: 5,
             sum: sum.clone(),
             snd_cwnd: self.sender.then(|| probe.subflows.iter().map(|s| s.cwnd * s.mss).sum()),
-            rtt: probe.subflows.first().map(|s| s.srtt_us),
-            rttvar: probe.subflows.first().map(|s| s.rttvar_us),
+            snd_wnd: first.filter(|_| self.sender).map(|s| s.snd_wnd),
+            rtt: first.map(|s| s.srtt_us),
+            rttvar: first.map(|s| s.rttvar_us),
+            pmtu: first.filter(|_| self.sender).map(|s| s.pmtu),
             subflows,
         };
         let iv = Interval { streams: vec![stream], sum };
@@ -137,11 +157,5 @@ impl Meter {
         self.last_t = t;
         self.last_bytes = bytes;
         self.progress(bytes);
-    }
-
-    pub(super) fn finish(&self) {
-        if let Some(pb) = &self.pb {
-            pb.finish_and_clear();
-        }
     }
 }

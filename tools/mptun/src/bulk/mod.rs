@@ -44,6 +44,10 @@ pub struct Settings {
     pub congestion: String,
     pub scheduler: String,
     pub connecting_to: Option<(String, u16)>,
+    /// The buffer size asked for (iperf3's `sock_bufsize`; 0: autotuned).
+    pub sock_bufsize: u64,
+    /// The path manager's settings, when this side runs mptun's.
+    pub path_manager: Option<crate::report::PathManagerInfo>,
 }
 
 /// Where the sender's bytes come from.
@@ -162,10 +166,10 @@ pub async fn run_server(
     let mut fixed = [0u8; control::REQUEST_LEN];
     read_exact_timeout(&mut conn, &mut fixed, "request from the client").await?;
     let parsed: Result<Request> = async {
-        let (mut req, nlen) = Request::decode_fixed(&fixed)?;
-        let mut name = vec![0u8; nlen];
-        read_exact_timeout(&mut conn, &mut name, "file name").await?;
-        req.set_name(&name)?;
+        let (mut req, tail) = Request::decode_fixed(&fixed)?;
+        let mut tail = vec![0u8; tail];
+        read_exact_timeout(&mut conn, &mut tail, "file name and cookie").await?;
+        req.set_tail(&tail)?;
         Ok(req)
     }
     .await;
