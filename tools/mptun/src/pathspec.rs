@@ -1,6 +1,7 @@
-//! `--path dev=NAME,addr=A[/P][,peer=G][,mtu=M]` and `--topology NAME[:N]`:
-//! which TUN devices to create in the current namespace and which address
-//! mptun uses on each.
+//! `--path dev=NAME,addr=A[/P][,peer=G][,mtu=M][,signal][,subflow][,backup]`
+//! and `--topology NAME[:N]`: which TUN devices to create in the current
+//! namespace, which address mptun uses on each, and what its path manager
+//! does with that address (the flags of `ip mptcp endpoint add`).
 //!
 //! A TUN is a point where the kernel hands packets to us: the kernel's end
 //! gets `peer` (default: the first other host address of the subnet), mptun
@@ -12,6 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+use mptun::EndpointFlags;
 use mptun_io::{IfAddr, PacketIo, TunConfig, TunDevice};
 
 /// One path: mptun's address on a TUN device.
@@ -23,6 +25,35 @@ pub struct PathSpec {
     /// The kernel's address on the TUN (same subnet).
     pub peer: IpAddr,
     pub mtu: u16,
+    /// The path manager's flags for `addr`, as `ip mptcp endpoint add ADDR
+    /// [signal] [subflow] [backup]`; `subflow` unless the spec names some.
+    pub flags: EndpointFlags,
+}
+
+/// The flags a path has when its spec names none: open a subflow from it.
+pub const DEFAULT_FLAGS: EndpointFlags = EndpointFlags { signal: false, subflow: true, backup: false };
+
+/// `signal subflow backup`, as `ip mptcp endpoint show` prints them.
+pub fn flags_text(f: EndpointFlags) -> String {
+    let names = [(f.signal, "signal"), (f.subflow, "subflow"), (f.backup, "backup")];
+    let on: Vec<&str> = names.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
+    if on.is_empty() {
+        "none".into()
+    } else {
+        on.join(" ")
+    }
+}
+
+/// Sets the flag named `word` in `f` (`none` names none).
+fn set_flag(f: &mut EndpointFlags, word: &str) -> Result<()> {
+    match word {
+        "signal" => f.signal = true,
+        "subflow" => f.subflow = true,
+        "backup" => f.backup = true,
+        "none" => {}
+        _ => bail!("'{word}' is no endpoint flag (signal, subflow, backup, none)"),
+    }
+    Ok(())
 }
 
 impl std::str::FromStr for PathSpec {
@@ -30,11 +61,23 @@ impl std::str::FromStr for PathSpec {
 
     fn from_str(s: &str) -> Result<Self> {
         let (mut dev, mut addr, mut peer, mut mtu) = (None, None, None, 1500u16);
+        let mut flags: Option<EndpointFlags> = None;
         for kv in s.split(',').filter(|p| !p.is_empty()) {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| anyhow!("path '{s}': '{kv}' is not KEY=VALUE (keys: dev, addr, peer, mtu)"))?;
+            let Some((k, v)) = kv.split_once('=') else {
+                // A bare flag word, as `ip mptcp endpoint add ADDR signal backup`.
+                if !matches!(kv, "signal" | "subflow" | "backup") {
+                    bail!("path '{s}': '{kv}' is not KEY=VALUE (keys: dev, addr, peer, mtu, flags) nor a flag (signal, subflow, backup)");
+                }
+                set_flag(flags.get_or_insert_with(EndpointFlags::default), kv)?;
+                continue;
+            };
             match k {
+                "flags" => {
+                    let f = flags.get_or_insert_with(EndpointFlags::default);
+                    for w in v.split(['+', '|']) {
+                        set_flag(f, w).map_err(|e| anyhow!("path '{s}': {e}"))?;
+                    }
+                }
                 "dev" => {
                     TunConfig::new(v).validate().map_err(|e| anyhow!("path '{s}': {e}"))?;
                     dev = Some(v.to_owned());
@@ -47,7 +90,7 @@ impl std::str::FromStr for PathSpec {
                         bail!("path '{s}': mtu {mtu} out of range 576..=65535");
                     }
                 }
-                _ => bail!("path '{s}': unknown key '{k}' (keys: dev, addr, peer, mtu)"),
+                _ => bail!("path '{s}': unknown key '{k}' (keys: dev, addr, peer, mtu, flags)"),
             }
         }
         let dev = dev.ok_or_else(|| anyhow!("path '{s}': missing device (dev=NAME, the TUN to create)"))?;
@@ -64,7 +107,7 @@ impl std::str::FromStr for PathSpec {
         if addr.addr.is_ipv6() && mtu < 1280 {
             bail!("path '{s}': IPv6 needs mtu >= 1280");
         }
-        Ok(PathSpec { dev, addr, peer, mtu })
+        Ok(PathSpec { dev, addr, peer, mtu, flags: flags.unwrap_or(DEFAULT_FLAGS) })
     }
 }
 
@@ -135,6 +178,7 @@ pub fn topology(spec: &str) -> Result<Vec<PathSpec>> {
         addr: IfAddr { addr: IpAddr::from(a), prefix: 24 },
         peer: IpAddr::from(p),
         mtu: 1500,
+        flags: DEFAULT_FLAGS,
     };
     Ok(match name {
         // tests/src/lab.rs: side A's path i is 10.(100+i).0.2 behind a TUN with 10.(100+i).0.1.
@@ -217,6 +261,16 @@ mod tests {
         assert_eq!(p.peer.to_string(), "fd00::9");
         let p: PathSpec = "dev=t,addr=10.1.2.3/16,mtu=9000".parse().unwrap();
         assert_eq!((p.peer.to_string().as_str(), p.mtu), ("10.1.0.1", 9000));
+        assert_eq!(p.flags, DEFAULT_FLAGS, "a path opens subflows unless told otherwise");
+        let p: PathSpec = "dev=t,addr=10.0.2.2,signal,backup".parse().unwrap();
+        assert_eq!(p.flags, EndpointFlags { signal: true, subflow: false, backup: true });
+        assert_eq!(flags_text(p.flags), "signal backup");
+        let p: PathSpec = "dev=t,addr=10.0.2.2,flags=subflow+backup".parse().unwrap();
+        assert_eq!(p.flags, EndpointFlags { signal: false, subflow: true, backup: true });
+        let p: PathSpec = "dev=t,addr=10.0.2.2,flags=signal|subflow".parse().unwrap();
+        assert_eq!(p.flags, EndpointFlags { signal: true, subflow: true, backup: false });
+        let p: PathSpec = "dev=t,addr=10.0.2.2,flags=none".parse().unwrap();
+        assert_eq!(flags_text(p.flags), "none");
     }
 
     #[test]
@@ -232,6 +286,8 @@ mod tests {
             ("dev=tun0,addr=0.0.0.0", "cannot be"),
             ("dev=tun0,addr=10.0.1.2,mtu=10", "mtu"),
             ("tun0", "KEY=VALUE"),
+            ("dev=tun0,addr=10.0.1.2,flags=fullmesh", "no endpoint flag"),
+            ("dev=tun0,addr=10.0.1.2,laser", "nor a flag"),
         ] {
             let e = format!("{:#}", s.parse::<PathSpec>().unwrap_err());
             assert!(e.contains(why), "{s}: {e}");

@@ -433,8 +433,21 @@ pub fn header_lines(r: &Start) -> String {
         x.congestion,
         x.scheduler
     );
+    if let Some(pm) = &x.path_manager {
+        let _ = writeln!(s, "      {}", path_manager_text(pm));
+    }
     let _ = writeln!(s, "[ ID] Interval           Transfer     Bitrate         Retr  Cwnd");
     s
+}
+
+/// `path manager: subflows 2, add_addr_accepted 0; endpoints 10.0.1.2 id 1 subflow, ...`
+pub fn path_manager_text(pm: &PathManagerInfo) -> String {
+    format!(
+        "path manager: subflows {}, add_addr_accepted {}; endpoints {}",
+        pm.subflows,
+        pm.add_addr_accepted,
+        pm.endpoints.join(", ")
+    )
 }
 
 /// One interval: the stream line, then one line per subflow.
