@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use mptun::{Algorithm, MptcpListener, MptcpStream, PmConfig, PmEndpoint, Policy, Stack, StreamOptions};
+use mptun::{Algorithm, MptcpListener, MptcpStream, PmConfig, Policy, Stack, StreamOptions};
 
 use crate::bulk::{self, ClientTest, Pattern, ServerConfig, Settings, Sink, Source};
 use crate::cli_shared::JsonDocument;
@@ -141,9 +141,8 @@ impl SendArgs {
     }
 }
 
-fn parse_path(s: &str) -> Result<PathSpec> {
-    // clap prints the error's Display: fold the context chain into one line.
-    s.parse().map_err(|e: anyhow::Error| anyhow!("{e:#}"))
+fn parse_path(s: &str) -> Result<PathSpec, mptun::pathspec::PathSpecError> {
+    s.parse()
 }
 
 fn parse_secs(s: &str) -> Result<Duration> {
@@ -281,11 +280,7 @@ impl Common {
     fn path_manager(&self, paths: &[PathSpec]) -> PmConfig {
         let linux = PmConfig::default();
         PmConfig {
-            endpoints: paths
-                .iter()
-                .zip(1u8..)
-                .map(|(p, id)| PmEndpoint { id, addr: p.addr.addr, flags: p.flags })
-                .collect(),
+            endpoints: PathSpec::endpoints(paths),
             max_subflows: self.subflows.unwrap_or(linux.max_subflows),
             max_add_addr_accepted: self.add_addr_accepted.unwrap_or(linux.max_add_addr_accepted),
         }
