@@ -258,6 +258,7 @@ impl Common {
                 scheduler: if self.kernel { "kernel".into() } else { scheduler.to_string() },
                 connecting_to: None,
                 sock_bufsize: rcvbuf.or(sndbuf).unwrap_or(0) as u64,
+                duration: None,
                 path_manager: pm.as_ref().map(|pm| PathManagerInfo {
                     add_addr_accepted: u32::from(pm.max_add_addr_accepted),
                     subflows: u32::from(pm.max_subflows),

@@ -48,6 +48,20 @@ pub struct Settings {
     pub sock_bufsize: u64,
     /// The path manager's settings, when this side runs mptun's.
     pub path_manager: Option<crate::report::PathManagerInfo>,
+    /// A timed test's duration (set once the request is known): its
+    /// intervals are the duration's, what arrives or is acknowledged
+    /// after it belongs to the last one.
+    pub duration: Option<Duration>,
+}
+
+impl Settings {
+    fn for_amount(mut self, amount: Amount) -> Settings {
+        self.duration = match amount {
+            Amount::DurationMs(ms) => Some(Duration::from_millis(ms)),
+            Amount::Bytes(_) => None,
+        };
+        self
+    }
 }
 
 /// Where the sender's bytes come from.
@@ -115,6 +129,7 @@ pub async fn run_client(
     if crate::signals::received().is_some() {
         return Err(crate::signals::interrupted());
     }
+    let settings = settings.for_amount(test.request.amount);
     let start = start_section(&conn, &settings, &test.request, !test.request.reverse);
     if !settings.json {
         print!("{}", report::header_lines(&start));
@@ -228,6 +243,7 @@ pub async fn run_server(
     if let (Some(Source::File(..)), true) = (&source, req.reverse) {
         req.amount = Amount::Bytes(amount);
     }
+    let settings = settings.for_amount(req.amount);
     let start = start_section(&conn, &settings, &req, req.reverse);
     if !settings.json {
         print!("{}", report::header_lines(&start));
