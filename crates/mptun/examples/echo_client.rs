@@ -19,19 +19,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use mptun::pathspec::PathSpec;
-use mptun::{MptcpConfig, MptcpStream, PmConfig, Stack};
+
+mod common;
+use mptun::MptcpStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Sends a message over mptun and prints the echo and the subflows.
 #[derive(Parser)]
 struct Args {
-    /// Create the TUN devices in this network namespace (default: this one).
-    #[arg(long)]
-    netns: Option<String>,
-    /// A path, as `mptun send --path` (repeat for several).
-    #[arg(long = "path", value_name = "SPEC", required = true)]
-    paths: Vec<PathSpec>,
+    #[command(flatten)]
+    paths: common::Paths,
     /// The echo server.
     #[arg(long, value_name = "ADDR:PORT")]
     connect: SocketAddr,
@@ -41,12 +38,7 @@ struct Args {
 }
 
 async fn run(a: Args) -> std::io::Result<()> {
-    let pm = PmConfig { endpoints: PathSpec::endpoints(&a.paths), ..PmConfig::default() };
-    let mut b = Stack::builder().mptcp_config(MptcpConfig { pm, ..MptcpConfig::default() });
-    for (addr, dev) in PathSpec::create_tuns(&a.paths, a.netns.as_deref())? {
-        b = b.path(addr, dev);
-    }
-    let stack = b.build()?;
+    let stack = a.paths.stack()?.build()?;
 
     let mut s = MptcpStream::connect(&stack, a.connect).await?;
     s.write_all(a.message.as_bytes()).await?;

@@ -18,18 +18,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use mptun::pathspec::PathSpec;
-use mptun::{MptcpConfig, MptcpListener, PmConfig, Stack};
+
+mod common;
+use mptun::{MptcpListener, Stack};
 
 /// Echoes every connection's bytes back, over mptun.
 #[derive(Parser)]
 struct Args {
-    /// Create the TUN devices in this network namespace (default: this one).
-    #[arg(long)]
-    netns: Option<String>,
-    /// A path, as `mptun serve --path` (repeat for several).
-    #[arg(long = "path", value_name = "SPEC", required = true)]
-    paths: Vec<PathSpec>,
+    #[command(flatten)]
+    paths: common::Paths,
     /// Address and port to listen on.
     #[arg(long, default_value = "0.0.0.0:7")]
     listen: SocketAddr,
@@ -40,11 +37,7 @@ struct Args {
 
 /// Creates the TUN devices and the stack over them.
 fn build_stack(a: &Args) -> std::io::Result<Stack> {
-    let pm = PmConfig { endpoints: PathSpec::endpoints(&a.paths), ..PmConfig::default() };
-    let mut b = Stack::builder().mptcp_config(MptcpConfig { pm, ..MptcpConfig::default() });
-    for (addr, dev) in PathSpec::create_tuns(&a.paths, a.netns.as_deref())? {
-        b = b.path(addr, dev);
-    }
+    let mut b = a.paths.stack()?;
     if let Some(p) = &a.pcap {
         b = b.pcap(p);
     }

@@ -15,7 +15,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use mptun_io::{IfAddr, PacketIo, TunConfig, TunDevice};
-use mptun_proto::pm::{EndpointFlags, PmEndpoint};
+use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
+use mptun_proto::MptcpConfig;
 
 /// One path: mptun's address on a TUN device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,6 +137,19 @@ impl PathSpec {
     /// its flags, ids from 1 in order (as `ip mptcp endpoint add` numbers them).
     pub fn endpoints(paths: &[PathSpec]) -> Vec<PmEndpoint> {
         paths.iter().zip(1u8..).map(|(p, id)| PmEndpoint { id, addr: p.addr.addr, flags: p.flags }).collect()
+    }
+
+    /// A stack builder over the TUN devices of `paths` (created as
+    /// [`PathSpec::create_tuns`] does) whose path manager has their
+    /// endpoints, with Linux's limits: what a program taking `--path`s needs
+    /// before [`crate::StackBuilder::build`].
+    pub fn stack_builder(paths: &[PathSpec], netns: Option<&str>) -> io::Result<crate::StackBuilder> {
+        let pm = PmConfig { endpoints: PathSpec::endpoints(paths), ..PmConfig::default() };
+        let mut b = crate::Stack::builder().mptcp_config(MptcpConfig { pm, ..MptcpConfig::default() });
+        for (addr, dev) in PathSpec::create_tuns(paths, netns)? {
+            b = b.path(addr, dev);
+        }
+        Ok(b)
     }
 
     /// Creates the TUN devices of `paths` (one per distinct name, carrying
