@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mptun_io::testutil::require_netns;
 use mptun_tests::lab::{Lab, Side};
 use serde_json::Value;
-use support::{run, Running};
+use support::{json_document as parse, run, Running};
 
 /// JSON's types (numbers are one type: iperf3 prints `0` and `1.5` alike).
 fn kind(v: &Value) -> &'static str {
@@ -53,11 +53,6 @@ fn missing(reference: &Value, ours: &Value, at: &str, out: &mut Vec<String>) {
         },
         _ => {}
     }
-}
-
-fn parse(what: &str, stdout: &[u8]) -> Value {
-    let s = String::from_utf8_lossy(stdout);
-    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{what}: not one JSON document ({e}): {s}"))
 }
 
 /// `iperf3 -s -1 -J` in B and `iperf3 -c ... -J` in A: (client, server) documents.

@@ -16,12 +16,7 @@ use std::time::Duration;
 use mptun_io::testutil::require_netns;
 use mptun_tests::lab::{Lab, Side};
 use serde_json::Value;
-use support::{run, Running};
-
-fn parse(what: &str, stdout: &[u8]) -> Value {
-    let s = String::from_utf8_lossy(stdout);
-    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{what}: not one JSON document ({e}): {s}"))
-}
+use support::{json_document as parse, run, Running};
 
 fn counter(v: &Value, map: &str, name: &str) -> u64 {
     v["end"]["mptcp"][map][name].as_u64().unwrap_or(0)

@@ -28,6 +28,12 @@ pub fn mptun_bin() -> PathBuf {
     bin
 }
 
+/// The one JSON document `what` printed on stdout (panics with it otherwise).
+pub fn json_document(what: &str, stdout: &[u8]) -> serde_json::Value {
+    let s = String::from_utf8_lossy(stdout);
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{what}: not one JSON document ({e}): {s}"))
+}
+
 /// `mptun ARGS` run to completion (in namespace `ns` if given), bounded in time.
 pub fn run(ns: Option<&str>, args: &[&str], limit: Duration) -> Output {
     let mut c = command(ns, args);
