@@ -14,17 +14,40 @@ use std::time::Duration;
 /// The largest body served (a bound on what a request can make it send).
 pub const MAX_BODY: u64 = 1 << 30;
 
-/// The content of `/bytes/N/SEED`: xorshift64 bytes, distinct per seed.
+/// The content of `/bytes/N/SEED`: an xorshift64 stream, 8 bytes per
+/// step (cheap enough that serving does not limit a Gbit/s benchmark),
+/// distinct per seed.
 pub fn body(n: u64, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut out = Vec::with_capacity(n as usize);
+    let mut g = Body::new(seed);
+    while (out.len() as u64) < n {
+        out.extend_from_slice(&g.next_block()[..(n - out.len() as u64).min(BLOCK as u64) as usize]);
+    }
+    out
+}
+
+const BLOCK: usize = 64 * 1024;
+
+/// The generator behind [`body`], a block at a time.
+struct Body {
+    x: u64,
+    block: Vec<u8>,
+}
+
+impl Body {
+    fn new(seed: u64) -> Body {
+        Body { x: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, block: vec![0; BLOCK] }
+    }
+
+    fn next_block(&mut self) -> &[u8] {
+        for w in self.block.chunks_exact_mut(8) {
+            self.x ^= self.x << 13;
+            self.x ^= self.x >> 7;
+            self.x ^= self.x << 17;
+            w.copy_from_slice(&self.x.to_le_bytes());
+        }
+        &self.block
+    }
 }
 
 /// A running server; stopped on drop.
@@ -39,7 +62,24 @@ pub struct HttpServer {
 impl HttpServer {
     /// Listens on `addr` inside namespace `ns`.
     pub fn start(ns: &str, addr: SocketAddr) -> io::Result<HttpServer> {
-        let l = mptun_io::netns::run_in_netns(ns, || TcpListener::bind(addr))??;
+        Self::serve(mptun_io::netns::run_in_netns(ns, || TcpListener::bind(addr))??)
+    }
+
+    /// As [`HttpServer::start`] on a kernel MPTCP socket (IPPROTO_MPTCP),
+    /// for the kernel baseline of the proxy benchmark.
+    pub fn start_mptcp(ns: &str, addr: SocketAddr) -> io::Result<HttpServer> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let l = mptun_io::netns::run_in_netns(ns, || -> io::Result<TcpListener> {
+            let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::from(262)))?;
+            s.set_reuse_address(true)?;
+            s.bind(&addr.into())?;
+            s.listen(128)?;
+            Ok(s.into())
+        })??;
+        Self::serve(l)
+    }
+
+    fn serve(l: TcpListener) -> io::Result<HttpServer> {
         l.set_nonblocking(true)?;
         let addr = l.local_addr()?;
         let (stop, served) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
@@ -99,7 +139,12 @@ fn answer(mut s: TcpStream) -> io::Result<bool> {
                 "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
             );
             s.write_all(hdr.as_bytes())?;
-            s.write_all(&body(n, seed))?;
+            let (mut g, mut left) = (Body::new(seed), n);
+            while left > 0 {
+                let k = left.min(BLOCK as u64);
+                s.write_all(&g.next_block()[..k as usize])?;
+                left -= k;
+            }
             s.shutdown(Shutdown::Write)?;
             // Until the client closes (so our FIN is not followed by a RST).
             while s.read(&mut b).is_ok_and(|n| n > 0) {}

@@ -133,7 +133,16 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         Ok(Err(e)) => return r.refused(id, &peer_s, None, &format!("header: {e}"), &r.counters.failed, "failed"),
         Err(_) => return r.refused(id, &peer_s, None, "no header within 10 s", &r.counters.failed, "failed"),
     };
-    let checked = req.and_then(|q| ctx.replay.lock().expect("replay guard").check(&q, header::unix_ms()).map(|()| q));
+    // The request's tag when it is authentic: the answer to a stale or
+    // replayed header is then one its sender can verify (a local proxy
+    // with a skewed clock learns why); to a wrong key, one it cannot.
+    let (checked, tag) = match req {
+        Ok(q) => {
+            let tag = q.tag;
+            (ctx.replay.lock().expect("replay guard").check(&q, header::unix_ms()).map(|()| q), tag)
+        }
+        Err(rej) => (Err(rej), [0u8; header::TAG_LEN]),
+    };
     let req = match checked {
         Ok(q) => q,
         Err(rej) => {
@@ -144,12 +153,9 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
                 Reject::Stale { .. } => Kind::Stale,
                 Reject::CacheFull => Kind::Refused,
             };
-            // A key holder's header gets an answer it can verify; anyone
-            // else one it cannot, which tells a misconfigured local proxy
-            // that the keys differ and a prober nothing.
+            // Bytes that are no header at all get no answer.
             let rep = (kind != Kind::Failed).then_some(Rep::NotAllowed);
             if let Some(rep) = rep {
-                let tag = [0u8; header::TAG_LEN];
                 let _ = conn.write_all(&header::encode_reply(&ctx.key, &tag, &Reply { rep, bound: None })).await;
             }
             return report_refusal(r, id, &peer_s, None, Refused { rep, why: rej.to_string(), kind });

@@ -171,7 +171,8 @@ impl Reporter {
             .iter()
             .flat_map(|p| p.subflows.iter())
             .map(|s| {
-                format!("{}:{}", s.local.map_or("?".into(), |a| a.ip().to_string()), s.bytes_acked + s.bytes_received)
+                let ip = |a: Option<std::net::SocketAddr>| a.map_or("?".into(), |a| a.ip().to_string());
+                format!("{}-{} {} B", ip(s.local), ip(s.remote), s.bytes_acked + s.bytes_received)
             })
             .collect();
         let text = format!(
@@ -184,7 +185,7 @@ impl Reporter {
             c.up,
             c.down,
             used,
-            per_sf.join(" ")
+            per_sf.join(", ")
         );
         self.line(v, text);
     }

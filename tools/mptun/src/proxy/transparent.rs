@@ -19,7 +19,12 @@ const SO_ORIGINAL_DST: libc::c_int = 80;
 pub fn original_dst(s: &tokio::net::TcpStream) -> io::Result<Option<SocketAddr>> {
     let local = s.local_addr()?;
     let fd = s.as_raw_fd();
-    let orig = if local.is_ipv4() {
+    // An IPv4 client of a dual-stack ([::]) listener is tracked by IPv4 conntrack.
+    let v4 = match local {
+        SocketAddr::V4(_) => true,
+        SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_some(),
+    };
+    let orig = if v4 {
         let mut sa = MaybeUninit::<libc::sockaddr_in>::zeroed();
         let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
         // SAFETY: valid fd; sa/len describe a writable sockaddr_in.
