@@ -129,12 +129,12 @@ impl SendArgs {
     }
 }
 
-fn parse_path(s: &str) -> Result<PathSpec> {
+pub(crate) fn parse_path(s: &str) -> Result<PathSpec> {
     // clap prints the error's Display: fold the context chain into one line.
     s.parse().map_err(|e: anyhow::Error| anyhow!("{e:#}"))
 }
 
-fn parse_secs(s: &str) -> Result<Duration> {
+pub(crate) fn parse_secs(s: &str) -> Result<Duration> {
     let v: f64 = s.trim_end_matches('s').parse().map_err(|_| anyhow!("'{s}' is not a number of seconds"))?;
     if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
         bail!("'{s}' seconds out of range (0, 86400]");

@@ -18,10 +18,9 @@ use tokio::net::TcpStream;
 use super::allow::{Allow, Rule};
 use super::dest::Dest;
 use super::header::{self, Key, Reject, ReplayGuard, Reply};
-use super::relay::{self, End, Moved, Outcome};
-use super::report::{Closed, Counters, Reporter};
+use super::report::{Counters, Reporter};
 use super::socks5::Rep;
-use super::{runtime, serve_loop, Carrier, Stackish, Stop};
+use super::{runtime, serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
 use crate::kernel::{self, KernelOptions};
 
@@ -183,40 +182,8 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         return r.refused(id, &peer_s, Some(&dest_s), &format!("local proxy: {e}"), &r.counters.failed, "failed");
     }
     r.connect(id, &peer_s, &dest_s, json!({"address": to.map(|a| a.to_string()), "stack": conn.stack_name()}));
-    let moved = Arc::new(Moved::default());
-    r.track(&moved);
-    let outcome = {
-        let (mut lr, mut lw) = tokio::io::split(&mut conn);
-        let (mut dr, mut dw) = out.split();
-        tokio::select! {
-            o = relay::relay((&mut lr, &mut lw), (&mut dr, &mut dw), &moved) => Some(o),
-            _ = stop.wait() => None,
-        }
-    };
-    let probe = conn.probe();
-    let reason = match &outcome {
-        Some(Outcome::Closed) => "closed".to_string(),
-        Some(Outcome::Failed(End::Near, e)) => format!("local proxy: {e}"),
-        Some(Outcome::Failed(End::Far, e)) => format!("destination: {e}"),
-        None => "interrupted".to_string(),
-    };
-    if !matches!(outcome, Some(Outcome::Closed)) {
-        relay::reset_on_drop(&out);
-        if let Conn::Kernel(s) = &conn {
-            relay::reset_on_drop(s);
-        }
-    }
-    use std::sync::atomic::Ordering::Relaxed;
-    r.closed(Closed {
-        id,
-        peer: peer_s,
-        dest: dest_s,
-        up: moved.up.load(Relaxed),
-        down: moved.down.load(Relaxed),
-        duration: started.elapsed(),
-        reason: &reason,
-        probe: Some(probe),
-    });
+    let session = Session { id, peer: peer_s, dest: dest_s, started };
+    super::relay_and_report(r, session, &mut out, &mut conn, false, ["local proxy", "destination"], &mut stop).await;
 }
 
 fn report_refusal(r: &Reporter, id: u64, peer: &str, dest: Option<&str>, f: Refused) {

@@ -405,16 +405,8 @@ mod tests {
         let mut long = b.clone();
         long.push(0);
         assert_eq!(decode_request(&k, &long), Err(Reject::Malformed("length mismatch")));
-        let mut x = 0x2545_f491_4f6c_dd1du64;
         for len in 0..400 {
-            let mut v: Vec<u8> = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let mut v = super::super::noise(0x2545_f491_4f6c_dd1d ^ len as u64, len);
             if len >= 8 {
                 v[..5].copy_from_slice(b"MPXQ\x01");
             }

@@ -17,10 +17,9 @@ use tokio::net::TcpStream;
 
 use super::dest::Dest;
 use super::header::{self, BadReply, Key};
-use super::relay::{self, End, Moved, Outcome};
-use super::report::{Closed, Reporter};
+use super::report::Reporter;
 use super::socks5::{self, Refusal, Rep, Users};
-use super::{runtime, serve_loop, Carrier, Stackish, Stop};
+use super::{runtime, serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
 use crate::kernel::{self, KernelOptions};
 
@@ -175,41 +174,8 @@ async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, 
         &dest_s,
         json!({"mode": if socks { "socks5" } else { "transparent" }, "exit_bound": bound.map(|b| b.to_string()), "stack": conn.stack_name()}),
     );
-    let moved = Arc::new(Moved::default());
-    r.track(&moved);
-    let outcome = {
-        let (mut cr, mut cw) = client.split();
-        let (mut er, mut ew) = tokio::io::split(&mut conn);
-        tokio::select! {
-            o = relay::relay((&mut cr, &mut cw), (&mut er, &mut ew), &moved) => Some(o),
-            _ = stop.wait() => None,
-        }
-    };
-    let probe = conn.probe();
-    let reason = match &outcome {
-        Some(Outcome::Closed) => "closed".to_string(),
-        Some(Outcome::Failed(End::Near, e)) => format!("client: {e}"),
-        Some(Outcome::Failed(End::Far, e)) => format!("exit: {e}"),
-        None => "interrupted".to_string(),
-    };
-    if !matches!(outcome, Some(Outcome::Closed)) {
-        // Pass an abort on as a reset, not as an orderly end of stream.
-        relay::reset_on_drop(&client);
-        if let Conn::Kernel(s) = &conn {
-            relay::reset_on_drop(s);
-        }
-    }
-    use std::sync::atomic::Ordering::Relaxed;
-    r.closed(Closed {
-        id,
-        peer: peer_s,
-        dest: dest_s,
-        up: moved.up.load(Relaxed),
-        down: moved.down.load(Relaxed),
-        duration: started.elapsed(),
-        reason: &reason,
-        probe: Some(probe),
-    });
+    let session = Session { id, peer: peer_s, dest: dest_s, started };
+    super::relay_and_report(r, session, &mut client, &mut conn, true, ["client", "exit"], &mut stop).await;
 }
 
 /// Connects to the exit, sends the header and waits for its answer.

@@ -25,12 +25,14 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use mptun::Stack;
 
+use crate::cli_xfer::{parse_path, parse_secs};
+use crate::conn::Conn;
 use crate::pathspec::{self, PathSpec};
 use crate::signals;
 
@@ -82,18 +84,6 @@ pub struct Carrier {
     /// Connections relayed at once at most; more wait in the listen queue.
     #[arg(long, default_value_t = 1024, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_connections: u32,
-}
-
-fn parse_path(s: &str) -> Result<PathSpec> {
-    s.parse().map_err(|e: anyhow::Error| anyhow!("{e:#}"))
-}
-
-fn parse_secs(s: &str) -> Result<Duration> {
-    let v: f64 = s.trim_end_matches('s').parse().map_err(|_| anyhow!("'{s}' is not a number of seconds"))?;
-    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
-        bail!("'{s}' seconds out of range (0, 86400]");
-    }
-    Ok(Duration::from_secs_f64(v))
 }
 
 /// The MPTCP side, checked.
@@ -209,4 +199,85 @@ where
     summaries.abort();
     reporter.summary(None, true);
     Ok(())
+}
+
+/// One relayed connection, for its close event.
+struct Session {
+    id: u64,
+    peer: String,
+    dest: String,
+    started: Instant,
+}
+
+/// Relays between the plain TCP side and the MPTCP side (`tcp_is_near`:
+/// the TCP side opened the connection, as at the local proxy) until both
+/// directions end, a side fails or a signal stops it, then reports the
+/// close with the MPTCP connection's subflows. `names` are the near and far
+/// ends as the close reason names them.
+async fn relay_and_report(
+    r: &report::Reporter,
+    s: Session,
+    tcp: &mut tokio::net::TcpStream,
+    conn: &mut Conn,
+    tcp_is_near: bool,
+    names: [&str; 2],
+    stop: &mut Stop,
+) {
+    use relay::{End, Moved, Outcome};
+    use std::sync::atomic::Ordering::Relaxed;
+    let moved = Arc::new(Moved::default());
+    r.track(&moved);
+    let outcome = {
+        let (mut tr, mut tw) = tcp.split();
+        let (mut mr, mut mw) = tokio::io::split(&mut *conn);
+        let run = async {
+            if tcp_is_near {
+                relay::relay((&mut tr, &mut tw), (&mut mr, &mut mw), &moved).await
+            } else {
+                relay::relay((&mut mr, &mut mw), (&mut tr, &mut tw), &moved).await
+            }
+        };
+        tokio::select! {
+            o = run => Some(o),
+            _ = stop.wait() => None,
+        }
+    };
+    let probe = conn.probe();
+    let reason = match &outcome {
+        Some(Outcome::Closed) => "closed".to_string(),
+        Some(Outcome::Failed(End::Near, e)) => format!("{}: {e}", names[0]),
+        Some(Outcome::Failed(End::Far, e)) => format!("{}: {e}", names[1]),
+        None => "interrupted".to_string(),
+    };
+    if !matches!(outcome, Some(Outcome::Closed)) {
+        // Pass an abort on as a reset, not as an orderly end of stream.
+        relay::reset_on_drop(tcp);
+        if let Conn::Kernel(k) = &*conn {
+            relay::reset_on_drop(k);
+        }
+    }
+    r.closed(report::Closed {
+        id: s.id,
+        peer: s.peer,
+        dest: s.dest,
+        up: moved.up.load(Relaxed),
+        down: moved.down.load(Relaxed),
+        duration: s.started.elapsed(),
+        reason: &reason,
+        probe: Some(probe),
+    });
+}
+
+/// Deterministic noise for the codecs' hostile-input tests.
+#[cfg(test)]
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }

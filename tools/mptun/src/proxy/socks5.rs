@@ -353,16 +353,8 @@ mod tests {
             assert!(run(&good[..n], &Users::default()).0.is_err(), "truncated at {n}");
         }
         // Garbage of every length: only errors or well-formed results.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for len in 0..300 {
-            let mut b: Vec<u8> = (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let mut b = super::super::noise(0x9e37_79b9_7f4a_7c15 ^ len as u64, len);
             if len > 2 {
                 b[0] = 5;
             }
