@@ -473,3 +473,71 @@ fn proxy_exit_on_kernel_mptcp() {
     let used = of_kind(&ev, "close")[0]["subflows_used"].as_u64().unwrap();
     assert!(used >= 2, "mptun joined a second subflow to the kernel's exit: {:?}", of_kind(&ev, "close"));
 }
+
+/// Half-close end to end, with RFC 1929 authentication: a SOCKS5 client
+/// written here (user/password) sends 1 MB and shuts its write side down;
+/// the destination reads to that end of stream (the client's FIN became
+/// the MPTCP DATA_FIN and the exit's FIN) and only then answers with what
+/// it counted, which arrives on the half-open connection. BIND is answered
+/// "command not supported", a wrong password refused.
+#[test]
+fn proxy_half_close_and_username_password() {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    if require_netns().is_some() {
+        return;
+    }
+    let lab = Lab::new("px-half", 2).unwrap();
+    let dir = Dir::new("half");
+    let key = dir.key("key", KEY);
+    let users = dir.key("users", "alice:wonder land\n");
+    let l = mptun_io::netns::run_in_netns(lab.b.name(), || TcpListener::bind("10.0.1.2:9090")).unwrap().unwrap();
+    let dest = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap(); // returns at the client's FIN only
+        s.write_all(format!("{} {}", got.len(), sha(&got)).as_bytes()).unwrap();
+    });
+    let exit = exit(&lab, &key, &["--allow", "10.0.1.2:9090"]);
+    let local = local(&lab, &key, &exit_addr(&lab), &["--auth-file", &users]);
+    let socks = |user: &str, pass: &str, cmd: u8| -> (TcpStream, Vec<u8>) {
+        let to: SocketAddr = "127.0.0.1:1080".parse().unwrap();
+        let mut s = mptun_io::netns::run_in_netns(lab.a.name(), || TcpStream::connect(to)).unwrap().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(&[5, 1, 2]).unwrap();
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(b, [5, 2], "username/password required");
+        let mut auth = vec![1, user.len() as u8];
+        auth.extend_from_slice(user.as_bytes());
+        auth.push(pass.len() as u8);
+        auth.extend_from_slice(pass.as_bytes());
+        s.write_all(&auth).unwrap();
+        s.read_exact(&mut b).unwrap();
+        if b != [1, 0] {
+            return (s, b.to_vec());
+        }
+        s.write_all(&[5, cmd, 0, 1, 10, 0, 1, 2, 0x23, 0x82]).unwrap();
+        let mut rep = [0u8; 10];
+        s.read_exact(&mut rep).unwrap();
+        (s, rep.to_vec())
+    };
+    assert_eq!(socks("alice", "wrong", 1).1, [1, 1], "a wrong password is refused");
+    assert_eq!(socks("alice", "wonder land", 2).1[..2], [5, 7], "BIND: command not supported");
+    let (mut s, rep) = socks("alice", "wonder land", 1);
+    assert_eq!(rep[..2], [5, 0], "CONNECT succeeded");
+    let data = body(1_000_000, 3);
+    s.write_all(&data).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert_eq!(answer, format!("1000000 {}", sha(&data)), "the answer after the client's FIN");
+    dest.join().unwrap();
+    let ev = wait_events(&local, "the close", Duration::from_secs(5), |e| !of_kind(e, "close").is_empty());
+    let c = of_kind(&ev, "close")[0].clone();
+    assert_eq!((c["bytes_up"].as_u64(), c["reason"].as_str()), (Some(1_000_000), Some("closed")), "{c}");
+    let end = interrupt(local);
+    assert_eq!((end["refused"].as_u64(), end["closed"].as_u64()), (Some(2), Some(1)), "{end}");
+    drop(exit);
+}
