@@ -541,3 +541,24 @@ fn proxy_half_close_and_username_password() {
     assert_eq!((end["refused"].as_u64(), end["closed"].as_u64()), (Some(2), Some(1)), "{end}");
     drop(exit);
 }
+
+/// Mistakes are named before anything is created (no root needed).
+#[test]
+fn proxy_arguments_say_what_is_wrong() {
+    let dir = Dir::new("args");
+    let short = dir.key("short", "tooshort\n");
+    let key = dir.key("key", KEY);
+    for (args, want) in [
+        (vec!["proxy", "exit", "--topology", "lab-b:1", "--key-file", "/nonexistent/k"], "--key-file /nonexistent/k"),
+        (vec!["proxy", "exit", "--topology", "lab-b:1", "--key-file", &short], "at least 16"),
+        (vec!["proxy", "exit", "--topology", "lab-b:1", "--key-file", &key, "--allow", "example.org"], "needs a port"),
+        (vec!["proxy", "exit", "--key-file", &key], "no paths"),
+        (vec!["proxy", "exit", "--kernel", "--topology", "lab-b:1", "--key-file", &key], "--kernel"),
+        (vec!["proxy", "local", "--exit", "nowhere", "--topology", "lab-a:2", "--key-file", &key], "not ADDR"),
+        (vec!["proxy", "local", "--exit", "10.0.0.1"], "--key-file"),
+    ] {
+        let o = support::run(None, &args, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+    }
+}
