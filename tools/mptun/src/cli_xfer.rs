@@ -141,11 +141,11 @@ impl SendArgs {
     }
 }
 
-fn parse_path(s: &str) -> Result<PathSpec, mptun::pathspec::PathSpecError> {
+pub(crate) fn parse_path(s: &str) -> Result<PathSpec, mptun::pathspec::PathSpecError> {
     s.parse()
 }
 
-fn parse_secs(s: &str) -> Result<Duration> {
+pub(crate) fn parse_secs(s: &str) -> Result<Duration> {
     let v: f64 = s.trim_end_matches('s').parse().map_err(|_| anyhow!("'{s}' is not a number of seconds"))?;
     if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
         bail!("'{s}' seconds out of range (0, 86400]");

@@ -16,6 +16,7 @@ mod control;
 mod kernel;
 mod pathspec;
 mod plot;
+mod proxy;
 mod report;
 mod signals;
 mod traces;
@@ -79,6 +80,8 @@ enum Command {
     Send(cli_xfer::SendArgs),
     /// Run a scenario in real namespaces behind linkem paths (needs root), reported like `sim`.
     Lab(cli_lab::LabArgs),
+    /// Multipath for unmodified applications: a SOCKS5/transparent local proxy and its exit (docs/proxy.md).
+    Proxy(proxy::ProxyArgs),
     /// Print a shell completion script, e.g. `mptun completions bash > /etc/bash_completion.d/mptun`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -97,7 +100,7 @@ impl Command {
             Command::Serve(a) => a.json(),
             Command::Send(a) => a.json(),
             Command::Lab(a) => a.json.json,
-            Command::Sim(_) | Command::Completions { .. } | Command::Man => false,
+            Command::Sim(_) | Command::Proxy(_) | Command::Completions { .. } | Command::Man => false,
         }
     }
 }
@@ -116,7 +119,7 @@ fn main() -> ExitCode {
     cli.log.init();
     tracing::debug!(args = ?std::env::args().collect::<Vec<_>>(), "mptun {}", env!("CARGO_PKG_VERSION"));
     let json = cli.cmd.json_document();
-    if matches!(cli.cmd, Command::Serve(_) | Command::Send(_) | Command::Lab(_)) {
+    if matches!(cli.cmd, Command::Serve(_) | Command::Send(_) | Command::Lab(_) | Command::Proxy(_)) {
         // The first SIGINT/SIGTERM ends the test cleanly, a second at once.
         signals::install();
     }
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => cli_xfer::run_serve(a),
         Command::Send(a) => cli_xfer::run_send(a),
         Command::Lab(a) => cli_lab::run(a),
+        Command::Proxy(a) => proxy::run(a),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "mptun", &mut out);

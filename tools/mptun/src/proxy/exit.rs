@@ -1,0 +1,251 @@
+//! `mptun proxy exit`: accepts the local proxy's MPTCP connections (mptun's
+//! stack or the kernel's), reads and authenticates the header, refuses what
+//! --allow does not permit or the replay guard has seen, resolves names
+//! here (as socks5h), connects out with plain kernel TCP, answers with the
+//! SOCKS reply code and relays.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use clap::Args;
+use mptun::MptcpListener;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::allow::{Allow, Rule};
+use super::dest::Dest;
+use super::header::{self, Key, Reject, ReplayGuard, Reply};
+use super::report::{Counters, Reporter};
+use super::socks5::Rep;
+use super::{runtime, serve_loop, Carrier, Session, Stackish, Stop};
+use crate::conn::Conn;
+use crate::kernel::{self, KernelOptions};
+
+/// How long the local proxy has to send its header.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Args, Debug)]
+pub struct ExitArgs {
+    /// Where the local proxies connect (mptun: one of the stack's addresses
+    /// or 0.0.0.0 for all; --kernel: any local address).
+    #[arg(long, default_value = "0.0.0.0:1081", value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// A destination the exit may connect to: CIDR, CIDR:PORT,
+    /// [IPv6-CIDR]:PORT, HOST:PORT or HOST:* (repeat; none given: nothing is allowed).
+    #[arg(long, value_name = "RULE")]
+    allow: Vec<Rule>,
+    #[command(flatten)]
+    carrier: Carrier,
+}
+
+struct Ctx {
+    key: Key,
+    allow: Allow,
+    replay: Mutex<ReplayGuard>,
+    connect_timeout: Duration,
+    reporter: Arc<Reporter>,
+}
+
+enum Listener {
+    Mptun(MptcpListener),
+    Kernel(tokio::net::TcpListener),
+}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<(Conn, SocketAddr)> {
+        match self {
+            Listener::Mptun(l) => l.accept().await.map(|(s, p)| (Conn::Mptun(s), p)),
+            Listener::Kernel(l) => l.accept().await.map(|(s, p)| {
+                s.set_nodelay(true).ok();
+                (Conn::Kernel(s), p)
+            }),
+        }
+    }
+}
+
+pub fn run(a: ExitArgs) -> Result<()> {
+    let key = Key::read(&a.carrier.key_file)?;
+    let allow = Allow::new(a.allow.clone());
+    if allow.is_empty() {
+        eprintln!("mptun: warning: no --allow rule: every destination will be refused");
+    }
+    let plan = a.carrier.check()?;
+    runtime()?.block_on(async move {
+        let (listener, what) = match &plan {
+            Stackish::Mptun(paths) => {
+                let stack = super::build_stack(paths)?;
+                let l = MptcpListener::bind(&stack, a.listen).await.map_err(|e| anyhow!("listen {}: {e}", a.listen))?;
+                let what = format!("{} (mptun, {} path(s))", a.listen, paths.len());
+                (Listener::Mptun(l), what)
+            }
+            Stackish::Kernel => {
+                let l = kernel::listen(a.listen, &KernelOptions { mptcp: true, ..Default::default() })?;
+                (Listener::Kernel(l), format!("{} (kernel MPTCP)", a.listen))
+            }
+        };
+        let reporter = Reporter::new("exit", a.carrier.json);
+        let rules: Vec<String> = a.allow.iter().map(|r| format!("{r:?}")).collect();
+        reporter.listening(&what, json!({"listen": a.listen.to_string(), "allow_rules": rules.len()}));
+        let ctx = Arc::new(Ctx {
+            key,
+            allow,
+            replay: Mutex::new(ReplayGuard::default()),
+            connect_timeout: a.carrier.connect_timeout,
+            reporter: reporter.clone(),
+        });
+        serve_loop(
+            reporter,
+            &a.carrier,
+            || listener.accept(),
+            |c, peer, id, stop| serve(ctx.clone(), c, peer, id, stop),
+        )
+        .await
+    })
+}
+
+/// A refusal before relaying: the reply code sent, the reason, and which
+/// counter it goes to.
+struct Refused {
+    rep: Option<Rep>,
+    why: String,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Refused,
+    Failed,
+    WrongKey,
+    Replayed,
+    Stale,
+}
+
+async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut stop: Stop) {
+    let r = &ctx.reporter;
+    let peer_s = peer.to_string();
+    let started = Instant::now();
+    let req = match tokio::time::timeout(HEADER_TIMEOUT, header::read_request(&mut conn, &ctx.key)).await {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => return r.refused(id, &peer_s, None, &format!("header: {e}"), &r.counters.failed, "failed"),
+        Err(_) => return r.refused(id, &peer_s, None, "no header within 10 s", &r.counters.failed, "failed"),
+    };
+    // The request's tag when it is authentic: the answer to a stale or
+    // replayed header is then one its sender can verify (a local proxy
+    // with a skewed clock learns why); to a wrong key, one it cannot.
+    let (checked, tag) = match req {
+        Ok(q) => {
+            let tag = q.tag;
+            (ctx.replay.lock().expect("replay guard").check(&q, header::unix_ms()).map(|()| q), tag)
+        }
+        Err(rej) => (Err(rej), [0u8; header::TAG_LEN]),
+    };
+    let req = match checked {
+        Ok(q) => q,
+        Err(rej) => {
+            let kind = match rej {
+                Reject::Malformed(_) => Kind::Failed,
+                Reject::WrongKey => Kind::WrongKey,
+                Reject::Replayed => Kind::Replayed,
+                Reject::Stale { .. } => Kind::Stale,
+                Reject::CacheFull => Kind::Refused,
+            };
+            // Bytes that are no header at all get no answer.
+            let rep = (kind != Kind::Failed).then_some(Rep::NotAllowed);
+            if let Some(rep) = rep {
+                let _ = conn.write_all(&header::encode_reply(&ctx.key, &tag, &Reply { rep, bound: None })).await;
+            }
+            return report_refusal(r, id, &peer_s, None, Refused { rep, why: rej.to_string(), kind });
+        }
+    };
+    let dest_s = req.dest.to_string();
+    let out = tokio::select! {
+        o = connect_out(&ctx, &req.dest) => o,
+        _ = stop.wait() => Err(Refused { rep: Some(Rep::GeneralFailure), why: "interrupted".into(), kind: Kind::Failed }),
+    };
+    let mut out = match out {
+        Ok(s) => s,
+        Err(f) => {
+            if let Some(rep) = f.rep {
+                let _ = conn.write_all(&header::encode_reply(&ctx.key, &req.tag, &Reply { rep, bound: None })).await;
+            }
+            return report_refusal(r, id, &peer_s, Some(&dest_s), f);
+        }
+    };
+    out.set_nodelay(true).ok();
+    let bound = out.local_addr().ok();
+    let to = out.peer_addr().ok();
+    let ok = header::encode_reply(&ctx.key, &req.tag, &Reply { rep: Rep::Succeeded, bound });
+    if let Err(e) = conn.write_all(&ok).await {
+        return r.refused(id, &peer_s, Some(&dest_s), &format!("local proxy: {e}"), &r.counters.failed, "failed");
+    }
+    r.connect(id, &peer_s, &dest_s, json!({"address": to.map(|a| a.to_string()), "stack": conn.stack_name()}));
+    let session = Session { id, peer: peer_s, dest: dest_s, started };
+    super::relay_and_report(r, session, &mut out, &mut conn, false, ["local proxy", "destination"], &mut stop).await;
+}
+
+fn report_refusal(r: &Reporter, id: u64, peer: &str, dest: Option<&str>, f: Refused) {
+    let c = &r.counters;
+    match f.kind {
+        Kind::WrongKey => Counters::bump(&c.wrong_key),
+        Kind::Replayed => Counters::bump(&c.replayed),
+        Kind::Stale => Counters::bump(&c.stale),
+        Kind::Refused | Kind::Failed => {}
+    }
+    let (counter, kind) = if f.kind == Kind::Failed { (&c.failed, "failed") } else { (&c.refused, "refused") };
+    let why = match f.rep {
+        Some(rep) => format!("{} (answered: {})", f.why, rep.text()),
+        None => f.why,
+    };
+    r.refused(id, peer, dest, &why, counter, kind);
+}
+
+/// Checks `dest` against --allow, resolves a name, and connects to the
+/// first allowed address that answers.
+async fn connect_out(ctx: &Ctx, dest: &Dest) -> Result<TcpStream, Refused> {
+    let not_allowed =
+        || Refused { rep: Some(Rep::NotAllowed), why: format!("{dest} is not allowed (--allow)"), kind: Kind::Refused };
+    let addrs: Vec<SocketAddr> = match dest {
+        Dest::Addr(a) => {
+            if !ctx.allow.permits_addr(*a) {
+                return Err(not_allowed());
+            }
+            vec![*a]
+        }
+        Dest::Name(name, port) => {
+            let by_name = ctx.allow.permits_name(name, *port);
+            if !by_name && !ctx.allow.has_networks() {
+                return Err(not_allowed());
+            }
+            let resolved = tokio::time::timeout(ctx.connect_timeout, tokio::net::lookup_host((name.as_str(), *port)))
+                .await
+                .map_err(|_| Refused {
+                    rep: Some(Rep::HostUnreachable),
+                    why: format!("resolving {name}: timed out"),
+                    kind: Kind::Failed,
+                })?
+                .map_err(|e| Refused {
+                    rep: Some(Rep::HostUnreachable),
+                    why: format!("resolving {name}: {e}"),
+                    kind: Kind::Failed,
+                })?;
+            let v: Vec<SocketAddr> = resolved.filter(|a| by_name || ctx.allow.permits_addr(*a)).collect();
+            if v.is_empty() {
+                return Err(not_allowed());
+            }
+            v
+        }
+    };
+    let mut last = None;
+    for a in addrs.iter().take(8) {
+        match tokio::time::timeout(ctx.connect_timeout, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) => last = Some((Rep::for_connect_error(&e), format!("{a}: {e}"))),
+            Err(_) => last = Some((Rep::HostUnreachable, format!("{a}: connect timed out"))),
+        }
+    }
+    let (rep, why) = last.unwrap_or((Rep::HostUnreachable, format!("{dest}: no address")));
+    Err(Refused { rep: Some(rep), why, kind: Kind::Failed })
+}

@@ -1,0 +1,283 @@
+//! `mptun proxy local` and `mptun proxy exit`: multipath for applications
+//! that cannot change. The application talks plain TCP (SOCKS5, or
+//! redirected by the kernel) to the local proxy, which carries each
+//! connection over one MPTCP connection across all its paths to the exit,
+//! which connects to the destination with plain TCP. docs/proxy.md shows
+//! the setup, the header format and the figures.
+//!
+//! - `dest`: destinations; `socks5`: the SOCKS5 server side;
+//!   `header`: the authenticated exit header; `allow`: the exit's rules;
+//!   `relay`: both directions with backpressure and half-close;
+//!   `transparent`: `SO_ORIGINAL_DST`; `report`: events and counters;
+//!   `local`, `exit`: the two commands.
+
+mod allow;
+mod dest;
+mod exit;
+mod header;
+mod local;
+mod relay;
+mod report;
+mod socks5;
+mod transparent;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use mptun::Stack;
+
+use crate::cli_xfer::{parse_path, parse_secs};
+use crate::conn::Conn;
+use crate::pathspec::{self, PathSpec};
+use crate::signals;
+
+/// `mptun proxy ...`
+#[derive(Args, Debug)]
+pub struct ProxyArgs {
+    #[command(subcommand)]
+    cmd: ProxyCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum ProxyCmd {
+    /// The application side: a SOCKS5 server (and with --transparent a
+    /// target for iptables REDIRECT) carrying each connection over MPTCP to
+    /// the exit.
+    Local(local::LocalArgs),
+    /// The far side: accepts the local proxy's MPTCP connections, checks
+    /// their authenticated header against --allow and connects out.
+    Exit(exit::ExitArgs),
+}
+
+/// Options both ends share: the MPTCP side (paths or the kernel), the key,
+/// reporting and limits.
+#[derive(Args, Clone, Debug)]
+pub struct Carrier {
+    /// A path of mptun's stack, `dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR][,mtu=M]`
+    /// (repeat for several paths; see docs/cli.md).
+    #[arg(long = "path", value_name = "SPEC", value_parser = parse_path)]
+    paths: Vec<PathSpec>,
+    /// A named address plan instead of --path (lab-a, lab-b, linkem-client, linkem-server, `:N` paths).
+    #[arg(long, value_name = "NAME[:N]", conflicts_with = "paths")]
+    topology: Option<String>,
+    /// Carry the connections over the kernel's MPTCP (IPPROTO_MPTCP sockets) instead of mptun's stack.
+    #[arg(long)]
+    kernel: bool,
+    /// The pre-shared key both ends read (at least 16 bytes, e.g.
+    /// `head -c 32 /dev/urandom | base64`): it authenticates the exit header.
+    #[arg(long, value_name = "FILE")]
+    key_file: PathBuf,
+    /// Print one JSON object per line (events and summaries) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Seconds between summary lines.
+    #[arg(short = 'i', long, default_value = "10", value_name = "SECS", value_parser = parse_secs)]
+    interval: Duration,
+    /// Give up on a connect (to the exit, or the exit's to the destination) after this long.
+    #[arg(long, default_value = "10", value_name = "SECS", value_parser = parse_secs)]
+    connect_timeout: Duration,
+    /// Connections relayed at once at most; more wait in the listen queue.
+    #[arg(long, default_value_t = 1024, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_connections: u32,
+}
+
+/// The MPTCP side, checked.
+enum Stackish {
+    Mptun(Vec<PathSpec>),
+    Kernel,
+}
+
+impl Carrier {
+    fn check(&self) -> Result<Stackish> {
+        if self.kernel {
+            if !self.paths.is_empty() || self.topology.is_some() {
+                bail!("--path/--topology configure mptun's TUN paths; --kernel uses the kernel's addresses and routes");
+            }
+            return Ok(Stackish::Kernel);
+        }
+        let paths = match &self.topology {
+            Some(t) => pathspec::topology(t)?,
+            None => self.paths.clone(),
+        };
+        if paths.is_empty() {
+            bail!("no paths: give --path dev=NAME,addr=A/PREFIX (repeatable) or --topology NAME, or --kernel");
+        }
+        Ok(Stackish::Mptun(paths))
+    }
+}
+
+/// mptun's stack over freshly created TUN devices (inside the runtime).
+fn build_stack(paths: &[PathSpec]) -> Result<Stack> {
+    let mut b = Stack::builder();
+    for (addr, dev) in pathspec::create_tuns(paths)? {
+        b = b.path(addr, dev);
+    }
+    b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+pub fn run(a: ProxyArgs) -> Result<()> {
+    match a.cmd {
+        ProxyCmd::Local(a) => local::run(a),
+        ProxyCmd::Exit(a) => exit::run(a),
+    }
+}
+
+/// Set once the first SIGINT/SIGTERM arrives: accepting stops, live relays
+/// end with reason "interrupted".
+#[derive(Clone)]
+struct Stop(tokio::sync::watch::Receiver<bool>);
+
+impl Stop {
+    async fn wait(&mut self) {
+        let _ = self.0.wait_for(|&s| s).await;
+    }
+}
+
+/// The accept loop both ends run: takes connections while fewer than
+/// `max` are being served, hands each to `serve` with a number, prints a
+/// summary every interval, and on a signal stops accepting, lets live
+/// connections end as interrupted (2 s at most) and prints the totals.
+async fn serve_loop<T, A, AF, S, SF>(
+    reporter: Arc<report::Reporter>,
+    c: &Carrier,
+    mut accept: A,
+    serve: S,
+) -> Result<()>
+where
+    T: Send + 'static,
+    A: FnMut() -> AF,
+    AF: Future<Output = std::io::Result<(T, SocketAddr)>>,
+    S: Fn(T, SocketAddr, u64, Stop) -> SF,
+    SF: Future<Output = ()> + Send + 'static,
+{
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let limit = Arc::new(tokio::sync::Semaphore::new(c.max_connections as usize));
+    let summaries = tokio::spawn(reporter.clone().summaries(c.interval));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut next_id = 1u64;
+    loop {
+        let permit = tokio::select! {
+            p = limit.clone().acquire_owned() => p.expect("never closed"),
+            _ = signals::wait() => break,
+        };
+        let (conn, peer) = tokio::select! {
+            r = accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and the like: say so, back off, go on.
+                    eprintln!("mptun: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = signals::wait() => break,
+        };
+        while tasks.try_join_next().is_some() {}
+        report::Counters::bump(&reporter.counters.accepted);
+        let fut = serve(conn, peer, next_id, Stop(stop_rx.clone()));
+        next_id += 1;
+        tasks.spawn(async move {
+            fut.await;
+            drop(permit);
+        });
+    }
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(2), async { while tasks.join_next().await.is_some() {} }).await;
+    summaries.abort();
+    reporter.summary(None, true);
+    Ok(())
+}
+
+/// One relayed connection, for its close event.
+struct Session {
+    id: u64,
+    peer: String,
+    dest: String,
+    started: Instant,
+}
+
+/// Relays between the plain TCP side and the MPTCP side (`tcp_is_near`:
+/// the TCP side opened the connection, as at the local proxy) until both
+/// directions end, a side fails or a signal stops it, then reports the
+/// close with the MPTCP connection's subflows. `names` are the near and far
+/// ends as the close reason names them.
+async fn relay_and_report(
+    r: &report::Reporter,
+    s: Session,
+    tcp: &mut tokio::net::TcpStream,
+    conn: &mut Conn,
+    tcp_is_near: bool,
+    names: [&str; 2],
+    stop: &mut Stop,
+) {
+    use relay::{End, Moved, Outcome};
+    use std::sync::atomic::Ordering::Relaxed;
+    let moved = Arc::new(Moved::default());
+    r.track(&moved);
+    let outcome = {
+        let (mut tr, mut tw) = tcp.split();
+        let (mut mr, mut mw) = tokio::io::split(&mut *conn);
+        let run = async {
+            if tcp_is_near {
+                relay::relay((&mut tr, &mut tw), (&mut mr, &mut mw), &moved).await
+            } else {
+                relay::relay((&mut mr, &mut mw), (&mut tr, &mut tw), &moved).await
+            }
+        };
+        tokio::select! {
+            o = run => Some(o),
+            _ = stop.wait() => None,
+        }
+    };
+    let probe = conn.probe();
+    let reason = match &outcome {
+        Some(Outcome::Closed) => "closed".to_string(),
+        Some(Outcome::Failed(End::Near, e)) => format!("{}: {e}", names[0]),
+        Some(Outcome::Failed(End::Far, e)) => format!("{}: {e}", names[1]),
+        None => "interrupted".to_string(),
+    };
+    if !matches!(outcome, Some(Outcome::Closed)) {
+        // Pass an abort on as a reset, not as an orderly end of stream.
+        relay::reset_on_drop(tcp);
+        if let Conn::Kernel(k) = &*conn {
+            relay::reset_on_drop(k);
+        }
+    }
+    r.closed(report::Closed {
+        id: s.id,
+        peer: s.peer,
+        dest: s.dest,
+        up: moved.up.load(Relaxed),
+        down: moved.down.load(Relaxed),
+        duration: s.started.elapsed(),
+        reason: &reason,
+        probe: Some(probe),
+    });
+}
+
+/// Deterministic noise for the codecs' hostile-input tests.
+#[cfg(test)]
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
