@@ -301,7 +301,7 @@ fn main() {
     }
     let mib: u64 = std::env::var("MPTUN_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(512);
     let bytes = mib << 20;
-    let prefix = mptun_io::testutil::unique_name("mpb", 12);
+    let prefix = mptun_io::testutil::unique_name("pfb", 12);
     let topo = Topo::up(&prefix).expect("topo.sh up");
     let mut buf = vec![0u8; CHUNK];
     let mut x = 0x1234_5678_9abc_def1u64;
