@@ -279,9 +279,10 @@ async fn mptun_run(
         up: gbps(bytes, up_t),
         down: gbps(bytes, down_t),
         note: format!(
-            "mptcp={is_mptcp} subflows={subflows} retrans={} tun_kernel_rx={kernel_rx} tx_packets={} tx_batches={} pkts/batch={:.1} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
+            "mptcp={is_mptcp} subflows={subflows} retrans={} tun_kernel_rx={kernel_rx} tx_packets={} tx_segments={} tx_batches={} pkts/batch={:.1} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
             c.tcp_retrans_segs,
             rs.tx_packets,
+            rs.tx_segments,
             rs.tx_batches,
             rs.tx_packets as f64 / rs.tx_batches.max(1) as f64,
             rs.polls,

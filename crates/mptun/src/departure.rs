@@ -17,6 +17,8 @@ struct Held {
     departure: Instant,
     device: DeviceId,
     packet: Vec<u8>,
+    /// TSO segment size of a super-segment.
+    gso: Option<usize>,
 }
 
 /// Time-ordered packet queue with recycled buffers.
@@ -31,14 +33,21 @@ pub(crate) struct DepartureQueue {
 
 impl DepartureQueue {
     /// Holds a copy of `packet` for `device` until `departure`.
-    pub(crate) fn push(&mut self, departure: Instant, device: DeviceId, packet: &[u8]) {
+    pub(crate) fn push(&mut self, departure: Instant, device: DeviceId, packet: &[u8], gso: Option<usize>) {
         let mut buf = self.free.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(packet);
         self.bytes += buf.len();
         // First position whose departure is later: after every equal one.
         let at = self.q.partition_point(|h| h.departure <= departure);
-        self.q.insert(at, Held { departure, device, packet: buf });
+        self.q.insert(at, Held { departure, device, packet: buf, gso });
+    }
+
+    /// Puts back a packet just taken with [`DepartureQueue::pop_due`] that
+    /// could not be written yet: it leaves first, before anything else due.
+    pub(crate) fn push_front(&mut self, departure: Instant, device: DeviceId, packet: Vec<u8>, gso: Option<usize>) {
+        self.bytes += packet.len();
+        self.q.push_front(Held { departure, device, packet, gso });
     }
 
     /// The earliest departure held, if any.
@@ -53,13 +62,13 @@ impl DepartureQueue {
 
     /// Removes the next packet if it is due at `now`; hand the buffer back
     /// with [`DepartureQueue::recycle`].
-    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(DeviceId, Vec<u8>)> {
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(DeviceId, Vec<u8>, Option<usize>)> {
         if self.q.front()?.departure > now {
             return None;
         }
         let h = self.q.pop_front()?;
         self.bytes -= h.packet.len();
-        Some((h.device, h.packet))
+        Some((h.device, h.packet, h.gso))
     }
 
     /// Returns a buffer for reuse.
@@ -89,24 +98,24 @@ mod tests {
     #[test]
     fn ordered_by_time_fifo_among_equals_never_early() {
         let mut q = DepartureQueue::default();
-        q.push(t(30), 0, b"c");
-        q.push(t(10), 1, b"a1");
-        q.push(t(20), 0, b"b");
-        q.push(t(10), 0, b"a2");
+        q.push(t(30), 0, b"c", None);
+        q.push(t(10), 1, b"a1", None);
+        q.push(t(20), 0, b"b", None);
+        q.push(t(10), 0, b"a2", None);
         assert_eq!(q.len(), 4);
         assert_eq!(q.bytes(), 6);
         assert_eq!(q.next_departure(), Some(t(10)));
         assert_eq!(q.pop_due(t(9)), None, "nothing leaves early");
         assert_eq!(q.peek_due(t(9)), None);
         assert_eq!(q.peek_due(t(10)), Some(1));
-        assert_eq!(q.pop_due(t(10)), Some((1, b"a1".to_vec())));
-        assert_eq!(q.pop_due(t(10)), Some((0, b"a2".to_vec())), "equal times keep insertion order");
+        assert_eq!(q.pop_due(t(10)), Some((1, b"a1".to_vec(), None)));
+        assert_eq!(q.pop_due(t(10)), Some((0, b"a2".to_vec(), None)), "equal times keep insertion order");
         assert_eq!(q.pop_due(t(19)), None);
-        let (d, buf) = q.pop_due(t(25)).unwrap();
+        let (d, buf, _) = q.pop_due(t(25)).unwrap();
         assert_eq!((d, &buf[..]), (0, &b"b"[..]));
         q.recycle(buf);
         assert_eq!(q.pop_due(t(29)), None);
-        assert_eq!(q.pop_due(Instant::FAR_FUTURE), Some((0, b"c".to_vec())));
+        assert_eq!(q.pop_due(Instant::FAR_FUTURE), Some((0, b"c".to_vec(), None)));
         assert_eq!(q.len(), 0);
         assert_eq!(q.bytes(), 0);
         assert_eq!(q.next_departure(), None);
@@ -115,12 +124,12 @@ mod tests {
     #[test]
     fn buffers_are_recycled() {
         let mut q = DepartureQueue::default();
-        q.push(t(1), 0, &[7; 1500]);
-        let (_, buf) = q.pop_due(t(1)).unwrap();
+        q.push(t(1), 0, &[7; 1500], None);
+        let (_, buf, _) = q.pop_due(t(1)).unwrap();
         let ptr = buf.as_ptr();
         q.recycle(buf);
-        q.push(t(2), 0, &[8; 100]);
-        let (_, buf) = q.pop_due(t(2)).unwrap();
+        q.push(t(2), 0, &[8; 100], None);
+        let (_, buf, _) = q.pop_due(t(2)).unwrap();
         assert_eq!(buf.as_ptr(), ptr);
         assert_eq!(buf, vec![8; 100]);
     }

@@ -11,8 +11,11 @@ pub struct RuntimeStats {
     pub iterations: u64,
     /// IP packets handed to the endpoint.
     pub rx_packets: u64,
-    /// IP packets the endpoint produced.
+    /// IP packets the endpoint produced (a TSO super-segment is one).
     pub tx_packets: u64,
+    /// Wire segments those packets carry: more than `tx_packets` when the
+    /// endpoint sends TSO super-segments.
+    pub tx_segments: u64,
     /// Batches written to devices.
     pub tx_batches: u64,
     /// Packets that waited in the departure queue (EDT in the future, or the

@@ -144,6 +144,13 @@ pub struct TcpConfig {
     /// Never put bytes of two `send` calls in one segment. MPTCP subflows set
     /// it so each segment lies inside one DSS mapping.
     pub segment_at_write_boundaries: bool,
+    /// TCP segmentation offload: new data leaves in super-segments of up
+    /// to 64 KiB ([`crate::tcp::Transmit::segment_size`]) that the device
+    /// cuts into wire segments, sized like Linux's `tcp_tso_autosize`. A
+    /// super-segment never exceeds the buffer `poll_transmit` is given, so a
+    /// driver passing an MTU-sized buffer gets wire segments whatever this
+    /// says; off, every data segment is built on its own.
+    pub tso: bool,
     /// Packetization-layer path-MTU discovery (RFC 4821; Linux
     /// `net.ipv4.tcp_mtu_probing`): 0 off, 1 only after a black hole is
     /// detected (full-size segments time out again and again), 2 always.
@@ -185,6 +192,7 @@ impl Default for TcpConfig {
             invalid_ratelimit: TCP_INVALID_RATELIMIT,
             challenge_ack_limit: TCP_CHALLENGE_ACK_LIMIT,
             segment_at_write_boundaries: false,
+            tso: true,
             mtu_probing: 1,
             base_mss: TCP_BASE_MSS,
             probe_interval: TCP_PROBE_INTERVAL,

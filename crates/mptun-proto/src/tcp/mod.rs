@@ -224,6 +224,14 @@ const TCP_NUM_SACKS: usize = 4;
 const TCPOLEN_SACK_BASE_ALIGNED: usize = 4;
 /// Bytes per SACK block (Linux `TCPOLEN_SACK_PERBLOCK`).
 const TCPOLEN_SACK_PERBLOCK: usize = 8;
+/// Linux `sk_pacing_shift` for TCP: a TSO burst is about 1/2^10 s (1 ms)
+/// of the pacing rate.
+const TCP_PACING_SHIFT: u32 = 10;
+/// Linux `net.ipv4.tcp_tso_rtt_log`: paths with a minimum RTT under 2^9 µs
+/// get full-size super-segments on top.
+const TCP_TSO_RTT_LOG: u32 = 9;
+/// Linux `net.ipv4.tcp_min_tso_segs`.
+const TCP_MIN_TSO_SEGS: u64 = 2;
 /// IPv4 plus TCP header without options.
 const IPV4_TCP_HEADER_LEN: u32 = 40;
 /// IPv6 plus TCP header without options.

@@ -10,6 +10,7 @@ mod handshake;
 mod options;
 mod pmtu;
 mod rst;
+mod tso;
 mod window;
 
 use super::*;
