@@ -576,6 +576,17 @@ impl Subflow {
         Ok(())
     }
 
+    /// As [`Subflow::send_bytes`], but `data` continues the previous write
+    /// (the MPTCP layer grew that write's mapping): segments, and so TSO
+    /// super-segments, may span both.
+    pub fn send_bytes_joined(&mut self, data: Bytes) -> Result<(), Bytes> {
+        if data.len() > self.send_space() {
+            return Err(data);
+        }
+        self.send_buf.push_joined(data);
+        Ok(())
+    }
+
     /// Bytes written but not yet acknowledged.
     pub fn send_queued(&self) -> usize {
         self.send_buf.len()
