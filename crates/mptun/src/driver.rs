@@ -31,7 +31,7 @@ use mptun_proto::tcp::Event;
 use mptun_proto::{ConnConfig, ConnectionHandle};
 use mptun_time::{Duration, Instant};
 
-use crate::departure::DepartureQueue;
+use crate::departure::{DepartureQueue, Refused, TIMER_SLACK};
 use crate::state::{ConnState, Shared, State, BACKLOG};
 use crate::timer::{HrTimer, SPIN_BELOW};
 use crate::StreamOptions;
@@ -265,21 +265,15 @@ impl Driver {
     fn transmit(&mut self, st: &mut State, now: Instant) -> bool {
         // Held packets first: they are older than anything the endpoint
         // produces now, and a flow's packets must stay in order.
-        while let Some(dev) = self.departures.peek_due(now) {
-            if self.devices[dev].tx.is_full() {
-                return true;
-            }
-            let (dev, buf, gso) = self.departures.pop_due(now).expect("peeked");
-            self.batch_since.get_or_insert(now);
-            match push(&mut self.devices[dev], &buf, gso) {
+        while let Some((dev, packet, gso)) = self.departures.peek_due(now) {
+            match push(&mut self.devices[dev], packet, gso) {
                 Ok(()) => {}
-                Err(PushError::Full) => {
-                    // Not room for all of its segments: it stays first in line.
-                    self.departures.push_front(now, dev, buf, gso);
-                    return true;
-                }
+                // Not room for it (or all its segments): it stays first in line.
+                Err(PushError::Full) => return true,
                 Err(_) => st.stats.tx_oversize += 1,
             }
+            self.batch_since.get_or_insert(now);
+            let buf = self.departures.pop_due(now).expect("peeked");
             self.departures.recycle(buf);
         }
         for _ in 0..TX_PER_ITERATION {
@@ -293,10 +287,11 @@ impl Driver {
                 tracing::debug!(src = %t.src, dst = %t.dst, "no path owns the source address; dropped");
                 continue;
             };
+            let flow = (t.src, t.dst);
             let packet = &self.scratch[..t.len];
             let d = &mut self.devices[dev];
             let mut full = d.tx.is_full();
-            if t.departure <= now && !full && self.departures.peek_due(now).is_none() {
+            if t.departure <= now + TIMER_SLACK && !full && !self.departures.holds(&flow) {
                 self.batch_since.get_or_insert(now);
                 match push(d, packet, t.segment_size) {
                     Ok(()) => continue,
@@ -309,8 +304,13 @@ impl Driver {
                     }
                 }
             }
-            self.departures.push(t.departure, dev, packet, t.segment_size);
-            st.stats.tx_held += 1;
+            // Its time has not come (EDT), its flow has packets waiting, or
+            // the device's batch is full: the fq holds it.
+            match self.departures.push(now, flow, t.departure, dev, packet, t.segment_size) {
+                Ok(()) => st.stats.tx_held += 1,
+                Err(Refused::Horizon) => st.stats.tx_horizon_drops += 1,
+                Err(Refused::Limit) => st.stats.tx_queue_drops += 1,
+            }
             if full {
                 return true;
             }

@@ -109,6 +109,13 @@ pub struct TcpConfig {
     /// How segments are spaced out: EDT timestamps (Linux `fq`), a
     /// quantum pacer, or none.
     pub pacer: PacerKind,
+    /// How far ahead of `now` a paced segment may be built and stamped
+    /// with its departure time ([`crate::tcp::Transmit::departure`]), so one
+    /// wake-up produces many segments and a driver with a departure queue
+    /// (Linux's `fq` under EDT) spaces them. Zero (the default): a segment
+    /// is built only once its time has come, for drivers without such a
+    /// queue (the simulator, tests).
+    pub pacing_horizon: Duration,
     /// `SO_MAX_PACING_RATE` in bytes per second.
     pub max_pacing_rate: Option<u64>,
     /// Initial congestion window in segments (IW10, RFC 6928).
@@ -178,6 +185,7 @@ impl Default for TcpConfig {
             congestion_control: Algorithm::Cubic,
             cubic: CubicConfig::default(),
             pacer: PacerKind::Edt,
+            pacing_horizon: Duration::ZERO,
             max_pacing_rate: None,
             initial_cwnd: TCP_INIT_CWND,
             rto_min: TCP_RTO_MIN,

@@ -10,9 +10,11 @@
 //! 1. [`Subflow::handle_segment`] for each arriving segment addressed to it;
 //! 2. [`Subflow::handle_timeout`] once `now` has reached [`Subflow::poll_timeout`];
 //! 3. [`Subflow::poll_transmit`] repeatedly until it returns `None`: each call
-//!    writes at most one IP packet and stamps it with its earliest departure
-//!    time, which is never later than `now` (a segment whose EDT slot is in the
-//!    future is held back and its slot shows up in `poll_timeout`);
+//!    writes at most one IP packet (a TSO super-segment when the buffer and
+//!    [`TcpConfig::tso`] allow) and stamps it with its earliest departure
+//!    time, which is never later than `now` plus
+//!    [`TcpConfig::pacing_horizon`] (a segment whose EDT slot is further
+//!    out is held back and its slot shows up in `poll_timeout`);
 //! 4. [`Subflow::poll_event`] until `None`;
 //! 5. [`Subflow::poll_timeout`] for the next instant to come back.
 //!

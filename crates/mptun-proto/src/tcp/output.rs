@@ -213,9 +213,14 @@ impl Subflow {
             }
             return None;
         }
+        // EDT (Linux tcp_wstamp_ns): a segment leaves at the pacer's time,
+        // which may be up to the pacing horizon ahead of now; the driver's
+        // departure queue holds it until then. Past the horizon, the next
+        // segment is built once its time is within reach.
         let departure = self.pacer.departure(now);
-        if departure > now {
-            self.timers.set(Timer::Pacing, departure);
+        let horizon = self.cfg.pacing_horizon;
+        if departure > now + horizon {
+            self.timers.set(Timer::Pacing, departure - horizon);
             return None;
         }
         self.timers.stop(Timer::Pacing);
@@ -263,6 +268,7 @@ impl Subflow {
                 self.timers.set(Timer::Rto, now + self.rtt.rto());
             }
             let t = self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts);
+            let t = t.map(|t| Transmit { departure, ..t });
             self.after_data_sent(now, t);
             return t;
         }
@@ -336,6 +342,9 @@ impl Subflow {
             self.timers.set(Timer::Rto, now + self.rtt.rto());
         }
         let mut t = self.emit(now, hook, out, seq, self.rcv_nxt, flags, Some(len), false, opts);
+        if let Some(t) = t.as_mut() {
+            t.departure = departure;
+        }
         if let Some(t) = t.as_mut().filter(|_| len > segment_size) {
             let pieces = len.div_ceil(segment_size);
             t.segment_size = Some(segment_size as usize);

@@ -114,7 +114,8 @@ impl SegmentHook for () {}
 pub struct Transmit {
     /// Bytes written to the output buffer (a whole IP packet).
     pub len: usize,
-    /// Earliest departure time (EDT); `<= now` when returned.
+    /// Earliest departure time (EDT): `now`, or for paced data up to
+    /// [`super::TcpConfig::pacing_horizon`] later (the driver holds it).
     pub departure: Instant,
     /// Payload bytes per wire segment when the packet is a TSO super-segment
     /// (as quinn's `Transmit::segment_size` is for UDP GSO): the packet

@@ -6,6 +6,7 @@ mod seg;
 mod acceptability;
 mod close;
 mod data;
+mod edt;
 mod handshake;
 mod options;
 mod pmtu;
