@@ -18,6 +18,7 @@
 
 use crate::checksum::{self, IPPROTO_TCP};
 use crate::ip::{IPV4_HEADER_LEN, IPV6_HEADER_LEN};
+use crate::tcp::TcpFlags;
 use crate::Error;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -29,9 +30,6 @@ pub const GSO_MAX_SIZE: usize = 65_535;
 const TCP_FLAGS_AT: usize = 13;
 /// Offset of the TCP checksum field in the TCP header.
 const TCP_CSUM_AT: usize = 16;
-const FIN: u8 = 0x01;
-const PSH: u8 = 0x08;
-const CWR: u8 = 0x80;
 
 /// Where the parts of a TCP super-segment are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,10 +186,10 @@ impl Segments<'_> {
         let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]).wrapping_add(self.offset as u32);
         tcp[4..8].copy_from_slice(&seq.to_be_bytes());
         if !last {
-            tcp[TCP_FLAGS_AT] &= !(FIN | PSH);
+            tcp[TCP_FLAGS_AT] &= !(TcpFlags::FIN.0 | TcpFlags::PSH.0);
         }
         if self.index > 0 {
-            tcp[TCP_FLAGS_AT] &= !CWR;
+            tcp[TCP_FLAGS_AT] &= !TcpFlags::CWR.0;
         }
         let c = checksum::tcp_checksum(l.src, l.dst, tcp);
         tcp[TCP_CSUM_AT..TCP_CSUM_AT + 2].copy_from_slice(&c.to_be_bytes());
