@@ -18,6 +18,8 @@ pub const HEADROOM: usize = 10;
 pub enum PushError {
     /// Every slot is in use; send or drain the batch first.
     Full,
+    /// A TSO super-packet that is not a well-formed TCP packet.
+    Malformed,
     /// The packet is longer than the batch's `max_packet_len`.
     TooLarge {
         /// Length of the rejected packet.
@@ -31,6 +33,7 @@ impl fmt::Display for PushError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PushError::Full => write!(f, "packet batch is full"),
+            PushError::Malformed => write!(f, "TSO super-packet is not a well-formed TCP packet"),
             PushError::TooLarge { len, max } => write!(f, "packet of {len} bytes exceeds the slot size of {max}"),
         }
     }
@@ -46,12 +49,15 @@ impl From<PushError> for std::io::Error {
 
 /// A fixed set of packet slots, filled by receive and drained by send.
 ///
-/// Invariant between I/O calls: every slot vector is exactly
-/// `HEADROOM + max_packet_len` bytes long, so a device can read straight into
-/// it; `lens[i]` says how much of slot `i` (after the headroom) is packet.
+/// Invariant between I/O calls: every slot vector is at least
+/// `HEADROOM + max_packet_len` bytes long (longer once it held a TSO
+/// super-packet), so a device can read straight into it; `lens[i]` says how
+/// much of slot `i` (after the headroom) is packet.
 pub struct PacketBatch {
     slots: Vec<Vec<u8>>,
     lens: Vec<usize>,
+    /// Per slot: payload bytes per wire segment of a TSO super-packet, or 0.
+    gso: Vec<u16>,
     len: usize,
     sent: usize,
     rejected: usize,
@@ -73,6 +79,7 @@ impl PacketBatch {
         let mut b = PacketBatch {
             slots: Vec::new(),
             lens: Vec::new(),
+            gso: Vec::new(),
             len: 0,
             sent: 0,
             rejected: 0,
@@ -108,6 +115,7 @@ impl PacketBatch {
         while self.slots.len() < n {
             self.slots.push(vec![0; size]);
             self.lens.push(0);
+            self.gso.push(0);
         }
     }
 
@@ -167,6 +175,66 @@ impl PacketBatch {
         .map(|_| ())
     }
 
+    /// Copies a TSO super-packet (up to 64 KiB, cut every `segment_size`
+    /// payload bytes by the device) into the next free slot, growing the
+    /// slot if needed. Only for devices whose [`crate::PacketIo::tso`] says
+    /// they take them; [`Self::push_segments`] cuts one for the others.
+    pub fn push_gso(&mut self, packet: &[u8], segment_size: usize) -> Result<(), PushError> {
+        if packet.len() > mptun_wire::gso::GSO_MAX_SIZE {
+            return Err(PushError::TooLarge { len: packet.len(), max: mptun_wire::gso::GSO_MAX_SIZE });
+        }
+        let size = u16::try_from(segment_size).map_err(|_| PushError::Malformed)?;
+        if size == 0 {
+            return Err(PushError::Malformed);
+        }
+        if self.is_full() {
+            return Err(PushError::Full);
+        }
+        let i = self.len;
+        let slot = &mut self.slots[i];
+        if slot.len() < HEADROOM + packet.len() {
+            slot.resize(HEADROOM + packet.len(), 0);
+        }
+        slot[HEADROOM..HEADROOM + packet.len()].copy_from_slice(packet);
+        self.lens[i] = packet.len();
+        self.gso[i] = size;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Cuts a TSO super-packet into wire segments as a device would
+    /// (`mptun_wire::gso`) and adds each: software segmentation for devices
+    /// without TSO. All or nothing: `Full` if the segments do not all fit.
+    pub fn push_segments(&mut self, packet: &[u8], segment_size: usize) -> Result<(), PushError> {
+        let mut segs = mptun_wire::gso::segments(packet, segment_size).map_err(|_| PushError::Malformed)?;
+        if segs.layout().segment_count(segment_size) > self.remaining() {
+            return Err(PushError::Full);
+        }
+        let from = self.len;
+        for _ in 0..segs.layout().segment_count(segment_size) {
+            // A segment that does not fit a slot (the packet's headers are
+            // longer than the MTU allows) reads as too large.
+            let r = self.push_with(|buf| match segs.next_into(buf) {
+                Ok(Some(n)) => n,
+                Ok(None) | Err(_) => usize::MAX,
+            });
+            if let Err(e) = r {
+                self.len = from;
+                return Err(match e {
+                    PushError::TooLarge { .. } => PushError::Malformed,
+                    e => e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Payload bytes per wire segment if the packet at `index` is a TSO
+    /// super-packet.
+    pub fn gso_size(&self, index: usize) -> Option<usize> {
+        (index < self.len && self.gso[index] != 0).then(|| usize::from(self.gso[index]))
+    }
+
     /// Lets `fill` write a packet straight into the next free slot (no copy):
     /// it gets the whole slot and returns the packet length.
     ///
@@ -179,12 +247,13 @@ impl PacketBatch {
         }
         let max = self.max_packet_len;
         let i = self.len;
-        let slot = &mut self.slots[i][HEADROOM..];
+        let slot = &mut self.slots[i][HEADROOM..HEADROOM + max];
         let n = fill(slot);
         if n > max {
             return Err(PushError::TooLarge { len: n, max });
         }
         self.lens[i] = n;
+        self.gso[i] = 0;
         self.len += 1;
         Ok(i)
     }
@@ -212,13 +281,15 @@ impl PacketBatch {
             return None;
         }
         let i = self.len;
-        self.slots.get_mut(i).map(|s| &mut s[HEADROOM..])
+        let max = self.max_packet_len;
+        self.slots.get_mut(i).map(|s| &mut s[HEADROOM..HEADROOM + max])
     }
 
     /// Marks the next free slot as holding `n` bytes.
     pub(crate) fn commit(&mut self, n: usize) {
         debug_assert!(n <= self.max_packet_len && self.len < self.slots.len());
         self.lens[self.len] = n;
+        self.gso[self.len] = 0;
         self.len += 1;
     }
 
@@ -236,7 +307,17 @@ impl PacketBatch {
         for l in &mut self.lens[self.len..self.len + n] {
             *l = (*l).min(self.max_packet_len);
         }
+        self.gso[self.len..self.len + n].fill(0);
         self.len += n;
+    }
+
+    /// TSO segment size of the next unsent packet (0: an ordinary packet).
+    pub(crate) fn next_unsent_gso(&self) -> u16 {
+        if self.sent < self.len {
+            self.gso[self.sent]
+        } else {
+            0
+        }
     }
 
     /// The next unsent packet, headroom included in front.
@@ -264,35 +345,6 @@ impl PacketBatch {
         let accepted = self.sent - self.rejected;
         self.clear();
         accepted
-    }
-
-    /// Gives every unsent slot the capacity to become a 64 KiB super-packet:
-    /// tun-rs only coalesces into a buffer that can already hold the result.
-    /// Happens once per slot (the capacity is kept across `clear`), and the
-    /// untouched tail costs address space, not memory.
-    pub(crate) fn reserve_coalesce_room(&mut self, super_packet: usize) {
-        let need = 2 * HEADROOM + super_packet;
-        for s in &mut self.slots[self.sent..self.len] {
-            if s.capacity() < need {
-                s.reserve_exact(need - s.len());
-            }
-        }
-    }
-
-    /// Runs `f` over the unsent slots trimmed to their exact length (what
-    /// tun-rs' GRO coalescing expects), then restores the slot invariant.
-    /// Coalescing may grow a slot; its extra capacity is kept for next time.
-    pub(crate) fn with_unsent_exact<R>(&mut self, f: impl FnOnce(&mut [Vec<u8>]) -> R) -> R {
-        let size = self.slot_size();
-        let (from, to) = (self.sent, self.len);
-        for (s, &l) in self.slots[from..to].iter_mut().zip(&self.lens[from..to]) {
-            s.truncate(HEADROOM + l);
-        }
-        let r = f(&mut self.slots[from..to]);
-        for s in &mut self.slots[from..to] {
-            s.resize(size, 0);
-        }
-        r
     }
 }
 
@@ -336,17 +388,43 @@ mod tests {
         assert!(b.is_empty());
     }
 
+    fn tcp(payload: usize) -> Vec<u8> {
+        let (s, d) = ("10.0.0.1:1".parse().unwrap(), "10.0.0.2:2".parse().unwrap());
+        let f = crate::testutil::TcpFields { seq: 7, ack: 1, flags: 0x19, window: 100, options: &[] };
+        crate::testutil::tcp_packet(s, d, f, &vec![3u8; payload])
+    }
+
     #[test]
-    fn exact_view_restores_invariant() {
-        let mut b = PacketBatch::new(2, 16);
-        b.push(&[1; 3]).unwrap();
-        b.push(&[2; 5]).unwrap();
-        b.with_unsent_exact(|slots| {
-            assert_eq!(slots[0].len(), HEADROOM + 3);
-            assert_eq!(slots[1].len(), HEADROOM + 5);
-            slots[0].extend_from_slice(&[7; 40]); // coalescing may grow a slot
-        });
-        assert!(b.slots.iter().all(|s| s.len() == HEADROOM + 16));
-        assert_eq!(b.get(1), Some(&[2u8; 5][..]));
+    fn super_packets_go_whole_or_cut_into_wire_segments() {
+        let sp = tcp(4000);
+        let mut b = PacketBatch::new(4, 1500);
+        b.push(&[1; 10]).unwrap();
+        b.push_gso(&sp, 1460).unwrap();
+        assert_eq!((b.get(1), b.gso_size(1), b.gso_size(0)), (Some(&sp[..]), Some(1460), None));
+        b.clear();
+        b.push_segments(&sp, 1460).unwrap();
+        assert_eq!(b.len(), 3);
+        let lens: Vec<usize> = b.iter().map(<[u8]>::len).collect();
+        assert_eq!(lens, vec![1500, 1500, 40 + 4000 - 2 * 1460]);
+        for (i, p) in b.iter().enumerate() {
+            let p = mptun_wire::parse_tcp_packet(p).expect("valid wire segment");
+            assert_eq!(p.tcp.seq, 7 + 1460 * i as u32);
+            assert_eq!(p.tcp.flags.fin(), i == 2, "FIN on the last only");
+        }
+        assert!(b.gso_size(0).is_none());
+        // All or nothing: three segments do not fit one free slot.
+        assert_eq!(b.push_segments(&sp, 1460), Err(PushError::Full));
+        assert_eq!(b.len(), 3);
+        // Hostile or broken: refused, nothing added.
+        b.clear();
+        assert_eq!(b.push_segments(&sp[..30], 1460), Err(PushError::Malformed));
+        assert_eq!(b.push_segments(&sp, 0), Err(PushError::Malformed));
+        assert_eq!(b.push_segments(&sp, 1600), Err(PushError::Malformed), "a segment larger than a slot");
+        assert_eq!(b.push_gso(&sp, 0), Err(PushError::Malformed));
+        assert!(b.is_empty());
+        // A slot that held a super-packet still takes MTU-sized reads.
+        b.push_gso(&sp, 1460).unwrap();
+        b.clear();
+        assert_eq!(b.next_free_mut().unwrap().len(), 1500);
     }
 }

@@ -51,6 +51,13 @@ pub trait PacketIo: Send + Sync {
 
     /// Counters since creation.
     fn stats(&self) -> IoStats;
+
+    /// Whether the device takes TSO super-packets
+    /// ([`PacketBatch::push_gso`]) and cuts them itself; if not, the
+    /// sender cuts them ([`PacketBatch::push_segments`]).
+    fn tso(&self) -> bool {
+        false
+    }
 }
 
 /// Device counters, named after the kernel's `struct rtnl_link_stats64`
@@ -185,5 +192,8 @@ impl<T: PacketIo + ?Sized> PacketIo for std::sync::Arc<T> {
     }
     fn stats(&self) -> IoStats {
         (**self).stats()
+    }
+    fn tso(&self) -> bool {
+        (**self).tso()
     }
 }

@@ -103,6 +103,10 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
     fn stats(&self) -> IoStats {
         self.inner.stats()
     }
+
+    fn tso(&self) -> bool {
+        self.inner.tso()
+    }
 }
 
 impl<T> Drop for PcapTap<T> {

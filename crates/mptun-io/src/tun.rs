@@ -1,9 +1,14 @@
 //! TUN devices through tun-rs, registered with tokio.
 //!
-//! tun-rs creates and configures the device (and owns the offload code:
-//! splitting GSO super-packets on read, GRO-coalescing on write); the fd is
-//! then registered with tokio's reactor directly so one readiness event can
-//! be drained with plain `read(2)` calls until `EAGAIN`.
+//! tun-rs creates and configures the device (and splits the GSO
+//! super-packets the kernel hands over on read); the fd is then registered
+//! with tokio's reactor directly so one readiness event can be drained with
+//! plain `read(2)` calls until `EAGAIN`. On write, each packet goes down as
+//! it is: a TSO super-packet from the stack with a GSO `virtio_net_hdr`
+//! (the kernel cuts it, or forwards it whole to a device that does), any
+//! other packet with an empty one. Nothing is coalesced in userspace: the
+//! stack builds super-segments itself, with one header and one MPTCP
+//! mapping, as Linux's TCP does.
 //!
 //! Configuration happens on the creating thread, in that thread's network
 //! namespace: the ioctl and netlink sockets tun-rs opens belong to it. That is
@@ -18,7 +23,7 @@ use std::sync::Mutex;
 use std::task::{Context, Poll};
 
 use tokio::io::unix::AsyncFd;
-use tun_rs::{DeviceBuilder, GROTable, SyncDevice, VIRTIO_NET_HDR_LEN};
+use tun_rs::{DeviceBuilder, SyncDevice, VIRTIO_NET_HDR_LEN};
 
 use crate::packet_io::{full_batch, is_per_packet_error, AtomicIoStats};
 use crate::{IoStats, PacketBatch, PacketIo, HEADROOM};
@@ -84,8 +89,8 @@ pub struct TunConfig {
     pub up: bool,
     /// Open with `IFF_VNET_HDR` and enable TSO/checksum offload: the kernel
     /// may then hand over TCP super-packets (split here, so callers still
-    /// see wire-sized packets) and accepts coalesced ones (built here from
-    /// consecutive segments of a batch). On by default because the crate
+    /// see wire-sized packets) and accepts the stack's TSO super-packets
+    /// ([`crate::PacketBatch::push_gso`]). On by default because the crate
     /// benchmark shows 2-7x on bulk TCP; falls back to plain framing when
     /// the kernel refuses it.
     pub offload: bool,
@@ -203,8 +208,6 @@ pub struct TunDevice {
     /// Offload only: where one read lands before being split (a GSO
     /// super-packet plus its virtio header does not fit a slot).
     rx_scratch: Mutex<Vec<u8>>,
-    /// Offload only: tun-rs' coalescing state, reused across writes.
-    gro: Mutex<GROTable>,
 }
 
 impl TunDevice {
@@ -242,7 +245,6 @@ impl TunDevice {
             netns,
             stats: AtomicIoStats::default(),
             rx_scratch: Mutex::new(if offload { vec![0; VIRTIO_NET_HDR_LEN + MAX_IP_PACKET] } else { Vec::new() }),
-            gro: Mutex::new(if offload { GROTable::new() } else { GROTable::default() }),
         })
     }
 
@@ -298,15 +300,51 @@ impl TunDevice {
         }
     }
 
-    fn write_one(&self, dev: &SyncDevice, packet_with_headroom: &mut [u8]) -> io::Result<usize> {
-        if self.offload {
-            // An all-zero virtio header: no GSO, checksum already complete.
-            packet_with_headroom[..HEADROOM].fill(0);
-            dev.send(packet_with_headroom)
-        } else {
-            dev.send(&packet_with_headroom[HEADROOM..])
+    /// Writes one packet; `gso` is its TSO segment size (0: none).
+    fn write_one(&self, dev: &SyncDevice, packet_with_headroom: &mut [u8], gso: u16) -> io::Result<usize> {
+        if !self.offload {
+            return dev.send(&packet_with_headroom[HEADROOM..]);
         }
+        let (hdr, packet) = packet_with_headroom.split_at_mut(HEADROOM);
+        vnet_header(hdr, packet, gso)?;
+        dev.send(packet_with_headroom)
     }
+}
+
+/// `virtio_net_hdr` flags: the device completes the checksum.
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+/// `virtio_net_hdr` GSO types.
+const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
+/// Offset of the checksum field in a TCP header (`csum_offset`).
+const TCP_CSUM_OFFSET: u16 = 16;
+
+/// Fills the `virtio_net_hdr` in front of an outgoing packet: all zero (no
+/// GSO, the checksum is complete) for an ordinary packet; for a TSO
+/// super-packet the kernel's segmentation request (`TCPV4`/`TCPV6`, the
+/// segment size, `NEEDS_CSUM` with the TCP checksum left partial), so the
+/// kernel forwards one 64 KiB skb and cuts it only where a device needs it.
+/// The fields are little-endian (a TUN's legacy virtio header on a
+/// little-endian host; tun-rs makes the same assumption).
+pub(crate) fn vnet_header(hdr: &mut [u8], packet: &mut [u8], gso: u16) -> io::Result<()> {
+    hdr.fill(0);
+    if gso == 0 {
+        return Ok(());
+    }
+    let l = mptun_wire::gso::Layout::parse(packet)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TSO super-packet: {e}")))?;
+    if l.payload_len() <= usize::from(gso) {
+        // One segment: an ordinary packet, its checksum already complete.
+        return Ok(());
+    }
+    mptun_wire::gso::set_partial_checksum(packet, &l);
+    hdr[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+    hdr[1] = if l.src.is_ipv6() { VIRTIO_NET_HDR_GSO_TCPV6 } else { VIRTIO_NET_HDR_GSO_TCPV4 };
+    hdr[2..4].copy_from_slice(&(l.header_len as u16).to_le_bytes());
+    hdr[4..6].copy_from_slice(&gso.to_le_bytes());
+    hdr[6..8].copy_from_slice(&(l.ip_len as u16).to_le_bytes());
+    hdr[8..10].copy_from_slice(&TCP_CSUM_OFFSET.to_le_bytes());
+    Ok(())
 }
 
 impl PacketIo for TunDevice {
@@ -372,45 +410,13 @@ impl PacketIo for TunDevice {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             };
-            if self.offload {
-                // tun-rs coalesces TCP segments of one flow into super-packets
-                // and writes each; a TUN write never blocks (its socket's
-                // sndbuf is INT_MAX), so progress is all or nothing here.
-                // tun-rs does the writes, so `tx_syscalls` stays untouched;
-                // the kernel's count is in `ip -s link`.
-                let mut gro = self.gro.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                batch.reserve_coalesce_room(MAX_IP_PACKET);
-                let count = batch.unsent();
-                let bytes: usize = batch.iter().skip(batch.len() - count).map(<[u8]>::len).sum();
-                let r = batch.with_unsent_exact(|slots| guard.get_inner().send_multiple(&mut gro, slots, HEADROOM));
-                drop(gro);
-                return match r {
-                    Ok(_) => {
-                        AtomicIoStats::add(&self.stats.tx_packets, count as u64);
-                        AtomicIoStats::add(&self.stats.tx_bytes, bytes as u64);
-                        batch.advance_sent(count);
-                        Poll::Ready(Ok(batch.finish_send()))
-                    }
-                    Err(e) if is_per_packet_error(&e) => {
-                        // Some packet was refused; tun-rs wrote the others.
-                        AtomicIoStats::add(&self.stats.tx_errors, 1);
-                        AtomicIoStats::add(&self.stats.tx_packets, count.saturating_sub(1) as u64);
-                        batch.advance_sent(count - 1);
-                        batch.reject_one();
-                        Poll::Ready(Ok(batch.finish_send()))
-                    }
-                    Err(e) => {
-                        batch.clear();
-                        Poll::Ready(Err(e))
-                    }
-                };
-            }
             loop {
+                let gso = batch.next_unsent_gso();
                 let Some(slot) = batch.next_unsent_with_headroom() else {
                     return Poll::Ready(Ok(batch.finish_send()));
                 };
                 let len = slot.len() - HEADROOM;
-                match guard.try_io(|fd| self.write_one(fd.get_ref(), slot)) {
+                match guard.try_io(|fd| self.write_one(fd.get_ref(), slot, gso)) {
                     Ok(Ok(_)) => {
                         AtomicIoStats::add(&self.stats.tx_packets, 1);
                         AtomicIoStats::add(&self.stats.tx_bytes, len as u64);
@@ -462,6 +468,10 @@ impl PacketIo for TunDevice {
     fn stats(&self) -> IoStats {
         self.stats.snapshot()
     }
+
+    fn tso(&self) -> bool {
+        self.offload
+    }
 }
 
 impl AsRawFd for TunDevice {
@@ -479,5 +489,78 @@ impl std::fmt::Debug for TunDevice {
             .field("addresses", &self.addresses)
             .field("netns", &self.netns)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{checksum, tcp_packet, TcpFields};
+    use std::net::SocketAddr;
+
+    fn super_packet(src: &str, dst: &str, payload: &[u8]) -> Vec<u8> {
+        let (s, d): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
+        let ts = [1, 1, 8, 10, 0, 0, 0, 5, 0, 0, 0, 6];
+        tcp_packet(s, d, TcpFields { seq: 1000, ack: 1, flags: 0x18, window: 100, options: &ts }, payload)
+    }
+
+    /// What the kernel does with a `NEEDS_CSUM` packet: the complement of
+    /// the sum from `csum_start` on, stored at `csum_start + csum_offset`.
+    fn complete_checksum(hdr: &[u8], pkt: &mut [u8]) {
+        let start = usize::from(u16::from_le_bytes([hdr[6], hdr[7]]));
+        let at = start + usize::from(u16::from_le_bytes([hdr[8], hdr[9]]));
+        let c = checksum(&pkt[start..], 0);
+        pkt[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    }
+
+    #[test]
+    fn gso_header_asks_the_kernel_to_cut_and_checksum() {
+        for (src, dst, ip_len, gso_type) in [
+            ("10.0.0.1:1", "10.0.0.2:2", 20usize, VIRTIO_NET_HDR_GSO_TCPV4),
+            ("[fd00::1]:1", "[fd00::2]:2", 40, VIRTIO_NET_HDR_GSO_TCPV6),
+        ] {
+            let payload: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+            let orig = super_packet(src, dst, &payload);
+            let mut pkt = orig.clone();
+            let mut hdr = [0xffu8; HEADROOM];
+            vnet_header(&mut hdr, &mut pkt, 1448).unwrap();
+            assert_eq!(hdr[0], VIRTIO_NET_HDR_F_NEEDS_CSUM);
+            assert_eq!(hdr[1], gso_type);
+            assert_eq!(u16::from_le_bytes([hdr[2], hdr[3]]) as usize, ip_len + 32, "hdr_len: IP + TCP with options");
+            assert_eq!(u16::from_le_bytes([hdr[4], hdr[5]]), 1448);
+            assert_eq!(u16::from_le_bytes([hdr[6], hdr[7]]) as usize, ip_len);
+            assert_eq!(u16::from_le_bytes([hdr[8], hdr[9]]), 16);
+            assert_ne!(pkt, orig, "the checksum field holds the partial sum");
+            // The kernel completes the checksum: the original, correct one.
+            complete_checksum(&hdr, &mut pkt);
+            assert_eq!(pkt, orig);
+            assert!(mptun_wire::parse_tcp_packet(&pkt).is_ok(), "a parser that verifies checksums accepts it");
+        }
+    }
+
+    #[test]
+    fn ordinary_packets_get_an_empty_header() {
+        let mut pkt = super_packet("10.0.0.1:1", "10.0.0.2:2", &[7; 1000]);
+        let orig = pkt.clone();
+        let mut hdr = [0xffu8; HEADROOM];
+        vnet_header(&mut hdr, &mut pkt, 0).unwrap();
+        assert_eq!((hdr, &pkt), ([0; HEADROOM], &orig));
+        // A "super-packet" of one segment needs no segmentation either.
+        vnet_header(&mut hdr, &mut pkt, 1448).unwrap();
+        assert_eq!((hdr, &pkt), ([0; HEADROOM], &orig));
+    }
+
+    #[test]
+    fn malformed_super_packets_are_refused_as_invalid_input() {
+        let pkt = super_packet("10.0.0.1:1", "10.0.0.2:2", &[7; 5000]);
+        let mut hdr = [0u8; HEADROOM];
+        for cut in [0, 10, 30] {
+            let mut p = pkt[..cut].to_vec();
+            let e = vnet_header(&mut hdr, &mut p, 1448).unwrap_err();
+            assert!(crate::packet_io::is_per_packet_error(&e), "{e}");
+        }
+        let mut p = pkt.clone();
+        p[9] = 17; // UDP
+        assert!(vnet_header(&mut hdr, &mut p, 1448).is_err());
     }
 }

@@ -268,10 +268,11 @@ fn kernel_rx_packets(ns: &NetnsGuard, dev: &str) -> u64 {
 }
 
 #[tokio::test]
-async fn offload_coalesced_tcp_reaches_a_kernel_socket_intact() {
+async fn offload_gso_super_packet_reaches_a_kernel_socket_intact() {
     // We are a TCP sender behind the TUN; a kernel socket on the TUN's own
-    // address receives. With offload, tun-rs merges the segments of a batch
-    // into one super-packet per write: the kernel must get every byte right.
+    // address receives. With offload, a TSO super-packet (ten segments'
+    // data behind one header, its checksum left partial) goes down in one
+    // write with a GSO virtio header: the kernel must get every byte right.
     let Some(lab) = Lab::if_netns() else { return };
     let cfg = tun_config("mtun0", &[("10.201.0.1", 24)]).mtu(1500).offload(true);
     let tun = spawn_tun_in_netns(lab.a.name(), &cfg).unwrap();
@@ -310,14 +311,18 @@ async fn offload_coalesced_tcp_reaches_a_kernel_socket_intact() {
     });
     let writes_before = kernel_rx_packets(&lab.a, "mtun0");
     let mut out = PacketBatch::for_io(&tun);
-    for (i, chunk) in data.chunks(LEN).enumerate() {
-        out.push(&seg(isn + 1 + (i * LEN) as u32, server_isn + 1, 0x10, &[], chunk)).unwrap();
-    }
-    assert_eq!(tun.send_batch(&mut out).await.unwrap(), SEGS);
+    assert!(tun.tso());
+    out.push_gso(&seg(isn + 1, server_isn + 1, 0x18, &[], &data), LEN).unwrap();
+    assert_eq!(tun.send_batch(&mut out).await.unwrap(), 1);
     let writes = kernel_rx_packets(&lab.a, "mtun0") - writes_before;
     let got = tokio::task::spawn_blocking(move || reader.join().unwrap()).await.unwrap().expect("socket read");
     assert!(got == data, "the kernel socket received exactly the bytes sent");
-    assert!(writes < SEGS as u64, "{SEGS} segments took {writes} writes: no coalescing");
+    assert_eq!(writes, 1, "{SEGS} segments in one write");
+    // A malformed super-packet is refused and counted, not written.
+    let errors = tun.stats().tx_errors;
+    out.push_gso(&seg(isn + 1, server_isn + 1, 0x18, &[], &data)[..30], LEN).unwrap();
+    assert_eq!(tun.send_batch(&mut out).await.unwrap(), 0);
+    assert_eq!(tun.stats().tx_errors, errors + 1);
 }
 
 /// TCP checksum check over the pseudo-header (IPv4 only, for this test).

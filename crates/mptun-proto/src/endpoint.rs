@@ -531,7 +531,7 @@ impl Endpoint {
             self.counters.tcp_out_rsts += 1;
             self.counters.tcp_out_segs += 1;
             if let Ok(len) = mptun_wire::emit_tcp_packet(local.ip(), remote.ip(), self.config.tcp.ttl, &hdr, &[], out) {
-                return Some(Transmit { len, departure: now, src: local, dst: remote });
+                return Some(Transmit { len, departure: now, segment_size: None, src: local, dst: remote });
             }
         }
         let n = self.conns.len();

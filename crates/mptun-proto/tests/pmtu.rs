@@ -140,30 +140,48 @@ impl Net {
 
     fn drain(&mut self) {
         let mut buf = vec![0u8; 65536];
-        let delay = Duration::from_millis(5);
         for from_c in [true, false] {
             loop {
                 let ep = if from_c { &mut self.c } else { &mut self.s };
                 let Some(t) = ep.poll_transmit(self.now, &mut buf) else { break };
-                let p = buf[..t.len].to_vec();
-                let pkt = parse_tcp_packet(&p).expect("the stack emits valid packets");
-                let l = self.largest.entry(pkt.src).or_default();
-                *l = (*l).max(p.len());
-                let client = if from_c { pkt.src } else { pkt.dst };
-                match self.hops[&pkt.src] {
-                    Hop::Icmp(mtu) if p.len() > mtu => {
-                        let mut out = [0u8; 1500];
-                        let router = if pkt.src.is_ipv4() { ip("192.0.2.1") } else { ip("2001:db8::1") };
-                        let n = emit_too_big(router, &p, mtu as u32, &mut out).unwrap();
-                        self.icmp_sent += 1;
-                        self.wire.push_back((self.now + delay, out[..n].to_vec()));
+                // The sending host's device cuts TSO super-segments into
+                // wire segments before they meet the path.
+                let mut wire = Vec::new();
+                match t.segment_size {
+                    Some(size) => {
+                        let mut segs = mptun_wire::gso::segments(&buf[..t.len], size).expect("a valid super-segment");
+                        let mut seg = vec![0u8; 65536];
+                        while let Some(n) = segs.next_into(&mut seg).unwrap() {
+                            wire.push(seg[..n].to_vec());
+                        }
                     }
-                    Hop::BlackHole(mtu) if p.len() > mtu => {}
-                    _ => {
-                        *self.carried.entry(client).or_default() += pkt.payload.len();
-                        self.wire.push_back((self.now + delay, p));
-                    }
+                    None => wire.push(buf[..t.len].to_vec()),
                 }
+                for p in wire {
+                    self.on_wire(from_c, p);
+                }
+            }
+        }
+    }
+
+    fn on_wire(&mut self, from_c: bool, p: Vec<u8>) {
+        let delay = Duration::from_millis(5);
+        let pkt = parse_tcp_packet(&p).expect("the stack emits valid packets");
+        let l = self.largest.entry(pkt.src).or_default();
+        *l = (*l).max(p.len());
+        let client = if from_c { pkt.src } else { pkt.dst };
+        match self.hops[&pkt.src] {
+            Hop::Icmp(mtu) if p.len() > mtu => {
+                let mut out = [0u8; 1500];
+                let router = if pkt.src.is_ipv4() { ip("192.0.2.1") } else { ip("2001:db8::1") };
+                let n = emit_too_big(router, &p, mtu as u32, &mut out).unwrap();
+                self.icmp_sent += 1;
+                self.wire.push_back((self.now + delay, out[..n].to_vec()));
+            }
+            Hop::BlackHole(mtu) if p.len() > mtu => {}
+            _ => {
+                *self.carried.entry(client).or_default() += pkt.payload.len();
+                self.wire.push_back((self.now + delay, p));
             }
         }
     }

@@ -11,6 +11,9 @@ pub struct Outgoing {
     /// Source address: selects the path, as policy routing would.
     pub src: IpAddr,
     pub dst: IpAddr,
+    /// Payload bytes per wire segment of a TSO super-segment (see
+    /// `mptun_proto::tcp::Transmit::segment_size`); the link cuts it.
+    pub segment_size: Option<usize>,
 }
 
 /// A simulated host: a protocol endpoint plus whatever applications run on it.
@@ -44,7 +47,12 @@ macro_rules! endpoint_host {
 
             fn poll_transmit(&mut self, now: mptun_time::Instant, out: &mut [u8]) -> Option<$crate::host::Outgoing> {
                 let t = self.ep.poll_transmit(now, out)?;
-                Some($crate::host::Outgoing { len: t.len, src: t.src.ip(), dst: t.dst.ip() })
+                Some($crate::host::Outgoing {
+                    len: t.len,
+                    src: t.src.ip(),
+                    dst: t.dst.ip(),
+                    segment_size: t.segment_size,
+                })
             }
 
             fn poll_timeout(&self) -> Option<mptun_time::Instant> {

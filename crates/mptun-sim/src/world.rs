@@ -31,13 +31,17 @@ pub struct SimConfig {
     pub seed: u64,
     /// Hard stop in virtual time.
     pub max_time: Duration,
-    /// Largest packet a host may emit.
+    /// Largest packet a host may put on a link.
     pub mtu: usize,
+    /// Hosts may hand over TSO super-segments (up to 64 KiB), which the
+    /// sending side cuts into wire segments before the link, as a NIC
+    /// does; off, hosts get an MTU-sized buffer and build every segment.
+    pub gso: bool,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { seed: 1, max_time: Duration::from_secs(600), mtu: 1500 }
+        SimConfig { seed: 1, max_time: Duration::from_secs(600), mtu: 1500, gso: false }
     }
 }
 
@@ -89,6 +93,10 @@ pub struct SimStats {
     /// Packets whose source address matched no path.
     pub no_route: u64,
     pub events: u64,
+    /// TSO super-segments cut into wire segments.
+    pub gso_packets: u64,
+    /// Super-segments the cutter refused (malformed): dropped.
+    pub gso_errors: u64,
 }
 
 /// The simulator.
@@ -159,9 +167,10 @@ impl<A: Host, B: Host> Sim<A, B> {
 
     fn transmit_all(&mut self, side: Side) {
         let now = self.now;
+        let cap = if self.cfg.gso { mptun_wire::gso::GSO_MAX_SIZE } else { self.cfg.mtu };
         loop {
             let mut buf = self.pool.pop().unwrap_or_default();
-            buf.resize(self.cfg.mtu, 0);
+            buf.resize(cap, 0);
             let out = match side {
                 Side::A => self.a.poll_transmit(now, &mut buf),
                 Side::B => self.b.poll_transmit(now, &mut buf),
@@ -171,33 +180,69 @@ impl<A: Host, B: Host> Sim<A, B> {
                 return;
             };
             buf.truncate(out.len);
-            self.stats.packets_sent += 1;
             let Some(p) = self.route(side, out.src) else {
+                self.stats.packets_sent += 1;
                 self.stats.no_route += 1;
                 self.pool.push(buf);
                 continue;
             };
-            let link = match side {
-                Side::A => &mut self.paths[p].ab,
-                Side::B => &mut self.paths[p].ba,
+            let Some(size) = out.segment_size.filter(|_| out.len > self.cfg.mtu) else {
+                self.put_on_link(side, p, buf);
+                continue;
             };
-            let to = match side {
-                Side::A => Side::B,
-                Side::B => Side::A,
-            };
-            match link.offer(now, out.len, &mut self.rng) {
-                Verdict::Dropped(_) => self.pool.push(buf),
-                Verdict::Deliver { release, duplicate, corrupt_bit } => {
-                    if let Some(bit) = corrupt_bit {
-                        buf[(bit / 8) as usize] ^= 1 << (bit % 8);
+            // The device's segmentation: each wire segment meets the link
+            // on its own, back to back, as a NIC's TSO sends them.
+            self.stats.gso_packets += 1;
+            match mptun_wire::gso::segments(&buf, size) {
+                Ok(mut segs) => loop {
+                    let mut seg = self.pool.pop().unwrap_or_default();
+                    seg.resize(self.cfg.mtu.max(size + segs.layout().header_len), 0);
+                    match segs.next_into(&mut seg) {
+                        Ok(Some(n)) => {
+                            seg.truncate(n);
+                            self.put_on_link(side, p, seg);
+                        }
+                        Ok(None) => {
+                            self.pool.push(seg);
+                            break;
+                        }
+                        Err(_) => {
+                            self.stats.gso_errors += 1;
+                            self.pool.push(seg);
+                            break;
+                        }
                     }
-                    if let Some(d) = duplicate {
-                        self.order += 1;
-                        self.queue.push(Reverse(InFlight { at: d, order: self.order, to, data: buf.clone() }));
-                    }
-                    self.order += 1;
-                    self.queue.push(Reverse(InFlight { at: release, order: self.order, to, data: buf }));
+                },
+                Err(_) => self.stats.gso_errors += 1,
+            }
+            self.pool.push(buf);
+        }
+    }
+
+    /// Offers one wire packet to path `p`'s link away from `side`.
+    fn put_on_link(&mut self, side: Side, p: usize, mut buf: Vec<u8>) {
+        let now = self.now;
+        self.stats.packets_sent += 1;
+        let link = match side {
+            Side::A => &mut self.paths[p].ab,
+            Side::B => &mut self.paths[p].ba,
+        };
+        let to = match side {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        };
+        match link.offer(now, buf.len(), &mut self.rng) {
+            Verdict::Dropped(_) => self.pool.push(buf),
+            Verdict::Deliver { release, duplicate, corrupt_bit } => {
+                if let Some(bit) = corrupt_bit {
+                    buf[(bit / 8) as usize] ^= 1 << (bit % 8);
                 }
+                if let Some(d) = duplicate {
+                    self.order += 1;
+                    self.queue.push(Reverse(InFlight { at: d, order: self.order, to, data: buf.clone() }));
+                }
+                self.order += 1;
+                self.queue.push(Reverse(InFlight { at: release, order: self.order, to, data: buf }));
             }
         }
     }

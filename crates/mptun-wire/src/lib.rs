@@ -30,6 +30,7 @@
 pub mod checksum;
 pub mod crypto;
 pub mod error;
+pub mod gso;
 pub mod icmp;
 pub mod ip;
 pub mod mptcp;

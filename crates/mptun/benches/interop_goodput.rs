@@ -137,7 +137,25 @@ struct Result {
     name: &'static str,
     up: f64,
     down: f64,
+    /// CPU seconds (user + system, this process: both ends of the
+    /// connection, mptun's stack or the kernel's working in its threads)
+    /// per GiB moved, both directions together.
+    cpu_per_gib: f64,
     note: String,
+}
+
+/// User plus system CPU seconds of this process so far (`getrusage`).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn per_gib(cpu: f64, bytes: u64) -> f64 {
+    cpu / (2.0 * bytes as f64 / (1u64 << 30) as f64)
 }
 
 fn gbps(bytes: u64, t: Duration) -> f64 {
@@ -145,6 +163,7 @@ fn gbps(bytes: u64, t: Duration) -> f64 {
 }
 
 fn kernel_run(topo: &Topo, name: &'static str, proto: Proto, port: u16, bytes: u64, buf: &Arc<Vec<u8>>) -> Result {
+    let cpu0 = cpu_seconds();
     let server = SocketAddr::new(IpAddr::from([10, OCTET, 1, 2]), port);
     let l = listen(&topo.srv(), server, proto).expect("listen");
     let srv = server_thread(l, bytes, buf.clone());
@@ -165,6 +184,7 @@ fn kernel_run(topo: &Topo, name: &'static str, proto: Proto, port: u16, bytes: u
         name,
         up: gbps(bytes, up_t),
         down: gbps(bytes, down_t),
+        cpu_per_gib: per_gib(cpu_seconds() - cpu0, bytes),
         note: format!("server MPJoinAckRx total {}", ns.unwrap_or(0)),
     }
 }
@@ -192,6 +212,7 @@ async fn mptun_run(
     buf: &Arc<Vec<u8>>,
     tag: &str,
 ) -> io::Result<Result> {
+    let cpu0 = cpu_seconds();
     let server = SocketAddr::new(IpAddr::from([10, OCTET, 1, 2]), port);
     let l = listen(&topo.srv(), server, Proto::Mptcp)?;
     let srv = server_thread(l, bytes, buf.clone());
@@ -278,10 +299,12 @@ async fn mptun_run(
         name,
         up: gbps(bytes, up_t),
         down: gbps(bytes, down_t),
+        cpu_per_gib: per_gib(cpu_seconds() - cpu0, bytes),
         note: format!(
-            "mptcp={is_mptcp} subflows={subflows} retrans={} tun_kernel_rx={kernel_rx} tx_packets={} tx_batches={} pkts/batch={:.1} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
+            "mptcp={is_mptcp} subflows={subflows} retrans={} tun_kernel_rx={kernel_rx} tx_packets={} tx_segments={} tx_batches={} pkts/batch={:.1} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
             c.tcp_retrans_segs,
             rs.tx_packets,
+            rs.tx_segments,
             rs.tx_batches,
             rs.tx_packets as f64 / rs.tx_batches.max(1) as f64,
             rs.polls,
@@ -301,7 +324,7 @@ fn main() {
     }
     let mib: u64 = std::env::var("MPTUN_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(512);
     let bytes = mib << 20;
-    let prefix = mptun_io::testutil::unique_name("mpb", 12);
+    let prefix = mptun_io::testutil::unique_name("pfb", 12);
     let topo = Topo::up(&prefix).expect("topo.sh up");
     let mut buf = vec![0u8; CHUNK];
     let mut x = 0x1234_5678_9abc_def1u64;
@@ -330,12 +353,15 @@ fn main() {
                 Ok(x) => r.push(x),
                 Err(e) => {
                     println!("{name}: FAILED: {e}");
-                    r.push(Result { name, up: 0.0, down: 0.0, note: format!("FAILED: {e}") });
+                    r.push(Result { name, up: 0.0, down: 0.0, cpu_per_gib: 0.0, note: format!("FAILED: {e}") });
                 }
             }
         }
         for x in &r {
-            println!("round {round}: {:<32} up {:>6.2} down {:>6.2} Gbit/s  {}", x.name, x.up, x.down, x.note);
+            println!(
+                "round {round}: {:<32} up {:>6.2} down {:>6.2} Gbit/s  cpu {:.2} s/GiB  {}",
+                x.name, x.up, x.down, x.cpu_per_gib, x.note
+            );
         }
         all.push(r);
     }
@@ -346,21 +372,25 @@ fn main() {
         (v[v.len() - 1], v[v.len() / 2])
     };
     let mut results = Vec::new();
-    println!("{:<32} {:>16} {:>16}", "run (best / median)", "up Gbit/s", "down Gbit/s");
+    println!("{:<32} {:>16} {:>16} {:>14}", "run (best / median)", "up Gbit/s", "down Gbit/s", "CPU s/GiB med");
     for (i, first) in all[0].iter().enumerate() {
         let (ub, um) = stat(i, |r| r.up);
         let (db, dm) = stat(i, |r| r.down);
-        println!("{:<32} {:>7.2} / {:>6.2} {:>7.2} / {:>6.2}", first.name, ub, um, db, dm);
-        results.push(Result { name: first.name, up: um, down: dm, note: String::new() });
+        let (_, cm) = stat(i, |r| r.cpu_per_gib);
+        println!("{:<32} {:>7.2} / {:>6.2} {:>7.2} / {:>6.2} {:>14.2}", first.name, ub, um, db, dm, cm);
+        results.push(Result { name: first.name, up: um, down: dm, cpu_per_gib: cm, note: String::new() });
     }
     println!("ratios below use the medians");
-    let base = &results[0];
-    for r in results.iter().skip(2) {
+    // Each mptun run against the kernel run of its own protocol (issue 14's
+    // goals: MPTCP >= 0.8, plain TCP >= 0.9).
+    for (mine, theirs, goal) in [(2, 0, 0.8), (3, 1, 0.9)] {
+        let (m, k) = (&results[mine], &results[theirs]);
         println!(
-            "ratio {} / kernel MPTCP: up {:.2}, down {:.2} (goal >= 0.5)",
-            r.name.split("<->").next().unwrap_or("").trim(),
-            r.up / base.up,
-            r.down / base.down
+            "ratio {} / {}: up {:.2}, down {:.2} (goal >= {goal})",
+            m.name.split("<->").next().unwrap_or("").trim(),
+            k.name.split("<->").next().unwrap_or("").trim(),
+            m.up / k.up,
+            m.down / k.down
         );
     }
 }

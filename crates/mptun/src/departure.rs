@@ -1,65 +1,142 @@
-//! Packets waiting for their earliest departure time (EDT).
+//! Packets waiting for their earliest departure time (EDT): the driver's
+//! `fq`.
 //!
 //! The core stamps every packet with the instant it may leave (Linux's
-//! `skb->tstamp` under EDT pacing). The driver writes a packet whose time has
-//! come straight into its device's batch; anything stamped later, or that
-//! could not be written because the device pushed back, waits here. The
-//! queue is ordered by departure time, packets with equal times keep their
-//! order (a flow's segments must not be reordered by the driver), and
-//! nothing leaves before its time.
+//! `skb->tstamp` under EDT pacing) and, with a pacing horizon, builds paced
+//! segments ahead of time. As Linux's `sch_fq` does, the queue keeps one
+//! FIFO per flow (a flow's segments are never reordered, and a packet due
+//! now waits behind its flow's earlier ones), orders the flows by the
+//! departure time of their heads, and releases everything due within a
+//! slack (`timer_slack`, 10 µs) at once, so the driver sets one timer per
+//! batch rather than one per packet. Packets stamped beyond the horizon
+//! (fq's `horizon`, 10 s: a clock gone wrong) are dropped, as are packets
+//! past the queue's limits (fq's `limit` and `flow_limit`); both counted.
 
 use mptun_io::paths::DeviceId;
-use mptun_time::Instant;
-use std::collections::VecDeque;
+use mptun_time::{Duration, Instant};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+
+/// fq's `timer_slack`: packets due this soon leave with the current batch.
+pub(crate) const TIMER_SLACK: Duration = Duration::from_micros(10);
+/// fq's `horizon`: a departure further out than this is refused.
+const HORIZON: Duration = Duration::from_secs(10);
+/// fq's `limit`: packets held in all.
+const LIMIT: usize = 10_000;
+/// fq's `flow_limit`: packets held per flow (super-segments count one).
+const FLOW_LIMIT: usize = 1_000;
+
+/// A flow: (source, destination), as the core addressed the packet.
+pub(crate) type FlowKey = (SocketAddr, SocketAddr);
 
 /// One held packet.
 struct Held {
     departure: Instant,
     device: DeviceId,
     packet: Vec<u8>,
+    /// TSO segment size of a super-segment.
+    gso: Option<usize>,
 }
 
-/// Time-ordered packet queue with recycled buffers.
+/// Why a packet was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Stamped further out than the horizon (fq `horizon_drop`).
+    Horizon,
+    /// The queue or the flow is at its limit (fq `flows_plimit`).
+    Limit,
+}
+
+/// Per-flow FIFOs in departure order, with recycled buffers.
 #[derive(Default)]
 pub(crate) struct DepartureQueue {
-    /// Sorted by `departure`, FIFO among equals. Departures are nearly
-    /// monotonic, so inserts land at (or near) the back.
-    q: VecDeque<Held>,
+    flows: HashMap<FlowKey, VecDeque<Held>>,
+    /// (head departure, insertion order, flow) of every non-empty flow.
+    heads: BinaryHeap<Reverse<(Instant, u64, FlowKey)>>,
+    order: u64,
     free: Vec<Vec<u8>>,
+    len: usize,
     bytes: usize,
 }
 
 impl DepartureQueue {
-    /// Holds a copy of `packet` for `device` until `departure`.
-    pub(crate) fn push(&mut self, departure: Instant, device: DeviceId, packet: &[u8]) {
+    /// Holds a copy of `packet` of `flow` for `device` until `departure`
+    /// (after the flow's earlier packets).
+    pub(crate) fn push(
+        &mut self,
+        now: Instant,
+        flow: FlowKey,
+        departure: Instant,
+        device: DeviceId,
+        packet: &[u8],
+        gso: Option<usize>,
+    ) -> Result<(), Refused> {
+        if departure > now + HORIZON {
+            return Err(Refused::Horizon);
+        }
+        let q = self.flows.entry(flow).or_default();
+        if self.len >= LIMIT || q.len() >= FLOW_LIMIT {
+            return Err(Refused::Limit);
+        }
         let mut buf = self.free.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(packet);
         self.bytes += buf.len();
-        // First position whose departure is later: after every equal one.
-        let at = self.q.partition_point(|h| h.departure <= departure);
-        self.q.insert(at, Held { departure, device, packet: buf });
+        self.len += 1;
+        // A flow's packets leave in order: one stamped earlier than its
+        // predecessor (a retransmission) waits for it.
+        let departure = q.back().map_or(departure, |b| b.departure.max(departure));
+        let was_empty = q.is_empty();
+        q.push_back(Held { departure, device, packet: buf, gso });
+        if was_empty {
+            self.order += 1;
+            self.heads.push(Reverse((departure, self.order, flow)));
+        }
+        Ok(())
     }
 
     /// The earliest departure held, if any.
     pub(crate) fn next_departure(&self) -> Option<Instant> {
-        self.q.front().map(|h| h.departure)
+        self.heads.peek().map(|r| r.0 .0)
     }
 
-    /// The device of the next packet if it is due at `now`.
-    pub(crate) fn peek_due(&self, now: Instant) -> Option<DeviceId> {
-        self.q.front().filter(|h| h.departure <= now).map(|h| h.device)
+    /// Whether `flow` has packets waiting.
+    pub(crate) fn holds(&self, flow: &FlowKey) -> bool {
+        self.flows.get(flow).is_some_and(|q| !q.is_empty())
     }
 
-    /// Removes the next packet if it is due at `now`; hand the buffer back
-    /// with [`DepartureQueue::recycle`].
-    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(DeviceId, Vec<u8>)> {
-        if self.q.front()?.departure > now {
+    /// The next packet due by `now` plus the slack, earliest flow head
+    /// first: (device, packet, TSO segment size), left in place.
+    pub(crate) fn peek_due(&self, now: Instant) -> Option<(DeviceId, &[u8], Option<usize>)> {
+        let Reverse((t, _, flow)) = self.heads.peek()?;
+        if *t > now + TIMER_SLACK {
             return None;
         }
-        let h = self.q.pop_front()?;
+        let h = self.flows.get(flow)?.front()?;
+        Some((h.device, &h.packet, h.gso))
+    }
+
+    /// Removes the packet [`DepartureQueue::peek_due`] shows and returns its
+    /// buffer; hand it back with [`DepartureQueue::recycle`].
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Vec<u8>> {
+        let Reverse((t, _, flow)) = *self.heads.peek()?;
+        if t > now + TIMER_SLACK {
+            return None;
+        }
+        self.heads.pop();
+        // Every non-empty flow has exactly one entry, for its head.
+        let q = self.flows.get_mut(&flow).expect("a flow with an entry has packets");
+        let h = q.pop_front().expect("a flow with an entry has packets");
+        if let Some(next) = q.front() {
+            self.order += 1;
+            self.heads.push(Reverse((next.departure, self.order, flow)));
+        } else {
+            self.flows.remove(&flow);
+        }
+        self.len -= 1;
         self.bytes -= h.packet.len();
-        Some((h.device, h.packet))
+        Some(h.packet)
     }
 
     /// Returns a buffer for reuse.
@@ -70,7 +147,7 @@ impl DepartureQueue {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.q.len()
+        self.len
     }
 
     pub(crate) fn bytes(&self) -> usize {
@@ -86,42 +163,81 @@ mod tests {
         Instant::from_micros(us)
     }
 
+    fn flow(n: u16) -> FlowKey {
+        (SocketAddr::from(([10, 0, 0, 1], n)), SocketAddr::from(([10, 0, 0, 2], 80)))
+    }
+
+    /// The next due packet's device (the flow's port in these tests) and bytes.
+    fn pop(q: &mut DepartureQueue, now: Instant) -> Option<(usize, Vec<u8>)> {
+        let dev = q.peek_due(now)?.0;
+        let p = q.pop_due(now)?;
+        let out = p.clone();
+        q.recycle(p);
+        Some((dev, out))
+    }
+
     #[test]
-    fn ordered_by_time_fifo_among_equals_never_early() {
+    fn flows_in_time_order_fifo_within_a_flow_never_early() {
         let mut q = DepartureQueue::default();
-        q.push(t(30), 0, b"c");
-        q.push(t(10), 1, b"a1");
-        q.push(t(20), 0, b"b");
-        q.push(t(10), 0, b"a2");
-        assert_eq!(q.len(), 4);
-        assert_eq!(q.bytes(), 6);
-        assert_eq!(q.next_departure(), Some(t(10)));
-        assert_eq!(q.pop_due(t(9)), None, "nothing leaves early");
-        assert_eq!(q.peek_due(t(9)), None);
-        assert_eq!(q.peek_due(t(10)), Some(1));
-        assert_eq!(q.pop_due(t(10)), Some((1, b"a1".to_vec())));
-        assert_eq!(q.pop_due(t(10)), Some((0, b"a2".to_vec())), "equal times keep insertion order");
-        assert_eq!(q.pop_due(t(19)), None);
-        let (d, buf) = q.pop_due(t(25)).unwrap();
-        assert_eq!((d, &buf[..]), (0, &b"b"[..]));
-        q.recycle(buf);
-        assert_eq!(q.pop_due(t(29)), None);
-        assert_eq!(q.pop_due(Instant::FAR_FUTURE), Some((0, b"c".to_vec())));
-        assert_eq!(q.len(), 0);
-        assert_eq!(q.bytes(), 0);
-        assert_eq!(q.next_departure(), None);
+        let now = t(0);
+        q.push(now, flow(1), t(30), 1, b"c", None).unwrap();
+        q.push(now, flow(2), t(100), 2, b"x1", None).unwrap();
+        q.push(now, flow(1), t(50), 1, b"d", None).unwrap();
+        // Stamped earlier than its predecessor: waits behind it.
+        q.push(now, flow(1), t(10), 1, b"e", None).unwrap();
+        q.push(now, flow(2), t(120), 2, b"x2", None).unwrap();
+        assert_eq!((q.len(), q.bytes()), (5, 7));
+        assert_eq!(q.next_departure(), Some(t(30)));
+        assert!(q.holds(&flow(1)) && !q.holds(&flow(3)));
+        assert!(pop(&mut q, t(19)).is_none(), "nothing leaves before its time less the slack");
+        assert_eq!(pop(&mut q, t(20)), Some((1, b"c".to_vec())), "within the 10 us slack");
+        assert!(pop(&mut q, t(20)).is_none());
+        // One wake-up at 50 us releases both 50 us packets of flow 1 in order.
+        assert_eq!(pop(&mut q, t(50)), Some((1, b"d".to_vec())));
+        assert_eq!(pop(&mut q, t(50)), Some((1, b"e".to_vec())));
+        assert!(!q.holds(&flow(1)));
+        assert_eq!(pop(&mut q, t(115)), Some((2, b"x1".to_vec())));
+        assert_eq!(pop(&mut q, t(115)), Some((2, b"x2".to_vec())), "120 is within the slack of 115");
+        assert_eq!((q.len(), q.bytes(), q.next_departure()), (0, 0, None));
+    }
+
+    #[test]
+    fn peek_shows_what_pop_takes() {
+        let mut q = DepartureQueue::default();
+        q.push(t(0), flow(1), t(50), 3, b"a", Some(1448)).unwrap();
+        q.push(t(0), flow(1), t(60), 3, b"b", None).unwrap();
+        assert_eq!(q.peek_due(t(0)), None);
+        assert_eq!(q.peek_due(t(50)), Some((3, &b"a"[..], Some(1448))));
+        assert_eq!(q.pop_due(t(50)).unwrap(), b"a");
+        assert_eq!(q.peek_due(t(50)), Some((3, &b"b"[..], None)), "60 is within the slack of 50");
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn horizon_and_limits_refuse() {
+        let mut q = DepartureQueue::default();
+        assert_eq!(
+            q.push(t(0), flow(1), t(0) + HORIZON + Duration::from_micros(1), 0, b"x", None),
+            Err(Refused::Horizon)
+        );
+        for _ in 0..FLOW_LIMIT {
+            q.push(t(0), flow(1), t(1), 0, b"x", None).unwrap();
+        }
+        assert_eq!(q.push(t(0), flow(1), t(1), 0, b"x", None), Err(Refused::Limit));
+        q.push(t(0), flow(2), t(1), 0, b"y", None).unwrap();
+        assert_eq!(q.len(), FLOW_LIMIT + 1);
     }
 
     #[test]
     fn buffers_are_recycled() {
         let mut q = DepartureQueue::default();
-        q.push(t(1), 0, &[7; 1500]);
-        let (_, buf) = q.pop_due(t(1)).unwrap();
-        let ptr = buf.as_ptr();
-        q.recycle(buf);
-        q.push(t(2), 0, &[8; 100]);
-        let (_, buf) = q.pop_due(t(2)).unwrap();
-        assert_eq!(buf.as_ptr(), ptr);
-        assert_eq!(buf, vec![8; 100]);
+        q.push(t(0), flow(1), t(1), 0, &[7; 1500], None).unwrap();
+        let p = q.pop_due(t(1)).unwrap();
+        let ptr = p.as_ptr();
+        q.recycle(p);
+        q.push(t(0), flow(1), t(2), 0, &[8; 100], None).unwrap();
+        let p = q.pop_due(t(2)).unwrap();
+        assert_eq!(p.as_ptr(), ptr);
+        assert_eq!(p, vec![8; 100]);
     }
 }

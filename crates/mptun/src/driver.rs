@@ -26,12 +26,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use mptun_io::paths::DeviceId;
-use mptun_io::{PacketBatch, PacketIo, SharedPcap};
+use mptun_io::{PacketBatch, PacketIo, PushError, SharedPcap};
 use mptun_proto::tcp::Event;
 use mptun_proto::{ConnConfig, ConnectionHandle};
 use mptun_time::{Duration, Instant};
 
-use crate::departure::DepartureQueue;
+use crate::departure::{DepartureQueue, Refused, TIMER_SLACK};
 use crate::state::{ConnState, Shared, State, BACKLOG};
 use crate::timer::{HrTimer, SPIN_BELOW};
 use crate::StreamOptions;
@@ -265,39 +265,54 @@ impl Driver {
     fn transmit(&mut self, st: &mut State, now: Instant) -> bool {
         // Held packets first: they are older than anything the endpoint
         // produces now, and a flow's packets must stay in order.
-        while let Some(dev) = self.departures.peek_due(now) {
-            if self.devices[dev].tx.is_full() {
-                return true;
+        while let Some((dev, packet, gso)) = self.departures.peek_due(now) {
+            match push(&mut self.devices[dev], packet, gso) {
+                Ok(()) => {}
+                // Not room for it (or all its segments): it stays first in line.
+                Err(PushError::Full) => return true,
+                Err(_) => st.stats.tx_oversize += 1,
             }
-            let (dev, buf) = self.departures.pop_due(now).expect("peeked");
             self.batch_since.get_or_insert(now);
-            if self.devices[dev].tx.push(&buf).is_err() {
-                st.stats.tx_oversize += 1;
-            }
+            let buf = self.departures.pop_due(now).expect("peeked");
             self.departures.recycle(buf);
         }
         for _ in 0..TX_PER_ITERATION {
             let Some(t) = st.ep.poll_transmit(now, &mut self.scratch) else { return false };
             st.stats.tx_packets += 1;
+            st.stats.tx_segments += t.segment_size.map_or(1, |size| {
+                mptun_wire::gso::Layout::parse(&self.scratch[..t.len]).map_or(1, |l| l.segment_count(size) as u64)
+            });
             let Some(dev) = self.device_for(t.src.ip()) else {
                 st.stats.tx_no_route += 1;
                 tracing::debug!(src = %t.src, dst = %t.dst, "no path owns the source address; dropped");
                 continue;
             };
+            let flow = (t.src, t.dst);
             let packet = &self.scratch[..t.len];
             let d = &mut self.devices[dev];
-            if t.departure > now || d.tx.is_full() || self.departures.peek_due(now).is_some() {
-                self.departures.push(t.departure, dev, packet);
-                st.stats.tx_held += 1;
-                if d.tx.is_full() {
-                    return true;
+            let mut full = d.tx.is_full();
+            if t.departure <= now + TIMER_SLACK && !full && !self.departures.holds(&flow) {
+                self.batch_since.get_or_insert(now);
+                match push(d, packet, t.segment_size) {
+                    Ok(()) => continue,
+                    // Not room for all of a super-segment's wire segments.
+                    Err(PushError::Full) => full = true,
+                    Err(e) => {
+                        st.stats.tx_oversize += 1;
+                        tracing::warn!(device = d.io.name(), "dropped an outgoing packet: {e}");
+                        continue;
+                    }
                 }
-                continue;
             }
-            self.batch_since.get_or_insert(now);
-            if let Err(e) = d.tx.push(packet) {
-                st.stats.tx_oversize += 1;
-                tracing::warn!(device = d.io.name(), "dropped an outgoing packet: {e}");
+            // Its time has not come (EDT), its flow has packets waiting, or
+            // the device's batch is full: the fq holds it.
+            match self.departures.push(now, flow, t.departure, dev, packet, t.segment_size) {
+                Ok(()) => st.stats.tx_held += 1,
+                Err(Refused::Horizon) => st.stats.tx_horizon_drops += 1,
+                Err(Refused::Limit) => st.stats.tx_queue_drops += 1,
+            }
+            if full {
+                return true;
             }
         }
         true
@@ -380,7 +395,7 @@ impl Driver {
         }
         while let Some(t) = st.ep.poll_transmit(now, &mut self.scratch) {
             if let Some(dev) = self.device_for(t.src.ip()) {
-                let _ = self.devices[dev].tx.push(&self.scratch[..t.len]);
+                let _ = push(&mut self.devices[dev], &self.scratch[..t.len], t.segment_size);
             }
         }
         wake_all(st, &mut self.wake);
@@ -420,6 +435,16 @@ impl Drop for Driver {
         for w in wake {
             w.wake();
         }
+    }
+}
+
+/// Adds a packet to a device's batch: a TSO super-segment whole if the
+/// device cuts it (`PacketIo::tso`), else cut here into wire segments.
+fn push(d: &mut Device, packet: &[u8], segment_size: Option<usize>) -> Result<(), PushError> {
+    match segment_size {
+        Some(size) if d.io.tso() => d.tx.push_gso(packet, size),
+        Some(size) => d.tx.push_segments(packet, size),
+        None => d.tx.push(packet),
     }
 }
 

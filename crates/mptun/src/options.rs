@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use mptun_cc::Algorithm;
 use mptun_proto::sched::Scheduler;
-use mptun_proto::tcp::BufferSize;
+use mptun_proto::tcp::{BufferSize, TcpConfig};
 use mptun_proto::{ConnConfig, MptcpConfig};
+use mptun_time::Duration;
 
 /// Builds a connection's scheduler (each connection owns its own state).
 pub type SchedulerFactory = Arc<dyn Fn() -> Box<dyn Scheduler> + Send + Sync>;
@@ -115,8 +116,20 @@ impl StreamOptions {
 
 impl Default for StreamOptions {
     fn default() -> Self {
-        Self::from_config(ConnConfig { tcp: Default::default(), mptcp: MptcpConfig::default() })
+        Self::from_config(ConnConfig { tcp: runtime_tcp_config(), mptcp: MptcpConfig::default() })
     }
+}
+
+/// How far ahead of now the core builds paced segments in the runtime:
+/// about what Linux's TCP small queues let sit in `fq` (1 ms of the pacing
+/// rate), so one wake-up of the driver produces a millisecond of traffic
+/// and the departure queue spaces it.
+pub(crate) const PACING_HORIZON: Duration = Duration::from_millis(1);
+
+/// The core's defaults as the runtime runs them: EDT with a pacing horizon
+/// (the driver has a departure queue; the simulator has none).
+pub(crate) fn runtime_tcp_config() -> TcpConfig {
+    TcpConfig { pacing_horizon: PACING_HORIZON, ..TcpConfig::default() }
 }
 
 impl fmt::Debug for StreamOptions {

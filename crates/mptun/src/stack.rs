@@ -208,7 +208,7 @@ impl Stack {
     pub fn builder() -> StackBuilder {
         StackBuilder {
             paths: Vec::new(),
-            tcp: TcpConfig::default(),
+            tcp: crate::options::runtime_tcp_config(),
             mptcp: MptcpConfig::default(),
             pm_from_paths: true,
             seed: None,

@@ -11,13 +11,22 @@ pub struct RuntimeStats {
     pub iterations: u64,
     /// IP packets handed to the endpoint.
     pub rx_packets: u64,
-    /// IP packets the endpoint produced.
+    /// IP packets the endpoint produced (a TSO super-segment is one).
     pub tx_packets: u64,
+    /// Wire segments those packets carry: more than `tx_packets` when the
+    /// endpoint sends TSO super-segments.
+    pub tx_segments: u64,
     /// Batches written to devices.
     pub tx_batches: u64,
-    /// Packets that waited in the departure queue (EDT in the future, or the
-    /// device pushed back).
+    /// Packets that waited in the departure queue (EDT in the future, their
+    /// flow had packets waiting, or the device pushed back).
     pub tx_held: u64,
+    /// Packets dropped because their departure time was beyond the
+    /// departure queue's horizon (fq's `horizon_drops`).
+    pub tx_horizon_drops: u64,
+    /// Packets dropped because the departure queue, or their flow's share
+    /// of it, was full (fq's `flows_plimit`).
+    pub tx_queue_drops: u64,
     /// Packets dropped because no path owns their source address.
     pub tx_no_route: u64,
     /// Packets dropped because they exceed the device MTU.

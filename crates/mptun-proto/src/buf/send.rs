@@ -14,6 +14,9 @@ use std::collections::VecDeque;
 #[derive(Debug)]
 pub(crate) struct SendBuf {
     chunks: VecDeque<Bytes>,
+    /// Per chunk: it continues the write before it (one MPTCP mapping
+    /// grown by a later write), so no segment boundary falls between them.
+    joined: VecDeque<bool>,
     /// Sequence number of the first byte of `chunks[0]`.
     head: Seq,
     len: usize,
@@ -22,7 +25,7 @@ pub(crate) struct SendBuf {
 impl SendBuf {
     /// An empty buffer whose first byte will have sequence number `head`.
     pub fn new(head: Seq) -> Self {
-        SendBuf { chunks: VecDeque::new(), head, len: 0 }
+        SendBuf { chunks: VecDeque::new(), joined: VecDeque::new(), head, len: 0 }
     }
 
     /// Bytes buffered (unacknowledged plus unsent).
@@ -37,9 +40,20 @@ impl SendBuf {
 
     /// Appends one application write, kept as its own chunk.
     pub fn push(&mut self, data: Bytes) {
+        self.push_write(data, false);
+    }
+
+    /// Appends `data` as a continuation of the last write: segments may
+    /// span both ([`SendBuf::contiguous_from`] does not stop between them).
+    pub fn push_joined(&mut self, data: Bytes) {
+        self.push_write(data, true);
+    }
+
+    fn push_write(&mut self, data: Bytes, joined: bool) {
         if !data.is_empty() {
             self.len += data.len();
             self.chunks.push_back(data);
+            self.joined.push_back(joined);
         }
     }
 
@@ -56,6 +70,7 @@ impl SendBuf {
             if front.len() <= n {
                 n -= front.len();
                 self.chunks.pop_front();
+                self.joined.pop_front();
             } else {
                 front.advance(n);
                 n = 0;
@@ -63,15 +78,17 @@ impl SendBuf {
         }
     }
 
-    /// Bytes from `seq` to the end of the write (chunk) that holds it.
+    /// Bytes from `seq` to the end of the write that holds it (its chunk
+    /// and the chunks joined to it).
     pub fn contiguous_from(&self, seq: Seq) -> usize {
         if seq.lt(self.head) {
             return 0;
         }
         let mut off = (seq - self.head) as usize;
-        for c in &self.chunks {
+        for (i, c) in self.chunks.iter().enumerate() {
             if off < c.len() {
-                return c.len() - off;
+                let rest = self.chunks.iter().zip(&self.joined).skip(i + 1);
+                return c.len() - off + rest.take_while(|(_, &j)| j).map(|(c, _)| c.len()).sum::<usize>();
             }
             off -= c.len();
         }

@@ -168,8 +168,38 @@ impl Connection {
             if len == 0 {
                 return;
             }
-            let data = self.snd_buf.slice_bytes(Seq(start.0 as u32), len as usize);
             let ssn = sf.write_seq() - (sf.iss() - self.shared.ssn_off()).0;
+            let unsent_from = (sf.snd_nxt() - (sf.iss() - self.shared.ssn_off()).0).0;
+            // Linux mptcp_skb_can_collapse_to: data that continues the last
+            // mapping of this subflow, none of which has gone out yet, grows
+            // that mapping (up to the DSS's 16-bit length) instead of
+            // starting one, so a TSO super-segment is not cut at every push.
+            let grow = ext.tx_maps.back_mut().filter(|m| {
+                !reinj
+                    && !self.shared.csum
+                    && m.with_ack.is_none()
+                    && m.dsn + m.len as u64 == start
+                    && m.ssn.wrapping_add(m.len) == ssn.0
+                    && Seq(unsent_from).le(Seq(m.ssn))
+            });
+            if let Some(m) = grow {
+                len = len.min(u64::from(u16::MAX as u32 - m.len.min(u16::MAX as u32)));
+                if len > 0 {
+                    let data = self.snd_buf.slice_bytes(Seq(start.0 as u32), len as usize);
+                    if sf.send_bytes_joined(data).is_err() {
+                        return;
+                    }
+                    m.len += len as u32;
+                    self.shared.snd_nxt += len;
+                    self.sched.on_pushed(pick.id, len as usize, &views);
+                    continue;
+                }
+                len = (end - start).min(pick.max_burst as u64).min(u16::MAX as u64).min(sf.send_space() as u64);
+                if !reinj {
+                    len = len.min(room);
+                }
+            }
+            let data = self.snd_buf.slice_bytes(Seq(start.0 as u32), len as usize);
             let data_for_csum = if self.shared.csum { data.clone() } else { Bytes::new() };
             if sf.send_bytes(data).is_err() {
                 return;

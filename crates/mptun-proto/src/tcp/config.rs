@@ -109,6 +109,13 @@ pub struct TcpConfig {
     /// How segments are spaced out: EDT timestamps (Linux `fq`), a
     /// quantum pacer, or none.
     pub pacer: PacerKind,
+    /// How far ahead of `now` a paced segment may be built and stamped
+    /// with its departure time ([`crate::tcp::Transmit::departure`]), so one
+    /// wake-up produces many segments and a driver with a departure queue
+    /// (Linux's `fq` under EDT) spaces them. Zero (the default): a segment
+    /// is built only once its time has come, for drivers without such a
+    /// queue (the simulator, tests).
+    pub pacing_horizon: Duration,
     /// `SO_MAX_PACING_RATE` in bytes per second.
     pub max_pacing_rate: Option<u64>,
     /// Initial congestion window in segments (IW10, RFC 6928).
@@ -144,6 +151,13 @@ pub struct TcpConfig {
     /// Never put bytes of two `send` calls in one segment. MPTCP subflows set
     /// it so each segment lies inside one DSS mapping.
     pub segment_at_write_boundaries: bool,
+    /// TCP segmentation offload: new data leaves in super-segments of up
+    /// to 64 KiB ([`crate::tcp::Transmit::segment_size`]) that the device
+    /// cuts into wire segments, sized like Linux's `tcp_tso_autosize`. A
+    /// super-segment never exceeds the buffer `poll_transmit` is given, so a
+    /// driver passing an MTU-sized buffer gets wire segments whatever this
+    /// says; off, every data segment is built on its own.
+    pub tso: bool,
     /// Packetization-layer path-MTU discovery (RFC 4821; Linux
     /// `net.ipv4.tcp_mtu_probing`): 0 off, 1 only after a black hole is
     /// detected (full-size segments time out again and again), 2 always.
@@ -171,6 +185,7 @@ impl Default for TcpConfig {
             congestion_control: Algorithm::Cubic,
             cubic: CubicConfig::default(),
             pacer: PacerKind::Edt,
+            pacing_horizon: Duration::ZERO,
             max_pacing_rate: None,
             initial_cwnd: TCP_INIT_CWND,
             rto_min: TCP_RTO_MIN,
@@ -185,6 +200,7 @@ impl Default for TcpConfig {
             invalid_ratelimit: TCP_INVALID_RATELIMIT,
             challenge_ack_limit: TCP_CHALLENGE_ACK_LIMIT,
             segment_at_write_boundaries: false,
+            tso: true,
             mtu_probing: 1,
             base_mss: TCP_BASE_MSS,
             probe_interval: TCP_PROBE_INTERVAL,

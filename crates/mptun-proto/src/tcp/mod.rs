@@ -10,9 +10,11 @@
 //! 1. [`Subflow::handle_segment`] for each arriving segment addressed to it;
 //! 2. [`Subflow::handle_timeout`] once `now` has reached [`Subflow::poll_timeout`];
 //! 3. [`Subflow::poll_transmit`] repeatedly until it returns `None`: each call
-//!    writes at most one IP packet and stamps it with its earliest departure
-//!    time, which is never later than `now` (a segment whose EDT slot is in the
-//!    future is held back and its slot shows up in `poll_timeout`);
+//!    writes at most one IP packet (a TSO super-segment when the buffer and
+//!    [`TcpConfig::tso`] allow) and stamps it with its earliest departure
+//!    time, which is never later than `now` plus
+//!    [`TcpConfig::pacing_horizon`] (a segment whose EDT slot is further
+//!    out is held back and its slot shows up in `poll_timeout`);
 //! 4. [`Subflow::poll_event`] until `None`;
 //! 5. [`Subflow::poll_timeout`] for the next instant to come back.
 //!
@@ -224,6 +226,14 @@ const TCP_NUM_SACKS: usize = 4;
 const TCPOLEN_SACK_BASE_ALIGNED: usize = 4;
 /// Bytes per SACK block (Linux `TCPOLEN_SACK_PERBLOCK`).
 const TCPOLEN_SACK_PERBLOCK: usize = 8;
+/// Linux `sk_pacing_shift` for TCP: a TSO burst is about 1/2^10 s (1 ms)
+/// of the pacing rate.
+const TCP_PACING_SHIFT: u32 = 10;
+/// Linux `net.ipv4.tcp_tso_rtt_log`: paths with a minimum RTT under 2^9 µs
+/// get full-size super-segments on top.
+const TCP_TSO_RTT_LOG: u32 = 9;
+/// Linux `net.ipv4.tcp_min_tso_segs`.
+const TCP_MIN_TSO_SEGS: u64 = 2;
 /// IPv4 plus TCP header without options.
 const IPV4_TCP_HEADER_LEN: u32 = 40;
 /// IPv6 plus TCP header without options.
@@ -565,6 +575,17 @@ impl Subflow {
             return Err(data);
         }
         self.send_buf.push(data);
+        Ok(())
+    }
+
+    /// As [`Subflow::send_bytes`], but `data` continues the previous write
+    /// (the MPTCP layer grew that write's mapping): segments, and so TSO
+    /// super-segments, may span both.
+    pub fn send_bytes_joined(&mut self, data: Bytes) -> Result<(), Bytes> {
+        if data.len() > self.send_space() {
+            return Err(data);
+        }
+        self.send_buf.push_joined(data);
         Ok(())
     }
 

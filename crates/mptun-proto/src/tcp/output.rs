@@ -213,9 +213,14 @@ impl Subflow {
             }
             return None;
         }
+        // EDT (Linux tcp_wstamp_ns): a segment leaves at the pacer's time,
+        // which may be up to the pacing horizon ahead of now; the driver's
+        // departure queue holds it until then. Past the horizon, the next
+        // segment is built once its time is within reach.
         let departure = self.pacer.departure(now);
-        if departure > now {
-            self.timers.set(Timer::Pacing, departure);
+        let horizon = self.cfg.pacing_horizon;
+        if departure > now + horizon {
+            self.timers.set(Timer::Pacing, departure - horizon);
             return None;
         }
         self.timers.stop(Timer::Pacing);
@@ -263,27 +268,35 @@ impl Subflow {
                 self.timers.set(Timer::Rto, now + self.rtt.rto());
             }
             let t = self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts);
+            let t = t.map(|t| Transmit { departure, ..t });
             self.after_data_sent(now, t);
             return t;
         }
 
         let unsent = self.unsent_bytes();
         let wnd_room = (self.snd_una + self.snd_wnd) - self.snd_nxt;
-        let mut len = unsent.min(mss).min(if self.window_allows(1) { wnd_room } else { 0 });
-        if self.cfg.segment_at_write_boundaries {
+        let segs = self.tso_segs(mss, out.len(), opts.len() + hook_space);
+        let mut len = unsent.min(mss.saturating_mul(segs)).min(if self.window_allows(1) { wnd_room } else { 0 });
+        let contiguous = if self.cfg.segment_at_write_boundaries {
             // One MPTCP mapping per write: a segment never straddles two (Linux
             // refuses to collapse skbs whose MPTCP extensions differ).
-            len = len.min(self.send_buf.contiguous_from(self.snd_nxt) as u32);
+            self.send_buf.contiguous_from(self.snd_nxt) as u32
+        } else {
+            u32::MAX
+        };
+        len = len.min(contiguous);
+        if len > mss && len != unsent && len != contiguous {
+            // Only the end of the data may leave a short piece: a super-segment
+            // cut by a window is whole segments (Linux tcp_mss_split_point),
+            // the rest follows as it would have without TSO.
+            len -= len % mss;
         }
+        let mut segment_size = mss;
         if len > 0 && self.pmtu.known() {
-            let contiguous = if self.cfg.segment_at_write_boundaries {
-                self.send_buf.contiguous_from(self.snd_nxt) as u32
-            } else {
-                u32::MAX
-            };
             let opt = (opts.len() + hook_space) as u32;
             if let Some(probe) = self.mtu_probe_len(now, opt, mss, contiguous) {
                 len = probe;
+                segment_size = probe;
             }
         }
         if len == 0 && !(self.fin_queued && !self.fin_sent && unsent == 0) {
@@ -304,7 +317,17 @@ impl Subflow {
             flags |= TcpFlags::PSH;
         }
         let seq = self.snd_nxt;
-        self.scoreboard.push(seq, len, fin, now);
+        // The scoreboard keeps one entry per wire segment, so SACK, RACK,
+        // PRR and every count in packets work as without TSO.
+        let mut off = 0;
+        loop {
+            let piece = (len - off).min(segment_size);
+            self.scoreboard.push(seq + off, piece, fin && off + piece == len, now);
+            off += piece;
+            if off >= len {
+                break;
+            }
+        }
         self.snd_nxt = seq + len + fin as u32;
         self.bytes_sent += len as u64;
         if self.ca_state == CaState::Recovery {
@@ -318,9 +341,50 @@ impl Subflow {
         if !self.timers.is_set(Timer::Rto) {
             self.timers.set(Timer::Rto, now + self.rtt.rto());
         }
-        let t = self.emit(now, hook, out, seq, self.rcv_nxt, flags, Some(len), false, opts);
+        let mut t = self.emit(now, hook, out, seq, self.rcv_nxt, flags, Some(len), false, opts);
+        if let Some(t) = t.as_mut() {
+            t.departure = departure;
+        }
+        if let Some(t) = t.as_mut().filter(|_| len > segment_size) {
+            let pieces = len.div_ceil(segment_size);
+            t.segment_size = Some(segment_size as usize);
+            self.counters.tcp_out_segs += u64::from(pieces - 1);
+            self.data_segs_out += u64::from(pieces - 1);
+        }
         self.after_data_sent(now, t);
         t
+    }
+
+    /// Segments one super-segment may carry (1 without TSO): Linux's
+    /// `tcp_tso_autosize` (about 1 ms of the pacing rate, the whole 64 KiB
+    /// on paths under 512 µs of minimum RTT, at least 2 segments), within
+    /// `tcp_cwnd_test`'s quota (at most half the window, so two
+    /// super-segments are in flight) and what `out` holds.
+    fn tso_segs(&self, mss: u32, out_len: usize, opt_len: usize) -> u32 {
+        if !self.cfg.tso || mss == 0 {
+            return 1;
+        }
+        let hdr = ip_tcp_header_len(&self.local) as usize + opt_len;
+        let room = out_len.min(mptun_wire::gso::GSO_MAX_SIZE).saturating_sub(hdr);
+        let by_buf = (room / mss as usize) as u32;
+        if by_buf <= 1 {
+            return 1;
+        }
+        let gso_max = mptun_wire::gso::GSO_MAX_SIZE as u64;
+        let rate = self.pacer.rate();
+        let mut bytes = if rate == u64::MAX { gso_max } else { rate >> TCP_PACING_SHIFT };
+        // Linux tcp_tso_rtt_log: on short paths the burst costs no queueing
+        // that matters, and bigger bursts save CPU.
+        if let Some(min_rtt) = self.rtt.min() {
+            let r = (min_rtt.as_nanos() / 1000) >> TCP_TSO_RTT_LOG;
+            if r < 64 {
+                bytes = bytes.saturating_add(gso_max >> r);
+            }
+        }
+        let by_rate = (bytes.min(gso_max) / u64::from(mss)).max(TCP_MIN_TSO_SEGS) as u32;
+        let cwnd = self.ccs.cwnd;
+        let quota = cwnd.saturating_sub(self.in_flight()).min((cwnd >> 1).max(1));
+        by_buf.min(by_rate).min(quota).max(1)
     }
 
     pub(super) fn after_data_sent(&mut self, now: Instant, t: Option<Transmit>) {
@@ -479,7 +543,7 @@ impl Subflow {
             self.delack.on_ack_sent();
             self.timers.stop(Timer::DelayedAck);
         }
-        Some(Transmit { len: n, departure: now, src: self.local, dst: self.remote })
+        Some(Transmit { len: n, departure: now, segment_size: None, src: self.local, dst: self.remote })
     }
 }
 

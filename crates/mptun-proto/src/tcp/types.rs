@@ -114,8 +114,16 @@ impl SegmentHook for () {}
 pub struct Transmit {
     /// Bytes written to the output buffer (a whole IP packet).
     pub len: usize,
-    /// Earliest departure time (EDT); `<= now` when returned.
+    /// Earliest departure time (EDT): `now`, or for paced data up to
+    /// [`super::TcpConfig::pacing_horizon`] later (the driver holds it).
     pub departure: Instant,
+    /// Payload bytes per wire segment when the packet is a TSO super-segment
+    /// (as quinn's `Transmit::segment_size` is for UDP GSO): the packet
+    /// carries several segments' consecutive data behind one header, and
+    /// whatever puts it on a wire cuts it there (`mptun_wire::gso`), the
+    /// header replicated, sequence numbers advanced, FIN and PSH on the last
+    /// piece only. `None`: an ordinary packet.
+    pub segment_size: Option<usize>,
     /// Our address and port (the packet's source).
     pub src: SocketAddr,
     /// The peer's address and port (the packet's destination).

@@ -149,7 +149,7 @@ pub fn run_variant(p: &Params, pacer: PacerKind) -> VariantReport {
     a.pump(Instant::ZERO);
 
     let mut sim = Sim::new(
-        SimConfig { seed: p.seed, max_time: Duration::from_secs(3600), mtu: p.mtu.max(576) },
+        SimConfig { seed: p.seed, max_time: Duration::from_secs(3600), mtu: p.mtu.max(576), ..Default::default() },
         a,
         b,
         vec![spec],

@@ -129,6 +129,16 @@ fn sample_subflows(out: &mut Vec<SubflowSample>, now: Instant, c: &mptun_proto::
 /// Runs the transfer, sampling every subflow of the server's (`trace_server`)
 /// or the client's connection every `spec.sample_every`.
 pub fn run_with_subflow_trace(spec: &TransferSpec, trace_server: bool) -> Traced {
+    run_traced(spec, trace_server, false)
+}
+
+/// Runs the transfer with TSO: the hosts build super-segments
+/// ([`SimConfig::gso`]) that the sending side cuts before the link.
+pub fn run_with_tso(spec: &TransferSpec) -> TransferResult {
+    run_traced(spec, false, true).result
+}
+
+fn run_traced(spec: &TransferSpec, trace_server: bool, gso: bool) -> Traced {
     let first = spec.paths.first().expect("at least one path");
     let client_addr = SocketAddr::new(first.addr_a, 0);
     let server_addr = SocketAddr::new(first.addr_b, spec.port);
@@ -142,7 +152,7 @@ pub fn run_with_subflow_trace(spec: &TransferSpec, trace_server: bool) -> Traced
     a.pump(Instant::ZERO);
 
     let mut sim = Sim::new(
-        SimConfig { seed: spec.seed, max_time: spec.max_time, ..Default::default() },
+        SimConfig { seed: spec.seed, max_time: spec.max_time, gso, ..Default::default() },
         a,
         b,
         spec.paths.clone(),

@@ -6,10 +6,12 @@ mod seg;
 mod acceptability;
 mod close;
 mod data;
+mod edt;
 mod handshake;
 mod options;
 mod pmtu;
 mod rst;
+mod tso;
 mod window;
 
 use super::*;

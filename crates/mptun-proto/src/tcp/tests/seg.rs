@@ -282,6 +282,22 @@ impl Sf {
         Some(Seg::from_packet(&buf[..t.len]))
     }
 
+    /// The next packet the subflow sends now with room for a TSO
+    /// super-segment, and the wire segments a device cuts it into.
+    pub fn recv_gso(&mut self) -> Option<(Transmit, Vec<Seg>)> {
+        let mut buf = vec![0u8; mptun_wire::gso::GSO_MAX_SIZE];
+        let t = self.sf.poll_transmit(self.now, &mut (), &mut buf)?;
+        let pkt = &buf[..t.len];
+        let Some(size) = t.segment_size else { return Some((t, vec![Seg::from_packet(pkt)])) };
+        let mut it = mptun_wire::gso::segments(pkt, size).expect("a well-formed super-segment");
+        let mut wire = vec![0u8; 1600];
+        let mut segs = Vec::new();
+        while let Some(n) = it.next_into(&mut wire).expect("segments fit the MTU") {
+            segs.push(Seg::from_packet(&wire[..n]));
+        }
+        Some((t, segs))
+    }
+
     /// Every segment the subflow sends now.
     pub fn recv_all(&mut self) -> Vec<Seg> {
         std::iter::from_fn(|| self.recv()).take(10_000).collect()
