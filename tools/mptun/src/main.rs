@@ -6,7 +6,6 @@
 
 mod bulk;
 mod cli_demo;
-mod cli_lab;
 mod cli_shared;
 mod cli_sim;
 mod cli_sim_mptcp;
@@ -14,6 +13,7 @@ mod cli_xfer;
 mod conn;
 mod control;
 mod kernel;
+mod lab;
 mod pathspec;
 mod plot;
 mod report;
@@ -78,7 +78,7 @@ enum Command {
     /// Run a bulk-transfer test against `mptun serve` (like `iperf3 -c`).
     Send(cli_xfer::SendArgs),
     /// Run a scenario in real namespaces behind linkem paths (needs root), reported like `sim`.
-    Lab(cli_lab::LabArgs),
+    Lab(lab::LabArgs),
     /// Print a shell completion script, e.g. `mptun completions bash > /etc/bash_completion.d/mptun`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -96,7 +96,7 @@ impl Command {
             Command::Demo(a) => a.json.json,
             Command::Serve(a) => a.json(),
             Command::Send(a) => a.json(),
-            Command::Lab(a) => a.json.json,
+            Command::Lab(a) => a.json(),
             Command::Sim(_) | Command::Completions { .. } | Command::Man => false,
         }
     }
@@ -125,7 +125,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => cli_sim::run(a),
         Command::Serve(a) => cli_xfer::run_serve(a),
         Command::Send(a) => cli_xfer::run_send(a),
-        Command::Lab(a) => cli_lab::run(a),
+        Command::Lab(a) => lab::run(a),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "mptun", &mut out);
