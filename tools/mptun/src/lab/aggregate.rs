@@ -42,7 +42,7 @@ struct LabReport<'a> {
 }
 
 /// The path specs of the simulator's `aggregate` for linkem.
-fn specs(params: &Params) -> Vec<String> {
+pub(super) fn specs(params: &Params) -> Vec<String> {
     params
         .paths
         .iter()

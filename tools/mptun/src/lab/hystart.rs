@@ -16,12 +16,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use mptun_sim::scenarios::hystart::{self, Params, VariantReport, ETHERNET_OVERHEAD, IP_PACKET};
 use serde::Serialize;
 
-use super::peer::{PeerReport, READY};
+use super::peer::run_pair;
 use super::topo::{LabCommon, LabStack, Topology};
 use super::VsSim;
 use crate::report;
@@ -112,17 +112,7 @@ fn variant(topo: &Topology, a: &HystartArgs, p: &Params, round_start: &str, port
             cli.extend(["--connect".into(), format!("10.0.1.2:{port}")]);
         }
     }
-    let mut server = topo.spawn(&topo.srv, &srv)?;
-    server.wait_ready(READY, Duration::from_secs(10)).context("the server peer")?;
-    let mut client = topo.spawn(&topo.cli, &cli)?;
-    let parse = |what: &str, (st, out, err): (std::process::ExitStatus, String, String)| -> Result<PeerReport> {
-        if !st.success() {
-            bail!("the {what} peer failed: {}", err.lines().last().unwrap_or("no message"));
-        }
-        serde_json::from_str(out.trim()).with_context(|| format!("the {what} peer's report"))
-    };
-    let cr = parse("client", client.finish(Duration::from_secs(60))?)?;
-    let sr = parse("server", server.finish(Duration::from_secs(30))?)?;
+    let (cr, sr) = run_pair(topo, &srv, &cli, Duration::from_secs(60), Vec::new())?;
     if cr.received != sr.sent || cr.received_sha256 != sr.sent_sha256 {
         bail!("integrity: the server sent {} bytes, the client received {}", sr.sent, cr.received);
     }
@@ -131,7 +121,7 @@ fn variant(topo: &Topology, a: &HystartArgs, p: &Params, round_start: &str, port
     let delivered = received_at(&cr.rx_series, end);
     let frame = f64::from(IP_PACKET + ETHERNET_OVERHEAD);
     let tail = (delivered - received_at(&cr.rx_series, end - rtt)) * frame / PAYLOAD * 8.0 / (p.rate_bps as f64 * rtt);
-    let c = |k: &str| sr.counters.get(k).copied().unwrap_or(0);
+    let c = |k: &str| sr.counter(k);
     let (reason, cwnd, t) =
         match (&sr.slow_start_exit, c("TcpExtTCPHystartTrainDetect"), c("TcpExtTCPHystartDelayDetect")) {
             // The kernel's account: which detector fired, and the cwnd it fired at.

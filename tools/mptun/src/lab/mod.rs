@@ -6,6 +6,8 @@
 //! between model and packets is visible in every run.
 
 mod aggregate;
+mod failover;
+mod fallback;
 mod hystart;
 mod peer;
 mod penalise;
@@ -27,6 +29,10 @@ enum LabScenario {
     Aggregate(aggregate::AggregateArgs),
     /// The penalise-slow-subflow matrix: 16 MiB one way and 80 KiB the other at once, then swapped.
     Penalise(penalise::PenaliseArgs),
+    /// The aggregate paths; path 1 down at 5 s, up at 15 s (linkem's control socket).
+    Failover(failover::FailoverArgs),
+    /// The client offers MPTCP to a plain-TCP kernel server: fallback to TCP.
+    Fallback(fallback::FallbackArgs),
     /// One CUBIC flow, 50 Mbit/s, 150 ms RTT, 1-BDP buffer: HyStart's legacy vs fixed round start.
     Hystart(hystart::HystartArgs),
     /// One end of a lab transfer (run by the scenarios inside a namespace).
@@ -41,6 +47,8 @@ impl LabArgs {
             LabScenario::Aggregate(a) => a.common.json.json,
             LabScenario::Penalise(a) => a.common.json.json,
             LabScenario::Hystart(a) => a.common.json.json,
+            LabScenario::Failover(a) => a.common.json.json,
+            LabScenario::Fallback(a) => a.common.json.json,
             LabScenario::Peer(_) => true,
         }
     }
@@ -51,6 +59,8 @@ pub fn run(a: LabArgs) -> Result<()> {
         LabScenario::Aggregate(a) => aggregate::run(a),
         LabScenario::Penalise(a) => penalise::run(a),
         LabScenario::Hystart(a) => hystart::run(a),
+        LabScenario::Failover(a) => failover::run(a),
+        LabScenario::Fallback(a) => fallback::run(a),
         LabScenario::Peer(a) => peer::run(a),
     }
 }

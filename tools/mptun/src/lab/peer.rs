@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::topo::LabStack;
+use super::topo::{LabStack, Topology};
 use crate::conn::{Conn, CounterSource};
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec;
@@ -38,6 +38,8 @@ use crate::units::parse_size;
 
 /// The line on stderr a listening peer prints when it accepts connections.
 pub const READY: &str = "peer: listening";
+/// The line on stderr a connecting peer prints just before it connects (a scenario's time zero).
+pub const CONNECTING: &str = "peer: connecting";
 /// How long a side that finished sending waits for the peer's stream before its DATA_FIN.
 const LINGER: Duration = Duration::from_millis(200);
 
@@ -115,6 +117,10 @@ pub struct PeerReport {
     /// When the connection was up, from the same start.
     pub established_s: f64,
     pub subflows_max: usize,
+    /// `mptcp`, or `tcp` (never offered, or fell back).
+    pub mode: String,
+    /// Bytes each subflow had acknowledged, at every sample (with --trace).
+    pub subflow_series: Vec<(f64, Vec<u64>)>,
     /// This side's counters over the test (mptun: the stack's; kernel: the namespace's).
     pub counters: BTreeMap<String, u64>,
     pub slow_start_exit: Option<SlowStartExit>,
@@ -314,14 +320,17 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
     let every = Duration::from_millis(a.sample_ms.max(1));
     let mut tick = Box::pin(tokio::time::sleep(every));
     let (mut subflows_max, mut exit, mut last_ss_cwnd, mut series) = (0, None, 0u32, Vec::new());
+    let mut sf_series = Vec::new();
     loop {
         let ticked = std::future::poll_fn(|cx| d.poll_step(cx, &mut tick)).await.context("transfer")?;
         if ticked {
             tick.as_mut().reset(tokio::time::Instant::now() + every);
-            subflows_max = subflows_max.max(d.conn.probe().established());
+            let probe = d.conn.probe();
+            subflows_max = subflows_max.max(probe.established());
             let t = up.elapsed().as_secs_f64();
             if a.trace {
                 series.push((t, d.received));
+                sf_series.push((t, probe.subflows.iter().map(|s| s.bytes_acked).collect()));
                 if exit.is_none() && d.sent > 0 {
                     if let Some((cwnd, ssthresh, open, hystart)) = first_subflow(&d.conn) {
                         if let Some((reason, c)) = hystart {
@@ -357,6 +366,8 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
         runtime_s,
         established_s: (up - t0).as_secs_f64(),
         subflows_max: subflows_max.max(probe.established()),
+        mode: probe.mode.into(),
+        subflow_series: sf_series,
         counters: counters.read(),
         slow_start_exit: exit,
         final_cwnd: probe.subflows.first().map_or(0, |s| s.cwnd),
@@ -365,6 +376,7 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
 }
 
 async fn serve(a: &PeerArgs, at: SocketAddr) -> Result<PeerReport> {
+    let (mut listener_k, mut listener_m) = (None, None);
     let (conn, counters, t0) = match a.stack {
         LabStack::Kernel => {
             let l = kernel::listen(at, &kernel_options(a))?;
@@ -372,6 +384,9 @@ async fn serve(a: &PeerArgs, at: SocketAddr) -> Result<PeerReport> {
             let counters = CounterSource::kernel();
             let (s, _) = l.accept().await.context("accept")?;
             s.set_nodelay(true).ok();
+            // The listener stays open for the test: the kernel answers
+            // MP_JOIN SYNs only on a listening socket of the port.
+            listener_k = Some(l);
             (Conn::Kernel(s), counters, Instant::now())
         }
         LabStack::Mptun => {
@@ -380,10 +395,13 @@ async fn serve(a: &PeerArgs, at: SocketAddr) -> Result<PeerReport> {
             eprintln!("{READY} on {at}");
             let counters = CounterSource::mptun(st.clone());
             let (s, _) = l.accept().await.context("accept")?;
+            listener_m = Some(l);
             (Conn::Mptun(s), counters, Instant::now())
         }
     };
-    run_conn(a, conn, counters, t0).await
+    let r = run_conn(a, conn, counters, t0).await;
+    drop((listener_k, listener_m));
+    r
 }
 
 async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
@@ -391,6 +409,7 @@ async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
     let (conn, counters, t0) = match a.stack {
         LabStack::Kernel => {
             let counters = CounterSource::kernel();
+            eprintln!("{CONNECTING} to {to}");
             let t0 = Instant::now();
             let s = tokio::time::timeout(limit, kernel::connect(to, &kernel_options(a)))
                 .await
@@ -401,6 +420,7 @@ async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
             let st = stack(a)?;
             let counters = CounterSource::mptun(st.clone());
             let o = stream_options(a, st.stream_options())?;
+            eprintln!("{CONNECTING} to {to}");
             let t0 = Instant::now();
             let s = tokio::time::timeout(limit, MptcpStream::connect_with(&st, to, o))
                 .await
@@ -447,4 +467,67 @@ pub fn run(a: PeerArgs) -> Result<()> {
     println!("{}", serde_json::to_string(&r)?);
     crate::report::mark_reported();
     Ok(())
+}
+
+/// A change to a path at a time after the client started connecting.
+pub type Event<'a> = (Duration, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
+
+/// Runs one transfer: the server peer (`srv` arguments) in the server
+/// namespace, the client peer in the client's, `events` timed from the
+/// client's connect; returns (client, server) reports.
+pub fn run_pair(
+    topo: &Topology,
+    srv: &[String],
+    cli: &[String],
+    limit: Duration,
+    events: Vec<Event<'_>>,
+) -> Result<(PeerReport, PeerReport)> {
+    let mut server = topo.spawn(&topo.srv, srv)?;
+    server.wait_ready(READY, Duration::from_secs(10)).context("the server peer")?;
+    let mut client = topo.spawn(&topo.cli, cli)?;
+    client.wait_ready(CONNECTING, Duration::from_secs(10)).context("the client peer")?;
+    let t0 = Instant::now();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (cr, ev) = std::thread::scope(|sc| {
+        let ev = sc.spawn(|| -> Result<()> {
+            for (at, f) in events {
+                while t0.elapsed() < at {
+                    if done.load(std::sync::atomic::Ordering::Relaxed) || crate::signals::received().is_some() {
+                        return Ok(());
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                f()?;
+            }
+            Ok(())
+        });
+        let cr = client.finish(limit);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (cr, ev.join())
+    });
+    ev.map_err(|_| anyhow!("a path event panicked"))??;
+    let parse = |what: &str, (st, out, err): (std::process::ExitStatus, String, String)| -> Result<PeerReport> {
+        if !st.success() {
+            bail!("the {what} peer failed: {}", err.lines().last().unwrap_or("no message"));
+        }
+        serde_json::from_str(out.trim()).with_context(|| format!("the {what} peer's report: {out}"))
+    };
+    let cr = parse("client", cr.context("the client peer")?)?;
+    let sr = parse("server", server.finish(Duration::from_secs(30)).context("the server peer")?)?;
+    Ok((cr, sr))
+}
+
+impl PeerReport {
+    /// Both byte streams arrived whole: `a` sent what `b` received and back.
+    pub fn intact_with(&self, b: &PeerReport) -> bool {
+        self.sent == b.received
+            && b.sent == self.received
+            && self.sent_sha256 == b.received_sha256
+            && b.sent_sha256 == self.received_sha256
+    }
+
+    /// A counter of this side, 0 when it did not move.
+    pub fn counter(&self, k: &str) -> u64 {
+        self.counters.get(k).copied().unwrap_or(0)
+    }
 }

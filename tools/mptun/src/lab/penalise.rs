@@ -17,7 +17,7 @@ use mptun::{PenaltyConfig, Policy};
 use mptun_sim::scenarios::penalise::{self, Case, CaseReport, Report, Run, Scenario, Summary, SIZE, SMALL};
 use serde::Serialize;
 
-use super::peer::{PeerReport, READY};
+use super::peer::run_pair;
 use super::topo::{LabCommon, LabStack, Topology};
 use super::VsSim;
 use crate::report;
@@ -166,35 +166,18 @@ fn transfer(topo: &Topology, c: &Case, stack: LabStack, policy: Policy, port: u1
     let cli_args =
         [common, vec!["--connect".into(), connect, "--send".into(), cli_sends.to_string()], topo_arg(cli_topo)]
             .concat();
-    let mut server = topo.spawn(&topo.srv, &srv_args)?;
-    server.wait_ready(READY, Duration::from_secs(10)).context("the server peer")?;
-    let mut client = topo.spawn(&topo.cli, &cli_args)?;
-    let limit = Duration::from_secs(180);
-    let parse = |what: &str, (st, out, err): (std::process::ExitStatus, String, String)| -> Result<PeerReport> {
-        if !st.success() {
-            bail!("the {what} peer failed: {}", err.lines().last().unwrap_or("no message"));
-        }
-        serde_json::from_str(out.trim()).with_context(|| format!("the {what} peer's report: {out}"))
-    };
-    let cr = parse("client", client.finish(limit).context("the client peer")?)?;
-    let sr = parse("server", server.finish(Duration::from_secs(30)).context("the server peer")?)?;
+    let (cr, sr) = run_pair(topo, &srv_args, &cli_args, Duration::from_secs(180), Vec::new())?;
     let (rx, tx) = if reverse { (&cr, &sr) } else { (&sr, &cr) };
-    let get = |r: &PeerReport, k: &str| r.counters.get(k).copied().unwrap_or(0);
     let runtime = cr.runtime_s;
     Ok(Run {
         seed: 0,
         direction: if reverse { "reverse" } else { "forward" },
         runtime_s: runtime,
         goodput_bps: SIZE as f64 * 8.0 / runtime.max(1e-9),
-        ofo_queue: get(rx, "MPTcpExtOFOQueue"),
-        cwnd_penalized: get(tx, "MPTcpExtCwndPenalized"),
-        penal_candidate: get(tx, "MPTcpExtPenalCandidate"),
-        sha256_match: cr.sent == cli_sends
-            && sr.sent == srv_sends
-            && cr.received == srv_sends
-            && sr.received == cli_sends
-            && cr.sent_sha256 == sr.received_sha256
-            && sr.sent_sha256 == cr.received_sha256,
+        ofo_queue: rx.counter("MPTcpExtOFOQueue"),
+        cwnd_penalized: tx.counter("MPTcpExtCwndPenalized"),
+        penal_candidate: tx.counter("MPTcpExtPenalCandidate"),
+        sha256_match: cr.sent == cli_sends && sr.sent == srv_sends && cr.intact_with(&sr),
         subflows: cr.subflows_max,
     })
 }

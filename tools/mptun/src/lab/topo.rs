@@ -226,6 +226,20 @@ impl Topology {
         ip(&self.cli, &["route", "add", "10.8.1.0/24", "via", "10.0.1.2", "dev", "c1"])
     }
 
+    /// A command to path `index`'s linkem (`down both`, `up both`, `stats`, `set a2b rate=...`).
+    pub fn ctl(&self, index: u8, cmd: &[&str]) -> Result<String> {
+        let out = Command::new(&self.linkem)
+            .arg("ctl")
+            .arg(self.state.join(format!("path{index}.sock")))
+            .args(cmd)
+            .output()
+            .context("cannot run linkem ctl")?;
+        if !out.status.success() {
+            bail!("linkem ctl {}: {}", cmd.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Starts this executable with `args` inside namespace `ns`.
     pub fn spawn(&self, ns: &str, args: &[String]) -> Result<Proc> {
         let exe = std::env::current_exe().context("own executable")?;
