@@ -21,20 +21,7 @@ const SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../netns-scripts");
 
 /// Whether the lab can run here (root, linkem built); prints why not.
 fn lab_ready() -> bool {
-    if require_netns().is_some() {
-        return false;
-    }
-    let linkem = support::mptun_bin().with_file_name("linkem");
-    if !linkem.exists() {
-        assert!(
-            std::env::var("MPTUN_REQUIRE_NETNS").as_deref() != Ok("1"),
-            "{} not built (cargo build -p linkem)",
-            linkem.display()
-        );
-        println!("skipped: {} not built (cargo build -p linkem)", linkem.display());
-        return false;
-    }
-    true
+    require_netns().is_none() && support::linkem_built()
 }
 
 fn name(suffix: &str) -> String {

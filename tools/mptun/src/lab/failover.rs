@@ -8,28 +8,12 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use clap::Args;
 use mptun_sim::scenarios::{aggregate, failover};
 use serde::Serialize;
 
 use super::peer::{run_pair, Event};
-use super::topo::{LabCommon, LabStack, Topology};
-use super::VsSim;
-use crate::report;
-use crate::units::parse_size;
-
-#[derive(Args, Debug)]
-#[command(mut_arg("json", |a| a.help("Print the report (the simulator's fields, its prediction, the deltas) as JSON")))]
-pub struct FailoverArgs {
-    /// Whose MPTCP runs at both ends.
-    #[arg(long, value_enum, default_value = "mptun")]
-    stack: LabStack,
-    /// Bytes to transfer (client to server).
-    #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
-    size: u64,
-    #[command(flatten)]
-    pub common: LabCommon,
-}
+use super::topo::{LabStack, Topology};
+use super::{TransferArgs, VsSim};
 
 #[derive(Serialize)]
 struct LabReport {
@@ -80,7 +64,7 @@ pub(super) fn aggregate_peers(stack: LabStack, size: u64, port: u16, server_mptc
     (srv, cli)
 }
 
-pub fn run(a: FailoverArgs) -> Result<()> {
+pub fn run(a: TransferArgs) -> Result<()> {
     let params = aggregate::Params { size: a.size, ..aggregate::Params::default() };
     let (down, up) = (5.0, 15.0);
     let topo = Topology::plan(&a.common)?.up(&super::aggregate::specs(&params), a.stack, true)?;
@@ -128,10 +112,7 @@ pub fn run(a: FailoverArgs) -> Result<()> {
         vs_sim,
         sim,
     };
-    if a.common.json.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-        report::mark_reported();
-    } else {
+    super::emit(a.common.json.json, &r, || {
         println!(
             "failover (lab, {}): {:.2} Mbit/s, {:.2} s, sha256 {}; path 1 down {down:.0}-{up:.0} s: {} bytes reinjected; \
              initial subflow {} bytes when the path came back, {} at the end ({})",
@@ -145,7 +126,7 @@ pub fn run(a: FailoverArgs) -> Result<()> {
             if r.recovered_path_used { "used again" } else { "NOT used again" }
         );
         print!("{}", super::vs_sim_table(&r.vs_sim));
-    }
+    })?;
     if !r.sha256_match {
         bail!("integrity check failed");
     }

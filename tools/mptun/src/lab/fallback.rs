@@ -7,29 +7,13 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use clap::Args;
 use mptun_sim::scenarios::{aggregate, fallback};
 use serde::Serialize;
 
 use super::failover::aggregate_peers;
 use super::peer::run_pair;
-use super::topo::{LabCommon, LabStack, Topology};
-use super::VsSim;
-use crate::report;
-use crate::units::parse_size;
-
-#[derive(Args, Debug)]
-#[command(mut_arg("json", |a| a.help("Print the report (the simulator's fields, its prediction, the deltas) as JSON")))]
-pub struct FallbackArgs {
-    /// Whose MPTCP the client offers.
-    #[arg(long, value_enum, default_value = "mptun")]
-    stack: LabStack,
-    /// Bytes to transfer (client to server).
-    #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
-    size: u64,
-    #[command(flatten)]
-    pub common: LabCommon,
-}
+use super::topo::Topology;
+use super::{TransferArgs, VsSim};
 
 #[derive(Serialize)]
 struct LabReport {
@@ -47,7 +31,7 @@ struct LabReport {
     sim: fallback::Report,
 }
 
-pub fn run(a: FallbackArgs) -> Result<()> {
+pub fn run(a: TransferArgs) -> Result<()> {
     let params = aggregate::Params { size: a.size, ..aggregate::Params::default() };
     let topo = Topology::plan(&a.common)?.up(&super::aggregate::specs(&params), a.stack, true)?;
     let (srv, cli) = aggregate_peers(a.stack, a.size, 5501, false);
@@ -72,10 +56,7 @@ pub fn run(a: FallbackArgs) -> Result<()> {
         ],
         sim,
     };
-    if a.common.json.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-        report::mark_reported();
-    } else {
+    super::emit(a.common.json.json, &r, || {
         println!(
             "fallback (lab, {} client, plain-TCP kernel server): {:.2} Mbit/s, {:.2} s, sha256 {}, fallback to TCP: {}",
             r.stack,
@@ -85,7 +66,7 @@ pub fn run(a: FallbackArgs) -> Result<()> {
             r.fallback
         );
         print!("{}", super::vs_sim_table(&r.vs_sim));
-    }
+    })?;
     if !r.sha256_match {
         bail!("integrity check failed");
     }

@@ -24,7 +24,6 @@ use serde::Serialize;
 use super::peer::run_pair;
 use super::topo::{LabCommon, LabStack, Topology};
 use super::VsSim;
-use crate::report;
 
 /// Payload of a full-sized segment (MSS 1460 less the timestamp option).
 const PAYLOAD: f64 = 1448.0;
@@ -197,10 +196,7 @@ pub fn run(a: HystartArgs) -> Result<()> {
         delivered_gain_bytes: gain,
         sim,
     };
-    if a.common.json.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-        report::mark_reported();
-    } else {
+    super::emit(a.common.json.json, &r, || {
         println!(
             "hystart (lab, {}): {} Mbit/s, RTT {} ms, buffer {} packets (BDP {}), {} s",
             r.stack,
@@ -223,6 +219,6 @@ pub fn run(a: HystartArgs) -> Result<()> {
             );
             print!("{}", super::vs_sim_table(&v.vs_sim));
         }
-    }
+    })?;
     Ok(())
 }

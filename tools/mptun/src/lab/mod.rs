@@ -30,9 +30,9 @@ enum LabScenario {
     /// The penalise-slow-subflow matrix: 16 MiB one way and 80 KiB the other at once, then swapped.
     Penalise(penalise::PenaliseArgs),
     /// The aggregate paths; path 1 down at 5 s, up at 15 s (linkem's control socket).
-    Failover(failover::FailoverArgs),
+    Failover(TransferArgs),
     /// The client offers MPTCP to a plain-TCP kernel server: fallback to TCP.
-    Fallback(fallback::FallbackArgs),
+    Fallback(TransferArgs),
     /// One CUBIC flow, 50 Mbit/s, 150 ms RTT, 1-BDP buffer: HyStart's legacy vs fixed round start.
     Hystart(hystart::HystartArgs),
     /// One end of a lab transfer (run by the scenarios inside a namespace).
@@ -63,6 +63,31 @@ pub fn run(a: LabArgs) -> Result<()> {
         LabScenario::Fallback(a) => fallback::run(a),
         LabScenario::Peer(a) => peer::run(a),
     }
+}
+
+/// The options of a transfer over the `aggregate` paths (`failover`, `fallback`).
+#[derive(Args, Debug)]
+#[command(mut_arg("json", |a| a.help("Print the report (the simulator's fields, its prediction, the deltas) as JSON")))]
+pub struct TransferArgs {
+    /// Whose MPTCP runs at the client (and the server, where the scenario has it).
+    #[arg(long, value_enum, default_value = "mptun")]
+    pub stack: topo::LabStack,
+    /// Bytes to transfer (client to server).
+    #[arg(long, short = 'n', default_value = "32M", value_parser = crate::units::parse_size)]
+    pub size: u64,
+    #[command(flatten)]
+    pub common: topo::LabCommon,
+}
+
+/// Prints a report: JSON (marked as the command's document), or the text form.
+pub fn emit<T: Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+        crate::report::mark_reported();
+    } else {
+        text();
+    }
+    Ok(())
 }
 
 /// One figure as the simulator predicts it and as the lab measured it.

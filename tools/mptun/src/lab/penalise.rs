@@ -20,7 +20,6 @@ use serde::Serialize;
 use super::peer::run_pair;
 use super::topo::{LabCommon, LabStack, Topology};
 use super::VsSim;
-use crate::report;
 
 #[derive(Args, Debug)]
 #[command(mut_arg("json", |a| a.help("Print the report (the simulator's fields, its prediction, the deltas) as JSON")))]
@@ -101,20 +100,6 @@ struct LabReport {
     cases_vs_sim: Vec<CaseVsSim>,
     /// The simulator's report for the same scenario, policy and number of runs (seeds).
     sim: Report,
-}
-
-fn summary(runs: Vec<Run>) -> Summary {
-    let n = runs.len().max(1) as f64;
-    let avg = |f: &dyn Fn(&Run) -> f64| runs.iter().map(f).sum::<f64>() / n;
-    Summary {
-        runtime_s: avg(&|r| r.runtime_s),
-        goodput_bps: avg(&|r| r.goodput_bps),
-        ofo_queue: avg(&|r| r.ofo_queue as f64),
-        cwnd_penalized: avg(&|r| r.cwnd_penalized as f64),
-        penal_candidate: avg(&|r| r.penal_candidate as f64),
-        sha256_match: runs.iter().all(|r| r.sha256_match),
-        per_seed: runs,
-    }
 }
 
 fn vs_sim(sim: &Summary, lab: &Summary) -> Vec<VsSim> {
@@ -220,7 +205,7 @@ fn run_policy(a: &PenaliseArgs, policy: Policy) -> Result<LabReport> {
         cases_vs_sim.push(CaseVsSim {
             case: c.name.clone(),
             spread: Spreads::of(&runs),
-            vs_sim: vs_sim(&summary(sim_runs), &summary(runs.clone())),
+            vs_sim: vs_sim(&Summary::of(sim_runs), &Summary::of(runs.clone())),
         });
         all.extend(runs.iter().cloned());
         let bound = penalise::pass_bound_s(&c);
@@ -228,7 +213,7 @@ fn run_policy(a: &PenaliseArgs, policy: Policy) -> Result<LabReport> {
             case: c.name.clone(),
             bound_s: bound,
             pass: runs.iter().all(|r| r.sha256_match && r.runtime_s <= bound),
-            summary: summary(runs),
+            summary: Summary::of(runs),
         });
     }
     let suite = a.scenario == Scenario::Suite;
@@ -237,7 +222,7 @@ fn run_policy(a: &PenaliseArgs, policy: Policy) -> Result<LabReport> {
         policy: if a.stack == LabStack::Kernel { "kernel default".into() } else { policy.to_string() },
         seeds: a.runs,
         factor: penalty.factor,
-        summary: summary(all.clone()),
+        summary: Summary::of(all.clone()),
         cases: if suite { case_reports } else { Vec::new() },
         // Real packets: a run is not a function of its arguments.
         run_digest: String::new(),
@@ -289,14 +274,10 @@ pub fn run(a: PenaliseArgs) -> Result<()> {
     for p in policies {
         reports.push(run_policy(&a, p)?);
     }
-    if a.common.json.json {
-        let out = if a.compare {
-            serde_json::to_string_pretty(&reports)?
-        } else {
-            serde_json::to_string_pretty(&reports[0])?
-        };
-        println!("{out}");
-        report::mark_reported();
+    if a.common.json.json && a.compare {
+        super::emit(true, &reports, || {})?;
+    } else if a.common.json.json {
+        super::emit(true, &reports[0], || {})?;
     } else if a.compare {
         let labs: Vec<Report> = reports.iter().map(|r| r.lab.clone()).collect();
         println!("lab ({} stack, {} run(s) per case):", a.stack.name(), a.runs);
