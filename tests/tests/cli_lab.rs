@@ -43,12 +43,32 @@ fn lab_json(args: &[&str], name: &str, limit: Duration) -> (Value, String) {
     let mut all = vec!["lab"];
     all.extend_from_slice(args);
     all.extend(["--json", "--name", name, "--scripts", SCRIPTS]);
+    let _teardown = Teardown(name.to_string());
     let out = run(None, &all, limit);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "mptun {}: {}\n{err}", all.join(" "), out.status);
     assert!(namespaces_of(name).is_empty(), "namespaces left: {:?}", namespaces_of(name));
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     (v, err)
+}
+
+/// The lab named `.0` torn down on drop (its linkems stopped, its
+/// namespaces deleted) even when the test fails or the run was killed
+/// before its own teardown.
+struct Teardown(String);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let state = std::env::temp_dir().join(format!("mptun-lab-{}", self.0));
+        let _ = Command::new("bash")
+            .arg(format!("{SCRIPTS}/lab/topo.sh"))
+            .args(["down", "--name", &self.0, "--state"])
+            .arg(&state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(state);
+    }
 }
 
 fn figure<'a>(v: &'a Value, name: &str) -> &'a Value {
@@ -95,24 +115,39 @@ fn cli_lab_penalise_sndbuf_default_and_guarded() {
 /// BDP, the fix by ACK train at or above it (mptun's CUBIC, unpaced, as in
 /// the patch); a crashed run's leftover namespace of the same name does not
 /// stop the kernel's run, whose CUBIC (with the fix) also exits by train.
+///
+/// The ACK train needs ACKs no more than 2 ms apart (`hystart_ack_delta`);
+/// a userspace stack on a loaded shared host sometimes sees a longer gap
+/// within the round and the train is found late or not at all (docs/lab.md:
+/// one of three measured runs). So the mptun run is tried up to three times
+/// and must show the fix's behaviour once; the legacy exit must hold in
+/// every attempt.
 #[test]
 fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
     if !lab_ready() {
         return;
     }
     let n = name("hy");
-    let (v, _) = lab_json(&["hystart"], &n, Duration::from_secs(60));
-    let vars = v["variants"].as_array().expect("variants");
-    let (legacy, fixed) = (&vars[0], &vars[1]);
-    let bdp = legacy["bdp_packets"].as_u64().unwrap();
-    assert_eq!(bdp, 619);
-    assert_eq!((legacy["round_start"].as_str(), fixed["round_start"].as_str()), (Some("legacy"), Some("fixed")));
-    assert_eq!(legacy["exit_reason"], "delay", "{legacy:#}");
-    assert!(legacy["exit_cwnd"].as_u64().unwrap() < bdp, "{legacy:#}");
-    assert_eq!(fixed["exit_reason"], "train", "{fixed:#}");
-    assert!(fixed["exit_cwnd"].as_u64().unwrap() >= bdp, "{fixed:#}");
-    assert_eq!(v["sim"]["fixed"]["exit_reason"], "train");
-    assert!(fixed["vs_sim"].as_array().unwrap().iter().any(|f| f["figure"] == "delivered_bytes"));
+    let mut bdp = 0;
+    let mut fixed_by_train = false;
+    for attempt in 1..=3 {
+        let (v, _) = lab_json(&["hystart"], &n, Duration::from_secs(60));
+        let vars = v["variants"].as_array().expect("variants");
+        let (legacy, fixed) = (&vars[0], &vars[1]);
+        bdp = legacy["bdp_packets"].as_u64().unwrap();
+        assert_eq!(bdp, 619);
+        assert_eq!((legacy["round_start"].as_str(), fixed["round_start"].as_str()), (Some("legacy"), Some("fixed")));
+        assert_eq!(legacy["exit_reason"], "delay", "{legacy:#}");
+        assert!(legacy["exit_cwnd"].as_u64().unwrap() < bdp, "{legacy:#}");
+        assert_eq!(v["sim"]["fixed"]["exit_reason"], "train");
+        assert!(fixed["vs_sim"].as_array().unwrap().iter().any(|f| f["figure"] == "delivered_bytes"));
+        if fixed["exit_reason"] == "train" && fixed["exit_cwnd"].as_u64().unwrap() >= bdp {
+            fixed_by_train = true;
+            break;
+        }
+        println!("attempt {attempt}: fixed exited by {} at cwnd {}", fixed["exit_reason"], fixed["exit_cwnd"]);
+    }
+    assert!(fixed_by_train, "the fixed round start never exited by ACK train at or above the BDP in 3 runs");
 
     // A run killed before its teardown left a namespace behind.
     let k = name("hk");

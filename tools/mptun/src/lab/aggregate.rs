@@ -26,9 +26,9 @@ pub struct AggregateArgs {
     /// Bytes to transfer (client to server).
     #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
     size: u64,
-    /// Congestion control at both ends.
-    #[arg(long)]
-    cc: Option<String>,
+    /// Congestion control at both ends (the simulator's is CUBIC).
+    #[arg(long, default_value = "cubic")]
+    cc: String,
     #[command(flatten)]
     pub common: LabCommon,
 }
@@ -66,7 +66,7 @@ pub fn run(a: AggregateArgs) -> Result<()> {
     let specs = specs(&params);
     let sum_path_bps: f64 = params.paths.iter().map(|p| p.rate_bps as f64).sum();
     let topo = Topology::plan(&a.common)?.up(&specs, a.stack, true)?;
-    let cc: Vec<String> = a.cc.iter().flat_map(|c| ["--cc".to_string(), c.clone()]).collect();
+    let cc = vec!["--cc".to_string(), a.cc.clone()];
     let size = a.size.to_string();
     let (serve_args, send_args): (Vec<String>, Vec<String>) = match a.stack {
         LabStack::Mptun => (
