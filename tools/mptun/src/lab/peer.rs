@@ -357,6 +357,16 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
     while d.conn.acked(d.sent) < d.sent && linger.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // ... and until every subflow's FIN is acknowledged (the peer has our
+    // DATA_FIN too): leaving earlier resets a peer still waiting for it.
+    let open = |c: &Conn| {
+        c.probe().subflows.iter().any(|s| s.established && !matches!(s.state, "FIN_WAIT2" | "TIME_WAIT" | "CLOSE"))
+    };
+    if matches!(d.conn, Conn::Mptun(_)) {
+        while open(&d.conn) && linger.elapsed() < Duration::from_secs(35) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     Ok(PeerReport {
         stack: d.conn.stack_name().into(),
         sent: d.sent,
