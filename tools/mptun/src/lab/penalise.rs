@@ -27,7 +27,8 @@ pub struct PenaliseArgs {
     /// suite, unbounded, rwnd, sndbuf or both.
     #[arg(long, default_value = "sndbuf")]
     scenario: Scenario,
-    /// default, penalise, penalise-guarded or mptcp-org (mptun; the kernel runs its default scheduler).
+    /// default, penalise, penalise-guarded (the default, as `mptun sim penalise`) or mptcp-org;
+    /// the kernel runs its default scheduler only.
     #[arg(long)]
     policy: Option<Policy>,
     /// Runs per case (each a forward and a reverse transfer).
