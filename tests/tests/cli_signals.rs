@@ -58,7 +58,7 @@ fn cli_sigint_to_the_client_ends_the_test_cleanly() {
     if require_netns().is_some() {
         return;
     }
-    let lab = Lab::new("sgc", 1).unwrap();
+    let lab = Lab::new("clsgc", 1).unwrap();
     let srv = server(&lab, "5201");
     let dst = lab.mptun_addr(Side::B, 1).to_string();
     for reverse in [false, true] {
@@ -92,7 +92,7 @@ fn cli_sigint_to_the_server_ends_the_test_at_both_ends() {
     if require_netns().is_some() {
         return;
     }
-    let lab = Lab::new("sgs", 1).unwrap();
+    let lab = Lab::new("clsgs", 1).unwrap();
     let dst = lab.mptun_addr(Side::B, 1).to_string();
     for reverse in [false, true] {
         let srv = server(&lab, "5201");
@@ -125,7 +125,7 @@ fn cli_refused_and_busy_are_reported_at_once() {
     if require_netns().is_some() {
         return;
     }
-    let lab = Lab::new("sgr", 1).unwrap();
+    let lab = Lab::new("clsgr", 1).unwrap();
     let srv = server(&lab, "5201");
     // mptun B owns 10.201.0.2 on a TUN whose subnet is 10.201.0.0/24.
     let other = "10.201.0.99";
@@ -171,7 +171,7 @@ fn cli_sigint_to_lab_tears_everything_down() {
     if !support::linkem_built() {
         return;
     }
-    let name = format!("sgl{}", std::process::id() % 100_000);
+    let name = format!("clsgl{}", std::process::id() % 100_000);
     let scripts = concat!(env!("CARGO_MANIFEST_DIR"), "/../netns-scripts");
     for wait_ms in [1500, 6000] {
         let lab = Running::spawn(None, &["lab", "aggregate", "-n", "1G", "--name", &name, "--scripts", scripts]);
@@ -197,7 +197,7 @@ fn cli_totals_are_sums_and_dead_subflows_do_not_count() {
     if require_netns().is_some() {
         return;
     }
-    let lab = Lab::new("sgt", 2).unwrap();
+    let lab = Lab::new("clsgt", 2).unwrap();
     let srv = server(&lab, "5201");
     lab.link_down(Side::A, 2).unwrap();
     let dst = lab.mptun_addr(Side::B, 1).to_string();

@@ -28,6 +28,12 @@ pub fn mptun_bin() -> PathBuf {
     bin
 }
 
+/// The one JSON document `what` printed on stdout (panics with it otherwise).
+pub fn json_document(what: &str, stdout: &[u8]) -> serde_json::Value {
+    let s = String::from_utf8_lossy(stdout);
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{what}: not one JSON document ({e}): {s}"))
+}
+
 /// `mptun ARGS` run to completion (in namespace `ns` if given), bounded in time.
 pub fn run(ns: Option<&str>, args: &[&str], limit: Duration) -> Output {
     let mut c = command(ns, args);
@@ -133,6 +139,19 @@ impl Running {
             });
         }
         r.child = Some(child);
+        r
+    }
+
+    /// As [`Running::spawn`], returning once a line of its stdout or
+    /// stderr contains `ready` (within `limit`), so [`Running::finish`]
+    /// later separates what it printed on each.
+    pub fn spawn_ready(ns: Option<&str>, args: &[&str], ready: &str, limit: Duration) -> Running {
+        let r = Running::spawn(ns, args);
+        let deadline = Instant::now() + limit;
+        while !r.output().contains(ready) {
+            assert!(Instant::now() < deadline, "mptun {} never printed {ready:?}; output: {}", r.what, r.output());
+            std::thread::sleep(Duration::from_millis(20));
+        }
         r
     }
 

@@ -97,7 +97,28 @@ async fn mptun_client_to_kernel(case: &str, path_down_after: Option<u64>) {
         }
         lab.link_down(Side::A, 2).unwrap();
     }
-    let ours = timeout(CASE_LIMIT, xfer).await.expect("transfer timed out").unwrap().expect("transfer failed");
+    let ours = match timeout(CASE_LIMIT, xfer).await {
+        Ok(r) => r.unwrap().expect("transfer failed"),
+        Err(_) => {
+            for line in stack.debug_state() {
+                eprintln!("mptun: {line}");
+            }
+            for c in stack.connections() {
+                eprintln!("mptun counters: {:?}", c.counters);
+            }
+            let ss = std::process::Command::new("ip").args(["netns", "exec", lab.b.name(), "ss", "-tinM"]).output();
+            if let Ok(o) = ss {
+                eprintln!("kernel ss -tinM:\n{}", String::from_utf8_lossy(&o.stdout));
+            }
+            if let Ok(ns) = kernel::nstat(lab.b.name()) {
+                eprintln!(
+                    "kernel MPTcpExt: {:?}",
+                    ns.iter().filter(|(k, _)| k.starts_with("MPTcp")).collect::<Vec<_>>()
+                );
+            }
+            panic!("{case}: transfer stalled for {CASE_LIMIT:?} (progress {} bytes)", progress.load(Ordering::Relaxed));
+        }
+    };
     stop.store(true, Ordering::Relaxed);
     let seen = watcher.await.unwrap();
     let (theirs, kernel_mptcp) = tokio::task::spawn_blocking(move || k.join().unwrap()).await.unwrap().unwrap();

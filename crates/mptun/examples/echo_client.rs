@@ -5,67 +5,47 @@
 //! sudo netns-scripts/topo.sh up --prefix mpt --octet 77 --paths 2 --kernel-mptcp
 //! sudo ip netns exec mpt-srv mptcpize run ncat -l -k 10.77.1.2 7 -e /bin/cat &
 //! sudo cargo run -p mptun --example echo_client -- --netns mpt-cli \
-//!     --path tun1,10.77.101.1/24,10.77.101.2 --path tun2,10.77.102.1/24,10.77.102.2 \
+//!     --path dev=tun1,addr=10.77.101.2/24 --path dev=tun2,addr=10.77.102.2/24 \
 //!     --connect 10.77.1.2:7 --message "hello over two paths"
 //! ```
 //!
-//! With two `--path`s the second becomes an MPTCP `subflow` endpoint: once
-//! the connection is MPTCP, a subflow joins from it over path 2.
+//! `--path` is `mptun send`'s (`dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR]
+//! [,mtu=M][,signal][,subflow][,backup]`): every path is a `subflow`
+//! endpoint unless it names its flags, so once the connection is MPTCP a
+//! subflow joins from the second path.
 
-use std::io;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::process::ExitCode;
 use std::time::Duration;
 
-use mptun::{MptcpStream, Stack};
-use mptun_io::{IfAddr, PacketIo, TunConfig, TunDevice};
+use clap::Parser;
+
+mod common;
+use mptun::MptcpStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[tokio::main]
-async fn main() -> io::Result<()> {
-    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
-    let (mut netns, mut paths, mut connect, mut message) = (None, Vec::new(), None, "hello".to_owned());
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut val = || it.next().ok_or_else(|| bad(format!("{flag} needs a value")));
-        match flag.as_str() {
-            "--netns" => netns = Some(val()?),
-            "--connect" => connect = Some(val()?.parse::<SocketAddr>().map_err(|e| bad(e.to_string()))?),
-            "--message" => message = val()?,
-            "--path" => {
-                let v = val()?;
-                let parts: Vec<&str> = v.split(',').collect();
-                let [tun, tun_addr, addr] = parts[..] else { return Err(bad(format!("--path {v}"))) };
-                let tun_addr: IfAddr = tun_addr.parse()?;
-                let addr: IpAddr = addr.parse().map_err(|e| bad(format!("{addr}: {e}")))?;
-                paths.push((tun.to_owned(), tun_addr, addr));
-            }
-            _ => return Err(bad(format!("unknown argument {flag}"))),
-        }
-    }
-    let connect = connect.ok_or_else(|| bad("--connect ADDR:PORT is required".into()))?;
-    if paths.is_empty() {
-        return Err(bad("at least one --path TUN,TUN_ADDR/PREFIX,MPTUN_ADDR".into()));
-    }
+/// Sends a message over mptun and prints the echo and the subflows.
+#[derive(Parser)]
+struct Args {
+    #[command(flatten)]
+    paths: common::Paths,
+    /// The echo server.
+    #[arg(long, value_name = "ADDR:PORT")]
+    connect: SocketAddr,
+    /// What to send.
+    #[arg(long, default_value = "hello")]
+    message: String,
+}
 
-    // One TUN per path here.
-    let mut b = Stack::builder();
-    for (tun, tun_addr, addr) in &paths {
-        let cfg = TunConfig::new(tun).address(tun_addr.addr, tun_addr.prefix)?;
-        let dev = match &netns {
-            Some(ns) => mptun_io::spawn_tun_in_netns(ns, &cfg)?,
-            None => TunDevice::create(&cfg)?,
-        };
-        b = b.path(*addr, Arc::new(dev) as Arc<dyn PacketIo>);
-    }
-    let stack = b.build()?;
+async fn run(a: Args) -> std::io::Result<()> {
+    let stack = a.paths.stack()?.build()?;
 
-    let mut s = MptcpStream::connect(&stack, connect).await?;
-    s.write_all(message.as_bytes()).await?;
-    let mut echo = vec![0u8; message.len()];
+    let mut s = MptcpStream::connect(&stack, a.connect).await?;
+    s.write_all(a.message.as_bytes()).await?;
+    let mut echo = vec![0u8; a.message.len()];
     tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut echo))
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no echo within 10 s"))??;
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no echo within 10 s"))??;
     println!("echo: {}", String::from_utf8_lossy(&echo));
     // Give a join time to happen, then show what the connection looks like.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -78,6 +58,16 @@ async fn main() -> io::Result<()> {
             sf.local, sf.remote, t.cwnd, t.srtt, t.pacing_rate, t.bytes_sent, t.bytes_retrans
         );
     }
-    s.shutdown().await?;
-    Ok(())
+    s.shutdown().await
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("echo_client: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

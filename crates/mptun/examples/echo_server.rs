@@ -4,89 +4,49 @@
 //! ```text
 //! sudo netns-scripts/topo.sh up --prefix mpt --octet 77 --paths 2
 //! sudo cargo run -p mptun --example echo_server -- --netns mpt-cli \
-//!     --path tun1,10.77.101.1/24,10.77.101.2 --listen 0.0.0.0:7 [--pcap /tmp/echo.pcap]
+//!     --path dev=tun1,addr=10.77.101.2/24 --listen 0.0.0.0:7 [--pcap /tmp/echo.pcap]
 //! # a kernel MPTCP client from the other namespace:
 //! sudo ip netns exec mpt-srv mptcpize run ncat 10.77.101.2 7
 //! ```
 //!
-//! `--path TUN,TUN_ADDR/PREFIX,MPTUN_ADDR` may be repeated (one TUN per
-//! path); the same TUN name twice puts several paths on one device.
+//! `--path` is `mptun serve --path`'s and may be repeated; the same `dev`
+//! twice puts several paths on one TUN, `signal` announces a path's
+//! address to clients (ADD_ADDR).
 
-use std::collections::HashMap;
-use std::io;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
+use clap::Parser;
+
+mod common;
 use mptun::{MptcpListener, Stack};
-use mptun_io::{IfAddr, PacketIo, TunConfig, TunDevice};
 
+/// Echoes every connection's bytes back, over mptun.
+#[derive(Parser)]
 struct Args {
-    netns: Option<String>,
-    paths: Vec<(String, IfAddr, IpAddr)>,
+    #[command(flatten)]
+    paths: common::Paths,
+    /// Address and port to listen on.
+    #[arg(long, default_value = "0.0.0.0:7")]
     listen: SocketAddr,
-    pcap: Option<String>,
+    /// Record the stack's packets into this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
 }
 
-fn parse() -> io::Result<Args> {
-    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
-    let mut a = Args { netns: None, paths: Vec::new(), listen: "0.0.0.0:7".parse().unwrap(), pcap: None };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut val = || it.next().ok_or_else(|| bad(format!("{flag} needs a value")));
-        match flag.as_str() {
-            "--netns" => a.netns = Some(val()?),
-            "--listen" => a.listen = val()?.parse().map_err(|e| bad(format!("--listen: {e}")))?,
-            "--pcap" => a.pcap = Some(val()?),
-            "--path" => {
-                let v = val()?;
-                let parts: Vec<&str> = v.split(',').collect();
-                let [tun, tun_addr, addr] = parts[..] else {
-                    return Err(bad(format!("--path {v}: want TUN,TUN_ADDR/PREFIX,MPTUN_ADDR")));
-                };
-                let addr = addr.parse().map_err(|e| bad(format!("{addr}: {e}")))?;
-                a.paths.push((tun.to_owned(), tun_addr.parse()?, addr));
-            }
-            _ => return Err(bad(format!("unknown argument {flag}"))),
-        }
-    }
-    if a.paths.is_empty() {
-        return Err(bad("at least one --path TUN,TUN_ADDR/PREFIX,MPTUN_ADDR".into()));
-    }
-    Ok(a)
-}
-
-/// Creates the TUN devices (one per distinct name) and the stack over them.
-fn build_stack(args: &Args) -> io::Result<Stack> {
-    let mut cfgs: Vec<(String, TunConfig)> = Vec::new();
-    for (tun, tun_addr, _) in &args.paths {
-        match cfgs.iter_mut().find(|(n, _)| n == tun) {
-            Some((_, c)) => c.addresses.push(*tun_addr),
-            None => cfgs.push((tun.clone(), TunConfig::new(tun).address(tun_addr.addr, tun_addr.prefix)?)),
-        }
-    }
-    let mut devs: HashMap<String, Arc<dyn PacketIo>> = HashMap::new();
-    for (name, cfg) in cfgs {
-        let dev = match &args.netns {
-            Some(ns) => mptun_io::spawn_tun_in_netns(ns, &cfg)?,
-            None => TunDevice::create(&cfg)?,
-        };
-        devs.insert(name, Arc::new(dev));
-    }
-    let mut b = Stack::builder();
-    for (tun, _, addr) in &args.paths {
-        b = b.path(*addr, devs[tun].clone());
-    }
-    if let Some(p) = &args.pcap {
+/// Creates the TUN devices and the stack over them.
+fn build_stack(a: &Args) -> std::io::Result<Stack> {
+    let mut b = a.paths.stack()?;
+    if let Some(p) = &a.pcap {
         b = b.pcap(p);
     }
     b.build()
 }
 
-#[tokio::main]
-async fn main() -> io::Result<()> {
-    let args = parse()?;
-    let stack = build_stack(&args)?;
-    let listener = MptcpListener::bind(&stack, args.listen).await?;
+async fn run(a: Args) -> std::io::Result<()> {
+    let stack = build_stack(&a)?;
+    let listener = MptcpListener::bind(&stack, a.listen).await?;
     println!("echo server on {} (paths {:?})", listener.local_addr()?, stack.paths());
     loop {
         let (stream, peer) = tokio::select! {
@@ -105,4 +65,15 @@ async fn main() -> io::Result<()> {
     }
     print!("{}", stack.counters().to_nstat());
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("echo_server: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

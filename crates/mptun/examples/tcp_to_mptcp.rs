@@ -38,8 +38,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) -> io::Result<()> {
     s.shutdown().await
 }
 
-#[tokio::main]
-async fn main() -> io::Result<()> {
+async fn run() -> io::Result<()> {
     // 1. Kernel TCP.
     let kl = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = kl.local_addr()?;
@@ -61,4 +60,15 @@ async fn main() -> io::Result<()> {
     let mode = if stream.info()?.is_mptcp() { "MPTCP" } else { "TCP" };
     println!("mptun MptcpStream ({mode}): {:?}", app(stream).await?);
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tcp_to_mptcp: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

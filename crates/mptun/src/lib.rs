@@ -34,6 +34,8 @@
 //! - [`StreamOptions`]: per-stream buffers, congestion control, pacing cap.
 //! - [`Stack::counters`] (kernel `nstat` names), [`MptcpStream::info`]
 //!   (`TCP_INFO`-like per subflow), tracing spans `conn` and `subflow`.
+//! - [`pathspec`]: the `--path dev=..,addr=..` syntax of the CLI and the
+//!   examples, and the TUN devices it describes.
 //! - [`pattern`]: the deterministic test data the CLI and the interop tests
 //!   both send, so either can check what the other received.
 
@@ -45,6 +47,7 @@ mod driver;
 mod info;
 mod listener;
 mod options;
+pub mod pathspec;
 pub mod pattern;
 mod split;
 mod stack;

@@ -269,6 +269,20 @@ impl Stack {
             .collect()
     }
 
+    /// The core's internal state of every connection, one line each, with
+    /// its poll timeout: what a test prints when a transfer stalls, so the
+    /// failure can be diagnosed from the log alone.
+    pub fn debug_state(&self) -> Vec<String> {
+        let st = self.inner.shared.lock();
+        st.ep
+            .handles()
+            .filter_map(|h| {
+                let c = st.ep.conn(h)?;
+                Some(format!("{:?} {:?} {}", st.ep.addresses(h), c.poll_timeout(), c.debug_state()))
+            })
+            .collect()
+    }
+
     /// Live connections (including those closing or in TIME_WAIT).
     pub fn connection_count(&self) -> usize {
         self.inner.shared.lock().ep.handles().count()

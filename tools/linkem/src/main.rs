@@ -1,6 +1,6 @@
 //! The `linkem` command: run an emulated link between two interfaces, or talk to a running one.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use linkem::control::{send_command, ControlServer, Links, Report};
 use linkem::forward::{self, DirReport, Direction, LoopOptions};
 use linkem::packet::{self, PacketSocket};
@@ -14,6 +14,7 @@ use std::sync::Arc;
 #[derive(Parser, Debug)]
 #[command(
     name = "linkem",
+    version,
     about = "Userspace netem: bridges interfaces A and B, emulating a link in each direction",
     args_conflicts_with_subcommands = true
 )]
@@ -75,6 +76,25 @@ enum Cmd {
         #[arg(trailing_var_arg = true, required = true)]
         command: Vec<String>,
     },
+    /// Print a shell completion script, e.g. `linkem completions bash > /etc/bash_completion.d/linkem`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `linkem man > ~/.local/share/man/man1/linkem.1`.
+    Man,
+}
+
+/// Writes generated text to stdout; a closed pipe (`| head`) is no error.
+fn print_all(b: &[u8]) -> ExitCode {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(b) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("linkem: stdout: {e}");
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -225,6 +245,19 @@ fn init_log(verbose: u8) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_log(cli.verbose);
+    match &cli.cmd {
+        Some(Cmd::Completions { shell }) => {
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "linkem", &mut out);
+            return print_all(&out);
+        }
+        Some(Cmd::Man) => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut out).expect("render into memory");
+            return print_all(&out);
+        }
+        _ => {}
+    }
     if let Some(Cmd::Ctl { socket, command }) = &cli.cmd {
         return match send_command(socket, &command.join(" ")) {
             Ok(reply) => {

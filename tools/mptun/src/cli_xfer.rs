@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use mptun::{Algorithm, MptcpListener, MptcpStream, Policy, Stack, StreamOptions};
+use mptun::{Algorithm, MptcpListener, MptcpStream, PmConfig, Policy, Stack, StreamOptions};
 
 use crate::bulk::{self, ClientTest, Pattern, ServerConfig, Settings, Sink, Source};
 use crate::cli_shared::JsonDocument;
@@ -15,7 +15,7 @@ use crate::conn::{Conn, CounterSource};
 use crate::control::{Amount, Request, MAX_BYTES};
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, PathSpec};
-use crate::report::{self, Report};
+use crate::report::{self, PathManagerInfo, Report};
 use crate::signals;
 use crate::units::{parse_rate, parse_size};
 
@@ -24,10 +24,22 @@ use crate::units::{parse_rate, parse_size};
 #[command(mut_arg("json", |a| a.help("Print one iperf3-shaped JSON document at the end instead of text")))]
 pub struct Common {
     /// A path of mptun's stack: a TUN device to create in this namespace and
-    /// mptun's address on it, `dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR][,mtu=M]`
-    /// (repeat for several paths).
+    /// mptun's address on it, `dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR][,mtu=M][,FLAG...]`
+    /// (repeat for several paths). FLAGs are `ip mptcp endpoint`'s, as words
+    /// or `flags=signal+backup`: `subflow` opens a subflow from the address
+    /// (the default when none is given), `signal` announces it to the peer
+    /// (ADD_ADDR), `backup` makes its subflows backup ones.
     #[arg(long = "path", value_name = "SPEC", value_parser = parse_path)]
     paths: Vec<PathSpec>,
+    /// `ip mptcp limits set add_addr_accepted N`: how many addresses the
+    /// peer announces (ADD_ADDR) this side joins per connection (mptun;
+    /// default 0, as Linux).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=8))]
+    add_addr_accepted: Option<u8>,
+    /// `ip mptcp limits set subflows N`: additional subflows per
+    /// connection, opened or accepted (mptun; default 2, as Linux).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=8))]
+    subflows: Option<u8>,
     /// A named address plan instead of --path: lab-a, lab-b, linkem-client,
     /// linkem-server, optionally with `:N` paths.
     #[arg(long, value_name = "NAME[:N]", conflicts_with = "paths")]
@@ -129,9 +141,8 @@ impl SendArgs {
     }
 }
 
-fn parse_path(s: &str) -> Result<PathSpec> {
-    // clap prints the error's Display: fold the context chain into one line.
-    s.parse().map_err(|e: anyhow::Error| anyhow!("{e:#}"))
+fn parse_path(s: &str) -> Result<PathSpec, mptun::pathspec::PathSpecError> {
+    s.parse()
 }
 
 fn parse_secs(s: &str) -> Result<Duration> {
@@ -180,6 +191,11 @@ impl Common {
             if self.pcap.is_some() {
                 bail!("--pcap records mptun's packets; for --kernel use tcpdump");
             }
+            if self.add_addr_accepted.is_some() || self.subflows.is_some() {
+                bail!(
+                    "--add-addr-accepted/--subflows set mptun's path manager; for --kernel use `ip mptcp limits set`"
+                );
+            }
         } else {
             paths = match &self.topology {
                 Some(t) => pathspec::topology(t)?,
@@ -196,7 +212,9 @@ impl Common {
                 );
             }
         }
-        let mut options = StreamSettings { mptcp: !self.no_mptcp, cc: None, sndbuf, rcvbuf, pacing, scheduler };
+        let pm = (!self.kernel).then(|| self.path_manager(&paths));
+        let mut options =
+            StreamSettings { mptcp: !self.no_mptcp, cc: None, sndbuf, rcvbuf, pacing, scheduler, pm: pm.clone() };
         let cc_name = match &self.cc {
             Some(c) if !self.kernel => {
                 let a: Algorithm = c.parse().map_err(|e| anyhow!("--cc: {e}"))?;
@@ -239,9 +257,34 @@ impl Common {
                 congestion: cc_name,
                 scheduler: if self.kernel { "kernel".into() } else { scheduler.to_string() },
                 connecting_to: None,
+                sock_bufsize: rcvbuf.or(sndbuf).unwrap_or(0) as u64,
+                duration: None,
+                path_manager: pm.as_ref().map(|pm| PathManagerInfo {
+                    add_addr_accepted: u32::from(pm.max_add_addr_accepted),
+                    subflows: u32::from(pm.max_subflows),
+                    endpoints: pm
+                        .endpoints
+                        .iter()
+                        .map(|e| format!("{} id {} {}", e.addr, e.id, pathspec::flags_text(e.flags)))
+                        .collect(),
+                }),
             },
             pcap: self.pcap.clone(),
         })
+    }
+}
+
+impl Common {
+    /// mptun's path manager: every path an endpoint with its flags (ids
+    /// from 1 in order, as `ip mptcp endpoint add` numbers them), Linux's
+    /// limits unless given.
+    fn path_manager(&self, paths: &[PathSpec]) -> PmConfig {
+        let linux = PmConfig::default();
+        PmConfig {
+            endpoints: PathSpec::endpoints(paths),
+            max_subflows: self.subflows.unwrap_or(linux.max_subflows),
+            max_add_addr_accepted: self.add_addr_accepted.unwrap_or(linux.max_add_addr_accepted),
+        }
     }
 }
 
@@ -254,6 +297,8 @@ struct StreamSettings {
     rcvbuf: Option<usize>,
     pacing: Option<u64>,
     scheduler: Policy,
+    /// mptun's path manager (`None`: the kernel's stack).
+    pm: Option<PmConfig>,
 }
 
 impl StreamSettings {
@@ -269,6 +314,9 @@ impl StreamSettings {
             o = o.recv_buffer_size(b);
         }
         o.config_mut().mptcp.scheduler = self.scheduler;
+        if let Some(pm) = &self.pm {
+            o.config_mut().mptcp.pm = pm.clone();
+        }
         o
     }
 }
@@ -391,7 +439,7 @@ pub fn run_send(a: SendArgs) -> Result<()> {
     if source.is_none() && !a.reverse {
         source = Some(Source::Pattern(Pattern::new(1)));
     }
-    let request = Request { reverse: a.reverse, amount, file: file_name };
+    let request = Request { reverse: a.reverse, amount, file: file_name, cookie: crate::control::new_cookie() };
     plan.settings.connecting_to = Some((host.clone(), port));
     let json = plan.settings.json;
     let rt = runtime()?;
@@ -459,7 +507,10 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
             let l = MptcpListener::bind(&stack, bind).await.map_err(|e| anyhow!("listen on {bind}: {e}"))?;
             L::M(l, stack)
         };
-        let what = if plan.kernel { "kernel".to_string() } else { format!("mptun, {} path(s)", plan.paths.len()) };
+        let what = match &plan.settings.path_manager {
+            None => "kernel".to_string(),
+            Some(pm) => format!("mptun, {} path(s); {}", plan.paths.len(), report::path_manager_text(pm)),
+        };
         let line = format!("Server listening on {bind} ({what})");
         if json {
             eprintln!("{line}");

@@ -24,6 +24,10 @@ pub struct SubflowProbe {
     /// Congestion window, packets.
     pub cwnd: u64,
     pub mss: u64,
+    /// The peer's receive window, bytes (`tcpi_snd_wnd`).
+    pub snd_wnd: u64,
+    /// Path MTU (`tcpi_pmtu`).
+    pub pmtu: u64,
     pub srtt_us: u64,
     pub rttvar_us: u64,
     /// Slow-subflow halvings (mptun's penalise schedulers).
@@ -119,6 +123,8 @@ impl Conn {
                             retrans_segs: sf.tcp.bytes_retrans.div_ceil(mss),
                             cwnd: u64::from(sf.tcp.cwnd),
                             mss,
+                            snd_wnd: u64::from(sf.tcp.snd_wnd),
+                            pmtu: u64::from(sf.tcp.pmtu),
                             srtt_us: sf.tcp.srtt.as_micros() as u64,
                             rttvar_us: sf.tcp.rttvar.as_micros() as u64,
                             penalized: sf.penalized,
@@ -134,6 +140,22 @@ impl Conn {
                 let retrans_segs = subflows.iter().map(|s| s.retrans_segs).sum();
                 Probe { mode: if info.is_mptcp() { "mptcp" } else { "tcp" }, subflows, retrans_segs }
             }
+        }
+    }
+
+    /// `SO_SNDBUF` and `SO_RCVBUF` as a getsockopt would read them now
+    /// (mptun: the first subflow's send and receive buffer limits).
+    pub fn buffers(&self) -> (u64, u64) {
+        match self {
+            Conn::Kernel(s) => {
+                let r = socket2::SockRef::from(s);
+                (r.send_buffer_size().unwrap_or(0) as u64, r.recv_buffer_size().unwrap_or(0) as u64)
+            }
+            Conn::Mptun(s) => s
+                .info()
+                .ok()
+                .and_then(|i| i.conn.subflows.first().map(|f| (f.tcp.send_buffer as u64, f.tcp.recv_buffer as u64)))
+                .unwrap_or((0, 0)),
         }
     }
 

@@ -3,7 +3,7 @@
 //! connection: one MPTCP connection is what is being measured).
 //!
 //! ```text
-//! client → server  Request   "MPTN" ver=1 flags mode name_len reserved amount name
+//! client → server  Request   "MPTN" ver=1 flags mode name_len reserved amount name [cookie]
 //! server → client  Response  "MPTA" status reserved msg_len amount msg
 //! sender → peer    data ..., Trailer, FIN
 //! receiver → sender Stop "MPTS" (optional, during the data: the receiver
@@ -50,6 +50,31 @@ pub const MAX_DURATION_MS: u64 = 86_400_000;
 
 const FLAG_REVERSE: u8 = 1;
 const FLAG_FILE: u8 = 2;
+/// The request ends with the test's cookie ([`COOKIE_LEN`] bytes).
+const FLAG_COOKIE: u8 = 4;
+/// iperf3's cookie: 36 characters of `a-z2-7` naming the test at both ends.
+pub const COOKIE_LEN: usize = 36;
+const COOKIE_CHARS: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+
+/// A fresh cookie, as iperf3's client draws one for each test.
+pub fn new_cookie() -> String {
+    let mut raw = [0u8; COOKIE_LEN];
+    let mut got = 0;
+    while got < raw.len() {
+        // SAFETY: writes at most the remaining length into our buffer.
+        let n = unsafe { libc::getrandom(raw[got..].as_mut_ptr().cast(), raw.len() - got, 0) };
+        if n <= 0 {
+            // No entropy source: the clock still tells tests apart.
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            for (i, b) in raw.iter_mut().enumerate() {
+                *b = (t >> ((i % 16) * 8)) as u8 ^ (std::process::id() as u8).wrapping_mul(i as u8);
+            }
+            break;
+        }
+        got += n as usize;
+    }
+    raw.iter().map(|b| char::from(COOKIE_CHARS[usize::from(b & 31)])).collect()
+}
 
 /// How much the sender moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +94,8 @@ pub struct Request {
     /// A file is transferred: its base name (forward: what the server
     /// stores it as; reverse: empty, the server sends its `--file`).
     pub file: Option<String>,
+    /// The test's cookie ([`new_cookie`]; empty: an older client sent none).
+    pub cookie: String,
 }
 
 impl Request {
@@ -77,7 +104,12 @@ impl Request {
         let mut b = Vec::with_capacity(REQUEST_LEN + name.len());
         b.extend_from_slice(&REQUEST_MAGIC);
         b.push(VERSION);
-        b.push((u8::from(self.reverse) * FLAG_REVERSE) | (u8::from(self.file.is_some()) * FLAG_FILE));
+        let cookie = self.cookie.len() == COOKIE_LEN;
+        b.push(
+            (u8::from(self.reverse) * FLAG_REVERSE)
+                | (u8::from(self.file.is_some()) * FLAG_FILE)
+                | (u8::from(cookie) * FLAG_COOKIE),
+        );
         b.extend_from_slice(&(name.len().min(MAX_NAME) as u16).to_be_bytes());
         let (mode, v) = match self.amount {
             Amount::Bytes(n) => (1u8, n),
@@ -87,11 +119,14 @@ impl Request {
         b.extend_from_slice(&[0; 7]);
         b.extend_from_slice(&v.to_be_bytes());
         b.extend_from_slice(&name[..name.len().min(MAX_NAME)]);
+        if cookie {
+            b.extend_from_slice(self.cookie.as_bytes());
+        }
         b
     }
 
-    /// Parses the fixed part; returns the request (without its name) and
-    /// the name length still to read.
+    /// Parses the fixed part; returns the request (without its name and
+    /// cookie) and the length of the tail still to read ([`Request::set_tail`]).
     pub fn decode_fixed(b: &[u8; REQUEST_LEN]) -> Result<(Request, usize)> {
         if b[..4] != REQUEST_MAGIC {
             bail!("not an mptun client: it sent {:?}", String::from_utf8_lossy(&b[..4]));
@@ -100,7 +135,7 @@ impl Request {
             bail!("client speaks protocol version {}, this server {VERSION}", b[4]);
         }
         let flags = b[5];
-        if flags & !(FLAG_REVERSE | FLAG_FILE) != 0 {
+        if flags & !(FLAG_REVERSE | FLAG_FILE | FLAG_COOKIE) != 0 {
             bail!("unknown request flags {flags:#04x}");
         }
         let name_len = usize::from(u16::from_be_bytes([b[6], b[7]]));
@@ -122,7 +157,22 @@ impl Request {
         if !file && name_len != 0 {
             bail!("a file name without the file flag");
         }
-        Ok((Request { reverse: flags & FLAG_REVERSE != 0, amount, file: file.then(String::new) }, name_len))
+        let cookie = if flags & FLAG_COOKIE != 0 { " ".repeat(COOKIE_LEN) } else { String::new() };
+        let tail = name_len + cookie.len();
+        Ok((Request { reverse: flags & FLAG_REVERSE != 0, amount, file: file.then(String::new), cookie }, tail))
+    }
+
+    /// Checks and stores the tail that followed the fixed part: the file
+    /// name, then the cookie if the flags announced one.
+    pub fn set_tail(&mut self, raw: &[u8]) -> Result<()> {
+        let (name, cookie) = raw.split_at(raw.len().saturating_sub(self.cookie.len()));
+        if !self.cookie.is_empty() {
+            if cookie.len() != COOKIE_LEN || !cookie.iter().all(|c| COOKIE_CHARS.contains(c)) {
+                bail!("malformed test cookie {:?}", String::from_utf8_lossy(cookie));
+            }
+            self.cookie = String::from_utf8_lossy(cookie).into_owned();
+        }
+        self.set_name(name)
     }
 
     /// Checks and stores the file name that followed the fixed part: a
@@ -293,16 +343,25 @@ mod tests {
     #[test]
     fn request_round_trips_and_rejects_nonsense() {
         for r in [
-            Request { reverse: false, amount: Amount::Bytes(64 << 20), file: None },
-            Request { reverse: true, amount: Amount::DurationMs(10_000), file: None },
-            Request { reverse: false, amount: Amount::Bytes(5), file: Some("a.bin".into()) },
+            Request { reverse: false, amount: Amount::Bytes(64 << 20), file: None, cookie: String::new() },
+            Request { reverse: true, amount: Amount::DurationMs(10_000), file: None, cookie: new_cookie() },
+            Request { reverse: false, amount: Amount::Bytes(5), file: Some("a.bin".into()), cookie: new_cookie() },
         ] {
             let b = r.encode();
             let (mut d, n) = Request::decode_fixed(b[..REQUEST_LEN].try_into().unwrap()).unwrap();
-            d.set_name(&b[REQUEST_LEN..REQUEST_LEN + n]).unwrap();
+            assert_eq!(b.len(), REQUEST_LEN + n);
+            d.set_tail(&b[REQUEST_LEN..]).unwrap();
             assert_eq!(d, r);
         }
-        let good = Request { reverse: false, amount: Amount::Bytes(1), file: None }.encode();
+        let c = new_cookie();
+        assert!(c.len() == COOKIE_LEN && c.bytes().all(|x| COOKIE_CHARS.contains(&x)), "{c}");
+        assert_ne!(c, new_cookie());
+        let mut r = Request { reverse: false, amount: Amount::Bytes(1), file: None, cookie: c };
+        let mut b = r.encode();
+        b[REQUEST_LEN] = b'!';
+        r.cookie = " ".repeat(COOKIE_LEN);
+        assert!(r.set_tail(&b[REQUEST_LEN..]).is_err(), "a cookie outside iperf3's alphabet");
+        let good = Request { reverse: false, amount: Amount::Bytes(1), file: None, cookie: String::new() }.encode();
         let fixed = |f: &dyn Fn(&mut Vec<u8>)| {
             let mut b = good.clone();
             f(&mut b);
@@ -316,7 +375,8 @@ mod tests {
         assert!(fixed(&|b| b[16..24].copy_from_slice(&0u64.to_be_bytes())).is_err());
         assert!(fixed(&|b| b[16..24].copy_from_slice(&u64::MAX.to_be_bytes())).is_err());
         assert!(fixed(&|b| b[6..8].copy_from_slice(&3u16.to_be_bytes())).is_err(), "name without file flag");
-        let mut r = Request { reverse: false, amount: Amount::Bytes(1), file: Some(String::new()) };
+        let mut r =
+            Request { reverse: false, amount: Amount::Bytes(1), file: Some(String::new()), cookie: String::new() };
         for bad in [&b"../etc/passwd"[..], b"..", b"a/b", b"", b"\xff", b"a\nb"] {
             assert!(r.set_name(bad).is_err(), "{bad:?}");
         }

@@ -128,6 +128,8 @@ fn subflow_from_tcp_info(id: usize, b: &[u8], local: Option<SocketAddr>, remote:
         retrans_segs: u32_at(b, 100),
         cwnd: u32_at(b, 80),
         mss,
+        snd_wnd: u32_at(b, 228),
+        pmtu: u32_at(b, 60),
         srtt_us: u32_at(b, 68),
         rttvar_us: u32_at(b, 72),
         penalized: 0,
@@ -264,8 +266,11 @@ mod tests {
         b[80..84].copy_from_slice(&10u32.to_ne_bytes());
         b[100..104].copy_from_slice(&3u32.to_ne_bytes());
         b[120..128].copy_from_slice(&12345u64.to_ne_bytes());
+        b[60..64].copy_from_slice(&1500u32.to_ne_bytes());
+        b[228..232].copy_from_slice(&65_535u32.to_ne_bytes());
         let s = subflow_from_tcp_info(0, &b, None, None);
         assert_eq!((s.mss, s.srtt_us, s.cwnd, s.retrans_segs, s.bytes_acked), (1448, 20_000, 10, 3, 12345));
+        assert_eq!((s.pmtu, s.snd_wnd), (1500, 65_535));
         // A short (old-kernel) struct reads as zeros, never out of bounds.
         let s = subflow_from_tcp_info(0, &b[..90], None, None);
         assert_eq!(s.bytes_acked, 0);

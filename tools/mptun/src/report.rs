@@ -29,6 +29,26 @@ pub struct Start {
     pub timestamp: Timestamp,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub connecting_to: Option<HostPort>,
+    /// The server's: the client's address and port (iperf3: of its control
+    /// connection; mptun's control is the measured connection itself).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub accepted_connection: Option<HostPort>,
+    /// The test's identity, the same string at both ends (the client draws
+    /// it, as iperf3: 36 characters of `a-z2-7`, and sends it in its request).
+    pub cookie: String,
+    /// MSS of the connection's first subflow when the test began (iperf3:
+    /// `TCP_MAXSEG` of its control socket).
+    pub tcp_mss_default: u64,
+    /// iperf3's `-b`: mptun's tests are never rate-limited by the
+    /// application (0), pacing is `--max-pacing-rate`.
+    pub target_bitrate: u64,
+    /// The buffer size asked for (`--rcvbuf`, else `--sndbuf`; 0: autotuned),
+    /// iperf3's `-w`.
+    pub sock_bufsize: u64,
+    /// `SO_SNDBUF` / `SO_RCVBUF` of the socket when the test began (mptun:
+    /// its first subflow's send and receive buffer limits).
+    pub sndbuf_actual: u64,
+    pub rcvbuf_actual: u64,
     pub test_start: TestStart,
     /// mptun addition: which stack, which side, over what.
     pub mptun: StartExtra,
@@ -57,6 +77,8 @@ pub struct HostPort {
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TestStart {
+    /// Always "TCP", as iperf3 says for an MPTCP socket: whether MPTCP was
+    /// negotiated is `start.mptun.mode` and `end.mptcp.mode`.
     pub protocol: String,
     pub num_streams: u32,
     pub blksize: u64,
@@ -66,6 +88,10 @@ pub struct TestStart {
     pub bytes: u64,
     pub blocks: u64,
     pub reverse: u8,
+    /// IP TOS of the test's packets (iperf3's `-S`; mptun sends 0).
+    pub tos: u8,
+    /// See [`Start::target_bitrate`].
+    pub target_bitrate: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -76,6 +102,12 @@ pub struct StartExtra {
     pub role: String,
     /// Whether this side sends the data.
     pub sender: bool,
+    /// `mptcp` or `tcp` once connected (never offered, or fell back).
+    #[serde(default)]
+    pub mode: String,
+    /// The path manager's settings this side ran with.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub path_manager: Option<PathManagerInfo>,
     pub paths: Vec<String>,
     pub congestion: String,
     pub scheduler: String,
@@ -128,11 +160,19 @@ pub struct IntervalStream {
     /// Sum of the subflows' congestion windows, bytes (iperf3: the socket's).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub snd_cwnd: Option<u64>,
+    /// The peer's receive window (`tcpi_snd_wnd`) seen by the first
+    /// subflow, bytes: under MPTCP it is the connection-level window, the
+    /// same on every subflow. Sender only, as iperf3.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub snd_wnd: Option<u64>,
     /// Smoothed RTT of the first subflow, µs.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub rtt: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub rttvar: Option<u64>,
+    /// Path MTU of the first subflow (`tcpi_pmtu`). Sender only, as iperf3.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pmtu: Option<u64>,
     /// mptun addition: the stream's subflows over the interval.
     pub subflows: Vec<SubflowInterval>,
 }
@@ -171,10 +211,66 @@ pub struct End {
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct EndStream {
-    pub sender: Sum,
-    pub receiver: Sum,
+    pub sender: EndSender,
+    pub receiver: EndReceiver,
     /// mptun addition: what each subflow carried over the whole test.
     pub subflows: Vec<SubflowEnd>,
+}
+
+/// `end.streams[].sender`: the sender's figures with the extremes iperf3
+/// takes from the sender's interval samples (0 at a receiver, which has
+/// none, as iperf3 reports them there).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct EndSender {
+    pub socket: u32,
+    #[serde(flatten)]
+    pub sum: Sum,
+    /// Largest interval `snd_cwnd`, bytes.
+    pub max_snd_cwnd: u64,
+    /// Largest interval `snd_wnd`, bytes.
+    pub max_snd_wnd: u64,
+    /// Extremes and mean of the interval `rtt` samples, µs.
+    pub max_rtt: u64,
+    pub min_rtt: u64,
+    pub mean_rtt: u64,
+}
+
+impl EndSender {
+    /// The sender's end figures: `sum` and the extremes of the intervals'
+    /// samples (this side's only when it is the sender).
+    pub fn new(sum: Sum, intervals: &[Interval]) -> EndSender {
+        let streams = || intervals.iter().filter(|i| i.sum.sender).flat_map(|i| i.streams.first());
+        let rtts: Vec<u64> = streams().filter_map(|s| s.rtt).collect();
+        EndSender {
+            socket: 5,
+            sum,
+            max_snd_cwnd: streams().filter_map(|s| s.snd_cwnd).max().unwrap_or(0),
+            max_snd_wnd: streams().filter_map(|s| s.snd_wnd).max().unwrap_or(0),
+            max_rtt: rtts.iter().copied().max().unwrap_or(0),
+            min_rtt: rtts.iter().copied().min().unwrap_or(0),
+            mean_rtt: if rtts.is_empty() { 0 } else { rtts.iter().sum::<u64>() / rtts.len() as u64 },
+        }
+    }
+}
+
+/// `end.streams[].receiver`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct EndReceiver {
+    pub socket: u32,
+    #[serde(flatten)]
+    pub sum: Sum,
+}
+
+/// The path manager's settings (`ip mptcp limits` and the endpoints'
+/// flags) a side ran with, for the banner and the JSON.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct PathManagerInfo {
+    /// ADD_ADDR announcements accepted per connection.
+    pub add_addr_accepted: u32,
+    /// Additional subflows per connection.
+    pub subflows: u32,
+    /// Each endpoint: address and flags (`signal`, `subflow`, `backup`).
+    pub endpoints: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
@@ -337,8 +433,21 @@ pub fn header_lines(r: &Start) -> String {
         x.congestion,
         x.scheduler
     );
+    if let Some(pm) = &x.path_manager {
+        let _ = writeln!(s, "      {}", path_manager_text(pm));
+    }
     let _ = writeln!(s, "[ ID] Interval           Transfer     Bitrate         Retr  Cwnd");
     s
+}
+
+/// `path manager: subflows 2, add_addr_accepted 0; endpoints 10.0.1.2 id 1 subflow, ...`
+pub fn path_manager_text(pm: &PathManagerInfo) -> String {
+    format!(
+        "path manager: subflows {}, add_addr_accepted {}; endpoints {}",
+        pm.subflows,
+        pm.add_addr_accepted,
+        pm.endpoints.join(", ")
+    )
 }
 
 /// One interval: the stream line, then one line per subflow.

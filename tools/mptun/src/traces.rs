@@ -14,8 +14,8 @@ use mptun_sim::scenarios::transfer::{self, SubflowSample, Traced, TransferResult
 use mptun_time::{Duration, Instant};
 
 use crate::report::{
-    Connected, Cpu, End, EndStream, Interval, IntervalStream, MptcpEnd, Report, Start, StartExtra, SubflowEnd,
-    SubflowInterval, Sum, TestStart, Timestamp,
+    Connected, Cpu, End, EndReceiver, EndSender, EndStream, Interval, IntervalStream, MptcpEnd, Report, Start,
+    StartExtra, SubflowEnd, SubflowInterval, Sum, TestStart, Timestamp,
 };
 
 /// Sampling interval of traced runs.
@@ -180,8 +180,10 @@ pub fn sim_report(
                 socket: 5,
                 sum: sum.clone(),
                 snd_cwnd: Some(subflows.iter().map(|s| s.snd_cwnd).sum()),
+                snd_wnd: None,
                 rtt: subflows.first().map(|s| s.rtt),
                 rttvar: None,
+                pmtu: None,
                 subflows,
             }],
             sum,
@@ -241,7 +243,13 @@ pub fn sim_report(
         })
         .collect();
     let sum_sent = Sum::new(0.0, r.duration_s, size, Some(r.retransmits), true);
-    let sum_received = Sum::new(0.0, r.duration_s, r.bytes_received, None, false);
+    // The report is the client's, which sends: `sender` true throughout, as iperf3.
+    let sum_received = Sum::new(0.0, r.duration_s, r.bytes_received, None, true);
+    let end_streams = vec![EndStream {
+        sender: EndSender::new(sum_sent.clone(), &intervals),
+        receiver: EndReceiver { socket: 5, sum: sum_received.clone() },
+        subflows,
+    }];
     let conv = |m: &BTreeMap<&'static str, u64>| m.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
     let first = r.client_subflows.first();
     let sim_cpu = if r.duration_s > 0.0 { wall_s / r.duration_s * 100.0 } else { 0.0 };
@@ -258,8 +266,15 @@ pub fn sim_report(
             system_info: "deterministic simulator (virtual time)".into(),
             timestamp: Timestamp { time: crate::report::http_date(0), timesecs: 0 },
             connecting_to: None,
+            accepted_connection: None,
+            cookie: String::new(),
+            tcp_mss_default: first.map_or(0, |s| u64::from(s.tcp.mss)),
+            target_bitrate: 0,
+            sock_bufsize: 0,
+            sndbuf_actual: first.map_or(0, |s| s.tcp.send_buffer as u64),
+            rcvbuf_actual: first.map_or(0, |s| s.tcp.recv_buffer as u64),
             test_start: TestStart {
-                protocol: if r.client_mode == "mptcp" { "MPTCP".into() } else { "TCP".into() },
+                protocol: "TCP".into(),
                 num_streams: 1,
                 blksize: crate::bulk::BLKSIZE as u64,
                 omit: 0,
@@ -267,11 +282,15 @@ pub fn sim_report(
                 bytes: size,
                 blocks: 0,
                 reverse: 0,
+                tos: 0,
+                target_bitrate: 0,
             },
             mptun: StartExtra {
                 stack: "sim".into(),
                 role: "client".into(),
                 sender: true,
+                mode: r.client_mode.into(),
+                path_manager: None,
                 paths: paths.to_vec(),
                 congestion: congestion.into(),
                 scheduler: "default".into(),
@@ -280,7 +299,7 @@ pub fn sim_report(
         },
         intervals,
         end: End {
-            streams: vec![EndStream { sender: sum_sent.clone(), receiver: sum_received.clone(), subflows }],
+            streams: end_streams,
             sum_sent,
             sum_received: sum_received.clone(),
             // The simulator runs both hosts in one thread: wall time per simulated second.

@@ -121,7 +121,11 @@ impl Connection {
         self.shared.counters.mptcp_mp_join_syn_rx += 1;
         let sfcfg = Self::subflow_cfg(&self.cfg, true);
         let sf = Subflow::accept(now, sfcfg, local, remote, syn, opts, iss, ts_offset);
-        let ext = SubflowExt::new(JoinState::ServerSynRcvd { nonce, peer_nonce }, 0, addr_id, backup);
+        // Backup if the peer asks (its SYN's B flag) or our endpoint for
+        // the address joined is a `backup` one (Linux: `request_bkup`,
+        // sent in the SYN/ACK's B flag).
+        let ours = self.cfg.mptcp.pm.endpoints.iter().any(|e| e.addr == local.ip() && e.flags.backup);
+        let ext = SubflowExt::new(JoinState::ServerSynRcvd { nonce, peer_nonce }, 0, addr_id, backup || ours);
         self.subflows.push(Some((sf, ext)));
         Some(self.subflows.len() - 1)
     }

@@ -754,3 +754,39 @@ fn expand32_picks_the_closest_value_modulo_2_64() {
     assert_eq!(expand32(5, u64::MAX - 9), 5);
     assert_eq!(expand32(0xffff_fff0, 3), u64::MAX - 15);
 }
+
+#[test]
+fn a_backup_endpoint_makes_its_subflows_backup_at_creation_on_both_ends() {
+    let joined = |i: &ConnectionInfo| i.subflows.iter().find(|s| s.local.ip() == ip("10.0.2.1")).map(|s| s.backup);
+    let on_b = |i: &ConnectionInfo| i.subflows.iter().find(|s| s.remote.ip() == ip("10.0.2.1")).map(|s| s.backup);
+    // The server's announced address is a `signal backup` endpoint: the
+    // join to it is backup from its SYN/ACK on, at both ends.
+    let mut n = two_path_with(|s| s.mptcp.pm.endpoints[0].flags.backup = true);
+    let h = n.connect();
+    n.run(Duration::from_millis(200), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let both = (joined(&n.a.conn(h).unwrap().info()), on_b(&n.b.conn(sh).unwrap().info()));
+    assert_eq!(both, (Some(true), Some(true)));
+    assert_eq!(n.a.counters().mptcp_mp_prio_rx + n.b.counters().mptcp_mp_prio_rx, 0, "no MP_PRIO needed");
+    // The client's `backup` endpoint, the source of its join to the
+    // announced address: its SYN carries B.
+    let mut c = EndpointConfig::default();
+    c.mptcp.pm.endpoints.push(PmEndpoint {
+        id: 1,
+        addr: ip("10.0.2.1"),
+        flags: EndpointFlags { backup: true, ..Default::default() },
+    });
+    c.mptcp.pm.max_add_addr_accepted = 1;
+    let mut s = EndpointConfig::default();
+    s.mptcp.pm.endpoints.push(PmEndpoint {
+        id: 1,
+        addr: ip("10.0.2.2"),
+        flags: EndpointFlags { signal: true, ..Default::default() },
+    });
+    let mut n = net(c, s);
+    let h = n.connect();
+    n.run(Duration::from_millis(200), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let both = (joined(&n.a.conn(h).unwrap().info()), on_b(&n.b.conn(sh).unwrap().info()));
+    assert_eq!(both, (Some(true), Some(true)));
+}

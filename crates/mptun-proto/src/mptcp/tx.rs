@@ -203,9 +203,9 @@ impl Connection {
             return;
         }
         let Some(byte) = self.last_acked_byte else { return };
-        let rto = self.subflows.iter().flatten().map(|(s, _)| s.info().rto).max().unwrap_or(TCP_RTO_MIN);
+        let rto = self.live_rto();
         let Some(at) = self.wnd_probe_at else {
-            self.wnd_probe_at = Some(now + rto.max(TCP_RTO_MIN));
+            self.wnd_probe_at = Some(now + rto);
             return;
         };
         if at > now {
@@ -214,7 +214,7 @@ impl Connection {
         // Whatever happens now, the timer moves on (a timer left due would
         // be polled forever).
         self.wnd_probe_backoff += 1;
-        let backoff = rto.max(TCP_RTO_MIN) * (1 << self.wnd_probe_backoff.min(9));
+        let backoff = rto * (1 << self.wnd_probe_backoff.min(9));
         self.wnd_probe_at = Some(now + backoff.min(TCP_RTO_MAX));
         // No idle subflow: the previous probe still waits in one (its own
         // zero-window probing carries it).
@@ -260,8 +260,7 @@ impl Connection {
             self.rtx_backoff = 0;
             return;
         }
-        let rto = self.subflows.iter().flatten().map(|(s, _)| s.info().rto).max().unwrap_or(TCP_RTO_MIN);
-        let rto = rto.max(TCP_RTO_MIN);
+        let rto = self.live_rto();
         if self.rtx_at.is_none() || self.rtx_una != sh.snd_una {
             if self.rtx_una != sh.snd_una {
                 self.rtx_backoff = 0;
@@ -279,8 +278,10 @@ impl Connection {
         if self.reinject.iter().any(|&(a, b)| a.le(una) && una.lt(b)) {
             return;
         }
-        // Where is the byte at snd_una? In flight on a subflow: that
-        // subflow's own RTO covers it.
+        // Where is the byte at snd_una? In flight on a live subflow: that
+        // subflow's own RTO covers it. In flight on a stale one only (a
+        // path that went down): its RTO never succeeds, so it goes again
+        // here, as Linux's `__mptcp_retrans` sends the head whatever holds it.
         let mut end = None;
         let off = self.shared.ssn_off();
         for (sf, ext) in self.subflows.iter().flatten() {
@@ -289,7 +290,7 @@ impl Connection {
                 let mend = m.dsn + m.len as u64;
                 if m.dsn.le(una) && una.lt(mend) {
                     let at_ssn = m.ssn.wrapping_add((una - m.dsn) as u32);
-                    if Seq(at_ssn).ge(Seq(sf_una)) {
+                    if Seq(at_ssn).ge(Seq(sf_una)) && !ext.stale {
                         return;
                     }
                     end = Some(end.map_or(mend, |e: DataSeq| e.max(mend)));
@@ -302,6 +303,18 @@ impl Connection {
         self.shared.counters.mptcp_retrans += 1;
         self.shared.counters.mptcp_reinjected_bytes += end - una;
         self.push_pending();
+    }
+
+    /// The retransmission timeout the connection-level timers count in: the
+    /// largest RTO of the subflows that can carry data. A stale subflow's
+    /// RTO, backed off exponentially on a dead path, would otherwise push
+    /// the MPTCP-level retransmission (the one thing that can recover data
+    /// stuck on that path) out by minutes.
+    fn live_rto(&self) -> Duration {
+        let rto = |usable: bool| {
+            self.subflows.iter().flatten().filter(|(_, ext)| !usable || !ext.stale).map(|(s, _)| s.info().rto).max()
+        };
+        rto(true).or_else(|| rto(false)).unwrap_or(TCP_RTO_MIN).max(TCP_RTO_MIN)
     }
 
     /// Records a policy's decision: flag the slow subflow, count, reinject.

@@ -44,6 +44,24 @@ pub struct Settings {
     pub congestion: String,
     pub scheduler: String,
     pub connecting_to: Option<(String, u16)>,
+    /// The buffer size asked for (iperf3's `sock_bufsize`; 0: autotuned).
+    pub sock_bufsize: u64,
+    /// The path manager's settings, when this side runs mptun's.
+    pub path_manager: Option<crate::report::PathManagerInfo>,
+    /// A timed test's duration (set once the request is known): its
+    /// intervals are the duration's, what arrives or is acknowledged
+    /// after it belongs to the last one.
+    pub duration: Option<Duration>,
+}
+
+impl Settings {
+    fn for_amount(mut self, amount: Amount) -> Settings {
+        self.duration = match amount {
+            Amount::DurationMs(ms) => Some(Duration::from_millis(ms)),
+            Amount::Bytes(_) => None,
+        };
+        self
+    }
 }
 
 /// Where the sender's bytes come from.
@@ -111,6 +129,7 @@ pub async fn run_client(
     if crate::signals::received().is_some() {
         return Err(crate::signals::interrupted());
     }
+    let settings = settings.for_amount(test.request.amount);
     let start = start_section(&conn, &settings, &test.request, !test.request.reverse);
     if !settings.json {
         print!("{}", report::header_lines(&start));
@@ -162,10 +181,10 @@ pub async fn run_server(
     let mut fixed = [0u8; control::REQUEST_LEN];
     read_exact_timeout(&mut conn, &mut fixed, "request from the client").await?;
     let parsed: Result<Request> = async {
-        let (mut req, nlen) = Request::decode_fixed(&fixed)?;
-        let mut name = vec![0u8; nlen];
-        read_exact_timeout(&mut conn, &mut name, "file name").await?;
-        req.set_name(&name)?;
+        let (mut req, tail) = Request::decode_fixed(&fixed)?;
+        let mut tail = vec![0u8; tail];
+        read_exact_timeout(&mut conn, &mut tail, "file name and cookie").await?;
+        req.set_tail(&tail)?;
         Ok(req)
     }
     .await;
@@ -224,6 +243,7 @@ pub async fn run_server(
     if let (Some(Source::File(..)), true) = (&source, req.reverse) {
         req.amount = Amount::Bytes(amount);
     }
+    let settings = settings.for_amount(req.amount);
     let start = start_section(&conn, &settings, &req, req.reverse);
     if !settings.json {
         print!("{}", report::header_lines(&start));

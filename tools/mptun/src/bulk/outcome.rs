@@ -10,8 +10,8 @@ use super::{Settings, Summary, BLKSIZE};
 use crate::conn::{Conn, Probe};
 use crate::control::{Amount, Request, Trailer};
 use crate::report::{
-    self, http_date, Connected, Cpu, End, EndStream, HostPort, Interval, MptcpEnd, Report, Start, StartExtra,
-    SubflowEnd, Sum, TestStart, Timestamp,
+    self, http_date, Connected, Cpu, End, EndReceiver, EndSender, EndStream, HostPort, Interval, MptcpEnd, Report,
+    Start, StartExtra, SubflowEnd, Sum, TestStart, Timestamp,
 };
 
 /// Everything a finished test knows, before it becomes a [`Report`].
@@ -33,6 +33,8 @@ pub(super) struct Outcome {
 pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bool) -> Start {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (l, r) = (conn.local_addr(), conn.peer_addr());
+    let probe = conn.probe();
+    let (sndbuf, rcvbuf) = conn.buffers();
     let (duration, bytes) = match req.amount {
         Amount::DurationMs(ms) => (ms.div_ceil(1000), 0),
         Amount::Bytes(n) => (0, n),
@@ -49,8 +51,15 @@ pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bo
         system_info: uname(),
         timestamp: Timestamp { time: http_date(now), timesecs: now },
         connecting_to: s.connecting_to.as_ref().map(|(h, p)| HostPort { host: h.clone(), port: *p }),
+        accepted_connection: r.filter(|_| !s.client).map(|a| HostPort { host: a.ip().to_string(), port: a.port() }),
+        cookie: req.cookie.clone(),
+        tcp_mss_default: probe.subflows.first().map_or(0, |f| f.mss),
+        target_bitrate: 0,
+        sock_bufsize: s.sock_bufsize,
+        sndbuf_actual: sndbuf,
+        rcvbuf_actual: rcvbuf,
         test_start: TestStart {
-            protocol: if conn.probe().mode == "mptcp" { "MPTCP".into() } else { "TCP".into() },
+            protocol: "TCP".into(),
             num_streams: 1,
             blksize: BLKSIZE as u64,
             omit: 0,
@@ -58,11 +67,15 @@ pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bo
             bytes,
             blocks: 0,
             reverse: u8::from(req.reverse),
+            tos: 0,
+            target_bitrate: 0,
         },
         mptun: StartExtra {
             stack: conn.stack_name().into(),
             role: if s.client { "client" } else { "server" }.into(),
             sender,
+            mode: probe.mode.into(),
+            path_manager: s.path_manager.clone(),
             paths: s.paths.clone(),
             congestion: s.congestion.clone(),
             scheduler: s.scheduler.clone(),
@@ -92,8 +105,9 @@ pub(super) fn assemble(
     let (snd, rcv) = if o.sender { (&o.local, &o.peer) } else { (&o.peer, &o.local) };
     let snd_secs = if o.sender { o.local_elapsed } else { snd.elapsed_us as f64 / 1e6 };
     let rcv_secs = rcv.elapsed_us as f64 / 1e6;
-    let sum_sent = Sum::new(0.0, snd_secs, snd.bytes, Some(u64::from(snd.retransmits)), true);
-    let sum_received = Sum::new(0.0, rcv_secs, rcv.bytes, None, false);
+    // iperf3's `sender` in every sum: whether this side sent the data.
+    let sum_sent = Sum::new(0.0, snd_secs, snd.bytes, Some(u64::from(snd.retransmits)), o.sender);
+    let sum_received = Sum::new(0.0, rcv_secs, rcv.bytes, None, o.sender);
     let sf_total: u64 =
         o.final_probe.subflows.iter().map(|s| if o.sender { s.bytes_acked } else { s.bytes_received }).sum();
     let max_cwnd: HashMap<usize, u64> = intervals
@@ -149,11 +163,16 @@ pub(super) fn assemble(
         peer_counters: o.peer_summary.counters,
         stopped: o.stopped,
     };
+    let streams = vec![EndStream {
+        sender: EndSender::new(sum_sent.clone(), &intervals),
+        receiver: EndReceiver { socket: 5, sum: sum_received.clone() },
+        subflows,
+    }];
     Report {
         start,
         intervals,
         end: End {
-            streams: vec![EndStream { sender: sum_sent.clone(), receiver: sum_received.clone(), subflows }],
+            streams,
             sum_sent,
             sum_received,
             cpu_utilization_percent: cpu,

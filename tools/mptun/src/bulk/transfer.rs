@@ -264,8 +264,7 @@ pub(super) async fn send_phase(
             Some(Err(e)) => return Err(anyhow!("waiting for the receiver's trailer: {e}")),
         }
     }
-    meter.sample(conn, sent_total);
-    meter.finish();
+    meter.finish(conn, sent_total);
     let local_elapsed = meter.elapsed();
     let peer = Trailer::decode(&back[..back.len().min(control::TRAILER_LEN)]).context("the receiver's trailer")?;
     let peer_summary = parse_summary(back.get(control::TRAILER_LEN + 4..).unwrap_or(&[]));
@@ -369,8 +368,7 @@ pub(super) async fn recv_phase(
             Some(Err(e)) => return Err(anyhow!("receive: {e}")),
         }
     }
-    meter.sample(conn, received);
-    meter.finish();
+    meter.finish(conn, received);
     let elapsed = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
     let peer = Trailer::decode(hold.tail()).context("the sender's trailer")?;
     let digest: [u8; 32] = hasher.finalize().into();

@@ -635,3 +635,78 @@ fn a_small_fixed_receive_buffer_still_completes_intact() {
         k.to_nstat()
     );
 }
+
+/// The failure behind a flaky interop test: a path goes down mid-transfer
+/// while the data at the peer's DATA_ACK point is in flight on it. The
+/// stale subflow's data is reinjected on the live one and arrives, but the
+/// peer's DATA_ACKs stay behind for a while (Linux fills the DATA_ACK from
+/// `msk->ack_seq`, which moves only once the msk has taken the subflow's
+/// data: an ACK can go out with the old value and none follows). With all
+/// data sent, nothing new elicits an ACK: only the MPTCP-level
+/// retransmission timer can. It must not defer to the dead subflow (its
+/// own RTO never succeeds) but send the head again on a live one, as
+/// Linux's `__mptcp_retrans` does.
+#[test]
+fn retransmit_timer_does_not_wait_on_a_stale_subflow() {
+    let mut n = two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(50), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let joined = |n: &Net| n.a.conn(h).unwrap().info().subflows.iter().filter(|s| s.joined).count();
+    assert_eq!(joined(&n), 2, "the second path joined");
+    let data: Vec<u8> = (0..400_000u32).map(|i| (i % 241) as u8).collect();
+    let on_path2 = |p: &[u8]| {
+        let pkt = parse_tcp_packet(p).unwrap();
+        pkt.src == ip("10.0.2.1") || pkt.dst == ip("10.0.2.1")
+    };
+    let mut sent = n.a.send(h, &data);
+    // Let the transfer start on both paths, then path 2 dies.
+    n.run(Duration::from_millis(2), &mut pass());
+    let t_dead = n.now;
+    let thaw = t_dead + Duration::from_secs(5);
+    let mut first_lost: Option<u64> = None;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..600 {
+        let now = n.now;
+        n.run(Duration::from_millis(100), &mut |from_a, p| {
+            if on_path2(&p) {
+                if from_a && first_lost.is_none() {
+                    first_lost = mptcp_opts(&p).iter().find_map(|o| match o {
+                        MptcpOption::Dss { mapping: Some(m), .. } if m.len > 0 => Some(m.dsn),
+                        _ => None,
+                    });
+                }
+                return None;
+            }
+            let (Some(lost), false) = (first_lost, from_a || now >= thaw) else { return Some(p) };
+            // The peer's DATA_ACK lags at the first byte lost on path 2.
+            Some(rewrite(&p, &mut |m| {
+                if let MptcpOption::Dss { data_ack: Some(a), .. } = m {
+                    let ahead =
+                        if a.ack64 { a.ack > lost } else { (a.ack as u32).wrapping_sub(lost as u32) as i32 > 0 };
+                    if ahead {
+                        a.ack = if a.ack64 { lost } else { lost & 0xffff_ffff };
+                    }
+                }
+            }))
+        });
+        got.extend(n.read_b(sh, &mut buf));
+        sent += n.a.send(h, &data[sent..]);
+        if n.a.conn(h).unwrap().info().bytes_acked == data.len() as u64 {
+            break;
+        }
+    }
+    let done = n.now;
+    assert!(first_lost.is_some(), "data was in flight on path 2 when it died");
+    assert!(got == data, "{} of {} bytes arrived", got.len(), data.len());
+    let c = n.a.conn(h).unwrap();
+    assert_eq!(c.info().bytes_acked, data.len() as u64, "stalled: {}", c.debug_state());
+    assert!(c.counters().mptcp_subflow_stale >= 1);
+    assert!(c.counters().mptcp_retrans >= 1);
+    // The timer backs off while the DATA_ACKs lag (5 s), so its next expiry
+    // after they catch up comes within about as long again; before, it counted
+    // in the dead subflow's RTO (backed off to 25.9 s) and the transfer ended
+    // at 30.2 s.
+    assert!(done <= thaw + Duration::from_secs(5), "done {done:?}, DATA_ACKs caught up at {thaw:?}");
+}
