@@ -11,8 +11,10 @@
 # both SHA-256 digests match, and for `suite` the simult_flows pass bound:
 #   1000·size·8·10 / ((r1+r2)·10^6·9) ms + 400 ms + 50 ms slack.
 # For rwnd/sndbuf/both that bound assumes both paths are fully used and is not meaningful: read
-# runtime and OFO counts. Binaries: LINKEM and XFER (MPTUN for STACK=mptun, which runs
-# `mptun serve`/`send` and needs jq), or found in $CARGO_TARGET_DIR / target.
+# runtime and OFO counts. Binaries: LINKEM and XFER, or found in $CARGO_TARGET_DIR / target.
+# STACK=mptun hands the whole matrix to `mptun lab penalise` (MPTUN, or found likewise), which runs
+# the same workload (both streams at once) with mptun at both ends and prints the simulator's
+# prediction beside it; RCVBUF/SNDBUF/CC/FAMILY are the kernel matrix's knobs only.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../lib.sh
@@ -33,10 +35,6 @@ if [ "$FAMILY" = 6 ]; then SERVER_ADDR="[dead:beef:1::2]" BIND="[::]"; else SERV
 [ "$STACK" = kernel ] || [ "$STACK" = mptun ] || lab_die "STACK must be kernel or mptun"
 lab_require_root
 command -v nstat >/dev/null || lab_die "needs nstat (iproute2)"
-if [ "$STACK" = mptun ]; then
-    command -v jq >/dev/null || lab_die "STACK=mptun needs jq (to read mptun's JSON reports)"
-    [ "$FAMILY" = 4 ] || lab_die "STACK=mptun runs IPv4 only (the linkem-client/-server address plans)"
-fi
 
 find_bin() {
     local n=$1 t p
@@ -48,12 +46,15 @@ find_bin() {
     done
     lab_die "$n not found: cargo build -p linkem --release (or set LINKEM/XFER)"
 }
-LINKEM=${LINKEM:-$(find_bin linkem)}
 if [ "$STACK" = mptun ]; then
+    [ -z "${RCVBUF:-}${SNDBUF:-}$CC" ] && [ "$FAMILY" = 4 ] ||
+        lab_die "STACK=mptun runs the simulator's cases as they are (no RCVBUF/SNDBUF/CC/FAMILY)"
     MPTUN=${MPTUN:-$(find_bin mptun)}
-else
-    XFER=${XFER:-$(find_bin mptcp-xfer)}
+    exec "$MPTUN" lab penalise --scenario "$SCENARIO" --runs "$RUNS" --policy "${SCHED:-default}" --name "$NAME" \
+        --linkem "${LINKEM:-$(dirname "$MPTUN")/linkem}" --scripts "$HERE/.."
 fi
+LINKEM=${LINKEM:-$(find_bin linkem)}
+XFER=${XFER:-$(find_bin mptcp-xfer)}
 
 # Cases: r1 r2 d1 d2 limit1 limit2 rcvbuf sndbuf label
 CASES=()
@@ -139,69 +140,6 @@ transfer() {
         >>"$OUT/matrix.tsv"
 }
 
-# STACK=mptun: `mptun serve`/`mptun send` in the namespaces, each over its own TUN devices (the
-# linkem-server / linkem-client address plans of `mptun lab`): client path i is 10.9.i.2 behind
-# TUN 10.9.i.1, source-routed to c<i>; the server is 10.8.1.2 behind TUN 10.8.1.1 and routes each
-# client subnet back over its own path. One stream per run: the 16 MiB, without the simultaneous
-# 80 KiB reverse stream (`mptun send` moves data one way); download = `send --reverse`.
-mptun_routes() {
-    local i
-    ip netns exec "$NAME-cli" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
-    ip netns exec "$NAME-srv" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
-    for i in 1 2; do
-        ip -n "$NAME-cli" rule add from "10.9.$i.0/24" lookup $((200 + i)) pref $((200 + i))
-        ip -n "$NAME-cli" route add default via "10.0.$i.2" dev "c$i" table $((200 + i))
-        ip -n "$NAME-srv" route add "10.9.$i.0/24" via "10.0.$i.1" dev "s$i"
-    done
-    ip -n "$NAME-cli" route add 10.8.1.0/24 via 10.0.1.2 dev c1
-}
-
-# transfer_mptun RCV SND BOUND LABEL DIR: one 16 MiB stream; prints one result row.
-transfer_mptun() {
-    local rcv=$1 snd=$2 bound=$3 label=$4 dir=$5
-    local opts=(--json --no-progress)
-    [ "$rcv" = - ] || opts+=(--rcvbuf "$rcv")
-    [ "$snd" = - ] || opts+=(--sndbuf "$snd")
-    [ -z "$CC" ] || opts+=(--cc "$CC")
-    [ -z "${SCHED:-}" ] || opts+=(--scheduler "$SCHED")
-    PORT=$((PORT + 1))
-    timeout 180 ip netns exec "$NAME-srv" "$MPTUN" serve --topology linkem-server -1 -p "$PORT" "${opts[@]}" \
-        >"$OUT/srv.json" 2>"$OUT/srv.err" &
-    local spid=$! rc=0
-    LAB_WAIT_S=10 lab_wait_for grep -q "Server listening" "$OUT/srv.err" || lab_die "mptun serve did not listen"
-    local rev=()
-    [ "$dir" = download ] && rev=(--reverse)
-    timeout 180 ip netns exec "$NAME-cli" "$MPTUN" send 10.8.1.2 -p "$PORT" -n "$SIZE" "${rev[@]}" \
-        --topology linkem-client:2 "${opts[@]}" >"$OUT/cli.json" 2>"$OUT/cli.err" || rc=$?
-    wait "$spid" || rc=$?
-    local runtime="" goodput="-" ofo="-" subflows="-" sha=mismatch result
-    if [ "$rc" = 0 ]; then
-        runtime=$(jq -r '.end.sum_received.seconds * 1000 | floor' "$OUT/cli.json")
-        goodput=$(jq -r '.end.sum_received.bits_per_second / 1e6 * 100 | round / 100' "$OUT/cli.json")
-        subflows=$(jq -r '.end.mptcp.subflows_max' "$OUT/cli.json")
-        # The receiver's counters: the client's own on download, the server's on upload.
-        if [ "$dir" = download ]; then
-            ofo=$(jq -r '.end.mptcp.counters.MPTcpExtOFOQueue // 0' "$OUT/cli.json")
-        else
-            ofo=$(jq -r '.end.mptcp.peer_counters.MPTcpExtOFOQueue // 0' "$OUT/cli.json")
-        fi
-        [ "$(jq -r '.end.mptcp.sha256_match' "$OUT/cli.json")" = true ] && sha=match
-    fi
-    if [ "$sha" != match ]; then
-        result=FAIL
-        cat "$OUT/cli.err" "$OUT/srv.err" >&2
-    elif [ "$bound" = - ]; then
-        result=-
-    elif [ "$runtime" -le "$bound" ]; then
-        result=OK
-    else
-        result=FAIL
-    fi
-    printf '%-9s %-58s %-8s %8s %8s %8s %7s %4s %-8s %s\n' "$SCENARIO" "$label" "$dir" "${runtime:--}" \
-        "$bound" "$goodput" "$ofo" "$subflows" "$sha" "$result" | tee -a "$OUT/matrix.txt"
-    echo "$SCENARIO	$label	$dir	${runtime:--}	$bound	$goodput	$ofo	-	$subflows	$sha	$result" >>"$OUT/matrix.tsv"
-}
-
 printf '%-9s %-58s %-8s %8s %8s %8s %7s %4s %-8s %s\n' scenario case dir runtime bound goodput ofo sf sha256 \
     result | tee "$OUT/matrix.txt"
 echo "# $STACK stack, kernel $(uname -r), IPv$FAMILY, cc ${CC:-default}, $(date -u +%FT%TZ)" >"$OUT/matrix.tsv"
@@ -217,16 +155,9 @@ for c in "${CASES[@]}"; do
         bash "$TOPO" up --name "$NAME" --state "$STATE" --path "$(spec "$r1" "$d1" "$l1")" \
             --path "$(spec "$r2" "$d2" "$l2")" --linkem "$LINKEM" --mptcp-family "$FAMILY" >"$OUT/topo.log" 2>&1 ||
             { cat "$OUT/topo.log" >&2; lab_die "topology setup failed"; }
-        if [ "$STACK" = mptun ]; then
-            mptun_routes
-            lab_log "run $run: mptun, congestion control ${CC:-mptun default}, scheduler ${SCHED:-default}"
-            transfer_mptun "$rcv" "$snd" "$bound" "$desc" "download"
-            transfer_mptun "$rcv" "$snd" "$bound" "$desc" "upload"
-        else
-            lab_log "run $run: congestion control ${CC:-$(ip netns exec "$NAME-cli" sysctl -n net.ipv4.tcp_congestion_control)}, IPv$FAMILY"
-            transfer "$SMALL" "$SIZE" "$rcv" "$snd" "$bound" "$desc" "download"
-            transfer "$SIZE" "$SMALL" "$rcv" "$snd" "$bound" "$desc" "upload"
-        fi
+        lab_log "run $run: congestion control ${CC:-$(ip netns exec "$NAME-cli" sysctl -n net.ipv4.tcp_congestion_control)}, IPv$FAMILY"
+        transfer "$SMALL" "$SIZE" "$rcv" "$snd" "$bound" "$desc" "download"
+        transfer "$SIZE" "$SMALL" "$rcv" "$snd" "$bound" "$desc" "upload"
         bash "$TOPO" down --name "$NAME" --state "$STATE" >/dev/null
         for i in 1 2; do
             [ -e "$STATE/path$i.json" ] && cp "$STATE/path$i.json" "$OUT/$(echo "$label" | tr -c 'a-z0-9\n' _)-run$run-path$i.json"

@@ -168,14 +168,7 @@ fn cli_sigint_to_lab_tears_everything_down() {
     if require_netns().is_some() {
         return;
     }
-    let linkem = support::mptun_bin().with_file_name("linkem");
-    if !linkem.exists() {
-        assert!(
-            std::env::var("MPTUN_REQUIRE_NETNS").as_deref() != Ok("1"),
-            "{} not built (cargo build -p linkem)",
-            linkem.display()
-        );
-        println!("skipped: {} not built (cargo build -p linkem)", linkem.display());
+    if !support::linkem_built() {
         return;
     }
     let name = format!("clsgl{}", std::process::id() % 100_000);

@@ -210,3 +210,19 @@ impl Drop for Running {
         }
     }
 }
+
+/// Whether `linkem` was built next to `mptun` (the `mptun lab` tests need
+/// it); prints why not, and fails instead under MPTUN_REQUIRE_NETNS=1.
+pub fn linkem_built() -> bool {
+    let linkem = mptun_bin().with_file_name("linkem");
+    if linkem.exists() {
+        return true;
+    }
+    assert!(
+        std::env::var("MPTUN_REQUIRE_NETNS").as_deref() != Ok("1"),
+        "{} not built (cargo build -p linkem)",
+        linkem.display()
+    );
+    println!("skipped: {} not built (cargo build -p linkem)", linkem.display());
+    false
+}

@@ -6,7 +6,6 @@
 
 mod bulk;
 mod cli_demo;
-mod cli_lab;
 mod cli_shared;
 mod cli_sim;
 mod cli_sim_mptcp;
@@ -14,6 +13,7 @@ mod cli_xfer;
 mod conn;
 mod control;
 mod kernel;
+mod lab;
 mod pathspec;
 mod plot;
 mod proxy;
@@ -79,7 +79,7 @@ enum Command {
     /// Run a bulk-transfer test against `mptun serve` (like `iperf3 -c`).
     Send(cli_xfer::SendArgs),
     /// Run a scenario in real namespaces behind linkem paths (needs root), reported like `sim`.
-    Lab(cli_lab::LabArgs),
+    Lab(lab::LabArgs),
     /// Multipath for unmodified applications: a SOCKS5/transparent local proxy and its exit (docs/proxy.md).
     Proxy(proxy::ProxyArgs),
     /// Print a shell completion script, e.g. `mptun completions bash > /etc/bash_completion.d/mptun`.
@@ -99,7 +99,7 @@ impl Command {
             Command::Demo(a) => a.json.json,
             Command::Serve(a) => a.json(),
             Command::Send(a) => a.json(),
-            Command::Lab(a) => a.json.json,
+            Command::Lab(a) => a.json(),
             Command::Sim(_) | Command::Proxy(_) | Command::Completions { .. } | Command::Man => false,
         }
     }
@@ -128,7 +128,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => cli_sim::run(a),
         Command::Serve(a) => cli_xfer::run_serve(a),
         Command::Send(a) => cli_xfer::run_send(a),
-        Command::Lab(a) => cli_lab::run(a),
+        Command::Lab(a) => lab::run(a),
         Command::Proxy(a) => proxy::run(a),
         Command::Completions { shell } => {
             let mut out = Vec::new();

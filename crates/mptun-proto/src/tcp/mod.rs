@@ -488,6 +488,7 @@ impl Subflow {
             send_buffer: self.send_limit,
             recv_buffer: self.recv_limit,
             cwnd_limited: self.is_cwnd_limited(),
+            slow_start_exit: self.cc.slow_start_exit(),
         }
     }
 

@@ -144,7 +144,8 @@ pub struct Summary {
 }
 
 impl Summary {
-    fn of(runs: Vec<Run>) -> Summary {
+    /// The averages of `runs` (also of runs measured on real packets, `mptun lab penalise`).
+    pub fn of(runs: Vec<Run>) -> Summary {
         let n = runs.len().max(1) as f64;
         let avg = |f: &dyn Fn(&Run) -> f64| runs.iter().map(f).sum::<f64>() / n;
         Summary {

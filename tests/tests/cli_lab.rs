@@ -1,0 +1,162 @@
+//! `mptun lab` scenarios as a user runs them (issue 15): the penalty
+//! matrix's `sndbuf` case on real packets under `default` and
+//! `penalise-guarded`, and the HyStart experiment (legacy exits by delay
+//! below the BDP, fixed by ACK train at or above it; the kernel's CUBIC as
+//! the anchor, after a crashed run's leftovers of the same name are
+//! removed). Each report carries the simulator's prediction beside the lab's
+//! figures. Needs root and linkem: skipped with a reason otherwise, failed
+//! when MPTUN_REQUIRE_NETNS=1.
+
+#[path = "cli_support.rs"]
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use mptun_io::testutil::require_netns;
+use serde_json::Value;
+use support::run;
+
+const SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../netns-scripts");
+
+/// Whether the lab can run here (root, linkem built); prints why not.
+fn lab_ready() -> bool {
+    require_netns().is_none() && support::linkem_built()
+}
+
+fn name(suffix: &str) -> String {
+    format!("lb{}{suffix}", std::process::id() % 100_000)
+}
+
+fn namespaces_of(name: &str) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("{name}-")))
+        .map(String::from)
+        .collect()
+}
+
+/// `mptun lab ARGS --json --name NAME`, which must succeed and leave no namespace behind.
+fn lab_json(args: &[&str], name: &str, limit: Duration) -> (Value, String) {
+    let mut all = vec!["lab"];
+    all.extend_from_slice(args);
+    all.extend(["--json", "--name", name, "--scripts", SCRIPTS]);
+    let _teardown = Teardown(name.to_string());
+    let out = run(None, &all, limit);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "mptun {}: {}\n{err}", all.join(" "), out.status);
+    assert!(namespaces_of(name).is_empty(), "namespaces left: {:?}", namespaces_of(name));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    (v, err)
+}
+
+/// The lab named `.0` torn down on drop (its linkems stopped, its
+/// namespaces deleted) even when the test fails or the run was killed
+/// before its own teardown.
+struct Teardown(String);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let state = std::env::temp_dir().join(format!("mptun-lab-{}", self.0));
+        let _ = Command::new("bash")
+            .arg(format!("{SCRIPTS}/lab/topo.sh"))
+            .args(["down", "--name", &self.0, "--state"])
+            .arg(&state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(state);
+    }
+}
+
+fn figure<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["vs_sim"].as_array().expect("vs_sim").iter().find(|f| f["figure"] == name).expect(name)
+}
+
+/// The `sndbuf` case (10/3 Mbit/s, no delay, limits 30/20, 64 KiB send
+/// buffers): 16 MiB and 80 KiB at once in both directions, both digests
+/// intact, both paths used, the simulator's prediction beside the lab's.
+#[test]
+fn cli_lab_penalise_sndbuf_default_and_guarded() {
+    if !lab_ready() {
+        return;
+    }
+    for (policy, suffix) in [("default", "pd"), ("penalise-guarded", "pg")] {
+        let args = ["penalise", "--scenario", "sndbuf", "--policy", policy, "--runs", "1"];
+        let (v, err) = lab_json(&args, &name(suffix), Duration::from_secs(150));
+        println!("{policy}: {err}");
+        assert_eq!(v["stack"], "mptun");
+        assert_eq!(v["policy"], policy);
+        assert_eq!(v["sha256_match"], true, "{v:#}");
+        let runs = v["per_seed"].as_array().expect("per_seed");
+        assert_eq!(runs.len(), 2, "a forward and a reverse run");
+        for r in runs {
+            assert_eq!(r["sha256_match"], true, "{r}");
+            assert_eq!(r["subflows"], 2, "both paths carry the transfer: {r}");
+            assert!(r["ofo_queue"].as_u64().unwrap() > 0, "two paths reorder at the receiver: {r}");
+            // 16 MiB over 13 Mbit/s of paths takes at least 10.3 s; the 3 Mbit/s path alone 45 s.
+            let t = r["runtime_s"].as_f64().unwrap();
+            assert!((10.3..45.0).contains(&t), "runtime {t} s: {r}");
+        }
+        for f in ["runtime_s", "goodput_bps", "ofo_queue"] {
+            let x = figure(&v, f);
+            let (sim, lab) = (x["sim"].as_f64().unwrap(), x["lab"].as_f64().unwrap());
+            assert!(sim > 0.0 && lab > 0.0, "{x}");
+            assert!(((lab - sim) / sim - x["delta"].as_f64().unwrap()).abs() < 1e-9, "{x}");
+        }
+        assert_eq!(v["sim"]["policy"], policy);
+        assert_eq!(v["sim"]["seeds"], 1);
+    }
+}
+
+/// HyStart on real packets: legacy round start exits by delay below the
+/// BDP, the fix by ACK train at or above it (mptun's CUBIC, unpaced, as in
+/// the patch); a crashed run's leftover namespace of the same name does not
+/// stop the kernel's run, whose CUBIC (with the fix) also exits by train.
+///
+/// The ACK train needs ACKs no more than 2 ms apart (`hystart_ack_delta`);
+/// a userspace stack on a loaded shared host sometimes sees a longer gap
+/// within the round and the train is found late or not at all (docs/lab.md:
+/// one of three measured runs). So the mptun run is tried up to three times
+/// and must show the fix's behaviour once; the legacy exit must hold in
+/// every attempt.
+#[test]
+fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
+    if !lab_ready() {
+        return;
+    }
+    let n = name("hy");
+    let mut bdp = 0;
+    let mut fixed_by_train = false;
+    for attempt in 1..=3 {
+        let (v, _) = lab_json(&["hystart"], &n, Duration::from_secs(60));
+        let vars = v["variants"].as_array().expect("variants");
+        let (legacy, fixed) = (&vars[0], &vars[1]);
+        bdp = legacy["bdp_packets"].as_u64().unwrap();
+        assert_eq!(bdp, 619);
+        assert_eq!((legacy["round_start"].as_str(), fixed["round_start"].as_str()), (Some("legacy"), Some("fixed")));
+        assert_eq!(legacy["exit_reason"], "delay", "{legacy:#}");
+        assert!(legacy["exit_cwnd"].as_u64().unwrap() < bdp, "{legacy:#}");
+        assert_eq!(v["sim"]["fixed"]["exit_reason"], "train");
+        assert!(fixed["vs_sim"].as_array().unwrap().iter().any(|f| f["figure"] == "delivered_bytes"));
+        if fixed["exit_reason"] == "train" && fixed["exit_cwnd"].as_u64().unwrap() >= bdp {
+            fixed_by_train = true;
+            break;
+        }
+        println!("attempt {attempt}: fixed exited by {} at cwnd {}", fixed["exit_reason"], fixed["exit_cwnd"]);
+    }
+    assert!(fixed_by_train, "the fixed round start never exited by ACK train at or above the BDP in 3 runs");
+
+    // A run killed before its teardown left a namespace behind.
+    let k = name("hk");
+    let left = format!("{k}-mid");
+    assert!(Command::new("ip").args(["netns", "add", &left]).status().unwrap().success());
+    let (v, err) = lab_json(&["hystart", "--stack", "kernel"], &k, Duration::from_secs(60));
+    assert!(err.contains("leftovers"), "{err}");
+    let kernel = &v["variants"][0];
+    assert_eq!(kernel["exit_reason"], "train", "{kernel:#}");
+    assert!(kernel["exit_cwnd"].as_u64().unwrap() >= bdp, "{kernel:#}");
+    assert!(kernel["server_counters"]["TcpExtTCPHystartTrainDetect"].as_u64() == Some(1), "{kernel:#}");
+}

@@ -1,0 +1,543 @@
+//! `mptun lab peer` (hidden): one end of a lab transfer, run by the
+//! scenarios inside a namespace. Unlike `send`/`serve`, both ends send at
+//! the same time (the penalty matrix moves 16 MiB one way while 80 KiB go
+//! the other), each a deterministic byte stream hashed with SHA-256 on both
+//! sides, and the sender can watch its first subflow leave slow start
+//! (`hystart`). Either stack: mptun over the lab's TUN address plan, or the
+//! kernel's sockets. One JSON object on stdout.
+//!
+//! As `mptcp_connect` does, a side that has finished sending waits up to
+//! 200 ms (or until the peer's stream ended) before its DATA_FIN: the
+//! kernel's path manager creates no subflow once the connection has left
+//! ESTABLISHED, so a small side closing at once would keep the big
+//! transfer on one path.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use clap::Args;
+use mptun::pattern::Pattern;
+use mptun::{Algorithm, MptcpListener, MptcpStream, Policy, Stack, StreamOptions};
+use mptun_cc::{CaState, HystartRoundStart, PacerKind};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::topo::{LabStack, Topology};
+use crate::conn::{Conn, CounterSource};
+use crate::kernel::{self, KernelOptions};
+use crate::pathspec;
+use crate::units::parse_size;
+
+/// The line on stderr a listening peer prints when it accepts connections.
+pub const READY: &str = "peer: listening";
+/// The line on stderr a connecting peer prints just before it connects (a scenario's time zero).
+pub const CONNECTING: &str = "peer: connecting";
+/// How long a side that finished sending waits for the peer's stream before its DATA_FIN.
+const LINGER: Duration = Duration::from_millis(200);
+
+#[derive(Args, Debug)]
+pub struct PeerArgs {
+    /// Listen on this address and serve one connection.
+    #[arg(long, conflicts_with = "connect", required_unless_present = "connect")]
+    listen: Option<SocketAddr>,
+    /// Connect to this address.
+    #[arg(long)]
+    connect: Option<SocketAddr>,
+    #[arg(long, value_enum, default_value = "mptun")]
+    stack: LabStack,
+    /// mptun's address plan (`linkem-client:N`, `linkem-server`).
+    #[arg(long)]
+    topology: Option<String>,
+    /// Bytes to send (none by default).
+    #[arg(long, value_parser = parse_size)]
+    send: Option<u64>,
+    /// Send for this many seconds from the moment the connection is up, instead of --send bytes.
+    #[arg(long, value_name = "SECS")]
+    send_for: Option<f64>,
+    #[arg(long, value_parser = parse_size)]
+    sndbuf: Option<u64>,
+    #[arg(long, value_parser = parse_size)]
+    rcvbuf: Option<u64>,
+    #[arg(long)]
+    cc: Option<String>,
+    #[arg(long)]
+    scheduler: Option<Policy>,
+    /// HyStart's round start (mptun's CUBIC): legacy or fixed.
+    #[arg(long)]
+    round_start: Option<HystartRoundStart>,
+    /// mptun's pacer: edt, quantum or none.
+    #[arg(long)]
+    pacer: Option<PacerKind>,
+    /// Plain TCP.
+    #[arg(long)]
+    no_mptcp: bool,
+    /// Sample every this many ms (subflows; with --trace the first subflow's
+    /// slow-start exit and the bytes received).
+    #[arg(long, default_value_t = 10)]
+    sample_ms: u64,
+    /// Record the slow-start exit and the received-bytes series.
+    #[arg(long)]
+    trace: bool,
+    /// Seed of the byte stream this side sends.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// How slow start ended, as the sender saw it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SlowStartExit {
+    /// `train`/`delay` (HyStart, mptun's own account; for the kernel the
+    /// caller reads its counters), `hystart` (the kernel left slow start in
+    /// the Open state), `loss`.
+    pub reason: String,
+    /// cwnd (packets) at the exit (for `loss`: the last cwnd in slow start).
+    pub cwnd: u32,
+    /// Seconds after the connection was up.
+    pub t_s: f64,
+}
+
+/// What a peer prints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PeerReport {
+    pub stack: String,
+    pub sent: u64,
+    pub received: u64,
+    pub sent_sha256: String,
+    pub received_sha256: String,
+    /// From the start of connect (client) or accept (server) until both streams ended.
+    pub runtime_s: f64,
+    /// When the connection was up, from the same start.
+    pub established_s: f64,
+    pub subflows_max: usize,
+    /// `mptcp`, or `tcp` (never offered, or fell back).
+    pub mode: String,
+    /// Bytes each subflow had acknowledged, at every sample (with --trace).
+    pub subflow_series: Vec<(f64, Vec<u64>)>,
+    /// This side's counters over the test (mptun: the stack's; kernel: the namespace's).
+    pub counters: BTreeMap<String, u64>,
+    pub slow_start_exit: Option<SlowStartExit>,
+    pub final_cwnd: u64,
+    /// (seconds after the connection was up, bytes received so far), with --trace.
+    pub rx_series: Vec<(f64, u64)>,
+}
+
+fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn stream_options(a: &PeerArgs, mut o: StreamOptions) -> Result<StreamOptions> {
+    o = o.mptcp(!a.no_mptcp);
+    if let Some(c) = &a.cc {
+        let alg: Algorithm = c.parse().map_err(|e| anyhow!("--cc: {e}"))?;
+        o = o.congestion_control(alg);
+    }
+    if let Some(b) = a.sndbuf {
+        o = o.send_buffer_size(b as usize);
+    }
+    if let Some(b) = a.rcvbuf {
+        o = o.recv_buffer_size(b as usize);
+    }
+    let cfg = o.config_mut();
+    if let Some(p) = a.scheduler {
+        cfg.mptcp.scheduler = p;
+    }
+    if let Some(r) = a.round_start {
+        cfg.tcp.cubic.round_start = r;
+    }
+    if let Some(p) = a.pacer {
+        cfg.tcp.pacer = p;
+    }
+    Ok(o)
+}
+
+fn stack(a: &PeerArgs) -> Result<Stack> {
+    let t = a.topology.as_deref().ok_or_else(|| anyhow!("--topology is required for mptun's stack"))?;
+    let cfg = stream_options(a, StreamOptions::default())?.config().clone();
+    let mut b = Stack::builder().tcp_config(cfg.tcp).mptcp_config(cfg.mptcp);
+    for (addr, dev) in pathspec::create_tuns(&pathspec::topology(t)?)? {
+        b = b.path(addr, dev);
+    }
+    b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))
+}
+
+/// Both directions of one connection, driven from one task so the
+/// connection stays reachable for sampling.
+struct Duplex {
+    conn: Conn,
+    rbuf: Vec<u8>,
+    rx_hash: Sha256,
+    received: u64,
+    rx_eof: bool,
+    pattern: Pattern,
+    wbuf: Vec<u8>,
+    woff: usize,
+    tx_hash: Sha256,
+    sent: u64,
+    /// Bytes still to send (None: sending by time).
+    to_send: Option<u64>,
+    send_until: Option<Instant>,
+    sent_all_at: Option<Instant>,
+    closed: bool,
+}
+
+impl Duplex {
+    fn sending(&self, now: Instant) -> bool {
+        match (self.to_send, self.send_until) {
+            (Some(n), _) => n > 0 || self.woff < self.wbuf.len(),
+            (None, Some(t)) => now < t || self.woff < self.wbuf.len(),
+            (None, None) => false,
+        }
+    }
+
+    /// Makes progress on whatever can move; Ready when something did.
+    fn poll_step(&mut self, cx: &mut Context<'_>, tick: &mut Pin<Box<tokio::time::Sleep>>) -> Poll<io::Result<bool>> {
+        let mut moved = false;
+        let mut ticked = false;
+        while !self.rx_eof {
+            let mut rb = ReadBuf::new(&mut self.rbuf);
+            match Pin::new(&mut self.conn).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let n = rb.filled().len();
+                    if n == 0 {
+                        self.rx_eof = true;
+                    } else {
+                        self.rx_hash.update(rb.filled());
+                        self.received += n as u64;
+                    }
+                    moved = true;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => break,
+            }
+        }
+        let now = Instant::now();
+        while self.sending(now) {
+            if self.woff == self.wbuf.len() {
+                let n = self.to_send.map_or(64 * 1024, |r| r.min(64 * 1024)) as usize;
+                self.wbuf.resize(n, 0);
+                self.pattern.fill(&mut self.wbuf);
+                self.woff = 0;
+                if let Some(r) = self.to_send.as_mut() {
+                    *r -= n as u64;
+                }
+            }
+            match Pin::new(&mut self.conn).poll_write(cx, &self.wbuf[self.woff..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    self.tx_hash.update(&self.wbuf[self.woff..self.woff + n]);
+                    self.woff += n;
+                    self.sent += n as u64;
+                    moved = true;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => break,
+            }
+        }
+        if !self.sending(now) && !self.closed {
+            let at = *self.sent_all_at.get_or_insert(now);
+            if self.rx_eof || now >= at + LINGER {
+                match Pin::new(&mut self.conn).poll_shutdown(cx) {
+                    Poll::Ready(Ok(())) => {
+                        self.closed = true;
+                        moved = true;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
+            }
+        }
+        if tick.as_mut().poll(cx).is_ready() {
+            ticked = true;
+        }
+        if moved || ticked {
+            Poll::Ready(Ok(ticked))
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// The first subflow's (cwnd, ssthresh, in slow start's Open/Disorder
+/// states, HyStart's own account of the exit).
+type SlowStartState = (u32, u32, bool, Option<(&'static str, u32)>);
+
+fn first_subflow(conn: &Conn) -> Option<SlowStartState> {
+    match conn {
+        Conn::Mptun(s) => {
+            let i = s.info().ok()?;
+            let t = i.conn.subflows.first()?.tcp;
+            Some((t.cwnd, t.ssthresh, matches!(t.ca_state, CaState::Open | CaState::Disorder), t.slow_start_exit))
+        }
+        Conn::Kernel(s) => {
+            let (cwnd, ssthresh, ca_state) = tcp_info_cwnd(s.as_raw_fd())?;
+            // Linux's "infinite" ssthresh is TCP_INFINITE_SSTHRESH (0x7fffffff).
+            let ssthresh = if ssthresh >= 0x7fff_ffff { u32::MAX } else { ssthresh };
+            Some((cwnd, ssthresh, ca_state <= 1, None))
+        }
+    }
+}
+
+/// `TCP_INFO`'s snd_cwnd, snd_ssthresh and ca_state (offsets 80, 76, 1 of
+/// `struct tcp_info` in linux/tcp.h) of a plain TCP socket.
+fn tcp_info_cwnd(fd: std::os::fd::RawFd) -> Option<(u32, u32, u8)> {
+    let mut b = [0u8; 104];
+    let mut len = b.len() as libc::socklen_t;
+    // SAFETY: valid fd; b and len describe writable memory the kernel fills up to len.
+    let rc = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, b.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 || (len as usize) < 84 {
+        return None;
+    }
+    let at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+    Some((at(80), at(76), b[1]))
+}
+
+async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant) -> Result<PeerReport> {
+    let up = Instant::now();
+    let mut d = Duplex {
+        conn,
+        rbuf: vec![0; 64 * 1024],
+        rx_hash: Sha256::new(),
+        received: 0,
+        rx_eof: false,
+        pattern: Pattern::new(a.seed),
+        wbuf: Vec::new(),
+        woff: 0,
+        tx_hash: Sha256::new(),
+        sent: 0,
+        to_send: if a.send_for.is_some() { None } else { Some(a.send.unwrap_or(0)) },
+        send_until: a.send_for.map(|s| up + Duration::from_secs_f64(s)),
+        sent_all_at: None,
+        closed: false,
+    };
+    let every = Duration::from_millis(a.sample_ms.max(1));
+    let mut tick = Box::pin(tokio::time::sleep(every));
+    let (mut subflows_max, mut exit, mut last_ss_cwnd, mut series) = (0, None, 0u32, Vec::new());
+    let mut sf_series = Vec::new();
+    loop {
+        let ticked = std::future::poll_fn(|cx| d.poll_step(cx, &mut tick)).await.context("transfer")?;
+        if ticked {
+            tick.as_mut().reset(tokio::time::Instant::now() + every);
+            let probe = d.conn.probe();
+            subflows_max = subflows_max.max(probe.established());
+            let t = up.elapsed().as_secs_f64();
+            if a.trace {
+                series.push((t, d.received));
+                sf_series.push((t, probe.subflows.iter().map(|s| s.bytes_acked).collect()));
+                if exit.is_none() && d.sent > 0 {
+                    if let Some((cwnd, ssthresh, open, hystart)) = first_subflow(&d.conn) {
+                        if let Some((reason, c)) = hystart {
+                            exit = Some(SlowStartExit { reason: reason.into(), cwnd: c, t_s: t });
+                        } else if ssthresh != u32::MAX || !open {
+                            let (reason, c) = if open { ("hystart", ssthresh) } else { ("loss", last_ss_cwnd) };
+                            exit = Some(SlowStartExit { reason: reason.into(), cwnd: c, t_s: t });
+                        } else {
+                            last_ss_cwnd = cwnd;
+                        }
+                    }
+                }
+            }
+        }
+        if d.rx_eof && d.closed {
+            break;
+        }
+    }
+    let runtime_s = t0.elapsed().as_secs_f64();
+    let probe = d.conn.probe();
+    // mptun's connection lives in this process: stay until the peer has
+    // acknowledged everything (the kernel finishes a close on its own).
+    let linger = Instant::now();
+    while d.conn.acked(d.sent) < d.sent && linger.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ... and until every subflow's FIN is acknowledged (the peer has our
+    // DATA_FIN too): leaving earlier resets a peer still waiting for it.
+    let open = |c: &Conn| {
+        c.probe().subflows.iter().any(|s| s.established && !matches!(s.state, "FIN_WAIT2" | "TIME_WAIT" | "CLOSE"))
+    };
+    if matches!(d.conn, Conn::Mptun(_)) {
+        while open(&d.conn) && linger.elapsed() < Duration::from_secs(35) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    Ok(PeerReport {
+        stack: d.conn.stack_name().into(),
+        sent: d.sent,
+        received: d.received,
+        sent_sha256: hex(&d.tx_hash.finalize()),
+        received_sha256: hex(&d.rx_hash.finalize()),
+        runtime_s,
+        established_s: (up - t0).as_secs_f64(),
+        subflows_max: subflows_max.max(probe.established()),
+        mode: probe.mode.into(),
+        subflow_series: sf_series,
+        counters: counters.read(),
+        slow_start_exit: exit,
+        final_cwnd: probe.subflows.first().map_or(0, |s| s.cwnd),
+        rx_series: series,
+    })
+}
+
+async fn serve(a: &PeerArgs, at: SocketAddr) -> Result<PeerReport> {
+    let (mut listener_k, mut listener_m) = (None, None);
+    let (conn, counters, t0) = match a.stack {
+        LabStack::Kernel => {
+            let l = kernel::listen(at, &kernel_options(a))?;
+            eprintln!("{READY} on {at}");
+            let counters = CounterSource::kernel();
+            let (s, _) = l.accept().await.context("accept")?;
+            s.set_nodelay(true).ok();
+            // The listener stays open for the test: the kernel answers
+            // MP_JOIN SYNs only on a listening socket of the port.
+            listener_k = Some(l);
+            (Conn::Kernel(s), counters, Instant::now())
+        }
+        LabStack::Mptun => {
+            let st = stack(a)?;
+            let l = MptcpListener::bind(&st, at).await.map_err(|e| anyhow!("listen on {at}: {e}"))?;
+            eprintln!("{READY} on {at}");
+            let counters = CounterSource::mptun(st.clone());
+            let (s, _) = l.accept().await.context("accept")?;
+            listener_m = Some(l);
+            (Conn::Mptun(s), counters, Instant::now())
+        }
+    };
+    let r = run_conn(a, conn, counters, t0).await;
+    drop((listener_k, listener_m));
+    r
+}
+
+async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
+    let limit = Duration::from_secs(10);
+    let (conn, counters, t0) = match a.stack {
+        LabStack::Kernel => {
+            let counters = CounterSource::kernel();
+            eprintln!("{CONNECTING} to {to}");
+            let t0 = Instant::now();
+            let s = tokio::time::timeout(limit, kernel::connect(to, &kernel_options(a)))
+                .await
+                .map_err(|_| anyhow!("connect to {to}: timed out"))??;
+            (Conn::Kernel(s), counters, t0)
+        }
+        LabStack::Mptun => {
+            let st = stack(a)?;
+            let counters = CounterSource::mptun(st.clone());
+            let o = stream_options(a, st.stream_options())?;
+            eprintln!("{CONNECTING} to {to}");
+            let t0 = Instant::now();
+            let s = tokio::time::timeout(limit, MptcpStream::connect_with(&st, to, o))
+                .await
+                .map_err(|_| anyhow!("connect to {to}: timed out"))?
+                .map_err(|e| crate::cli_xfer::connect_error(to, &e))?;
+            (Conn::Mptun(s), counters, t0)
+        }
+    };
+    run_conn(a, conn, counters, t0).await
+}
+
+fn kernel_options(a: &PeerArgs) -> KernelOptions {
+    KernelOptions {
+        mptcp: !a.no_mptcp,
+        cc: a.cc.clone(),
+        sndbuf: a.sndbuf.map(|b| b as usize),
+        rcvbuf: a.rcvbuf.map(|b| b as usize),
+        max_pacing_rate: None,
+    }
+}
+
+pub fn run(a: PeerArgs) -> Result<()> {
+    if a.stack == LabStack::Kernel && (a.scheduler.is_some() || a.round_start.is_some() || a.pacer.is_some()) {
+        bail!("--scheduler/--round-start/--pacer configure mptun's stack");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let r = rt.block_on(async {
+        let work = async {
+            match (a.listen, a.connect) {
+                (Some(at), _) => serve(&a, at).await,
+                (None, Some(to)) => connect(&a, to).await,
+                (None, None) => bail!("--listen or --connect"),
+            }
+        };
+        tokio::select! {
+            r = work => r,
+            _ = crate::signals::wait() => Err(crate::signals::interrupted()),
+        }
+    })?;
+    println!("{}", serde_json::to_string(&r)?);
+    crate::report::mark_reported();
+    Ok(())
+}
+
+/// A change to a path at a time after the client started connecting.
+pub type Event<'a> = (Duration, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
+
+/// Runs one transfer: the server peer (`srv` arguments) in the server
+/// namespace, the client peer in the client's, `events` timed from the
+/// client's connect; returns (client, server) reports.
+pub fn run_pair(
+    topo: &Topology,
+    srv: &[String],
+    cli: &[String],
+    limit: Duration,
+    events: Vec<Event<'_>>,
+) -> Result<(PeerReport, PeerReport)> {
+    let mut server = topo.spawn(&topo.srv, srv)?;
+    server.wait_ready(READY, Duration::from_secs(10)).context("the server peer")?;
+    let mut client = topo.spawn(&topo.cli, cli)?;
+    client.wait_ready(CONNECTING, Duration::from_secs(10)).context("the client peer")?;
+    let t0 = Instant::now();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (cr, ev) = std::thread::scope(|sc| {
+        let ev = sc.spawn(|| -> Result<()> {
+            for (at, f) in events {
+                while t0.elapsed() < at {
+                    if done.load(std::sync::atomic::Ordering::Relaxed) || crate::signals::received().is_some() {
+                        return Ok(());
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                f()?;
+            }
+            Ok(())
+        });
+        let cr = client.finish(limit);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (cr, ev.join())
+    });
+    ev.map_err(|_| anyhow!("a path event panicked"))??;
+    let parse = |what: &str, (st, out, err): (std::process::ExitStatus, String, String)| -> Result<PeerReport> {
+        if !st.success() {
+            bail!("the {what} peer failed: {}", err.lines().last().unwrap_or("no message"));
+        }
+        serde_json::from_str(out.trim()).with_context(|| format!("the {what} peer's report: {out}"))
+    };
+    let cr = parse("client", cr.context("the client peer")?)?;
+    let sr = parse("server", server.finish(Duration::from_secs(30)).context("the server peer")?)?;
+    Ok((cr, sr))
+}
+
+impl PeerReport {
+    /// Both byte streams arrived whole: `a` sent what `b` received and back.
+    pub fn intact_with(&self, b: &PeerReport) -> bool {
+        self.sent == b.received
+            && b.sent == self.received
+            && self.sent_sha256 == b.received_sha256
+            && b.sent_sha256 == self.received_sha256
+    }
+
+    /// A counter of this side, 0 when it did not move.
+    pub fn counter(&self, k: &str) -> u64 {
+        self.counters.get(k).copied().unwrap_or(0)
+    }
+}

@@ -1,0 +1,346 @@
+//! What every `mptun lab` scenario shares: the client — linkem — server
+//! namespaces of `netns-scripts/lab/topo.sh`, torn down whatever happens
+//! (an error, SIGINT/SIGTERM: every return drops the [`Topology`]), the
+//! leftovers of a crashed run with the same `--name` removed before a new
+//! one starts, mptun's TUN routing, and the processes a scenario runs
+//! inside the namespaces (killed on drop).
+//!
+//! Routing plan for mptun's stack (the veths are topo.sh's 10.0.i.0/24):
+//!
+//! ```text
+//! P-cli: TUN mptc<i> 10.9.i.1/24, mptun 10.9.i.2;  rule from 10.9.i.0/24 lookup 20<i>:
+//!        default via 10.0.i.2 dev c<i>;  10.8.1.0/24 via 10.0.1.2 dev c1;  forwarding on
+//! P-srv: TUN mpts1 10.8.1.1/24, mptun 10.8.1.2;    10.9.i.0/24 via 10.0.i.1 dev s<i>;  forwarding on
+//! ```
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, ValueEnum};
+
+use crate::cli_shared::JsonDocument;
+use crate::signals;
+
+/// Whose MPTCP runs at both ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LabStack {
+    Mptun,
+    Kernel,
+}
+
+impl LabStack {
+    pub fn name(self) -> &'static str {
+        match self {
+            LabStack::Mptun => "mptun",
+            LabStack::Kernel => "kernel",
+        }
+    }
+}
+
+/// Options of every lab scenario.
+#[derive(Args, Debug, Clone)]
+pub struct LabCommon {
+    /// Namespace prefix (P-cli, P-mid, P-srv); default mlab<pid>. A rerun
+    /// with the name of a crashed run removes that run's leftovers first.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The linkem binary (default: next to this one, or in $CARGO_TARGET_DIR).
+    #[arg(long, value_name = "BIN")]
+    pub linkem: Option<PathBuf>,
+    /// The netns-scripts directory (default: found above the current directory or this binary).
+    #[arg(long, value_name = "DIR")]
+    pub scripts: Option<PathBuf>,
+    #[command(flatten)]
+    pub json: JsonDocument,
+}
+
+fn find_scripts(given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(d) = given {
+        if d.join("lab/topo.sh").is_file() {
+            return Ok(d.to_path_buf());
+        }
+        bail!("{}: no lab/topo.sh there", d.display());
+    }
+    let mut starts = vec![std::env::current_dir()?];
+    if let Ok(exe) = std::env::current_exe() {
+        starts.push(exe);
+    }
+    for s in starts {
+        for dir in s.ancestors() {
+            let c = dir.join("netns-scripts");
+            if c.join("lab/topo.sh").is_file() {
+                return Ok(c);
+            }
+        }
+    }
+    bail!("netns-scripts/lab/topo.sh not found: run from the repository or pass --scripts DIR")
+}
+
+fn find_linkem(given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = given {
+        return if p.is_file() { Ok(p.to_path_buf()) } else { Err(anyhow!("--linkem {}: no such file", p.display())) };
+    }
+    let mut cands = Vec::new();
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+        cands.push(dir.join("linkem"));
+    }
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        for p in ["release", "debug"] {
+            cands.push(PathBuf::from(&t).join(p).join("linkem"));
+        }
+    }
+    cands
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow!("linkem not found: build it (cargo build --release -p linkem) or pass --linkem BIN"))
+}
+
+fn ip(ns: &str, args: &[&str]) -> Result<()> {
+    mptun_io::netns::ip(ns, args).map(drop).map_err(|e| anyhow!("{e}"))
+}
+
+fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
+    mptun_io::netns::sysctl(ns, key, value).map_err(|e| anyhow!("{e}"))
+}
+
+fn namespaces() -> Vec<String> {
+    Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The lab's namespaces and linkem processes; torn down on drop.
+pub struct Topology {
+    script: PathBuf,
+    linkem: PathBuf,
+    pub name: String,
+    state: PathBuf,
+    /// `P-cli`, `P-srv`.
+    pub cli: String,
+    pub srv: String,
+}
+
+impl Topology {
+    /// Checks root and the name, finds topo.sh and linkem.
+    pub fn plan(c: &LabCommon) -> Result<Topology> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            bail!("mptun lab needs root (it builds network namespaces)");
+        }
+        let scripts = find_scripts(c.scripts.as_deref())?;
+        let linkem = find_linkem(c.linkem.as_deref())?;
+        let name = c.name.clone().unwrap_or_else(|| format!("mlab{}", std::process::id() % 100_000));
+        if name.is_empty() || name.len() > 20 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            bail!("--name '{name}': 1-20 of [A-Za-z0-9-]");
+        }
+        Ok(Topology {
+            script: scripts.join("lab/topo.sh"),
+            linkem,
+            state: std::env::temp_dir().join(format!("mptun-lab-{name}")),
+            cli: format!("{name}-cli"),
+            srv: format!("{name}-srv"),
+            name,
+        })
+    }
+
+    fn down(&self) -> bool {
+        Command::new("bash")
+            .arg(&self.script)
+            .args(["down", "--name", &self.name, "--state"])
+            .arg(&self.state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Builds the namespaces with one linkem per path spec (each applies to
+    /// both directions, or `UP|DOWN`), and mptun's routes for `stack`
+    /// mptun. A crashed run's namespaces and linkems of the same name are
+    /// removed first.
+    pub fn up(self, specs: &[String], stack: LabStack, mptcp: bool) -> Result<Topology> {
+        let ours = [format!("{}-cli", self.name), format!("{}-mid", self.name), self.srv.clone()];
+        if namespaces().iter().any(|n| ours.contains(n)) || self.state.exists() {
+            eprintln!("lab: removing the leftovers of an earlier run named {}", self.name);
+            if !self.down() {
+                bail!("cannot remove the leftovers of {}: delete {}-cli/-mid/-srv by hand", self.name, self.name);
+            }
+            let _ = std::fs::remove_dir_all(&self.state);
+        }
+        let mut up = Command::new("bash");
+        up.arg(&self.script).args(["up", "--name", &self.name, "--state"]).arg(&self.state).arg("--linkem");
+        up.arg(&self.linkem);
+        if !mptcp {
+            up.arg("--no-mptcp");
+        }
+        for s in specs {
+            up.args(["--path", s]);
+        }
+        eprintln!("lab: {} — linkem [{}] — {}, stack {}", self.cli, specs.join(" | "), self.srv, stack.name());
+        let out = up.output().context("cannot run bash")?;
+        // From here on the namespaces may exist: `self` tears them down on
+        // every way out (an error, a signal).
+        if signals::received().is_some() {
+            return Err(signals::interrupted());
+        }
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            bail!("topo.sh up failed: {}", err.trim().lines().last().unwrap_or("no output"));
+        }
+        for ns in [&self.cli, &self.srv] {
+            // Each connection starts from the defaults, as each simulated
+            // run does: no ssthresh/RTT cached from the previous one.
+            sysctl(ns, "net.ipv4.tcp_no_metrics_save", "1")?;
+        }
+        if stack == LabStack::Mptun {
+            self.mptun_routes(specs.len() as u8)?;
+        }
+        Ok(self)
+    }
+
+    /// Routes mptun's TUN subnets across the lab (see the module comment).
+    fn mptun_routes(&self, paths: u8) -> Result<()> {
+        for ns in [&self.cli, &self.srv] {
+            sysctl(ns, "net.ipv4.ip_forward", "1")?;
+        }
+        for i in 1..=paths {
+            let table = (200 + u32::from(i)).to_string();
+            ip(&self.cli, &["rule", "add", "from", &format!("10.9.{i}.0/24"), "lookup", &table, "pref", &table])?;
+            let via = format!("10.0.{i}.2");
+            ip(&self.cli, &["route", "add", "default", "via", &via, "dev", &format!("c{i}"), "table", &table])?;
+            let (net, back) = (format!("10.9.{i}.0/24"), format!("10.0.{i}.1"));
+            ip(&self.srv, &["route", "add", &net, "via", &back, "dev", &format!("s{i}")])?;
+        }
+        ip(&self.cli, &["route", "add", "10.8.1.0/24", "via", "10.0.1.2", "dev", "c1"])
+    }
+
+    /// A command to path `index`'s linkem (`down both`, `up both`, `stats`, `set a2b rate=...`).
+    pub fn ctl(&self, index: u8, cmd: &[&str]) -> Result<String> {
+        let out = Command::new(&self.linkem)
+            .arg("ctl")
+            .arg(self.state.join(format!("path{index}.sock")))
+            .args(cmd)
+            .output()
+            .context("cannot run linkem ctl")?;
+        if !out.status.success() {
+            bail!("linkem ctl {}: {}", cmd.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Starts this executable with `args` inside namespace `ns`.
+    pub fn spawn(&self, ns: &str, args: &[String]) -> Result<Proc> {
+        let exe = std::env::current_exe().context("own executable")?;
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start `ip netns exec`")?;
+        let out = lines(c.stdout.take().expect("piped"));
+        let err = lines(c.stderr.take().expect("piped"));
+        Ok(Proc { child: Some(c), out, err })
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        if !self.down() {
+            eprintln!("mptun: warning: `topo.sh down --name {}` failed; remove {0}-cli/-mid/-srv by hand", self.name);
+        }
+        // The state directory (linkem sockets, pid files, stats) is ours too.
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+/// Collects a pipe's lines on a thread.
+fn lines(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(r).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// A child process (`ip netns exec` execs it, so the pid is the child's),
+/// killed on drop, with its output collected line by line.
+pub struct Proc {
+    child: Option<Child>,
+    pub out: mpsc::Receiver<String>,
+    pub err: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    /// Waits for a line on stderr containing `ready`; fails on exit, timeout or a signal.
+    pub fn wait_ready(&mut self, ready: &str, limit: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        let mut seen = Vec::new();
+        loop {
+            if signals::received().is_some() {
+                return Err(signals::interrupted());
+            }
+            match self.err.recv_timeout(Duration::from_millis(50)) {
+                Ok(l) if l.contains(ready) => return Ok(()),
+                Ok(l) => seen.push(l),
+                Err(mpsc::RecvTimeoutError::Timeout) if t0.elapsed() < limit => {}
+                Err(_) => bail!("did not start within {} s: {}", limit.as_secs(), seen.join("; ")),
+            }
+        }
+    }
+
+    /// Waits for the exit (bounded, interruptible); returns status, stdout, stderr.
+    pub fn finish(&mut self, limit: Duration) -> Result<(ExitStatus, String, String)> {
+        let c = self.child.as_mut().ok_or_else(|| anyhow!("already finished"))?;
+        let t0 = Instant::now();
+        let st = loop {
+            if let Some(st) = c.try_wait()? {
+                break st;
+            }
+            if t0.elapsed() > limit {
+                bail!("did not finish within {:.0} s", limit.as_secs_f64());
+            }
+            if signals::received().is_some() {
+                return Err(signals::interrupted());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        self.child = None;
+        // The reader threads end with the pipes; give them a moment to drain.
+        let drain = |rx: &mpsc::Receiver<String>| {
+            let mut v = Vec::new();
+            while let Ok(l) = rx.recv_timeout(Duration::from_millis(500)) {
+                v.push(l);
+            }
+            v.join("\n")
+        };
+        Ok((st, drain(&self.out), drain(&self.err)))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
