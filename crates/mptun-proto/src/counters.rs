@@ -153,6 +153,9 @@ counters! {
     mptcp_mp_join_synack_rx => "MPTcpExtMPJoinSynAckRx",
     /// Third ACKs with MP_JOIN received and verified (`MPTcpExt MPJoinAckRx`).
     mptcp_mp_join_ack_rx => "MPTcpExtMPJoinAckRx",
+    /// MP_JOIN subflows the path manager asked for that could not be
+    /// opened: no free local port towards the peer (`MPTcpExt MPJoinSynTxConnectErr`).
+    mptcp_mp_join_syn_tx_connect_err => "MPTcpExtMPJoinSynTxConnectErr",
     /// MP_JOIN SYNs for an unknown token (`MPTcpExt MPJoinNoTokenFound`).
     mptcp_mp_join_no_token_found => "MPTcpExtMPJoinNoTokenFound",
     /// MP_JOIN SYN-ACKs with a wrong HMAC (`MPTcpExt MPJoinSynAckHMacFailure`).

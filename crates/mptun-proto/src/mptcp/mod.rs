@@ -29,6 +29,7 @@ pub use info::{ConnectionInfo, SubflowInfo};
 
 use crate::buf::{RecvBuf, SendBuf};
 use crate::counters::Counters;
+use crate::error::{RecvError, SendError};
 use crate::pm::{JoinRequest, PmState};
 use crate::sched::{new_scheduler, Scheduler};
 use crate::seq::{DataSeq, Seq};
@@ -509,10 +510,15 @@ impl Connection {
     }
 
     /// Queues as much of `data` as fits and returns how much; like a
-    /// non-blocking `write`, the rest must be offered again later.
-    pub fn send(&mut self, data: &[u8]) -> usize {
+    /// non-blocking `write`, the rest must be offered again later. `Ok(0)`:
+    /// no room yet (or the handshake has not said where data goes); an
+    /// error: no byte will ever be taken again.
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
+        if !self.may_send() {
+            return Err(SendError::InvalidState);
+        }
         if self.plain() {
-            return self.initial().map_or(0, |s| s.send(data));
+            return Ok(self.initial().map_or(0, |s| s.send(data)));
         }
         let n = data.len().min(self.send_space());
         if n > 0 {
@@ -520,7 +526,25 @@ impl Connection {
             self.shared.write_seq += n as u64;
             self.progress(self.last_now);
         }
-        n
+        Ok(n)
+    }
+
+    /// Whether our direction is still open: the application may write now
+    /// or later (in MPTCP mode, no DATA_FIN queued and a subflow left; in
+    /// plain mode, the subflow not past its FIN).
+    pub fn may_send(&self) -> bool {
+        use crate::tcp::State;
+        let open = |s: &Subflow| {
+            matches!(s.state(), State::SynSent | State::SynReceived | State::Established | State::CloseWait)
+        };
+        match self.shared.mode {
+            Mode::Plain | Mode::Pending => self.subflow(0).is_some_and(open),
+            Mode::Mptcp => {
+                self.shared.data_fin_seq.is_none()
+                    && !self.closed_event_sent
+                    && self.subflows.iter().flatten().any(|(s, _)| !s.is_closed())
+            }
+        }
     }
 
     /// Bytes readable in order now.
@@ -534,17 +558,38 @@ impl Connection {
     /// Reads in-order data into `out`. `now` drives receive-buffer
     /// autotuning (the window grows with what the application consumes) and
     /// may trigger a window update.
-    pub fn recv(&mut self, now: Instant, out: &mut [u8]) -> usize {
-        if self.plain() {
-            return self.initial().map_or(0, |s| s.recv(now, out));
+    ///
+    /// `Ok(0)`: nothing yet; [`RecvError::Finished`]: the peer's stream ended
+    /// and all of it was read; [`RecvError::InvalidState`]: the connection
+    /// closed without that end (reset, timed out).
+    pub fn recv(&mut self, now: Instant, out: &mut [u8]) -> Result<usize, RecvError> {
+        let n = if self.plain() {
+            self.initial().map_or(0, |s| s.recv(now, out))
+        } else {
+            let n = self.rcv_buf.read(out);
+            if n > 0 {
+                self.rcvq_space.on_read(n);
+                self.rcv_space_adjust(now);
+                self.maybe_window_update();
+            }
+            n
+        };
+        if n > 0 || out.is_empty() {
+            return Ok(n);
         }
-        let n = self.rcv_buf.read(out);
-        if n > 0 {
-            self.rcvq_space.on_read(n);
-            self.rcv_space_adjust(now);
-            self.maybe_window_update();
+        // An orderly end only: a plain subflow that was reset is closed but
+        // never received the FIN.
+        let finished = match self.shared.mode {
+            Mode::Mptcp => self.recv_finished(),
+            Mode::Plain | Mode::Pending => self.subflow(0).is_some_and(|s| s.recv_finished()),
+        };
+        if finished {
+            return Err(RecvError::Finished);
         }
-        n
+        if self.is_closed() {
+            return Err(RecvError::InvalidState);
+        }
+        Ok(0)
     }
 
     /// The peer closed its direction (DATA_FIN, or FIN in plain mode) and

@@ -7,7 +7,14 @@
 //! `handle_packet`* / `handle_timeout` → `poll_transmit` until `None` →
 //! `poll_event` until `None` → sleep until `poll_timeout`.
 
+mod limits;
+mod ports;
+
+pub use limits::Limits;
+pub use ports::IP_LOCAL_PORT_RANGE;
+
 use crate::counters::Counters;
+use crate::error::{ConnectError, RecvError, SendError};
 use crate::mptcp::{ConnConfig, Connection, MptcpConfig};
 use crate::seq::Seq;
 use crate::tcp::{Event, TcpConfig, Transmit};
@@ -19,12 +26,6 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-
-/// Local ports an outgoing connection (or subflow) is given when it asks for
-/// port 0: Linux's default `net.ipv4.ip_local_port_range` (32768–60999), so
-/// that our connections look like the kernel's to firewalls and NATs. Public
-/// so that the runtime draws from the same range.
-pub const IP_LOCAL_PORT_RANGE: core::ops::RangeInclusive<u16> = 32768..=60999;
 
 /// Identifies a connection within its endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -43,6 +44,8 @@ pub struct EndpointConfig {
     /// MPTCP settings of every connection (MP_CAPABLE offered and accepted
     /// only if enabled here).
     pub mptcp: MptcpConfig,
+    /// What the endpoint lets peers and the application hold.
+    pub limits: Limits,
 }
 
 impl EndpointConfig {
@@ -136,7 +139,12 @@ impl Endpoint {
     }
 
     /// Opens a connection with the endpoint's defaults.
-    pub fn connect(&mut self, now: Instant, local: SocketAddr, remote: SocketAddr) -> ConnectionHandle {
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        local: SocketAddr,
+        remote: SocketAddr,
+    ) -> Result<ConnectionHandle, ConnectError> {
         let cfg = self.config.conn();
         self.connect_conn(now, local, remote, cfg)
     }
@@ -148,22 +156,26 @@ impl Endpoint {
         local: SocketAddr,
         remote: SocketAddr,
         tcp: TcpConfig,
-    ) -> ConnectionHandle {
+    ) -> Result<ConnectionHandle, ConnectError> {
         let cfg = ConnConfig { tcp, mptcp: self.config.mptcp.clone() };
         self.connect_conn(now, local, remote, cfg)
     }
 
     /// Opens a connection with its own settings. A zero local port picks an
-    /// ephemeral one from [`IP_LOCAL_PORT_RANGE`].
+    /// ephemeral one from [`IP_LOCAL_PORT_RANGE`] (none free towards
+    /// `remote`: [`ConnectError::AddrNotAvailable`]); an explicit one must
+    /// not name a live subflow's pair ([`ConnectError::AddrInUse`]).
     pub fn connect_conn(
         &mut self,
         now: Instant,
         mut local: SocketAddr,
         remote: SocketAddr,
         cfg: ConnConfig,
-    ) -> ConnectionHandle {
+    ) -> Result<ConnectionHandle, ConnectError> {
         if local.port() == 0 {
-            local.set_port(self.ephemeral_port(local, remote));
+            local.set_port(self.ephemeral_port(local.ip(), remote).ok_or(ConnectError::AddrNotAvailable)?);
+        } else if self.tuple_in_use(&(local, remote)) {
+            return Err(ConnectError::AddrInUse);
         }
         let key = self.fresh_key();
         let (iss, ts) = (self.rng.random(), self.rng.random());
@@ -173,17 +185,27 @@ impl Endpoint {
         self.tokens.insert(crypto::token(key), h);
         self.by_tuple.insert((local, remote), (h, 0));
         self.apply_device_mtu(h, 0, local.ip());
-        h
+        Ok(h)
     }
 
-    fn ephemeral_port(&mut self, local: SocketAddr, remote: SocketAddr) -> u16 {
-        loop {
-            // A half-open range, drawn exactly as before the constant existed.
-            let p = self.rng.random_range(*IP_LOCAL_PORT_RANGE.start()..*IP_LOCAL_PORT_RANGE.end() + 1);
-            if !self.by_tuple.contains_key(&(SocketAddr::new(local.ip(), p), remote)) {
-                return p;
-            }
-        }
+    /// A local port from `local` towards `remote` that no live subflow and
+    /// no listener uses, or `None` once the range is exhausted.
+    fn ephemeral_port(&mut self, local: IpAddr, remote: SocketAddr) -> Option<u16> {
+        let mut rng = std::mem::replace(&mut self.rng, ChaCha20Rng::from_seed([0; 32]));
+        let p = ports::pick(&mut rng, &self.config.limits.local_port_range, |p| {
+            let l = SocketAddr::new(local, p);
+            self.tuple_in_use(&(l, remote)) || self.is_listening(l)
+        });
+        self.rng = rng;
+        p
+    }
+
+    /// Whether a live subflow owns the pair (an entry whose subflow closed
+    /// is stale and may be taken over).
+    fn tuple_in_use(&self, t: &FourTuple) -> bool {
+        self.by_tuple
+            .get(t)
+            .is_some_and(|&(h, idx)| self.conn(h).and_then(|c| c.subflow(idx)).is_some_and(|s| !s.is_closed()))
     }
 
     /// A key whose token no other connection of ours uses.
@@ -246,12 +268,14 @@ impl Endpoint {
     // simulator's applications) uses, plain TCP or MPTCP alike.
     // --------------------------------------------------------------
 
-    /// Queues bytes for sending; returns how many the send buffer took.
-    pub fn send(&mut self, h: ConnectionHandle, data: &[u8]) -> usize {
-        let Some(c) = self.conn_mut(h) else { return 0 };
-        let n = c.send(data);
+    /// Queues bytes for sending; returns how many the send buffer took
+    /// (`Ok(0)`: no room yet). An error: the connection is gone or our
+    /// direction is shut down, nothing will ever be taken.
+    pub fn send(&mut self, h: ConnectionHandle, data: &[u8]) -> Result<usize, SendError> {
+        let c = self.conn_mut(h).ok_or(SendError::InvalidState)?;
+        let n = c.send(data)?;
         self.after_app(h);
-        n
+        Ok(n)
     }
 
     /// Room in the send buffer.
@@ -259,11 +283,11 @@ impl Endpoint {
         self.conn(h).map_or(0, |c| c.send_space())
     }
 
-    /// Copies received bytes into `out`; 0 means nothing is ready (check
-    /// [`Endpoint::recv_finished`] to tell end-of-stream apart).
-    pub fn recv(&mut self, h: ConnectionHandle, now: Instant, out: &mut [u8]) -> usize {
-        let Some(c) = self.conn_mut(h) else { return 0 };
-        c.recv(now, out)
+    /// Copies received bytes into `out`: `Ok(0)` means nothing is ready yet,
+    /// [`RecvError::Finished`] the end of the peer's stream,
+    /// [`RecvError::InvalidState`] a connection gone without that end.
+    pub fn recv(&mut self, h: ConnectionHandle, now: Instant, out: &mut [u8]) -> Result<usize, RecvError> {
+        self.conn_mut(h).ok_or(RecvError::InvalidState)?.recv(now, out)
     }
 
     /// Bytes ready to read.
@@ -494,9 +518,13 @@ impl Endpoint {
         let Some(c) = self.conns.get_mut(h.0).and_then(Option::as_mut) else { return };
         let joins = std::mem::take(&mut c.pending_joins);
         for j in joins {
-            let mut local = SocketAddr::new(j.local, 0);
             let remote = SocketAddr::new(j.remote, j.remote_port);
-            local.set_port(self.ephemeral_port(local, remote));
+            let Some(port) = self.ephemeral_port(j.local, remote) else {
+                // Linux: __mptcp_subflow_connect fails with EADDRNOTAVAIL.
+                self.counters.mptcp_mp_join_syn_tx_connect_err += 1;
+                continue;
+            };
+            let local = SocketAddr::new(j.local, port);
             let (nonce, iss, ts) = (self.rng.random(), self.rng.random(), self.rng.random());
             let c = self.conns[h.0].as_mut().expect("checked above");
             let idx = c.add_join(now, &j, local, nonce, iss, ts);
@@ -568,3 +596,6 @@ impl Endpoint {
 fn wrap_early_iss(cfg: &ConnConfig, iss: u32) -> u32 {
     cfg.mptcp.wrap_early.map_or(iss, |n| 0u32.wrapping_sub(n / 2).wrapping_sub(iss % 4096))
 }
+
+#[cfg(test)]
+mod tests;
