@@ -12,7 +12,7 @@ use tokio::time::timeout;
 async fn exhausted_ports_give_addr_not_available_not_a_hang() {
     let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
     let (a, b): (Arc<dyn PacketIo>, Arc<dyn PacketIo>) = (Arc::new(a), Arc::new(b));
-    let limits = Limits { local_port_range: 40000..=40002 };
+    let limits = Limits { local_port_range: 40000..=40002, ..Limits::default() };
     let sa = Stack::builder().path("10.0.0.1".parse().unwrap(), a).limits(limits).build().unwrap();
     let sb = Stack::builder().path("10.0.0.2".parse().unwrap(), b).build().unwrap();
     let listener = MptcpListener::bind(&sb, "10.0.0.2:5000").await.unwrap();

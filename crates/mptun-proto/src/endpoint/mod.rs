@@ -7,25 +7,27 @@
 //! `handle_packet`* / `handle_timeout` → `poll_transmit` until `None` →
 //! `poll_event` until `None` → sleep until `poll_timeout`.
 
+mod cookie;
+mod input;
 mod limits;
 mod ports;
+mod timers;
 
+pub(crate) use limits::JoinLimits;
 pub use limits::Limits;
 pub use ports::IP_LOCAL_PORT_RANGE;
 
 use crate::counters::Counters;
 use crate::error::{ConnectError, RecvError, SendError};
 use crate::mptcp::{ConnConfig, Connection, MptcpConfig};
-use crate::seq::Seq;
 use crate::tcp::{Event, TcpConfig, Transmit};
 use mptun_time::Instant;
-use mptun_wire::icmp::{parse_icmp_packet, Icmp};
-use mptun_wire::parse_tcp_packet;
-use mptun_wire::{crypto, MptcpOption, TcpFlags, TcpHeader, TcpOptions};
+use mptun_wire::crypto;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use timers::TimerQueue;
 
 /// Identifies a connection within its endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,6 +37,9 @@ pub struct ConnectionHandle(pub usize);
 /// polls: a bound, so a flood of stray segments costs no memory (the excess
 /// is dropped unanswered, as Linux's RST rate limit would).
 const MAX_STRAY_RSTS: usize = 64;
+
+/// Cookie SYN-ACKs queued until the driver polls (with the RSTs above).
+const MAX_STATELESS: usize = 1024;
 
 /// Endpoint-wide settings: the defaults of every connection it opens or accepts.
 #[derive(Clone, Debug, Default)]
@@ -57,19 +62,55 @@ impl EndpointConfig {
 /// (local, remote) of a subflow.
 type FourTuple = (SocketAddr, SocketAddr);
 
+/// What the endpoint keeps about one connection besides the connection.
+struct Slot {
+    conn: Connection,
+    /// Our token in [`Endpoint::tokens`], until the connection closes or
+    /// falls back to plain TCP: kept here because a fallen-back connection
+    /// no longer tells it.
+    token: Option<u32>,
+    /// Our entries in [`Endpoint::by_tuple`]: (pair, subflow index).
+    tuples: Vec<(FourTuple, usize)>,
+    /// The application knows the handle (it connected, or accepted it): only
+    /// it may free the slot. A passive connection not yet accepted is the
+    /// endpoint's, reaped as soon as it closes.
+    owned: bool,
+    /// Passive and its handshake not done: counts against `max_syn_backlog`.
+    half_open: bool,
+    /// Handed out by `conn_mut` since the endpoint last looked: its timer
+    /// and output must be looked at again.
+    dirty: bool,
+}
+
 /// All connections of one host.
 pub struct Endpoint {
     config: EndpointConfig,
     rng: ChaCha20Rng,
-    conns: Vec<Option<Connection>>,
+    conns: Vec<Option<Slot>>,
+    /// Free slots, lowest first (a handle is the lowest free index, as it
+    /// always was), O(log n) instead of a scan.
+    free: BTreeSet<usize>,
+    live: usize,
+    half_open: usize,
     by_tuple: HashMap<FourTuple, (ConnectionHandle, usize)>,
     tokens: HashMap<u32, ConnectionHandle>,
     listeners: HashSet<SocketAddr>,
     accept_queue: VecDeque<ConnectionHandle>,
-    passive: HashSet<ConnectionHandle>,
     events: VecDeque<(ConnectionHandle, Event)>,
-    /// RSTs for packets that matched no connection: (src, dst, header).
-    stray_rsts: VecDeque<(SocketAddr, SocketAddr, TcpHeader)>,
+    /// Stateless replies: RSTs for packets that matched no connection and
+    /// SYN-ACKs carrying a cookie: (src, dst, header).
+    stray_rsts: VecDeque<(SocketAddr, SocketAddr, mptun_wire::TcpHeader)>,
+    timers: TimerQueue,
+    cookies: cookie::CookieJar,
+    /// Connections that may have something to send: `poll_transmit` walks
+    /// these, not every idle connection.
+    ready: BTreeSet<usize>,
+    /// Slots with `dirty` set.
+    dirty: Vec<usize>,
+    /// Time of the last `poll_transmit` that found nothing left: every
+    /// connection counts as having seen it (what walking every idle
+    /// connection on each call used to give each of them).
+    swept_at: Instant,
     next_tx: usize,
     rr: usize,
     counters: Counters,
@@ -82,17 +123,29 @@ impl Endpoint {
     /// MPTCP keys and nonces: the runtime passes OS entropy, the simulator a
     /// fixed seed for reproducible runs.
     pub fn new(config: EndpointConfig, seed: [u8; 32]) -> Self {
+        // The cookie secret from a stream of its own: the main stream's
+        // draws (ISNs, keys, ports) stay what they were without cookies.
+        let mut cr = ChaCha20Rng::from_seed(seed);
+        cr.set_stream(1);
+        let secret = (cr.random(), cr.random());
         Endpoint {
             config,
             rng: ChaCha20Rng::from_seed(seed),
             conns: Vec::new(),
+            free: BTreeSet::new(),
+            live: 0,
+            half_open: 0,
             by_tuple: HashMap::new(),
             tokens: HashMap::new(),
             listeners: HashSet::new(),
             accept_queue: VecDeque::new(),
-            passive: HashSet::new(),
             events: VecDeque::new(),
             stray_rsts: VecDeque::new(),
+            timers: TimerQueue::default(),
+            cookies: cookie::CookieJar::new(secret),
+            ready: BTreeSet::new(),
+            dirty: Vec::new(),
+            swept_at: Instant::ZERO,
             next_tx: 0,
             rr: 0,
             counters: Counters::default(),
@@ -118,8 +171,8 @@ impl Endpoint {
     /// Gives subflow `idx` of `h`, bound to `local`, its device MTU.
     fn apply_device_mtu(&mut self, h: ConnectionHandle, idx: usize, local: IpAddr) {
         let Some(&mtu) = self.device_mtus.get(&local) else { return };
-        if let Some(c) = self.conn_mut(h) {
-            c.set_device_mtu(idx, mtu);
+        if let Some(s) = self.slot_mut(h) {
+            s.conn.set_device_mtu(idx, mtu);
         }
     }
 
@@ -162,9 +215,10 @@ impl Endpoint {
     }
 
     /// Opens a connection with its own settings. A zero local port picks an
-    /// ephemeral one from [`IP_LOCAL_PORT_RANGE`] (none free towards
+    /// ephemeral one from [`Limits::local_port_range`] (none free towards
     /// `remote`: [`ConnectError::AddrNotAvailable`]); an explicit one must
-    /// not name a live subflow's pair ([`ConnectError::AddrInUse`]).
+    /// not name a live subflow's pair ([`ConnectError::AddrInUse`]). At
+    /// [`Limits::max_connections`]: [`ConnectError::TooManyConnections`].
     pub fn connect_conn(
         &mut self,
         now: Instant,
@@ -172,6 +226,10 @@ impl Endpoint {
         remote: SocketAddr,
         cfg: ConnConfig,
     ) -> Result<ConnectionHandle, ConnectError> {
+        if self.live >= self.config.limits.max_connections {
+            self.counters.mptun_conn_limit += 1;
+            return Err(ConnectError::TooManyConnections);
+        }
         if local.port() == 0 {
             local.set_port(self.ephemeral_port(local.ip(), remote).ok_or(ConnectError::AddrNotAvailable)?);
         } else if self.tuple_in_use(&(local, remote)) {
@@ -180,11 +238,15 @@ impl Endpoint {
         let key = self.fresh_key();
         let (iss, ts) = (self.rng.random(), self.rng.random());
         let iss = wrap_early_iss(&cfg, iss);
+        let mptcp = cfg.mptcp.enabled;
         let conn = Connection::connect(now, cfg, local, remote, key, iss, ts);
-        let h = self.insert(conn);
-        self.tokens.insert(crypto::token(key), h);
-        self.by_tuple.insert((local, remote), (h, 0));
+        let h = self.insert(conn, true, false);
+        if mptcp {
+            self.add_token(h, key);
+        }
+        self.add_tuple(h, (local, remote), 0);
         self.apply_device_mtu(h, 0, local.ip());
+        self.settle(h);
         Ok(h)
     }
 
@@ -200,12 +262,16 @@ impl Endpoint {
         p
     }
 
-    /// Whether a live subflow owns the pair (an entry whose subflow closed
-    /// is stale and may be taken over).
+    /// The live subflow that owns the pair, if any: an entry whose subflow
+    /// closed, or whose slot now holds another subflow, is stale.
+    fn tuple_owner(&self, t: &FourTuple) -> Option<(ConnectionHandle, usize)> {
+        let &(h, idx) = self.by_tuple.get(t)?;
+        let sf = self.conn(h)?.subflow(idx)?;
+        (!sf.is_closed() && sf.local() == t.0 && sf.remote() == t.1).then_some((h, idx))
+    }
+
     fn tuple_in_use(&self, t: &FourTuple) -> bool {
-        self.by_tuple
-            .get(t)
-            .is_some_and(|&(h, idx)| self.conn(h).and_then(|c| c.subflow(idx)).is_some_and(|s| !s.is_closed()))
+        self.tuple_owner(t).is_some()
     }
 
     /// A key whose token no other connection of ours uses.
@@ -218,35 +284,72 @@ impl Endpoint {
         }
     }
 
-    fn insert(&mut self, c: Connection) -> ConnectionHandle {
-        match self.conns.iter().position(Option::is_none) {
+    fn add_token(&mut self, h: ConnectionHandle, key: u64) {
+        let t = crypto::token(key);
+        self.tokens.insert(t, h);
+        if let Some(s) = self.slot_mut(h) {
+            s.token = Some(t);
+        }
+    }
+
+    fn add_tuple(&mut self, h: ConnectionHandle, t: FourTuple, idx: usize) {
+        self.by_tuple.insert(t, (h, idx));
+        if let Some(s) = self.slot_mut(h) {
+            s.tuples.push((t, idx));
+        }
+    }
+
+    fn insert(&mut self, conn: Connection, owned: bool, half_open: bool) -> ConnectionHandle {
+        let slot = Slot { conn, token: None, tuples: Vec::new(), owned, half_open, dirty: false };
+        self.live += 1;
+        self.half_open += half_open as usize;
+        match self.free.pop_first() {
             Some(i) => {
-                self.conns[i] = Some(c);
+                self.conns[i] = Some(slot);
                 ConnectionHandle(i)
             }
             None => {
-                self.conns.push(Some(c));
+                self.conns.push(Some(slot));
                 ConnectionHandle(self.conns.len() - 1)
             }
         }
     }
 
+    fn slot(&self, h: ConnectionHandle) -> Option<&Slot> {
+        self.conns.get(h.0).and_then(Option::as_ref)
+    }
+
+    fn slot_mut(&mut self, h: ConnectionHandle) -> Option<&mut Slot> {
+        self.conns.get_mut(h.0).and_then(Option::as_mut)
+    }
+
     /// The next connection accepted by a listener, once its handshake completed.
     pub fn accept(&mut self) -> Option<ConnectionHandle> {
-        self.accept_queue.pop_front()
+        let h = self.accept_queue.pop_front()?;
+        if let Some(s) = self.slot_mut(h) {
+            s.owned = true;
+        }
+        Some(h)
     }
 
     /// The connection behind a handle, `None` once it was reaped: drivers
     /// hold handles, not references, so the endpoint can drop closed ones.
     pub fn conn(&self, h: ConnectionHandle) -> Option<&Connection> {
-        self.conns.get(h.0).and_then(Option::as_ref)
+        self.slot(h).map(|s| &s.conn)
     }
 
     /// Mutable access for the stream API (send, recv, close); call
     /// [`Endpoint::poll_transmit`] afterwards, as the connection may have
     /// output.
     pub fn conn_mut(&mut self, h: ConnectionHandle) -> Option<&mut Connection> {
-        self.conns.get_mut(h.0).and_then(Option::as_mut)
+        let swept_at = self.swept_at;
+        let s = self.conns.get_mut(h.0).and_then(Option::as_mut)?;
+        if !s.dirty {
+            s.dirty = true;
+            self.dirty.push(h.0);
+        }
+        s.conn.saw(swept_at);
+        Some(&mut s.conn)
     }
 
     /// Handles of every live connection.
@@ -254,11 +357,18 @@ impl Endpoint {
         self.conns.iter().enumerate().filter(|(_, c)| c.is_some()).map(|(i, _)| ConnectionHandle(i))
     }
 
+    /// Live connections, and those of them half-open (passive, handshake
+    /// not done): what [`Limits::max_connections`] and
+    /// [`Limits::max_syn_backlog`] bound.
+    pub fn connection_count(&self) -> (usize, usize) {
+        (self.live, self.half_open)
+    }
+
     /// Counters of the endpoint and every connection, summed.
     pub fn counters(&self) -> Counters {
         let mut c = self.counters;
-        for conn in self.conns.iter().flatten() {
-            c.add(&conn.counters());
+        for s in self.conns.iter().flatten() {
+            c.add(&s.conn.counters());
         }
         c
     }
@@ -332,17 +442,36 @@ impl Endpoint {
 
     /// Forgets a connection (the application dropped its handle).
     pub fn remove(&mut self, h: ConnectionHandle) {
-        if let Some(Some(c)) = self.conns.get(h.0) {
-            self.counters.add(&c.counters());
-            if let Some(t) = c.local_token() {
-                if self.tokens.get(&t) == Some(&h) {
-                    self.tokens.remove(&t);
-                }
+        self.free_slot(h);
+    }
+
+    /// Releases everything of slot `h`: its token, its pairs, its timer, its
+    /// place in the ready and accept queues, its pending events; its
+    /// counters go to the endpoint's.
+    fn free_slot(&mut self, h: ConnectionHandle) {
+        let Some(s) = self.conns.get_mut(h.0).and_then(Option::take) else { return };
+        self.counters.add(&s.conn.counters());
+        if let Some(t) = s.token {
+            if self.tokens.get(&t) == Some(&h) {
+                self.tokens.remove(&t);
             }
-            self.by_tuple.retain(|_, (ch, _)| *ch != h);
-            self.conns[h.0] = None;
-            self.passive.remove(&h);
         }
+        for (t, _) in &s.tuples {
+            if self.by_tuple.get(t).is_some_and(|&(ch, _)| ch == h) {
+                self.by_tuple.remove(t);
+            }
+        }
+        self.live -= 1;
+        self.half_open -= s.half_open as usize;
+        self.timers.set(h.0, None);
+        self.ready.remove(&h.0);
+        if !s.owned {
+            // Never seen by the application: nothing of it may reach it
+            // under a handle that a new connection may get next.
+            self.accept_queue.retain(|&a| a != h);
+            self.events.retain(|&(e, _)| e != h);
+        }
+        self.free.insert(h.0);
     }
 
     fn after_app(&mut self, h: ConnectionHandle) {
@@ -356,167 +485,26 @@ impl Endpoint {
     // Driver interface
     // --------------------------------------------------------------
 
-    /// Feeds one received IP packet. Malformed packets are counted and dropped.
-    pub fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
-        let pkt = match parse_tcp_packet(packet) {
-            Ok(p) => p,
-            Err(mptun_wire::Error::NotTcp) => {
-                self.handle_non_tcp(now, packet);
-                return;
-            }
-            Err(mptun_wire::Error::Unsupported) => {
-                // Not ours to judge (fragments, extension headers).
-                self.counters.mptun_not_tcp += 1;
-                return;
-            }
-            Err(_) => {
-                self.counters.tcp_in_errs += 1;
-                self.counters.mptun_malformed += 1;
-                return;
-            }
-        };
-        let local = SocketAddr::new(pkt.dst, pkt.tcp.dst_port);
-        let remote = SocketAddr::new(pkt.src, pkt.tcp.src_port);
-        let opts = pkt.tcp.options.summary();
-        if opts.malformed {
-            self.counters.mptun_malformed += 1;
-        }
-        if let Some(&(h, idx)) = self.by_tuple.get(&(local, remote)) {
-            let live = self.conn(h).and_then(|c| c.subflow(idx)).is_some_and(|s| !s.is_closed());
-            if live {
-                let c = self.conns[h.0].as_mut().expect("tuple map points at live connections");
-                c.handle_segment(now, idx, &pkt.tcp, &opts, pkt.payload);
-                self.post_conn(now, h);
-                return;
-            }
-            self.by_tuple.remove(&(local, remote));
-        }
-        let f = pkt.tcp.flags;
-        if f.syn() && !f.ack() && !f.rst() {
-            let join = opts.mptcp.iter().find_map(|o| match o {
-                MptcpOption::MpJoinSyn { backup, addr_id, token, nonce } => Some((*backup, *addr_id, *token, *nonce)),
-                _ => None,
-            });
-            if let Some((backup, addr_id, token, peer_nonce)) = join {
-                if self.accept_join(now, local, remote, &pkt.tcp, &opts, (backup, addr_id, token, peer_nonce)) {
-                    return;
-                }
-            } else if self.is_listening(local) {
-                // H set and B clear, or the MP_CAPABLE is ignored (RFC 8684 3.1).
-                let mpc = opts.mptcp.iter().any(|o| {
-                    matches!(o, MptcpOption::MpCapable { version: 1, flags, .. } if crate::mptcp::usable_cap_flags(*flags))
-                });
-                let key = self.fresh_key();
-                let (iss, ts) = (self.rng.random(), self.rng.random());
-                let cfg = self.config.conn();
-                let iss = wrap_early_iss(&cfg, iss);
-                let c = Connection::accept(now, cfg, local, remote, &pkt.tcp, &opts, mpc, key, iss, ts);
-                let h = self.insert(c);
-                self.passive.insert(h);
-                if mpc {
-                    self.tokens.insert(crypto::token(key), h);
-                }
-                self.by_tuple.insert((local, remote), (h, 0));
-                self.apply_device_mtu(h, 0, local.ip());
-                return;
-            }
-        }
-        self.counters.mptun_no_socket += 1;
-        let refused_join = opts.mptcp.iter().any(|o| matches!(o, MptcpOption::MpJoinSyn { .. }));
-        self.queue_rst(local, remote, &pkt.tcp, pkt.payload.len(), refused_join);
-    }
-
-    /// A packet that is not TCP: ICMP "fragmentation needed" / ICMPv6
-    /// "packet too big" about one of our subflows goes to that subflow
-    /// (which checks the quoted sequence number); the rest is counted and
-    /// dropped (neighbour discovery on a TUN, UDP...).
-    fn handle_non_tcp(&mut self, now: Instant, packet: &[u8]) {
-        let t = match parse_icmp_packet(packet) {
-            Ok(Icmp::TooBig(t)) => t,
-            Ok(Icmp::Other) | Err(mptun_wire::Error::NotTcp) => {
-                self.counters.mptun_not_tcp += 1;
-                return;
-            }
-            Err(_) => {
-                self.counters.icmp_in_errors += 1;
-                return;
-            }
-        };
-        if t.v6 {
-            self.counters.icmp6_in_pkt_too_bigs += 1;
-        } else {
-            self.counters.icmp_in_dest_unreachs += 1;
-        }
-        let tuple = (SocketAddr::new(t.local, t.local_port), SocketAddr::new(t.remote, t.remote_port));
-        let Some(&(h, idx)) = self.by_tuple.get(&tuple) else { return };
-        if let Some(c) = self.conns.get_mut(h.0).and_then(Option::as_mut) {
-            c.handle_too_big(now, idx, Seq(t.seq), t.mtu);
-            self.post_conn(now, h);
+    /// Takes into account what the application did through `conn_mut`:
+    /// timers moved, output queued.
+    fn sync_dirty(&mut self) {
+        for i in std::mem::take(&mut self.dirty) {
+            let Some(s) = self.conns.get_mut(i).and_then(Option::as_mut) else { continue };
+            s.dirty = false;
+            let t = s.conn.poll_timeout();
+            self.timers.set(i, t);
+            self.ready.insert(i);
         }
     }
 
-    fn accept_join(
-        &mut self,
-        now: Instant,
-        local: SocketAddr,
-        remote: SocketAddr,
-        syn: &TcpHeader,
-        opts: &mptun_wire::tcp::OptionSummary,
-        (backup, addr_id, token, peer_nonce): (bool, u8, u32, u32),
-    ) -> bool {
-        let Some(&h) = self.tokens.get(&token) else {
-            self.counters.mptcp_mp_join_no_token_found += 1;
-            return false;
-        };
-        let (nonce, iss, ts) = (self.rng.random(), self.rng.random(), self.rng.random());
-        let Some(c) = self.conns.get_mut(h.0).and_then(Option::as_mut) else { return false };
-        match c.accept_join(now, local, remote, syn, opts, (backup, addr_id, peer_nonce), nonce, iss, ts) {
-            Some(idx) => {
-                self.by_tuple.insert((local, remote), (h, idx));
-                self.apply_device_mtu(h, idx, local.ip());
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn queue_rst(
-        &mut self,
-        local: SocketAddr,
-        remote: SocketAddr,
-        hdr: &TcpHeader,
-        payload_len: usize,
-        mptcp_err: bool,
-    ) {
-        let f = hdr.flags;
-        if f.rst() {
-            return;
-        }
-        // RFC 9293 3.10.7.1: RST for anything arriving at a closed port.
-        let seg_len = payload_len as u32 + f.syn() as u32 + f.fin() as u32;
-        let (seq, ack, flags) = if f.ack() {
-            (hdr.ack, 0, TcpFlags::RST)
-        } else {
-            (0, (Seq(hdr.seq) + seg_len).0, TcpFlags::RST | TcpFlags::ACK)
-        };
-        let mut rst = TcpHeader::new(local.port(), remote.port(), seq, ack, flags, 0);
-        rst.options = TcpOptions::new();
-        if mptcp_err {
-            // RFC 8684 3.6: say why (Linux: MPTCP_RST_EMPTCP for an unknown token).
-            let o = MptcpOption::MpTcpRst { flags: 0, reason: crate::mptcp::MPTCP_RST_EMPTCP };
-            if rst.options.push_aligned(&mptun_wire::TcpOption::Mptcp(o)).is_ok() {
-                self.counters.mptcp_mp_rst_tx += 1;
-            }
-        }
-        if self.stray_rsts.len() < MAX_STRAY_RSTS {
-            self.stray_rsts.push_back((local, remote, rst));
-        }
-    }
-
-    /// Carries out what a connection asked for: new subflows, events.
+    /// Carries out what a connection asked for (new subflows, events) and
+    /// keeps the endpoint's books on it: pairs and token released when their
+    /// subflow or the connection goes, its timer. (The slot of a connection
+    /// no application knows goes once it is closed and sent its last
+    /// segment: `poll_transmit`.)
     fn post_conn(&mut self, now: Instant, h: ConnectionHandle) {
-        let Some(c) = self.conns.get_mut(h.0).and_then(Option::as_mut) else { return };
-        let joins = std::mem::take(&mut c.pending_joins);
+        let Some(s) = self.slot_mut(h) else { return };
+        let joins = std::mem::take(&mut s.conn.pending_joins);
         for j in joins {
             let remote = SocketAddr::new(j.remote, j.remote_port);
             let Some(port) = self.ephemeral_port(j.local, remote) else {
@@ -526,54 +514,116 @@ impl Endpoint {
             };
             let local = SocketAddr::new(j.local, port);
             let (nonce, iss, ts) = (self.rng.random(), self.rng.random(), self.rng.random());
-            let c = self.conns[h.0].as_mut().expect("checked above");
-            let idx = c.add_join(now, &j, local, nonce, iss, ts);
-            self.by_tuple.insert((local, remote), (h, idx));
-            if let Some(&mtu) = self.device_mtus.get(&local.ip()) {
-                c.set_device_mtu(idx, mtu);
-            }
+            let s = self.slot_mut(h).expect("checked above");
+            let idx = s.conn.add_join(now, &j, local, nonce, iss, ts);
+            self.add_tuple(h, (local, remote), idx);
+            self.apply_device_mtu(h, idx, local.ip());
         }
-        let c = self.conns[h.0].as_mut().expect("checked above");
-        while let Some(ev) = c.poll_event() {
-            if ev == Event::Connected && self.passive.contains(&h) {
-                self.accept_queue.push_back(h);
+        let s = self.conns[h.0].as_mut().expect("checked above");
+        let mut connected = false;
+        while let Some(ev) = s.conn.poll_event() {
+            if ev == Event::Connected && s.half_open {
+                connected = true;
             }
             self.events.push_back((h, ev));
         }
+        if connected {
+            self.on_passive_connected(h);
+        }
+        self.settle(h);
     }
 
-    /// Fires due timers of every connection.
+    /// The books of `h` after anything happened to it.
+    fn settle(&mut self, h: ConnectionHandle) {
+        let Some(s) = self.conns.get_mut(h.0).and_then(Option::as_mut) else { return };
+        let by_tuple = &mut self.by_tuple;
+        let conn = &s.conn;
+        s.tuples.retain(|&(t, idx)| {
+            let live = conn.subflow(idx).is_some_and(|sf| !sf.is_closed() && sf.local() == t.0 && sf.remote() == t.1);
+            if !live && by_tuple.get(&t) == Some(&(h, idx)) {
+                by_tuple.remove(&t);
+            }
+            live
+        });
+        let closed = conn.is_closed();
+        if closed || conn.mode() == crate::mptcp::Mode::Plain {
+            if let Some(t) = s.token.take() {
+                if self.tokens.get(&t) == Some(&h) {
+                    self.tokens.remove(&t);
+                }
+            }
+        }
+        let t = s.conn.poll_timeout();
+        self.timers.set(h.0, t);
+    }
+
+    /// Fires due timers of the connections that have one due.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for i in 0..self.conns.len() {
-            let Some(c) = self.conns[i].as_mut() else { continue };
-            if c.poll_timeout().is_some_and(|t| t <= now) {
-                c.handle_timeout(now);
-                self.post_conn(now, ConnectionHandle(i));
+        self.sync_dirty();
+        for i in self.timers.due(now) {
+            let h = ConnectionHandle(i);
+            let Some(s) = self.slot_mut(h) else { continue };
+            if s.conn.poll_timeout().is_some_and(|t| t <= now) {
+                s.conn.handle_timeout(now);
+                self.ready.insert(i);
+                self.post_conn(now, h);
+            } else {
+                self.settle(h);
             }
         }
     }
 
     /// Writes the next IP packet to send into `out`. Connections take turns.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<Transmit> {
+        self.sync_dirty();
         if let Some((local, remote, hdr)) = self.stray_rsts.pop_front() {
-            self.counters.tcp_out_rsts += 1;
+            self.counters.tcp_out_rsts += hdr.flags.rst() as u64;
             self.counters.tcp_out_segs += 1;
             if let Ok(len) = mptun_wire::emit_tcp_packet(local.ip(), remote.ip(), self.config.tcp.ttl, &hdr, &[], out) {
                 return Some(Transmit { len, departure: now, src: local, dst: remote });
             }
         }
         let n = self.conns.len();
-        for k in 0..n {
-            let i = (self.next_tx + k) % n;
-            let Some(c) = self.conns[i].as_mut() else { continue };
-            self.rr = self.rr.wrapping_add(1);
-            let res = c.poll_transmit(now, out, self.rr);
+        let (rr0, start) = (self.rr, self.next_tx);
+        let mut visited = 0;
+        // The ready connections from `next_tx` on, then those before it:
+        // the order a walk over every slot took them in.
+        let mut cursor = start;
+        let mut wrapped = false;
+        loop {
+            let next = self.ready.range(cursor..).next().copied();
+            let i = match next {
+                Some(i) if !wrapped || i < start => i,
+                _ if !wrapped => {
+                    wrapped = true;
+                    cursor = 0;
+                    continue;
+                }
+                _ => break,
+            };
+            cursor = i + 1;
+            let Some(s) = self.conns[i].as_mut() else {
+                self.ready.remove(&i);
+                continue;
+            };
+            visited += 1;
+            self.rr = rr0.wrapping_add(visited);
+            let res = s.conn.poll_transmit(now, out, self.rr);
             self.post_conn(now, ConnectionHandle(i));
             if let Some((_, t)) = res {
                 self.next_tx = (i + 1) % n.max(1);
                 return Some(t);
             }
+            self.ready.remove(&i);
+            // Closed with nothing left to send (its last RST is out), and no
+            // application knows it: the slot goes.
+            if self.slot(ConnectionHandle(i)).is_some_and(|s| !s.owned && s.conn.is_closed()) {
+                self.free_slot(ConnectionHandle(i));
+            }
         }
+        // Every live connection took its turn, the idle ones implicitly.
+        self.rr = rr0.wrapping_add(self.live);
+        self.swept_at = self.swept_at.max(now);
         None
     }
 
@@ -582,7 +632,8 @@ impl Endpoint {
         if !self.stray_rsts.is_empty() {
             return Some(Instant::ZERO);
         }
-        self.conns.iter().flatten().fold(None, |t, c| Instant::min_opt(t, c.poll_timeout()))
+        let dirty = self.dirty.iter().filter_map(|&i| self.conns[i].as_ref()?.conn.poll_timeout()).min();
+        Instant::min_opt(self.timers.next(), dirty)
     }
 
     /// Connection events in the order they happened.

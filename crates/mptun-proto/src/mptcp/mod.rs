@@ -345,6 +345,8 @@ pub struct Connection {
     /// `snd_una` when the retransmission timer was armed.
     rtx_una: DataSeq,
     closed_event_sent: bool,
+    /// MP_JOIN SYNs taken in the current one-second window: (window start, count).
+    join_window: (Instant, u32),
     /// Connection-level DRS (`mptcp_rcv_space_adjust`), the subflow's type.
     rcvq_space: RcvSpace,
     /// Time of the last input, timer or output call: what application calls
@@ -418,6 +420,7 @@ impl Connection {
             rtx_backoff: 0,
             rtx_una: DataSeq(0),
             closed_event_sent: false,
+            join_window: (now, 0),
             // As the subflow does (Linux starts at TCP_INIT_CWND × advmss).
             rcvq_space: RcvSpace::new(now, RcvSpace::initial_space(rx::DEFAULT_ADVMSS, recv_limit)),
             last_now: now,
@@ -458,7 +461,8 @@ impl Connection {
         self.subflows.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|(sf, _)| (i, sf)))
     }
 
-    /// Subflow `i`, `None` once it closed (indices are not reused).
+    /// Subflow `i`, `None` once it closed (a later subflow may take the
+    /// index once it is free).
     pub fn subflow(&self, i: usize) -> Option<&Subflow> {
         self.subflows.get(i).and_then(|s| s.as_ref()).map(|(sf, _)| sf)
     }
@@ -793,6 +797,9 @@ impl Connection {
             if let Some((sf, _)) = self.subflows[idx].take() {
                 // Keep what the subflow counted.
                 self.shared.counters.add(&sf.counters());
+                // The slot may be reused: nothing of this subflow may stay
+                // attached to its index.
+                self.sched.forget(idx);
             }
             if self.subflows.iter().flatten().next().is_none() && !self.closed_event_sent {
                 self.closed_event_sent = true;
@@ -809,6 +816,12 @@ impl Connection {
 
     pub(crate) fn last_now(&self) -> Instant {
         self.last_now
+    }
+
+    /// The driver's clock reached `now` for this connection (what an
+    /// application call that carries no time acts at).
+    pub(crate) fn saw(&mut self, now: Instant) {
+        self.last_now = self.last_now.max(now);
     }
 
     /// Housekeeping after any input, timer or application call, in order:
