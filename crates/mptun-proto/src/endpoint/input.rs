@@ -98,10 +98,7 @@ impl Endpoint {
             self.counters.tcp_ext_listen_drops += 1;
             return;
         }
-        // H set and B clear, or the MP_CAPABLE is ignored (RFC 8684 3.1).
-        let mpc = opts.mptcp.iter().any(
-            |o| matches!(o, MptcpOption::MpCapable { version: 1, flags, .. } if crate::mptcp::usable_cap_flags(*flags)),
-        );
+        let mpc = offers_mptcp(opts);
         let key = self.fresh_key();
         let (iss, ts) = (self.rng.random(), self.rng.random());
         let cfg = self.config.conn();
@@ -134,16 +131,12 @@ impl Endpoint {
             self.counters.tcp_ext_listen_drops += 1;
             return;
         }
-        let mpc = opts.mptcp.iter().any(
-            |o| matches!(o, MptcpOption::MpCapable { version: 1, flags, .. } if crate::mptcp::usable_cap_flags(*flags)),
-        );
+        let mpc = offers_mptcp(opts);
         let iss = self.cookies.make(now, local, remote, syn.seq, opts);
         let ts = self.cookies.ts_offset(local, remote);
         let key = self.rng.random();
         let mut c = Connection::accept(now, self.config.conn(), local, remote, syn, opts, mpc, key, iss, ts);
-        if let Some(&mtu) = self.device_mtus.get(&local.ip()) {
-            c.set_device_mtu(0, mtu);
-        }
+        self.give_device_mtu(&mut c, local);
         let mut buf = [0u8; 256];
         let Some((_, t)) = c.poll_transmit(now, &mut buf, 0) else { return };
         let Ok(p) = parse_tcp_packet(&buf[..t.len]) else { return };
@@ -210,9 +203,7 @@ impl Endpoint {
         };
         let ts = self.cookies.ts_offset(local, remote);
         let mut c = Connection::accept(now, self.config.conn(), local, remote, &syn, &so, keys.is_some(), key, iss, ts);
-        if let Some(&mtu) = self.device_mtus.get(&local.ip()) {
-            c.set_device_mtu(0, mtu);
-        }
+        self.give_device_mtu(&mut c, local);
         // The SYN-ACK went out when the cookie was made: let the subflow
         // write it again (and drop it) so its sequence space is past it.
         let mut buf = [0u8; 256];
@@ -340,4 +331,18 @@ impl Endpoint {
             self.stray_rsts.push_back((local, remote, rst));
         }
     }
+
+    /// A connection not yet in a slot gets the MTU of `local`'s device.
+    fn give_device_mtu(&self, c: &mut Connection, local: SocketAddr) {
+        if let Some(&mtu) = self.device_mtus.get(&local.ip()) {
+            c.set_device_mtu(0, mtu);
+        }
+    }
+}
+
+/// A SYN's usable MP_CAPABLE: H set and B clear, or it is ignored (RFC 8684 3.1).
+fn offers_mptcp(opts: &OptionSummary) -> bool {
+    opts.mptcp.iter().any(
+        |o| matches!(o, MptcpOption::MpCapable { version: 1, flags, .. } if crate::mptcp::usable_cap_flags(*flags)),
+    )
 }

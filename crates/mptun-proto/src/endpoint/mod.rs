@@ -505,6 +505,10 @@ impl Endpoint {
     fn post_conn(&mut self, now: Instant, h: ConnectionHandle) {
         let Some(s) = self.slot_mut(h) else { return };
         let joins = std::mem::take(&mut s.conn.pending_joins);
+        if !joins.is_empty() {
+            // Their SYNs are output.
+            self.ready.insert(h.0);
+        }
         for j in joins {
             let remote = SocketAddr::new(j.remote, j.remote_port);
             let Some(port) = self.ephemeral_port(j.local, remote) else {
@@ -609,12 +613,15 @@ impl Endpoint {
             visited += 1;
             self.rr = rr0.wrapping_add(visited);
             let res = s.conn.poll_transmit(now, out, self.rr);
+            if res.is_none() {
+                self.ready.remove(&i);
+            }
+            // (Puts it back if it asked for subflows to open.)
             self.post_conn(now, ConnectionHandle(i));
             if let Some((_, t)) = res {
                 self.next_tx = (i + 1) % n.max(1);
                 return Some(t);
             }
-            self.ready.remove(&i);
             // Closed with nothing left to send (its last RST is out), and no
             // application knows it: the slot goes.
             if self.slot(ConnectionHandle(i)).is_some_and(|s| !s.owned && s.conn.is_closed()) {
