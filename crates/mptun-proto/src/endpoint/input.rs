@@ -202,12 +202,19 @@ impl Endpoint {
             None => self.fresh_key(),
         };
         let ts = self.cookies.ts_offset(local, remote);
-        let mut c = Connection::accept(now, self.config.conn(), local, remote, &syn, &so, keys.is_some(), key, iss, ts);
+        // When the SYN-ACK left: the ACK's TSecr is our clock then (the
+        // subflow's SYN-ACK RTT sample). Without timestamps it is unknown
+        // and the sample is 0, as Linux, which takes none, has srtt 0 then.
+        let sent_ms =
+            opts.timestamp.map_or(0, |(_, ecr)| ((now.as_millis() as u32).wrapping_add(ts)).wrapping_sub(ecr));
+        let sent = if sent_ms < 2 * 64_000 { now - mptun_time::Duration::from_millis(u64::from(sent_ms)) } else { now };
+        let mut c =
+            Connection::accept(sent, self.config.conn(), local, remote, &syn, &so, keys.is_some(), key, iss, ts);
         self.give_device_mtu(&mut c, local);
         // The SYN-ACK went out when the cookie was made: let the subflow
         // write it again (and drop it) so its sequence space is past it.
         let mut buf = [0u8; 256];
-        let _ = c.poll_transmit(now, &mut buf, 0);
+        let _ = c.poll_transmit(sent, &mut buf, 0);
         self.counters.tcp_ext_syncookies_recv += 1;
         let mptcp = c.mode() == crate::mptcp::Mode::Mptcp;
         let h = self.insert(c, false, true);

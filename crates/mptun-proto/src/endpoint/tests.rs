@@ -325,6 +325,10 @@ fn cookie_connection(mptcp: bool) {
     assert_eq!(c.tcp_ext_syncookies_recv, 1);
     assert_eq!(c.tcp_ext_syncookies_failed, 0);
     let sh = n.b.accept().expect("the cookie connection is accepted");
+    // The SYN-ACK's round trip (2 ms on this wire), from the ACK's TSecr:
+    // the rebuilt subflow knows when its SYN-ACK left.
+    let srtt = n.b.conn(sh).unwrap().subflow(0).unwrap().srtt().expect("an RTT sample");
+    assert!(srtt >= Duration::from_millis(2), "{srtt:?}");
     let mode = |ep: &Endpoint, h| ep.conn(h).unwrap().mode();
     let want = if mptcp { crate::mptcp::Mode::Mptcp } else { crate::mptcp::Mode::Plain };
     assert_eq!((mode(&n.a, h), mode(&n.b, sh)), (want, want));
