@@ -153,6 +153,9 @@ counters! {
     mptcp_mp_join_synack_rx => "MPTcpExtMPJoinSynAckRx",
     /// Third ACKs with MP_JOIN received and verified (`MPTcpExt MPJoinAckRx`).
     mptcp_mp_join_ack_rx => "MPTcpExtMPJoinAckRx",
+    /// MP_JOIN subflows the path manager asked for that could not be
+    /// opened: no free local port towards the peer (`MPTcpExt MPJoinSynTxConnectErr`).
+    mptcp_mp_join_syn_tx_connect_err => "MPTcpExtMPJoinSynTxConnectErr",
     /// MP_JOIN SYNs for an unknown token (`MPTcpExt MPJoinNoTokenFound`).
     mptcp_mp_join_no_token_found => "MPTcpExtMPJoinNoTokenFound",
     /// MP_JOIN SYN-ACKs with a wrong HMAC (`MPTcpExt MPJoinSynAckHMacFailure`).
@@ -229,6 +232,34 @@ counters! {
     /// Connections reset because their DATA_FIN was not acknowledged within
     /// the close timeout (mptun's; Linux `mptcp_close_tout_expired`).
     mptun_data_fin_timeout => "MptunDataFinTimeout",
+    /// SYN-ACKs sent with a SYN cookie, the half-open queue being full
+    /// (`TcpExt SyncookiesSent`).
+    tcp_ext_syncookies_sent => "TcpExtSyncookiesSent",
+    /// Third ACKs with a valid SYN cookie: connections built from it
+    /// (`TcpExt SyncookiesRecv`).
+    tcp_ext_syncookies_recv => "TcpExtSyncookiesRecv",
+    /// ACKs to a listener whose cookie did not check out, while cookies were
+    /// in use (`TcpExt SyncookiesFailed`).
+    tcp_ext_syncookies_failed => "TcpExtSyncookiesFailed",
+    /// SYNs dropped because the half-open queue (`max_syn_backlog`) was
+    /// full and SYN cookies were off (`TcpExt TCPReqQFullDrop`).
+    tcp_ext_tcp_req_q_full_drop => "TcpExtTCPReqQFullDrop",
+    /// Connections whose handshake completed while the accept queue was
+    /// full (`TcpExt ListenOverflows`).
+    tcp_ext_listen_overflows => "TcpExtListenOverflows",
+    /// SYNs or handshakes dropped at a listener, for any reason
+    /// (`TcpExt ListenDrops`).
+    tcp_ext_listen_drops => "TcpExtListenDrops",
+    /// Connects refused or SYNs dropped at `max_connections` (mptun's).
+    mptun_conn_limit => "MptunConnLimit",
+    /// MP_JOIN SYNs refused: the connection has its `subflows` limit of
+    /// subflows, or takes no joins (`MPTcpExt MPJoinRejected`).
+    mptcp_mp_join_rejected => "MPTcpExtMPJoinRejected",
+    /// MP_JOIN SYNs refused: `max_half_open_joins` joins of the connection
+    /// are in SYN-RECEIVED (mptun's).
+    mptun_mp_join_half_open_limit => "MptunMPJoinHalfOpenLimit",
+    /// MP_JOIN SYNs refused: over `max_join_syn_per_sec` for the token (mptun's).
+    mptun_mp_join_rate_limited => "MptunMPJoinRateLimited",
     /// Packets dropped at the endpoint because they were malformed.
     mptun_malformed => "MptunMalformed",
     /// Packets that were not TCP (or used IP features we do not handle), ignored.

@@ -12,6 +12,7 @@
 pub(crate) mod buf;
 pub mod counters;
 pub mod endpoint;
+pub mod error;
 pub mod mptcp;
 pub mod pm;
 pub mod sched;
@@ -21,6 +22,7 @@ pub mod tcp;
 mod test_util;
 
 pub use counters::Counters;
-pub use endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
+pub use endpoint::{ConnectionHandle, Endpoint, EndpointConfig, Limits};
+pub use error::{ConnectError, RecvError, SendError};
 pub use mptcp::{ConnConfig, Connection, MptcpConfig};
 pub use mptun_time::{Duration, Instant};

@@ -86,7 +86,8 @@ impl Net {
         }
         s.listen(SocketAddr::new(ip(paths[0].1), PORT));
         let now = Instant::ZERO;
-        let ch = c.connect(now, SocketAddr::new(ip(paths[0].0), 0), SocketAddr::new(ip(paths[0].1), PORT));
+        let ch =
+            c.connect(now, SocketAddr::new(ip(paths[0].0), 0), SocketAddr::new(ip(paths[0].1), PORT)).expect("connect");
         Net {
             c,
             s,
@@ -116,7 +117,7 @@ impl Net {
             let (ep, h) = if side == 0 { (&mut self.c, Some(self.ch)) } else { (&mut self.s, self.sh) };
             let Some(h) = h else { continue };
             while self.sent[side] < self.tx[side].len() {
-                let n = ep.send(h, &self.tx[side][self.sent[side]..]);
+                let n = ep.send(h, &self.tx[side][self.sent[side]..]).unwrap_or(0);
                 if n == 0 {
                     break;
                 }
@@ -127,7 +128,7 @@ impl Net {
                 self.closed[side] = true;
             }
             loop {
-                let n = ep.recv(h, now, &mut buf);
+                let n = ep.recv(h, now, &mut buf).unwrap_or(0);
                 if n == 0 {
                     break;
                 }

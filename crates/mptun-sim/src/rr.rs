@@ -122,13 +122,13 @@ impl RrHost {
             match app {
                 RrApp::Client(c) => loop {
                     if c.to_write > 0 {
-                        let n = conn.send(&self.zeros[..c.to_write.min(self.zeros.len())]);
+                        let n = conn.send(&self.zeros[..c.to_write.min(self.zeros.len())]).unwrap_or(0);
                         c.to_write -= n;
                         if c.to_write > 0 {
                             break;
                         }
                     }
-                    let n = conn.recv(now, &mut self.buf);
+                    let n = conn.recv(now, &mut self.buf).unwrap_or(0);
                     if c.started.is_some() {
                         c.got += n;
                         if c.got >= c.response_size {
@@ -148,7 +148,7 @@ impl RrHost {
                     }
                 },
                 RrApp::Server(s) => loop {
-                    let n = conn.recv(now, &mut self.buf);
+                    let n = conn.recv(now, &mut self.buf).unwrap_or(0);
                     s.got += n;
                     while s.got >= s.request_size {
                         s.got -= s.request_size;
@@ -156,7 +156,7 @@ impl RrHost {
                         s.served += 1;
                     }
                     while s.to_write > 0 {
-                        let w = conn.send(&self.zeros[..s.to_write.min(self.zeros.len())]);
+                        let w = conn.send(&self.zeros[..s.to_write.min(self.zeros.len())]).unwrap_or(0);
                         if w == 0 {
                             break;
                         }

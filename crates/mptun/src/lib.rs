@@ -68,7 +68,7 @@ pub use mptun_cc::{Algorithm, PacerKind};
 pub use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
 pub use mptun_proto::sched::{DefaultScheduler, PenaltyConfig, Policy, Scheduler};
 pub use mptun_proto::tcp::{BufferSize, State as TcpState, TcpConfig, TcpInfo};
-pub use mptun_proto::{ConnConfig, Counters, MptcpConfig};
+pub use mptun_proto::{ConnConfig, Counters, Limits, MptcpConfig};
 
 /// The packet I/O layer (`mptun-io`): TUN devices, network namespaces, pcap.
 pub use mptun_io as io;

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use mptun_io::paths::DeviceId;
 use mptun_io::{IoStats, PacketIo, PcapTap, PcapWriter, SharedPcap};
+use mptun_proto::endpoint::Limits;
 use mptun_proto::pm::{EndpointFlags, PmEndpoint};
 use mptun_proto::tcp::TcpConfig;
 use mptun_proto::{ConnConfig, Counters, Endpoint, EndpointConfig, MptcpConfig};
@@ -61,9 +62,17 @@ pub struct StackBuilder {
     seed: Option<[u8; 32]>,
     pcap: Option<PathBuf>,
     pcap_dir: Option<PathBuf>,
+    limits: Limits,
 }
 
 impl StackBuilder {
+    /// The endpoint's limits (ports, half-open and connection counts, join
+    /// rates): Linux's defaults unless set.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// Adds a path: `local` is this stack's address on it (the source of
     /// its subflows), `device` the packet device it lives on. Give the same
     /// `Arc` for several addresses to carry several paths on one device
@@ -161,7 +170,7 @@ impl StackBuilder {
                 .collect();
         }
         let default_cfg = ConnConfig { tcp: self.tcp.clone(), mptcp: mptcp.clone() };
-        let mut ep = Endpoint::new(EndpointConfig { tcp: self.tcp.clone(), mptcp }, seed);
+        let mut ep = Endpoint::new(EndpointConfig { tcp: self.tcp.clone(), mptcp, limits: self.limits.clone() }, seed);
         // Each subflow's MSS from the MTU of the device its address lives on.
         for (local, dev) in &self.paths {
             ep.set_device_mtu(*local, u32::try_from(dev.mtu()).unwrap_or(u32::MAX));
@@ -214,6 +223,7 @@ impl Stack {
             seed: None,
             pcap: None,
             pcap_dir: None,
+            limits: Limits::default(),
         }
     }
 

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use mptun_proto::ConnectionHandle;
+use mptun_proto::{ConnectError, ConnectionHandle};
 use tokio::io::ReadBuf;
 use tokio::net::ToSocketAddrs;
 
@@ -84,7 +84,7 @@ impl MptcpStream {
             }
             let wake_space = StreamOptions::wake_space(&cfg);
             let now = shared.clock.now();
-            let h = st.ep.connect_conn(now, local, remote, cfg);
+            let h = st.ep.connect_conn(now, local, remote, cfg).map_err(|e| connect_error(e, local, remote))?;
             if let (Some(make), Some(conn)) = (&scheduler, st.ep.conn_mut(h)) {
                 conn.set_scheduler(make());
             }
@@ -216,8 +216,8 @@ impl StreamInner {
         let mut guard = shared.lock();
         let st = &mut *guard;
         let now = shared.clock.now();
-        let n = st.ep.recv(self.h, now, buf.initialize_unfilled());
-        if n > 0 {
+        let r = st.ep.recv(self.h, now, buf.initialize_unfilled());
+        if let Ok(n @ 1..) = r {
             buf.advance(n);
             // Reading may open the window enough for a window update.
             let w = st.driver_waker.take();
@@ -231,8 +231,11 @@ impl StreamInner {
         if let Some(kind) = cs.error {
             return Poll::Ready(Err(kind.into()));
         }
-        if st.ep.recv_finished(self.h) {
-            return Poll::Ready(Ok(())); // end of stream
+        if r.is_err() {
+            // The peer's orderly end, or a close without one that left no
+            // error to report: end of stream either way, as a kernel socket
+            // reads 0 once it is closed.
+            return Poll::Ready(Ok(()));
         }
         if st.driver_gone {
             return Poll::Ready(Err(State::gone_error()));
@@ -256,7 +259,9 @@ impl StreamInner {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let n = st.ep.send(self.h, data);
+        let Ok(n) = st.ep.send(self.h, data) else {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "connection not open for sending")));
+        };
         if n > 0 {
             let w = st.driver_waker.take();
             drop(guard);
@@ -347,6 +352,18 @@ pub(crate) use {forward_read, forward_write};
 
 forward_read!(MptcpStream);
 forward_write!(MptcpStream);
+
+/// The `io::Error` a failed `connect` gives, as `TcpStream::connect` would:
+/// `AddrNotAvailable` when no local port is left towards `remote`,
+/// `AddrInUse` when the bound pair is taken.
+fn connect_error(e: ConnectError, local: SocketAddr, remote: SocketAddr) -> io::Error {
+    let kind = match e {
+        ConnectError::AddrNotAvailable => io::ErrorKind::AddrNotAvailable,
+        ConnectError::AddrInUse => io::ErrorKind::AddrInUse,
+        ConnectError::TooManyConnections => io::ErrorKind::OutOfMemory,
+    };
+    io::Error::new(kind, format!("connect from {local} to {remote}: {e}"))
+}
 
 impl std::fmt::Debug for MptcpStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -7,6 +7,7 @@
 //! processes it: they decide whether the subflow may go on at all.
 
 use super::{ConnConfig, Connection, JoinState, Mode, Shared, SubflowExt, MPTCP_RST_EMPTCP};
+use crate::endpoint::JoinLimits;
 use crate::pm::JoinRequest;
 use crate::seq::DataSeq;
 use crate::tcp::{BufferSize, Subflow, TcpConfig};
@@ -112,10 +113,27 @@ impl Connection {
         nonce: u32,
         iss: u32,
         ts_offset: u32,
+        lim: JoinLimits,
     ) -> Option<usize> {
+        // Rate first: a flood of joins costs a comparison each, not a scan.
+        if now.saturating_duration_since(self.join_window.0) >= Duration::from_secs(1) {
+            self.join_window = (now, 0);
+        }
+        if self.join_window.1 >= lim.max_syn_per_sec {
+            self.shared.counters.mptun_mp_join_rate_limited += 1;
+            return None;
+        }
+        self.join_window.1 += 1;
         let live = self.subflows.iter().flatten().count();
         let sh = &self.shared;
         if live > self.cfg.mptcp.pm.max_subflows as usize || !sh.fully_established || sh.joins_closed() {
+            self.shared.counters.mptcp_mp_join_rejected += 1;
+            return None;
+        }
+        let half_open =
+            self.subflows.iter().flatten().filter(|(_, e)| matches!(e.join, JoinState::ServerSynRcvd { .. })).count();
+        if half_open >= lim.max_half_open as usize {
+            self.shared.counters.mptun_mp_join_half_open_limit += 1;
             return None;
         }
         self.shared.counters.mptcp_mp_join_syn_rx += 1;
@@ -126,8 +144,27 @@ impl Connection {
         // sent in the SYN/ACK's B flag).
         let ours = self.cfg.mptcp.pm.endpoints.iter().any(|e| e.addr == local.ip() && e.flags.backup);
         let ext = SubflowExt::new(JoinState::ServerSynRcvd { nonce, peer_nonce }, 0, addr_id, backup || ours);
-        self.subflows.push(Some((sf, ext)));
-        Some(self.subflows.len() - 1)
+        Some(self.place_subflow(sf, ext))
+    }
+
+    /// Puts a new subflow in the lowest free slot after the initial
+    /// subflow's (slot 0 stays the initial subflow's: plain mode and
+    /// `addresses` read it), so the slots of a connection are bounded by the
+    /// subflows it has at once, not by every join ever tried. A slot is free
+    /// only once its subflow was taken out and the scheduler forgot it; the
+    /// endpoint checks a pair's subflow before it delivers to a slot, so a
+    /// reused slot never gets its predecessor's packets.
+    fn place_subflow(&mut self, sf: Subflow, ext: SubflowExt) -> usize {
+        match self.subflows.iter().skip(1).position(Option::is_none) {
+            Some(i) => {
+                self.subflows[i + 1] = Some((sf, ext));
+                i + 1
+            }
+            None => {
+                self.subflows.push(Some((sf, ext)));
+                self.subflows.len() - 1
+            }
+        }
     }
 
     /// Adds a subflow we open with MP_JOIN (the endpoint picked its port).
@@ -143,8 +180,7 @@ impl Connection {
         let sfcfg = Self::subflow_cfg(&self.cfg, true);
         let sf = Subflow::connect(now, sfcfg, local, SocketAddr::new(req.remote, req.remote_port), iss, ts_offset);
         let ext = SubflowExt::new(JoinState::ClientSynSent { nonce }, req.local_id, 0, req.backup);
-        self.subflows.push(Some((sf, ext)));
-        self.subflows.len() - 1
+        self.place_subflow(sf, ext)
     }
 
     /// The handshake options of a segment the subflow `idx` has accepted (a

@@ -32,7 +32,8 @@ pub struct ConnectionInfo {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SubflowInfo {
     /// Index in the connection (stable for the subflow's life, what
-    /// [`Connection::set_backup`] takes).
+    /// [`Connection::set_backup`] takes; like a file descriptor, a later
+    /// subflow may get it once this one is gone).
     pub id: usize,
     /// Local address and port.
     pub local: SocketAddr,

@@ -29,6 +29,7 @@ pub use info::{ConnectionInfo, SubflowInfo};
 
 use crate::buf::{RecvBuf, SendBuf};
 use crate::counters::Counters;
+use crate::error::{RecvError, SendError};
 use crate::pm::{JoinRequest, PmState};
 use crate::sched::{new_scheduler, Scheduler};
 use crate::seq::{DataSeq, Seq};
@@ -344,6 +345,8 @@ pub struct Connection {
     /// `snd_una` when the retransmission timer was armed.
     rtx_una: DataSeq,
     closed_event_sent: bool,
+    /// MP_JOIN SYNs taken in the current one-second window: (window start, count).
+    join_window: (Instant, u32),
     /// Connection-level DRS (`mptcp_rcv_space_adjust`), the subflow's type.
     rcvq_space: RcvSpace,
     /// Time of the last input, timer or output call: what application calls
@@ -417,6 +420,7 @@ impl Connection {
             rtx_backoff: 0,
             rtx_una: DataSeq(0),
             closed_event_sent: false,
+            join_window: (now, 0),
             // As the subflow does (Linux starts at TCP_INIT_CWND × advmss).
             rcvq_space: RcvSpace::new(now, RcvSpace::initial_space(rx::DEFAULT_ADVMSS, recv_limit)),
             last_now: now,
@@ -457,7 +461,8 @@ impl Connection {
         self.subflows.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|(sf, _)| (i, sf)))
     }
 
-    /// Subflow `i`, `None` once it closed (indices are not reused).
+    /// Subflow `i`, `None` once it closed (a later subflow may take the
+    /// index once it is free).
     pub fn subflow(&self, i: usize) -> Option<&Subflow> {
         self.subflows.get(i).and_then(|s| s.as_ref()).map(|(sf, _)| sf)
     }
@@ -509,10 +514,15 @@ impl Connection {
     }
 
     /// Queues as much of `data` as fits and returns how much; like a
-    /// non-blocking `write`, the rest must be offered again later.
-    pub fn send(&mut self, data: &[u8]) -> usize {
+    /// non-blocking `write`, the rest must be offered again later. `Ok(0)`:
+    /// no room yet (or the handshake has not said where data goes); an
+    /// error: no byte will ever be taken again.
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
+        if !self.may_send() {
+            return Err(SendError::InvalidState);
+        }
         if self.plain() {
-            return self.initial().map_or(0, |s| s.send(data));
+            return Ok(self.initial().map_or(0, |s| s.send(data)));
         }
         let n = data.len().min(self.send_space());
         if n > 0 {
@@ -520,7 +530,25 @@ impl Connection {
             self.shared.write_seq += n as u64;
             self.progress(self.last_now);
         }
-        n
+        Ok(n)
+    }
+
+    /// Whether our direction is still open: the application may write now
+    /// or later (in MPTCP mode, no DATA_FIN queued and a subflow left; in
+    /// plain mode, the subflow not past its FIN).
+    pub fn may_send(&self) -> bool {
+        use crate::tcp::State;
+        let open = |s: &Subflow| {
+            matches!(s.state(), State::SynSent | State::SynReceived | State::Established | State::CloseWait)
+        };
+        match self.shared.mode {
+            Mode::Plain | Mode::Pending => self.subflow(0).is_some_and(open),
+            Mode::Mptcp => {
+                self.shared.data_fin_seq.is_none()
+                    && !self.closed_event_sent
+                    && self.subflows.iter().flatten().any(|(s, _)| !s.is_closed())
+            }
+        }
     }
 
     /// Bytes readable in order now.
@@ -534,17 +562,38 @@ impl Connection {
     /// Reads in-order data into `out`. `now` drives receive-buffer
     /// autotuning (the window grows with what the application consumes) and
     /// may trigger a window update.
-    pub fn recv(&mut self, now: Instant, out: &mut [u8]) -> usize {
-        if self.plain() {
-            return self.initial().map_or(0, |s| s.recv(now, out));
+    ///
+    /// `Ok(0)`: nothing yet; [`RecvError::Finished`]: the peer's stream ended
+    /// and all of it was read; [`RecvError::InvalidState`]: the connection
+    /// closed without that end (reset, timed out).
+    pub fn recv(&mut self, now: Instant, out: &mut [u8]) -> Result<usize, RecvError> {
+        let n = if self.plain() {
+            self.initial().map_or(0, |s| s.recv(now, out))
+        } else {
+            let n = self.rcv_buf.read(out);
+            if n > 0 {
+                self.rcvq_space.on_read(n);
+                self.rcv_space_adjust(now);
+                self.maybe_window_update();
+            }
+            n
+        };
+        if n > 0 || out.is_empty() {
+            return Ok(n);
         }
-        let n = self.rcv_buf.read(out);
-        if n > 0 {
-            self.rcvq_space.on_read(n);
-            self.rcv_space_adjust(now);
-            self.maybe_window_update();
+        // An orderly end only: a plain subflow that was reset is closed but
+        // never received the FIN.
+        let finished = match self.shared.mode {
+            Mode::Mptcp => self.recv_finished(),
+            Mode::Plain | Mode::Pending => self.subflow(0).is_some_and(|s| s.recv_finished()),
+        };
+        if finished {
+            return Err(RecvError::Finished);
         }
-        n
+        if self.is_closed() {
+            return Err(RecvError::InvalidState);
+        }
+        Ok(0)
     }
 
     /// The peer closed its direction (DATA_FIN, or FIN in plain mode) and
@@ -748,6 +797,9 @@ impl Connection {
             if let Some((sf, _)) = self.subflows[idx].take() {
                 // Keep what the subflow counted.
                 self.shared.counters.add(&sf.counters());
+                // The slot may be reused: nothing of this subflow may stay
+                // attached to its index.
+                self.sched.forget(idx);
             }
             if self.subflows.iter().flatten().next().is_none() && !self.closed_event_sent {
                 self.closed_event_sent = true;
@@ -764,6 +816,12 @@ impl Connection {
 
     pub(crate) fn last_now(&self) -> Instant {
         self.last_now
+    }
+
+    /// The driver's clock reached `now` for this connection (what an
+    /// application call that carries no time acts at).
+    pub(crate) fn saw(&mut self, now: Instant) {
+        self.last_now = self.last_now.max(now);
     }
 
     /// Housekeeping after any input, timer or application call, in order:

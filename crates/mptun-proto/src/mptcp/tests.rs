@@ -50,7 +50,7 @@ impl NetExt for Net {
     fn read_b(&mut self, sh: ConnectionHandle, buf: &mut [u8]) -> Vec<u8> {
         let mut got = Vec::new();
         loop {
-            let k = self.b.recv(sh, self.now, buf);
+            let k = self.b.recv(sh, self.now, buf).unwrap_or(0);
             if k == 0 {
                 return got;
             }
@@ -59,7 +59,7 @@ impl NetExt for Net {
     }
 
     fn connect(&mut self) -> ConnectionHandle {
-        self.a.connect(self.now, "10.0.1.1:0".parse().unwrap(), "10.0.1.2:5000".parse().unwrap())
+        self.a.connect(self.now, "10.0.1.1:0".parse().unwrap(), "10.0.1.2:5000".parse().unwrap()).expect("connect")
     }
 }
 
@@ -200,7 +200,7 @@ fn data_fin_closes_both_directions() {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 65536];
     for _ in 0..200 {
-        sent += n.a.send(h, &data[sent..]);
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
         if sent == data.len() {
             n.a.close(h);
         }
@@ -214,10 +214,10 @@ fn data_fin_closes_both_directions() {
     assert!(n.b.recv_finished(sh));
     assert!(!n.a.recv_finished(h));
     // The server answers and closes its direction.
-    assert_eq!(n.b.send(sh, reply), reply.len());
+    assert_eq!(n.b.send(sh, reply).unwrap_or(0), reply.len());
     n.b.close(sh);
     n.run(Duration::from_millis(500), &mut pass());
-    let k = n.a.recv(h, n.now, &mut buf);
+    let k = n.a.recv(h, n.now, &mut buf).unwrap_or(0);
     assert_eq!(&buf[..k], reply);
     assert!(n.a.recv_finished(h));
     // Both DATA_FINs acknowledged: the subflows close (FIN), then TIME_WAIT.
@@ -239,7 +239,7 @@ fn thirty_two_bit_data_acks_are_expanded() {
     });
     let h = n.connect();
     n.run(Duration::from_millis(50), &mut pass());
-    n.a.send(h, &[7u8; 3000]);
+    n.a.send(h, &[7u8; 3000]).unwrap_or(0);
     // Rewrite the server's DATA_ACKs to their 32-bit form.
     n.run(Duration::from_millis(200), &mut |from_a, p| {
         if from_a {
@@ -268,7 +268,7 @@ fn duplicate_and_out_of_order_data_is_counted_at_the_connection_level() {
     let mut k = 0u32;
     let mut buf = vec![0u8; 65536];
     for _ in 0..300 {
-        sent += n.a.send(h, &data[sent..]);
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
         // Drop every 50th data packet on path 1: the receiver sees holes at
         // the data level while path 2 keeps delivering.
         n.run(Duration::from_millis(20), &mut |from_a, p| {
@@ -281,7 +281,7 @@ fn duplicate_and_out_of_order_data_is_counted_at_the_connection_level() {
             Some(p)
         });
         loop {
-            let r = n.b.recv(sh, n.now, &mut buf);
+            let r = n.b.recv(sh, n.now, &mut buf).unwrap_or(0);
             if r == 0 {
                 break;
             }
@@ -339,7 +339,7 @@ fn checksums_negotiated_by_either_side_and_corruption_caught() {
     let mut corrupted = 0;
     let mut rst_opts = Vec::new();
     for _ in 0..300 {
-        sent += n.a.send(h, &data[sent..]);
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
         n.run(Duration::from_millis(20), &mut |from_a, p| {
             if !from_a && parse_tcp_packet(&p).unwrap().tcp.flags.rst() {
                 rst_opts.extend(mptcp_opts(&p));
@@ -402,7 +402,7 @@ fn checksum_failure_on_the_only_subflow_sends_mp_fail_and_falls_back() {
     let (mut corrupted, mut mp_fail_dsn, mut rsts) = (None, Vec::new(), 0);
     let mut data_segs = 0;
     for _ in 0..300 {
-        sent += n.a.send(h, &data[sent..]);
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
         if sent == data.len() {
             n.a.close(h);
         }
@@ -490,10 +490,10 @@ fn mp_prio_marks_the_subflow_backup_on_both_ends() {
     let mut sent = 0;
     let data = vec![9u8; 200_000];
     for _ in 0..50 {
-        sent += n.a.send(h, &data[sent..]);
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
         n.run(Duration::from_millis(20), &mut pass());
         let mut buf = vec![0u8; 65536];
-        while n.b.recv(sh, n.now, &mut buf) > 0 {}
+        while n.b.recv(sh, n.now, &mut buf).unwrap_or(0) > 0 {}
     }
     let after = n.b.conn(sh).unwrap().info();
     let s = after.subflows.iter().find(|s| s.remote.ip() == ip("10.0.2.1")).unwrap();
@@ -534,7 +534,7 @@ fn options_stripped_mid_stream_fall_back_to_an_infinite_mapping() {
         step += 1;
         // A slow writer, so the options disappear in the middle of the stream.
         let upto = (sent + 8192).min(data.len());
-        sent += n.a.send(h, &data[sent..upto]);
+        sent += n.a.send(h, &data[sent..upto]).unwrap_or(0);
         if sent == data.len() {
             n.a.close(h);
         }
@@ -568,14 +568,16 @@ fn mptcp_over_ipv6_with_a_join() {
     let mut b = Endpoint::new(s, [2; 32]);
     b.listen("[fd00:0:0:1::2]:5000".parse().unwrap());
     let mut n = Net::new(Endpoint::new(c, [1; 32]), b, Instant::ZERO);
-    let h = n.a.connect(n.now, "[fd00:0:0:1::1]:0".parse().unwrap(), "[fd00:0:0:1::2]:5000".parse().unwrap());
+    let h =
+        n.a.connect(n.now, "[fd00:0:0:1::1]:0".parse().unwrap(), "[fd00:0:0:1::2]:5000".parse().unwrap())
+            .expect("connect");
     let data: Vec<u8> = (0..200_000u32).map(|i| (i % 239) as u8).collect();
     let mut sent = 0;
     let mut got = Vec::new();
     let mut buf = vec![0u8; 65536];
     let mut sh = None;
     for _ in 0..200 {
-        sent += n.a.send(h, &data[sent..]);
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
         n.run(Duration::from_millis(20), &mut pass());
         sh = sh.or_else(|| n.b.accept());
         if let Some(sh) = sh {
@@ -604,7 +606,7 @@ fn a_mapping_outside_the_window_resets_the_subflow_and_the_data_arrives_anyway()
     let mut buf = vec![0u8; 65536];
     let mut forged = 0;
     for _ in 0..300 {
-        sent += n.a.send(h, &data[sent..]);
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
         n.run(Duration::from_millis(20), &mut |from_a, p| {
             // A hostile (or broken) rewrite moves one mapping on path 2 a gigabyte ahead.
             if from_a && forged == 0 && p.len() > 1000 && p[14] == 2 {
@@ -657,7 +659,7 @@ fn fallback_case(strip_from: usize, loss: bool, reorder: bool) -> Outcome {
     let mut error = false;
     for _ in 0..1500 {
         let upto = (sent + 8192).min(data.len());
-        sent += n.a.send(h, &data[sent..upto]);
+        sent += n.a.send(h, &data[sent..upto]).unwrap_or(0);
         if sent == data.len() {
             n.a.close(h);
         }

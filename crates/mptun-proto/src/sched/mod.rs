@@ -78,6 +78,9 @@ pub trait Scheduler: Send + core::fmt::Debug {
     fn select(&mut self, subflows: &[SubflowView], conn: &ConnView) -> Option<Pick>;
     /// `bytes` were pushed to subflow `id` (Linux updates `avg_pacing_rate` here).
     fn on_pushed(&mut self, id: usize, bytes: usize, subflows: &[SubflowView]);
+    /// Subflow `id` is gone and its id may name a new subflow: drop what
+    /// is kept about it.
+    fn forget(&mut self, _id: usize) {}
     /// Average pacing rate the scheduler keeps for subflow `id`, bytes/s.
     fn avg_pacing_rate(&self, _id: usize) -> Option<u64> {
         None
@@ -158,6 +161,13 @@ impl Scheduler for DefaultScheduler {
 
     fn avg_pacing_rate(&self, id: usize) -> Option<u64> {
         self.avg_pacing_rate.get(id).copied()
+    }
+
+    fn forget(&mut self, id: usize) {
+        // 0: the next subflow with this id starts from its own pacing rate.
+        if let Some(a) = self.avg_pacing_rate.get_mut(id) {
+            *a = 0;
+        }
     }
 }
 

@@ -198,6 +198,13 @@ impl Scheduler for PenaltyScheduler {
         self.inner.avg_pacing_rate(id)
     }
 
+    fn forget(&mut self, id: usize) {
+        self.inner.forget(id);
+        if let Some(t) = self.last.get_mut(id) {
+            *t = None;
+        }
+    }
+
     fn after_pick(&mut self, _picked: usize, subflows: &[SubflowView], conn: &ConnView) -> PenaltyDecision {
         match self.policy {
             Policy::Default => PenaltyDecision::default(),

@@ -153,7 +153,8 @@ struct Flow {
 fn open(a: &mut StackHost, now: Instant, flow: &mut Flow, spec: &PathSpec, server: SocketAddr, seed: u64) {
     let mut tcp = a.ep.config().tcp.clone();
     tcp.congestion_control = flow.cc;
-    let h = a.ep.connect_with(now, SocketAddr::new(spec.addr_a, 0), server, tcp);
+    let h =
+        a.ep.connect_with(now, SocketAddr::new(spec.addr_a, 0), server, tcp).expect("a fresh endpoint has free ports");
     flow.port = a.ep.addresses(h).map_or(0, |(local, _)| local.port());
     flow.handle = Some(h);
     // More than the link can carry in the run: both flows stay backlogged.

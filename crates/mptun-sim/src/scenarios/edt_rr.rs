@@ -144,7 +144,9 @@ pub fn run_variant(p: &Params, pacer: PacerKind) -> VariantReport {
     let server_addr = SocketAddr::new(spec.addr_b, 12865);
     b.ep.listen(server_addr);
     b.accept_template = Some(RrApp::Server(RrServer::new(p.request_size, p.response_size)));
-    let h = a.ep.connect(Instant::ZERO, SocketAddr::new(spec.addr_a, 0), server_addr);
+    let h =
+        a.ep.connect(Instant::ZERO, SocketAddr::new(spec.addr_a, 0), server_addr)
+            .expect("a fresh endpoint has free ports");
     a.attach(h, RrApp::Client(RrClient::new(p.request_size, p.response_size, p.transactions)));
     a.pump(Instant::ZERO);
 

@@ -229,7 +229,7 @@ pub fn run_variant(p: &Params, round_start: HystartRoundStart) -> VariantReport 
     // More than the path can carry in `duration`: the sender is never app-limited.
     let bulk = (p.rate_bps / 8).saturating_mul(p.duration.as_secs().max(1) * 4);
     b.accept_template = Some(BulkApp::new(bulk, p.seed ^ 0x0005_EEDB));
-    let h = a.ep.connect(Instant::ZERO, client_addr, server_addr);
+    let h = a.ep.connect(Instant::ZERO, client_addr, server_addr).expect("a fresh endpoint has free ports");
     a.attach(h, BulkApp::new(0, p.seed ^ 0x0005_EEDA));
     a.pump(Instant::ZERO);
 

@@ -147,7 +147,8 @@ fn run_traced(spec: &TransferSpec, trace_server: bool, gso: bool) -> Traced {
     let mut b = StackHost::new(Endpoint::new(spec.server.clone(), seed32(spec.seed, 0xB)));
     b.ep.listen(server_addr);
     b.accept_template = Some(BulkApp::new(spec.reverse_size, spec.seed ^ 0x0005_EEDB));
-    let h: ConnectionHandle = a.ep.connect(Instant::ZERO, client_addr, server_addr);
+    let h: ConnectionHandle =
+        a.ep.connect(Instant::ZERO, client_addr, server_addr).expect("a fresh endpoint has free ports");
     a.attach(h, BulkApp::new(spec.size, spec.seed ^ 0x0005_EEDA));
     a.pump(Instant::ZERO);
 
