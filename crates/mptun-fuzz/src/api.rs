@@ -1,0 +1,47 @@
+//! Every call the harness makes into the `Endpoint` stream API, in one
+//! place: the API is changing (typed errors on `connect`, `send`, `recv`),
+//! and adapting the harness should mean editing these few functions only.
+
+use mptun_proto::endpoint::{ConnectionHandle, Endpoint};
+use mptun_proto::Instant;
+use std::net::SocketAddr;
+
+/// Opens the client's connection; `None` if the endpoint refused.
+pub(crate) fn connect(
+    ep: &mut Endpoint,
+    now: Instant,
+    local: SocketAddr,
+    remote: SocketAddr,
+) -> Option<ConnectionHandle> {
+    Some(ep.connect(now, local, remote))
+}
+
+/// Bytes the send buffer took (0: no room, or the connection is gone).
+pub(crate) fn send(ep: &mut Endpoint, h: ConnectionHandle, data: &[u8]) -> usize {
+    ep.send(h, data)
+}
+
+/// Bytes read into `out` (0: nothing ready, or finished, or gone).
+pub(crate) fn recv(ep: &mut Endpoint, h: ConnectionHandle, now: Instant, out: &mut [u8]) -> usize {
+    ep.recv(h, now, out)
+}
+
+/// The next connection a listener accepted.
+pub(crate) fn accept(ep: &mut Endpoint) -> Option<ConnectionHandle> {
+    ep.accept()
+}
+
+/// Orderly close of our direction.
+pub(crate) fn close(ep: &mut Endpoint, h: ConnectionHandle) {
+    ep.close(h)
+}
+
+/// Abortive close.
+pub(crate) fn abort(ep: &mut Endpoint, h: ConnectionHandle) {
+    ep.abort(h)
+}
+
+/// Handshake done and not closed: the application may close its direction.
+pub(crate) fn is_established(ep: &Endpoint, h: ConnectionHandle) -> bool {
+    ep.is_established(h)
+}
