@@ -41,6 +41,13 @@ pub(crate) fn abort(ep: &mut Endpoint, h: ConnectionHandle) {
     ep.abort(h)
 }
 
+/// The client knows its server completed the MPTCP handshake (or the
+/// connection is not MPTCP): until then a made-up option could make it take
+/// a server that fell back to TCP for an MPTCP one (see `forge`).
+pub(crate) fn peer_proved_mptcp(ep: &Endpoint, h: ConnectionHandle) -> bool {
+    ep.conn(h).is_none_or(|c| c.mode() != mptun_proto::mptcp::Mode::Mptcp || c.info().fully_established)
+}
+
 /// Handshake done and not closed: the application may close its direction.
 pub(crate) fn is_established(ep: &Endpoint, h: ConnectionHandle) -> bool {
     ep.is_established(h)

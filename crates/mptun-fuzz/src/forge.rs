@@ -19,6 +19,10 @@
 //!   old or far segments;
 //! - "before what the receiver acknowledged" needs an acknowledgment seen
 //!   on that tuple: a receiver in SYN-SENT takes any sequence number;
+//! - no made-up MPTCP option reaches the client before it is fully
+//!   established: a server whose third ACK was lost falls back to TCP, and
+//!   a client that an on-path DSS convinced otherwise would send data-level
+//!   retransmissions that the server reads as stream bytes;
 //! - a SYN carries no payload, and on a live tuple only the ISN that
 //!   tuple's sender really used (a duplicate with other options).
 //!
@@ -247,7 +251,7 @@ fn is_server(ip: IpAddr) -> bool {
 }
 
 /// A structured segment, built from the input; `None` if it cannot be emitted.
-pub(crate) fn structured(obs: &Observed, inp: &mut Input, liar: bool) -> Option<Vec<u8>> {
+pub(crate) fn structured(obs: &Observed, inp: &mut Input, liar: bool, client_proved: bool) -> Option<Vec<u8>> {
     // The 4-tuple: a direction the observer saw, or a new one.
     let sel = inp.u8();
     let (src, dst) = if sel < 192 && !obs.flows.is_empty() {
@@ -347,8 +351,9 @@ pub(crate) fn structured(obs: &Observed, inp: &mut Input, liar: bool) -> Option<
         }
     };
     let real_map = !mptcp.is_empty();
+    let may_forge = liar || client_proved || !ctx.to_client;
     for _ in 0..inp.index(3) {
-        if let Some(o) = ctx.option(inp) {
+        if let Some(o) = ctx.option(inp).filter(|_| may_forge) {
             // A second mapping next to a real one would be a lie about its bytes.
             let maps = matches!(o, MptcpOption::Dss { mapping: Some(_), .. });
             if !(maps && real_map && !ctx.free_mapping) {
@@ -374,7 +379,7 @@ fn emit(src: IpAddr, dst: IpAddr, hdr: &TcpHeader, payload: &[u8]) -> Option<Vec
 /// options as the kernel wrote them (keys, HMACs, DSNs of another
 /// connection: implausible MPTCP values in a plausible TCP segment).
 /// Truthful mode strips the payload and MP_CAPABLE's data form (see above).
-pub(crate) fn kernel_frame(obs: &Observed, inp: &mut Input, liar: bool) -> Option<Vec<u8>> {
+pub(crate) fn kernel_frame(obs: &Observed, inp: &mut Input, liar: bool, client_proved: bool) -> Option<Vec<u8>> {
     let frames = kernel::frames();
     let f = &frames[usize::from(inp.u16()) % frames.len()];
     // Live subflows, client side first, in order of appearance.
@@ -399,8 +404,11 @@ pub(crate) fn kernel_frame(obs: &Observed, inp: &mut Input, liar: bool) -> Optio
     }
     if !liar {
         let mut o = TcpOptions::new();
+        let strip_all = !f.from_client && !client_proved;
         for opt in f.hdr.options.iter().flatten() {
-            if !matches!(opt, TcpOption::Mptcp(MptcpOption::MpCapable { data_len: Some(_), .. })) {
+            let mptcp = matches!(opt, TcpOption::Mptcp(_));
+            let capable_data = matches!(opt, TcpOption::Mptcp(MptcpOption::MpCapable { data_len: Some(_), .. }));
+            if !(capable_data || mptcp && strip_all) {
                 o.push(&opt).ok()?;
             }
         }

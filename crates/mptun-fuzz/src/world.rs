@@ -183,6 +183,9 @@ fn describe(p: &[u8]) -> String {
 /// Every subflow of `ep`, for traces.
 fn dump(ep: &Endpoint) {
     for h in ep.handles() {
+        if let Some(c) = ep.conn(h) {
+            eprintln!("    {h:?} {:?} {}", c.mode(), c.debug_state());
+        }
         for (i, sf) in ep.conn(h).into_iter().flat_map(|c| c.subflows()) {
             eprintln!("    {h:?} sf{i}: {sf:?} {:?}", sf.info());
         }
@@ -339,7 +342,7 @@ impl World {
             }
             7 => self.advance(inp),
             8 => {
-                if let Some(p) = forge::structured(&self.obs, inp, self.liar) {
+                if let Some(p) = forge::structured(&self.obs, inp, self.liar, self.client_proved()) {
                     self.inject(p, None);
                 }
             }
@@ -350,12 +353,16 @@ impl World {
                 self.inject(bytes, Some(to_client));
             }
             10 => {
-                if let Some(p) = forge::kernel_frame(&self.obs, inp, self.liar) {
+                if let Some(p) = forge::kernel_frame(&self.obs, inp, self.liar, self.client_proved()) {
                     self.inject(p, None);
                 }
             }
             _ => self.app_op(inp),
         }
+    }
+
+    fn client_proved(&self) -> bool {
+        self.c.apps.first().is_none_or(|a| api::peer_proved_mptcp(&self.c.ep, a.h))
     }
 
     /// Moves virtual time on and fires the timers that are due.

@@ -7,7 +7,13 @@ use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 
 /// Seeded inputs per run: a few seconds at the test profile's opt-level 2.
+/// `MPTUN_FUZZ_SEEDED=<count>` and `MPTUN_FUZZ_SEED=<u64>` run more, or
+/// others, on stable.
 const RANDOM_INPUTS: u64 = 5000;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 
 fn replay_dir(dir: &Path) -> usize {
     let mut files: Vec<_> = std::fs::read_dir(dir)
@@ -50,8 +56,8 @@ fn clean_runs_complete_the_transfer() {
 
 #[test]
 fn seeded_inputs() {
-    let mut rng = ChaCha8Rng::seed_from_u64(0x006d_7074_756e);
-    for i in 0..RANDOM_INPUTS {
+    let mut rng = ChaCha8Rng::seed_from_u64(env_u64("MPTUN_FUZZ_SEED", 0x006d_7074_756e));
+    for i in 0..env_u64("MPTUN_FUZZ_SEEDED", RANDOM_INPUTS) {
         let len = rng.random_range(3..1500);
         let mut data = vec![0u8; len];
         rng.fill(&mut data[..]);
