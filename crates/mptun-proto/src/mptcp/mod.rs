@@ -246,6 +246,12 @@ pub(crate) struct Shared {
     /// single subflow's byte stream continues the data sequence space as an
     /// infinite mapping (RFC 8684 3.7); no MPTCP option is sent any more.
     pub infinite: bool,
+    /// A fallback is still possible (Linux `allow_infinite_fallback`): no
+    /// data-level retransmission or window probe went onto a subflow. Such
+    /// a copy sits in the subflow's byte stream after the original, so once
+    /// that stream is read as the data stream it would be delivered twice:
+    /// from then on what would fall back resets the subflow instead.
+    pub allow_infinite_fallback: bool,
     /// We ask for DSS checksums.
     pub csum_request: bool,
     /// DSS checksums are in use (either side asked).
@@ -374,6 +380,7 @@ impl Connection {
             shared: Shared {
                 mode,
                 infinite: false,
+                allow_infinite_fallback: true,
                 csum_request: cfg.mptcp.checksum,
                 csum: cfg.mptcp.checksum,
                 server,

@@ -285,6 +285,13 @@ impl Connection {
             && single_subflow
             && ofo_empty
         {
+            if !sh.allow_infinite_fallback {
+                // Linux `mptcp_subflow_reset` when `mptcp_try_fallback` fails.
+                ext.rst_reason = Some(MPTCP_RST_EMIDDLEBOX);
+                sh.counters.mptcp_mp_rst_tx += 1;
+                sf.abort();
+                return;
+            }
             sh.counters.mptcp_dss_fallback += 1;
             Self::fall_back(sh, sf, ext);
         }
@@ -453,7 +460,7 @@ impl Connection {
                     sh.counters.mptcp_data_csum_err += 1;
                     sh.counters.mptcp_mp_fail_tx += 1;
                     ext.mp_fail = Some(mdsn);
-                    if alone && ext.join == JoinState::Initial {
+                    if alone && ext.join == JoinState::Initial && sh.allow_infinite_fallback {
                         // The infinite mapping starts at the failed one: the
                         // subflow's bytes continue the data sequence from it.
                         sh.infinite = true;

@@ -51,12 +51,20 @@ impl Connection {
             self.incoming_option(now, idx, o, wnd, &mut rm_ids)?;
         }
         self.close_removed(&rm_ids);
-        // A client becomes fully established when the server shows it saw our key.
-        // Any MPTCP option but MP_CAPABLE proves it: the server sends DSS
-        // and ADD_ADDR (HMAC'd with our key) only once it has our key.
+        // A client becomes fully established when the server shows it saw our
+        // key: a DSS (sent only once it has our key), or an ADD_ADDR whose
+        // HMAC, computed with our key, verifies. Not any other option: one
+        // forged ADD_ADDR would make a client whose third ACK was lost (its
+        // server fell back to TCP) take a plain-TCP peer for an MPTCP one.
         let sh = &mut self.shared;
-        if !sh.server && !sh.fully_established && opts.mptcp.iter().any(|o| !matches!(o, MptcpOption::MpCapable { .. }))
-        {
+        let proves = |o: &MptcpOption| match *o {
+            MptcpOption::Dss { .. } => true,
+            MptcpOption::AddAddr { echo: false, addr_id, addr, port, hmac } => sh
+                .remote_key
+                .is_some_and(|rk| hmac == Some(crypto::add_addr_hmac(rk, sh.local_key, addr_id, addr, port))),
+            _ => false,
+        };
+        if !sh.server && !sh.fully_established && opts.mptcp.iter().any(proves) {
             sh.fully_established = true;
         }
         ControlFlow::Continue(())
@@ -146,7 +154,13 @@ impl Connection {
                     return ControlFlow::Continue(());
                 };
                 let sh = &mut self.shared;
-                if alone && sh.csum && !sh.infinite && sh.mode == super::Mode::Mptcp && ext.join == JoinState::Initial {
+                if alone
+                    && sh.csum
+                    && !sh.infinite
+                    && sh.allow_infinite_fallback
+                    && sh.mode == super::Mode::Mptcp
+                    && ext.join == JoinState::Initial
+                {
                     Self::fall_back(sh, sf, ext);
                 }
             }
@@ -239,7 +253,7 @@ impl Connection {
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let sh = &mut self.shared;
         sh.counters.mptcp_infinite_map_rx += 1;
-        if !single || ext.join != JoinState::Initial || sh.rx_base.is_none() {
+        if !single || ext.join != JoinState::Initial || sh.rx_base.is_none() || !sh.allow_infinite_fallback {
             sh.counters.mptcp_mp_rst_tx += 1;
             ext.rst_reason = Some(super::MPTCP_RST_EMPTCP);
             sf.abort();

@@ -26,8 +26,11 @@ impl Connection {
     /// Queues the not yet DATA_ACKed data of subflow `idx` for another subflow.
     pub(super) fn reinject_from(&mut self, idx: usize) {
         // After a fallback the single subflow's byte stream is the data
-        // stream: data sent again on it would be read as new data.
-        if self.shared.infinite {
+        // stream: data sent again on it would be read as new data. Before
+        // the connection is fully established there is no other subflow,
+        // and the peer may have fallen back without our knowing (a third
+        // ACK lost): its own retransmissions carry the data.
+        if self.shared.infinite || !self.shared.fully_established {
             return;
         }
         let Some((_, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
@@ -207,6 +210,7 @@ impl Connection {
             let csum = if self.shared.csum { dss_checksum(start.0, ssn.0, len as u16, &data_for_csum) } else { 0 };
             ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn: start, len: len as u32, csum, with_ack: None });
             if reinj {
+                self.shared.allow_infinite_fallback = false;
                 let front = self.reinject.front_mut().expect("peeked");
                 front.0 = start + len;
             } else {
@@ -258,6 +262,7 @@ impl Connection {
         }
         let csum = if self.shared.csum { dss_checksum(dsn.0, ssn.0, 1, &[byte]) } else { 0 };
         ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn, len: 1, csum, with_ack: Some(true) });
+        self.shared.allow_infinite_fallback = false;
         self.shared.counters.mptcp_win_probe += 1;
     }
 

@@ -319,6 +319,16 @@ impl Scoreboard {
             }
             acked.fin |= s.fin;
         }
+        // An ACK inside a segment (a middlebox resegmented it, or cut it
+        // short): its acknowledged head is gone from the send buffer, so a
+        // retransmission starts at `ack` (Linux trims it, `tcp_trim_head`).
+        if let Some(front) = self.segs.front_mut() {
+            if front.seq.lt(ack) {
+                let cut = ack - front.seq;
+                front.seq = ack;
+                front.len -= cut.min(front.len);
+            }
+        }
         acked
     }
 

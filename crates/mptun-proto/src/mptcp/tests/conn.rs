@@ -710,3 +710,55 @@ fn retransmit_timer_does_not_wait_on_a_stale_subflow() {
     // at 30.2 s.
     assert!(done <= thaw + Duration::from_secs(5), "done {done:?}, DATA_ACKs caught up at {thaw:?}");
 }
+
+/// Found by the endpoint fuzzer (`docs/fuzzing.md`, crash 3). A client is
+/// fully established only by what proves the server has its key: a DSS, or
+/// an ADD_ADDR whose HMAC (computed with that key) verifies. An ADD_ADDR with
+/// another HMAC proves nothing: a client whose third ACK was lost (its server
+/// fell back to TCP) must not take the server for an MPTCP one because of it.
+#[test]
+fn only_a_verified_add_addr_establishes_the_client() {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    // Every server segment after the SYN-ACK is held back: nothing real
+    // from the server proves anything yet.
+    let (mut synack, mut third_ack) = (None, None);
+    n.run(Duration::from_millis(10), &mut |from_a, p| {
+        let f = hdr(&p).flags;
+        if from_a {
+            if third_ack.is_none() && !f.syn() && has_mpc(&p) {
+                third_ack = Some(p.clone());
+            }
+            return Some(p);
+        }
+        if f.syn() {
+            synack = Some(p.clone());
+            return Some(p);
+        }
+        None
+    });
+    assert!(!n.a.conn(h).unwrap().info().fully_established);
+    let (synack, third_ack) = (synack.expect("a SYN-ACK"), third_ack.expect("a third ACK"));
+    let s = parse_tcp_packet(&synack).unwrap();
+    let (server_key, client_key) = match mptcp_opts(&third_ack)[..] {
+        [MptcpOption::MpCapable { sender_key: Some(c), receiver_key: Some(s), .. }] => (s, c),
+        ref o => panic!("third ACK options {o:?}"),
+    };
+    let addr = ip("10.0.2.2");
+    let add_addr = |hmac: u64| {
+        let mut t =
+            TcpHeader::new(s.tcp.src_port, s.tcp.dst_port, s.tcp.seq.wrapping_add(1), s.tcp.ack, TcpFlags::ACK, 1000);
+        let ts = s.tcp.options.summary().timestamp.map(|(v, e)| (v.wrapping_add(1), e));
+        let o = MptcpOption::AddAddr { echo: false, addr_id: 1, addr, port: None, hmac: Some(hmac) };
+        t.options = TcpOptions::established(ts, &[], &[o]).unwrap();
+        let mut out = vec![0u8; 1600];
+        let k = emit_tcp_packet(s.src, s.dst, 64, &t, &[], &mut out).unwrap();
+        out.truncate(k);
+        out
+    };
+    let valid = mptun_wire::crypto::add_addr_hmac(server_key, client_key, 1, addr, None);
+    n.a.handle_packet(n.now, &add_addr(valid ^ 1));
+    assert!(!n.a.conn(h).unwrap().info().fully_established, "a wrong HMAC established the client");
+    n.a.handle_packet(n.now, &add_addr(valid));
+    assert!(n.a.conn(h).unwrap().info().fully_established, "the verified ADD_ADDR did not");
+}

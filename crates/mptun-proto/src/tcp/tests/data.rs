@@ -335,3 +335,19 @@ fn acknowledged_bytes_are_counted() {
     let i = t.sf.info();
     assert_eq!((i.bytes_acked, i.bytes_sent, i.packets_out), (3000, 3000, 0));
 }
+
+#[test]
+fn an_ack_inside_a_segment_trims_its_retransmission() {
+    // Found by the endpoint fuzzer: a middlebox cut our last segment short
+    // (checksum fixed), the peer acknowledged the bytes it got, and the RTO
+    // then retransmitted the whole segment from bytes the ACK had freed.
+    let mut t = Sf::established();
+    let d = bytes(2000);
+    t.write(&d);
+    t.sf.close();
+    recv!(t, seq: S, ack: R, payload: d[..1460].to_vec());
+    recv!(t, seq: S + M, ack: R, flags: ACK | PSH | FIN, payload: d[1460..].to_vec());
+    send!(t, seq: R, ack: S + M + 100, window: 65535);
+    t.fire_timer();
+    recv!(t, seq: S + M + 100, ack: R, flags: ACK | FIN, payload: d[1560..].to_vec());
+}
