@@ -161,6 +161,10 @@ pub(crate) struct SubflowExt {
     /// (relative ssn, data sequence) just past the last mapping taken:
     /// where an infinite mapping continues after a fallback.
     pub rx_last_end: Option<(Seq, DataSeq)>,
+    /// Where the infinite mapping starts after a fallback (relative ssn and
+    /// its data sequence): a mapping the peer still sends must agree with it
+    /// (see [`Connection::contradicts_infinite`]).
+    pub rx_infinite_at: Option<(Seq, DataSeq)>,
     /// Relative ssn and payload length of the segment being processed (the
     /// one whose options are read).
     pub rx_seg: (Seq, u32),
@@ -207,6 +211,7 @@ impl SubflowExt {
             rx_map: None,
             rx_ahead: VecDeque::new(),
             rx_last_end: None,
+            rx_infinite_at: None,
             rx_seg: (Seq(0), 0),
             stale: false,
             optless_acks: 0,

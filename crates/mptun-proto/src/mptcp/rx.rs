@@ -194,7 +194,7 @@ impl Connection {
     /// `MAPPING_INVALID` on a subflow that cannot fall back: MP_TCPRST
     /// "MPTCP-specific error"); its unacknowledged data is reinjected
     /// elsewhere as for any failed subflow.
-    fn mapping_error(sh: &mut Shared, sf: &mut Subflow, ext: &mut SubflowExt) {
+    pub(super) fn mapping_error(sh: &mut Shared, sf: &mut Subflow, ext: &mut SubflowExt) {
         sh.counters.mptcp_dss_not_matching += 1;
         ext.rx_map = None;
         ext.rx_ahead.clear();
@@ -310,6 +310,34 @@ impl Connection {
         // (Should bytes lie unmapped between `next` and `cont`,
         // drain_mappings finds them and resets: never a silent gap.)
         ext.rx_last_end = Some(cont);
+        ext.rx_infinite_at = Some(cont);
+    }
+
+    /// A DSS mapping received after a fallback. Linux ignores them; but a
+    /// peer that still sends one has not fallen back (a middlebox stripped
+    /// only what made us fall back), and it may put data-level copies (a
+    /// retransmission, a window probe) on this subflow at new subflow
+    /// sequence numbers. Read as the stream, such a copy would be delivered
+    /// twice. So a mapping that puts bytes of the infinite part at another
+    /// data sequence number than the infinite mapping does is a protocol
+    /// error (the subflow is reset before anything of the segment is read);
+    /// one that agrees, or covers only bytes before the fallback, or none of
+    /// the segment's, changes nothing.
+    pub(super) fn contradicts_infinite(sh: &Shared, ext: &SubflowExt, m: &DssMapping, data_fin: bool) -> bool {
+        let Some((at_ssn, at_dsn)) = ext.rx_infinite_at else { return false };
+        let (seg_ssn, seg_len) = ext.rx_seg;
+        let len = (m.len as u32).saturating_sub(data_fin as u32);
+        if seg_len == 0 || len == 0 {
+            return false;
+        }
+        let dsn = DataSeq(if m.dsn64 { m.dsn } else { expand32(m.dsn, sh.rcv_nxt.0) });
+        let map = RxMap { ssn: Seq(m.ssn), dsn, len, csum: None, fin: false };
+        let seg = RxMap { ssn: seg_ssn, dsn: DataSeq(0), len: seg_len, csum: None, fin: false };
+        if !map.overlaps(&seg) || map.end().le(at_ssn) {
+            return false;
+        }
+        let from = if map.ssn.ge(at_ssn) { map.ssn } else { at_ssn };
+        map.dsn + (from - map.ssn) as u64 != at_dsn + (from - at_ssn) as u64
     }
 
     /// The subflow's FIN after a fallback: it is the DATA_FIN only if every
@@ -467,6 +495,7 @@ impl Connection {
                         sh.counters.mptcp_dss_fallback += 1;
                         ext.rx_ahead.clear();
                         ext.rx_map = Some(RxMap { ssn: mssn, dsn: mdsn, len: 1 << 30, csum: None, fin: false });
+                        ext.rx_infinite_at = Some((mssn, mdsn));
                         sf.request_ack();
                         return Some(Bytes::from(whole));
                     }

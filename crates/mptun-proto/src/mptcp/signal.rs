@@ -102,6 +102,10 @@ impl Connection {
                         // Handled like a refused join: the RST (with its
                         // reason) leaves before the subflow is reaped.
                         return ControlFlow::Break(());
+                    } else if sh.infinite && Self::contradicts_infinite(sh, ext, m, *data_fin) {
+                        // Reset before the drain reads the copy as the stream.
+                        Self::mapping_error(sh, sf, ext);
+                        return ControlFlow::Break(());
                     } else if m.len == 0 && !*data_fin {
                         self.on_infinite_mapping(idx, m);
                     } else {
@@ -271,6 +275,7 @@ impl Connection {
         // fallback mode once the known mappings are used up).
         ext.rx_ahead.retain(|x| x.ssn.lt(ssn));
         ext.rx_last_end = Some((ssn, dsn));
+        ext.rx_infinite_at = Some((ssn, dsn));
     }
 
     /// MP_PRIO: the peer marks the subflow it arrived on backup (or not).

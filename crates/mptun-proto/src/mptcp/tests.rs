@@ -744,6 +744,7 @@ fn fallback_when_the_third_ack_is_stripped() {
 }
 
 mod conn;
+mod one_sided_fallback;
 
 #[test]
 fn expand32_picks_the_closest_value_modulo_2_64() {

@@ -6,7 +6,7 @@
 //! DATA_ACKed.
 
 use super::handshake::TCP_RTO_MIN;
-use super::{Connection, JoinState, SubflowExt, TxMap};
+use super::{Connection, JoinState, SubflowExt, TxMap, MPTCP_RST_EMIDDLEBOX};
 use crate::counters::Counters;
 use crate::sched::{ConnView, Policy, SubflowView};
 use crate::seq::{DataSeq, Seq};
@@ -253,6 +253,9 @@ impl Connection {
         // No idle subflow: the previous probe still waits in one (its own
         // zero-window probing carries it).
         let Some(i) = self.probe_subflow() else { return };
+        if !self.copy_allowed() {
+            return;
+        }
         let off = self.shared.ssn_off();
         let (sf, ext) = self.subflows[i].as_mut().expect("picked a live subflow");
         let dsn = DataSeq(self.shared.snd_una.0.wrapping_sub(1));
@@ -334,10 +337,46 @@ impl Connection {
         }
         let mss = self.subflows.iter().flatten().map(|(s, _)| s.mss(0) as u64).max().unwrap_or(1);
         let end = end.unwrap_or(self.shared.snd_nxt).min(una + mss).min(self.shared.snd_nxt);
+        if !self.copy_allowed() {
+            return;
+        }
         self.reinject.push_back((una, end));
         self.shared.counters.mptcp_retrans += 1;
         self.shared.counters.mptcp_reinjected_bytes += end - una;
         self.push_pending();
+    }
+
+    /// Whether a data-level copy (an MPTCP-level retransmission or a window
+    /// probe) may go onto the subflows. A peer that fell back to TCP on its
+    /// only subflow (a middlebox stripped the options of one of our
+    /// segments: a client not yet fully established takes a single one,
+    /// Linux `check_fully_established`) reads that subflow's bytes as the
+    /// stream, and a copy there, at new subflow sequence numbers, would be
+    /// delivered twice. Its ACKs tell: after a fallback they carry no MPTCP
+    /// option. So while our only subflow is the initial one and the last ACK
+    /// of new data on it came without an option, we fall back too instead of
+    /// copying (what the subflow acknowledged is then acknowledged, see
+    /// [`Connection::fallback_una`]), or, once a copy already went out and a
+    /// fallback would misread it (`allow_infinite_fallback` cleared), reset
+    /// the subflow (MP_TCPRST "middlebox interference", Linux's answer when
+    /// `mptcp_try_fallback` fails). `false` when it did either.
+    fn copy_allowed(&mut self) -> bool {
+        let mut live = self.subflows.iter_mut().flatten();
+        let (Some((sf, ext)), None) = (live.next(), live.next()) else { return true };
+        if ext.join != JoinState::Initial || ext.optless_acks == 0 {
+            return true;
+        }
+        let sh = &mut self.shared;
+        if sh.allow_infinite_fallback {
+            sh.counters.mptcp_dss_fallback += 1;
+            Self::fall_back(sh, sf, ext);
+            self.fallback_una();
+        } else {
+            ext.rst_reason = Some(MPTCP_RST_EMIDDLEBOX);
+            sh.counters.mptcp_mp_rst_tx += 1;
+            sf.abort();
+        }
+        false
     }
 
     /// The retransmission timeout the connection-level timers count in: the
