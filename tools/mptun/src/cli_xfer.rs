@@ -341,7 +341,9 @@ impl Plan {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+/// The tokio runtime every network command runs on (two workers: the
+/// stack's driver and the application side).
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -27,11 +27,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use mptun::Stack;
 
-use crate::cli_xfer::{parse_path, parse_secs};
+use crate::cli_xfer::{parse_path, parse_secs, runtime};
 use crate::conn::Conn;
 use crate::pathspec::{self, PathSpec};
 use crate::signals;
@@ -118,14 +118,6 @@ fn build_stack(paths: &[PathSpec]) -> Result<Stack> {
         b = b.path(addr, dev);
     }
     b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
 }
 
 pub fn run(a: ProxyArgs) -> Result<()> {
