@@ -428,6 +428,11 @@ pub(crate) fn corrupt(pkt: &mut Vec<u8>, inp: &mut Input, liar: bool) {
     let pos = usize::from(inp.u16());
     let bit = inp.u8() & 7;
     match mode {
+        // One flipped bit always changes a ones'-complement sum, two may
+        // cancel (a 0->1 and a 1->0 at the same bit of two words): TCP's and
+        // the DSS checksum cannot catch that, so a truthful wire flips bits
+        // only in a packet whose checksums still verify.
+        0 if !liar && parse_tcp_packet(pkt).is_err() => {}
         0 => {
             if !pkt.is_empty() {
                 let i = pos % pkt.len();

@@ -76,13 +76,3 @@ fn seeded_inputs() {
         }
     }
 }
-
-/// Crashes the fuzzer found that are not fixed yet (`corpus/open/`, listed
-/// in docs/fuzzing.md): each fails today. Run with `--ignored`; once a fix
-/// lands, its input moves to `corpus/endpoint/` and this test shrinks.
-#[test]
-#[ignore = "open crashes, see docs/fuzzing.md"]
-fn open_crashes_replay() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/open");
-    replay_dir(&root);
-}
