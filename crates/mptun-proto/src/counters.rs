@@ -229,6 +229,8 @@ counters! {
     mptcp_retrans => "MPTcpExtMPTCPRetrans",
     /// Infinite mappings received (`MPTcpExt InfiniteMapRx`).
     mptcp_infinite_map_rx => "MPTcpExtInfiniteMapRx",
+    /// Infinite mappings sent, in answer to an MP_FAIL (`MPTcpExt InfiniteMapTx`).
+    mptcp_infinite_map_tx => "MPTcpExtInfiniteMapTx",
     /// Connections reset because their DATA_FIN was not acknowledged within
     /// the close timeout (mptun's; Linux `mptcp_close_tout_expired`).
     mptun_data_fin_timeout => "MptunDataFinTimeout",

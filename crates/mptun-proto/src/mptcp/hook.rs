@@ -27,6 +27,9 @@ const ADD_ADDR_NO_ROOM_RETRY: Duration = Duration::from_millis(10);
 /// An unchanged DATA_ACK is still repeated on every this many mappings, so
 /// a lost segment cannot hide it for long.
 const ACK_REFRESH_MAPS: u32 = 4;
+/// Relative subflow sequence number of a subflow's first data byte (the SYN
+/// takes the ISN).
+const FIRST_DATA_SSN: u32 = 1;
 
 pub(crate) struct Hook<'a> {
     pub sh: &'a mut Shared,
@@ -113,19 +116,30 @@ impl Hook<'_> {
     /// Whether the segments of the mapping holding `ssn` carry the DATA_ACK,
     /// without deciding it.
     fn peek_with_ack(&self, ssn: u32) -> bool {
-        match self.map_index(ssn).and_then(|i| self.ext.tx_maps[i].with_ack) {
-            Some(d) => d,
-            None => self.data_ack_due(),
+        match self.map_index(ssn) {
+            None => ssn == FIRST_DATA_SSN || self.data_ack_due(),
+            Some(i) => self.ext.tx_maps[i].with_ack.unwrap_or_else(|| self.ack_needed(i)),
         }
+    }
+
+    /// Whether mapping `i`, not decided yet, must carry the DATA_ACK. The
+    /// segment at the subflow's first sequence number is the one a peer not
+    /// yet fully established judges (Linux `check_fully_established` falls
+    /// back, or resets a join, when it has neither MP_CAPABLE nor a
+    /// DATA_ACK): the first mapping always carries it, whatever the peer
+    /// showed before. A peer's own DATA_ACK does not prove it is fully
+    /// established (a Linux client sends one from its second data segment on).
+    fn ack_needed(&self, i: usize) -> bool {
+        self.ext.tx_maps[i].contains(FIRST_DATA_SSN) || self.data_ack_due()
     }
 
     /// Decides (once per mapping) whether its segments carry the DATA_ACK.
     fn with_ack(&mut self, ssn: u32) -> bool {
-        let Some(i) = self.map_index(ssn) else { return self.data_ack_due() };
+        let Some(i) = self.map_index(ssn) else { return ssn == FIRST_DATA_SSN || self.data_ack_due() };
         if let Some(d) = self.ext.tx_maps[i].with_ack {
             return d;
         }
-        let d = self.data_ack_due();
+        let d = self.ack_needed(i);
         self.ext.tx_maps[i].with_ack = Some(d);
         if d {
             self.ext.last_ack_sent = Some(self.ack_info());
@@ -169,6 +183,22 @@ impl Hook<'_> {
         }
     }
 
+    /// The infinite mapping (RFC 8684 3.7) on a data segment after the peer's
+    /// MP_FAIL: a DSS with data-level length 0 at the segment's own data and
+    /// subflow sequence numbers, from where the subflow's bytes are the
+    /// stream (Linux `mptcp_update_infinite_map`, `MPTcpExtInfiniteMapTx`).
+    fn infinite_mapping(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) {
+        let ssn = meta.seq - self.iss;
+        let Some(m) = self.ext.tx_maps.iter().find(|m| m.contains(ssn)) else { return };
+        let dsn = (m.dsn + u64::from(Seq(ssn) - Seq(m.ssn))).0;
+        let checksum = self.sh.csum.then(|| dss_checksum(dsn, ssn, 0, &[]));
+        let mapping = DssMapping { dsn, dsn64: true, ssn, len: 0, checksum };
+        if push(opts, MptcpOption::Dss { data_ack: self.data_ack(), mapping: Some(mapping), data_fin: false }) {
+            self.ext.infinite_map_due = false;
+            self.sh.counters.mptcp_infinite_map_tx += 1;
+        }
+    }
+
     /// ADD_ADDR (or its echo) on a pure ACK, when one is due and fits.
     fn announce(&mut self, opts: &mut TcpOptions) {
         let now = self.now;
@@ -204,8 +234,12 @@ impl SegmentHook for Hook<'_> {
     fn option_space(&self, data: bool) -> usize {
         match self.sh.mode {
             Mode::Plain => 0,
-            // The MP_FAIL of a checksum failure still leaves after the fallback.
-            _ if self.sh.infinite => self.ext.mp_fail.map_or(0, |_| MP_FAIL_LEN),
+            // The MP_FAIL of a checksum failure (or its echo) and the
+            // infinite mapping that answers one still leave after the fallback.
+            _ if self.sh.infinite => {
+                self.ext.mp_fail.map_or(0, |_| MP_FAIL_LEN)
+                    + if data && self.ext.infinite_map_due { DSS_FULL } else { 0 }
+            }
             Mode::Mptcp
                 if data
                     && self.sh.fully_established
@@ -263,6 +297,9 @@ impl SegmentHook for Hook<'_> {
                 if push(opts, MptcpOption::MpFail { dsn: dsn.0 }) {
                     self.ext.mp_fail = None;
                 }
+            }
+            if self.sh.mode == Mode::Mptcp && self.ext.infinite_map_due && meta.len > 0 {
+                self.infinite_mapping(meta, opts);
             }
             return None;
         }

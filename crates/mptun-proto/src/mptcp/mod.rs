@@ -191,6 +191,11 @@ pub(crate) struct SubflowExt {
     /// mapping whose checksum failed, on the next ACK of the only subflow
     /// (which then falls back) or on the RST with MP_TCPRST.
     pub mp_fail: Option<DataSeq>,
+    /// The peer's MP_FAIL made us fall back: the next data segment carries
+    /// the infinite mapping (a DSS with data-level length 0, RFC 8684 3.7;
+    /// Linux `send_infinite_map`) that tells the peer where the subflow's
+    /// bytes continue the data sequence.
+    pub infinite_map_due: bool,
     /// MP_PRIO to send on the next pure ACK.
     pub prio_pending: Option<bool>,
     /// (DATA_ACK, window edge) last sent on this subflow, and mappings sent
@@ -222,6 +227,7 @@ impl SubflowExt {
             rst_reason: None,
             fastclose: false,
             mp_fail: None,
+            infinite_map_due: false,
             prio_pending: None,
             last_ack_sent: None,
             maps_without_ack: 0,

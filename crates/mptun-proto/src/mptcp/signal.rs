@@ -146,13 +146,16 @@ impl Connection {
                 return ControlFlow::Break(());
             }
             MptcpOption::MpTcpRst { .. } => sh.counters.mptcp_mp_rst_rx += 1,
-            MptcpOption::MpFail { .. } => {
+            MptcpOption::MpFail { dsn } => {
                 sh.counters.mptcp_mp_fail_rx += 1;
                 // The peer's checksum failed on our only subflow and it fell
-                // back (RFC 8684 3.7): so do we (Linux
-                // `mptcp_pm_mp_fail_received`, which also answers with an
-                // infinite mapping). With other subflows the peer resets this
-                // one instead, and the MP_FAIL is only counted.
+                // back (RFC 8684 3.7): so do we, and answer as Linux's
+                // `mptcp_pm_mp_fail_received` does: MP_FAIL echoed on the next
+                // ACK (a Linux receiver resets the subflow when no answer
+                // comes) and the infinite mapping on the next data segment.
+                // An MP_FAIL after our own fallback is the peer's answer to
+                // ours. With other subflows the peer resets this one
+                // instead, and the MP_FAIL is only counted.
                 let alone = self.subflows.iter().flatten().count() == 1;
                 let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else {
                     return ControlFlow::Continue(());
@@ -166,6 +169,9 @@ impl Connection {
                     && ext.join == JoinState::Initial
                 {
                     Self::fall_back(sh, sf, ext);
+                    ext.mp_fail = Some(DataSeq(*dsn));
+                    ext.infinite_map_due = true;
+                    sf.request_ack();
                 }
             }
             _ => {}
@@ -257,6 +263,11 @@ impl Connection {
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let sh = &mut self.shared;
         sh.counters.mptcp_infinite_map_rx += 1;
+        if sh.infinite {
+            // The answer to our MP_FAIL: we fell back at the failed mapping
+            // already, and the mapping agrees with it (checked before).
+            return;
+        }
         if !single || ext.join != JoinState::Initial || sh.rx_base.is_none() || !sh.allow_infinite_fallback {
             sh.counters.mptcp_mp_rst_tx += 1;
             ext.rst_reason = Some(super::MPTCP_RST_EMPTCP);

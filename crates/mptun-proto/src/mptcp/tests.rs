@@ -400,6 +400,7 @@ fn checksum_failure_on_the_only_subflow_sends_mp_fail_and_falls_back() {
     let data: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
     let (mut sent, mut got, mut buf) = (0, Vec::new(), vec![0u8; 65536]);
     let (mut corrupted, mut mp_fail_dsn, mut rsts) = (None, Vec::new(), 0);
+    let (mut echo_dsn, mut infinite_maps) = (Vec::new(), Vec::new());
     let mut data_segs = 0;
     for _ in 0..300 {
         sent += n.a.send(h, &data[sent..]).unwrap_or(0);
@@ -410,8 +411,13 @@ fn checksum_failure_on_the_only_subflow_sends_mp_fail_and_falls_back() {
             let pkt = parse_tcp_packet(&p).unwrap();
             rsts += pkt.tcp.flags.rst() as usize;
             for o in mptcp_opts(&p) {
-                if let (false, MptcpOption::MpFail { dsn }) = (from_a, o) {
-                    mp_fail_dsn.push(dsn);
+                match (from_a, o) {
+                    (false, MptcpOption::MpFail { dsn }) => mp_fail_dsn.push(dsn),
+                    (true, MptcpOption::MpFail { dsn }) => echo_dsn.push(dsn),
+                    (true, MptcpOption::Dss { mapping: Some(m), data_fin: false, .. }) if m.len == 0 => {
+                        infinite_maps.push((m, pkt.tcp.seq, pkt.payload.len()))
+                    }
+                    _ => {}
                 }
             }
             // One payload byte of the 50th data segment rewritten, TCP
@@ -439,6 +445,18 @@ fn checksum_failure_on_the_only_subflow_sends_mp_fail_and_falls_back() {
     assert_eq!(bc.mptcp_mp_fail_tx, 1);
     assert_eq!(ac.mptcp_mp_fail_rx, 1, "the MP_FAIL reached the sender");
     assert_eq!(mp_fail_dsn.len(), 1, "one MP_FAIL: {mp_fail_dsn:?}");
+    // The sender answers as Linux does (RFC 8684 3.7): MP_FAIL echoed, and
+    // one infinite mapping on its next data segment, at that segment's own
+    // data and subflow sequence numbers (the stream is the subflow there).
+    assert_eq!(echo_dsn, mp_fail_dsn, "the MP_FAIL is echoed once");
+    assert_eq!(ac.mptcp_infinite_map_tx, 1, "{ac:?}");
+    assert_eq!(bc.mptcp_infinite_map_rx, 1, "{bc:?}");
+    assert_eq!(infinite_maps.len(), 1, "{infinite_maps:?}");
+    let (m, seq, len) = infinite_maps[0];
+    assert!(len > 0, "on a data segment");
+    let rel = seq.wrapping_sub(iss);
+    assert_eq!(m.ssn, rel, "at the segment's relative subflow sequence number");
+    assert_eq!(m.dsn.wrapping_sub(n.a.conn(h).map_or(0, |c| c.shared.tx_base.0)), u64::from(rel - 1), "{m:?}");
     assert_eq!(rsts, 0, "no reset");
     assert_eq!(bc.mptcp_mp_rst_tx + ac.mptcp_mp_rst_tx, 0);
     assert!(n.b.conn(sh).is_none_or(|c| c.shared.infinite), "the receiver fell back");

@@ -39,15 +39,31 @@ fn has_mpc(p: &[u8]) -> bool {
 /// server's pure ACKs (which carry its DATA_ACK). The wire models Linux's
 /// `check_fully_established`: a client not yet fully established that
 /// receives a segment with neither MP_CAPABLE nor a DATA_ACK falls back.
-/// Every DSS must therefore carry the DATA_ACK until the server has seen one
-/// from the client.
+/// The server's first mapping must therefore carry the DATA_ACK, and every
+/// DSS until the server has seen a DATA_ACK from the client.
 #[test]
 fn data_ack_on_every_dss_until_the_peer_is_fully_established() {
+    data_ack_reaches_a_client_not_yet_fully_established(&[100]);
+}
+
+/// The same with a request written in two parts: the second part's DSS
+/// carries the client's DATA_ACK although the client is not fully
+/// established yet (as a Linux client's does), which must not let the
+/// server's first response mapping go without one.
+#[test]
+fn data_ack_on_the_first_mapping_after_a_two_part_request() {
+    data_ack_reaches_a_client_not_yet_fully_established(&[100, 3000]);
+}
+
+/// The client writes `request` (one write per element, 1.5 ms apart), the
+/// server reads it all, acknowledges it and answers with 6000 bytes.
+fn data_ack_reaches_a_client_not_yet_fully_established(request: &[usize]) {
     let mut n = net(EndpointConfig::default(), EndpointConfig::default());
     let h = n.connect();
     n.run(Duration::from_millis(10), &mut pass());
     let sh = n.b.accept().unwrap();
-    assert_eq!(n.a.send(h, &[1u8; 100]).unwrap_or(0), 100);
+    let request_len: usize = request.iter().sum();
+    assert_eq!(n.a.send(h, &vec![1u8; request[0]]).unwrap_or(0), request[0]);
     let mut held: Vec<Vec<u8>> = Vec::new();
     let mut client_established = false;
     let mut model_fallback = false;
@@ -72,8 +88,15 @@ fn data_ack_on_every_dss_until_the_peer_is_fully_established() {
     // The server's application reads the request at once, then its
     // (delayed) ACK goes out: the response's DATA_ACK would be unchanged.
     n.run(Duration::from_micros(1500), &mut |a, p| tamper(a, p, &mut held));
+    for &part in &request[1..] {
+        assert_eq!(n.a.send(h, &vec![1u8; part]).unwrap_or(0), part);
+        n.run(Duration::from_micros(1500), &mut |a, p| tamper(a, p, &mut held));
+    }
+    if request.len() > 1 {
+        assert!(n.b.conn(sh).unwrap().shared.peer_data_ack_seen, "the client's later part must carry a DATA_ACK");
+    }
     let mut buf = vec![0u8; 65536];
-    assert_eq!(n.read_b(sh, &mut buf), vec![1u8; 100]);
+    assert_eq!(n.read_b(sh, &mut buf), vec![1u8; request_len]);
     n.run(Duration::from_millis(60), &mut |a, p| tamper(a, p, &mut held));
     let response: Vec<u8> = (0..6000u32).map(|i| (i % 253) as u8).collect();
     assert_eq!(n.b.send(sh, &response).unwrap_or(0), response.len());
