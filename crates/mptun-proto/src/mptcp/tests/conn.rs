@@ -523,6 +523,44 @@ fn no_join_once_closing() {
     assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 1);
 }
 
+/// Issue 12.5: an ADD_ADDR that arrives after the connection fell back to
+/// TCP (a middlebox began to strip the options mid-stream) opens no subflow:
+/// a fallen-back connection has no data sequence space to share.
+#[test]
+fn no_join_after_a_fallback() {
+    let mut n = two_path();
+    let h = n.connect();
+    let mut held = Vec::new();
+    n.run(Duration::from_millis(20), &mut |from_a, p| {
+        if !from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::AddAddr { echo: false, .. })) {
+            held.push(p);
+            return None;
+        }
+        Some(p)
+    });
+    assert!(!held.is_empty());
+    let sh = n.b.accept().unwrap();
+    // From here on every option is stripped, both ways: data makes both
+    // ends fall back.
+    let data = vec![5u8; 20_000];
+    assert_eq!(n.a.send(h, &data).unwrap_or(0), data.len());
+    assert_eq!(n.b.send(sh, &data).unwrap_or(0), data.len());
+    n.run(Duration::from_millis(50), &mut |_, p| Some(super::strip_mptcp(&p)));
+    let mut buf = vec![0u8; 65536];
+    assert_eq!(n.read_b(sh, &mut buf), data);
+    assert!(n.a.conn(h).unwrap().shared.infinite && n.b.conn(sh).unwrap().shared.infinite, "both fell back");
+    for p in held {
+        n.wire.push_back((n.now + n.delay, false, p));
+    }
+    let mut join_syns = 0;
+    n.run(Duration::from_millis(100), &mut |_, p| {
+        join_syns += mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpJoinSyn { .. })) as u32;
+        Some(p)
+    });
+    assert_eq!(join_syns, 0);
+    assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 1);
+}
+
 /// Issue 12.5: data a subflow acknowledged but the peer never DATA_ACKed
 /// (here its mapping was rewritten into a duplicate, as if the peer's
 /// connection dropped it) is sent again by the MPTCP-level retransmission
