@@ -140,6 +140,23 @@ struct ServerEnd {
     max_pacing_rate: u64,
 }
 
+impl ServerEnd {
+    /// Every request answered, and the peer paced at the rate it was given.
+    fn check(&self, n: u64, rate: u64) -> io::Result<()> {
+        if self.transactions != n {
+            return Err(io::Error::other(format!("the server answered {} of {n}", self.transactions)));
+        }
+        if self.max_pacing_rate != peer_rate(rate) {
+            return Err(io::Error::other(format!(
+                "the kernel peer's tcpi_max_pacing_rate is {}, not {}",
+                self.max_pacing_rate,
+                peer_rate(rate)
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// netserver: answer each 100-byte request with the same 100 bytes until
 /// the client closes.
 fn server_thread(l: TcpListener, rate: u64) -> std::thread::JoinHandle<io::Result<ServerEnd>> {
@@ -212,6 +229,12 @@ async fn mptun_rr(topo: &Topo, pacer: PacerKind, rate: u64, mtu: u16, n: u64, po
             if let Some(c) = stack.connections().first() {
                 for sf in &c.conn.subflows {
                     let t = &sf.tcp;
+                    if t.pacing_rate != rate {
+                        return Err(io::Error::other(format!(
+                            "mptun's pacing rate is {} B/s, not the cap {rate}",
+                            t.pacing_rate
+                        )));
+                    }
                     sample += &format!(
                         " [mptun cwnd={} srtt={:?} pacing={:.1}Mb/s]",
                         t.cwnd,
@@ -225,9 +248,7 @@ async fn mptun_rr(topo: &Topo, pacer: PacerKind, rate: u64, mtu: u16, n: u64, po
     s.shutdown().await?;
     let end =
         tokio::task::spawn_blocking(move || srv.join()).await?.map_err(|_| io::Error::other("server panicked"))??;
-    if end.transactions != n {
-        return Err(io::Error::other(format!("the server answered {} of {n}", end.transactions)));
-    }
+    end.check(n, rate)?;
     let rs = stack.runtime_stats();
     let c = stack.counters();
     Ok(Run {
@@ -272,9 +293,7 @@ fn kernel_rr(topo: &Topo, rate: u64, n: u64, port: u16) -> io::Result<Run> {
         Ok(latencies)
     })??;
     let end = srv.join().map_err(|_| io::Error::other("server panicked"))??;
-    if end.transactions != n {
-        return Err(io::Error::other(format!("the server answered {} of {n}", end.transactions)));
-    }
+    end.check(n, rate)?;
     Ok(Run {
         latencies,
         note: format!(
