@@ -13,9 +13,10 @@
 //! (comma-separated runs, default `edt,quantum,none,kernel`),
 //! `MPTUN_RR_PEER_CAP` (`0`: the kernel peer unpaced, for diagnosis),
 //! `MPTUN_RR_BOOST` (`1`: run at nice -20, the session's autogroup too, see
-//! `Boost`), `MPTUN_RR_RUNTIME` (`multi`: the CLI's two-worker tokio runtime instead
-//! of one thread, netperf's shape), `MPTUN_RR_DUMP` (a file prefix: every
-//! latency in ns, one file per run and round).
+//! `Boost`), `MPTUN_RR_RUNTIME` (`multi`: the CLI's two-worker tokio
+//! runtime instead of the default single thread, which is netperf's shape),
+//! `MPTUN_RR_DUMP` (a file prefix: every latency in ns, one file per run and
+//! round).
 //!
 //! The workload is the simulator's: one plain-TCP connection, the client
 //! sends a 100-byte request the moment it has read the whole 100-byte
