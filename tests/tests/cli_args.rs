@@ -42,6 +42,7 @@ fn nonsense_sizes_and_numbers() {
         (&["send", "10.9.9.9", "-t", "forever"], "not a number of seconds"),
         (&["send", "10.9.9.9", "--sndbuf", "12XB"], "unknown size unit"),
         (&["send", "10.9.9.9", "--max-pacing-rate", "fast"], "does not start with a number"),
+        (&["send", "10.9.9.9", "--pacer", "fast"], "edt, quantum, none"),
         (&["send", "10.9.9.9", "-n", "1G", "-t", "3"], "cannot be used with"),
         (&["sim", "aggregate", "--size", "huge"], "does not start with a number"),
     ] {
@@ -53,6 +54,7 @@ fn nonsense_sizes_and_numbers() {
         (&["send", "10.9.9.9", "--topology", "lab-a", "--cc", "vegas"], "--cc"),
         (&["send", "10.9.9.9", "--topology", "lab-a", "--scheduler", "fastest"], "--scheduler"),
         (&["send", "not an address!", "--kernel"], "not an address"),
+        (&["send", "10.9.9.9", "--kernel", "--pacer", "quantum"], "--pacer chooses mptun's pacer"),
     ] {
         check(args, &mptun(args), want, true);
     }

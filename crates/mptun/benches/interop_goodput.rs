@@ -22,8 +22,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,43 +30,13 @@ use mptun_io::{run_in_netns, spawn_tun_in_netns, PacketIo, TunConfig};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "support/topo.rs"]
+mod topo;
+use topo::Topo;
+
 const IPPROTO_MPTCP: i32 = 262;
 const CHUNK: usize = 256 * 1024;
 const OCTET: u8 = 66;
-
-struct Topo {
-    prefix: String,
-}
-
-fn topo_sh() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../netns-scripts/topo.sh")
-}
-
-impl Topo {
-    fn up(prefix: &str) -> io::Result<Topo> {
-        let t = Topo { prefix: prefix.to_owned() };
-        let out = Command::new("bash")
-            .arg(topo_sh())
-            .args(["up", "--prefix", prefix, "--paths", "2", "--octet", &OCTET.to_string(), "--kernel-mptcp"])
-            .output()?;
-        if !out.status.success() {
-            return Err(io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()));
-        }
-        Ok(t)
-    }
-    fn cli(&self) -> String {
-        format!("{}-cli", self.prefix)
-    }
-    fn srv(&self) -> String {
-        format!("{}-srv", self.prefix)
-    }
-}
-
-impl Drop for Topo {
-    fn drop(&mut self) {
-        let _ = Command::new("bash").arg(topo_sh()).args(["down", "--prefix", &self.prefix]).output();
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Proto {
@@ -325,7 +293,8 @@ fn main() {
     let mib: u64 = std::env::var("MPTUN_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(512);
     let bytes = mib << 20;
     let prefix = mptun_io::testutil::unique_name("pfb", 12);
-    let topo = Topo::up(&prefix).expect("topo.sh up");
+    let topo =
+        Topo::up(&prefix, &["--paths", "2", "--octet", &OCTET.to_string(), "--kernel-mptcp"]).expect("topo.sh up");
     let mut buf = vec![0u8; CHUNK];
     let mut x = 0x1234_5678_9abc_def1u64;
     for b in buf.iter_mut() {

@@ -10,7 +10,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use mptun_cc::Algorithm;
+use mptun_cc::{Algorithm, PacerKind};
 use mptun_proto::sched::Scheduler;
 use mptun_proto::tcp::{BufferSize, TcpConfig};
 use mptun_proto::{ConnConfig, MptcpConfig};
@@ -69,6 +69,21 @@ impl StreamOptions {
     /// `SO_MAX_PACING_RATE` per subflow, bytes per second (`None`: unlimited).
     pub fn max_pacing_rate(mut self, bytes_per_sec: Option<u64>) -> Self {
         self.cfg.tcp.max_pacing_rate = bytes_per_sec;
+        self
+    }
+
+    /// How each subflow spaces its data segments. [`PacerKind::Edt`] (the
+    /// default) is Linux's earliest-departure-time model since 4.20: every
+    /// segment leaves `len / rate` after the previous one, so a small
+    /// request never waits for more than its own share of the rate.
+    /// [`PacerKind::Quantum`] is the `sch_fq` throttle before it, kept to
+    /// measure what EDT fixed: a flow sends a quantum (2 × MTU) back to back
+    /// and is then held for `quantum / rate`, which a request/response flow
+    /// at a reduced rate pays as a stall of milliseconds once per quantum's
+    /// worth of small packets (every ~20 requests at MTU 1500). [`PacerKind::None`] sends as soon as the windows allow, as
+    /// Linux TCP does without `fq` or `SO_MAX_PACING_RATE`.
+    pub fn pacer(mut self, pacer: PacerKind) -> Self {
+        self.cfg.tcp.pacer = pacer;
         self
     }
 
@@ -153,6 +168,7 @@ mod tests {
             .recv_buffer_size(2 << 20)
             .congestion_control(Algorithm::Reno)
             .max_pacing_rate(Some(12_500_000))
+            .pacer(PacerKind::Quantum)
             .nodelay(false)
             .mptcp(false)
             .scheduler(|| Box::new(mptun_proto::sched::DefaultScheduler::new()))
@@ -164,6 +180,7 @@ mod tests {
         assert_eq!(c.mptcp.recv_buffer, BufferSize::Fixed(2 << 20));
         assert_eq!(c.tcp.congestion_control, Algorithm::Reno);
         assert_eq!(c.tcp.max_pacing_rate, Some(12_500_000));
+        assert_eq!(c.tcp.pacer, PacerKind::Quantum);
         assert!(c.tcp.nagle);
         assert!(!c.mptcp.enabled);
         assert_eq!(o.bind, Some("10.0.0.1:0".parse().unwrap()));
@@ -171,6 +188,7 @@ mod tests {
         let d = StreamOptions::default();
         assert!(!d.config().tcp.nagle, "nodelay by default");
         assert!(d.config().mptcp.enabled, "MPTCP by default");
+        assert_eq!(d.config().tcp.pacer, PacerKind::Edt, "EDT by default");
         assert_eq!(StreamOptions::wake_space(o.config()), 16 * 1024);
         assert_eq!(StreamOptions::wake_space(StreamOptions::default().send_buffer_size(1000).config()), 500);
     }

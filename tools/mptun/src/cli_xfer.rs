@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use mptun::{Algorithm, MptcpListener, MptcpStream, PmConfig, Policy, Stack, StreamOptions};
+use mptun::{Algorithm, MptcpListener, MptcpStream, PacerKind, PmConfig, Policy, Stack, StreamOptions};
 
 use crate::bulk::{self, ClientTest, Pattern, ServerConfig, Settings, Sink, Source};
 use crate::cli_shared::JsonDocument;
@@ -65,6 +65,10 @@ pub struct Common {
     /// SO_MAX_PACING_RATE per subflow, e.g. 100mbit.
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
     max_pacing_rate: Option<u64>,
+    /// mptun's pacer: edt (Linux >= 4.20, the default), quantum (the sch_fq
+    /// throttle before it, for comparison) or none.
+    #[arg(long, value_name = "PACER")]
+    pacer: Option<PacerKind>,
     /// Seconds between interval reports.
     #[arg(short = 'i', long, default_value = "1", value_name = "SECS", value_parser = parse_secs)]
     interval: Duration,
@@ -191,6 +195,9 @@ impl Common {
             if self.pcap.is_some() {
                 bail!("--pcap records mptun's packets; for --kernel use tcpdump");
             }
+            if self.pacer.is_some() {
+                bail!("--pacer chooses mptun's pacer; the kernel paces by EDT (with --max-pacing-rate or sch_fq)");
+            }
             if self.add_addr_accepted.is_some() || self.subflows.is_some() {
                 bail!(
                     "--add-addr-accepted/--subflows set mptun's path manager; for --kernel use `ip mptcp limits set`"
@@ -213,8 +220,16 @@ impl Common {
             }
         }
         let pm = (!self.kernel).then(|| self.path_manager(&paths));
-        let mut options =
-            StreamSettings { mptcp: !self.no_mptcp, cc: None, sndbuf, rcvbuf, pacing, scheduler, pm: pm.clone() };
+        let mut options = StreamSettings {
+            mptcp: !self.no_mptcp,
+            cc: None,
+            sndbuf,
+            rcvbuf,
+            pacing,
+            pacer: self.pacer,
+            scheduler,
+            pm: pm.clone(),
+        };
         let cc_name = match &self.cc {
             Some(c) if !self.kernel => {
                 let a: Algorithm = c.parse().map_err(|e| anyhow!("--cc: {e}"))?;
@@ -296,6 +311,7 @@ struct StreamSettings {
     sndbuf: Option<usize>,
     rcvbuf: Option<usize>,
     pacing: Option<u64>,
+    pacer: Option<PacerKind>,
     scheduler: Policy,
     /// mptun's path manager (`None`: the kernel's stack).
     pm: Option<PmConfig>,
@@ -306,6 +322,9 @@ impl StreamSettings {
         o = o.mptcp(self.mptcp).max_pacing_rate(self.pacing);
         if let Some(a) = self.cc {
             o = o.congestion_control(a);
+        }
+        if let Some(p) = self.pacer {
+            o = o.pacer(p);
         }
         if let Some(b) = self.sndbuf {
             o = o.send_buffer_size(b);
@@ -629,5 +648,37 @@ mod tests {
         assert!(parse_secs("0").is_err());
         assert!(parse_secs("1e9").is_err());
         assert_eq!(parse_secs("2.5").unwrap(), Duration::from_millis(2500));
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        common: Common,
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan> {
+        use clap::Parser;
+        let argv = std::iter::once("mptun").chain(args.iter().copied());
+        Cli::try_parse_from(argv).map_err(|e| anyhow!("{e}"))?.common.check(true)
+    }
+
+    /// `--pacer` and `--max-pacing-rate` reach the configuration both the
+    /// connecting socket and the stack's listeners are built from.
+    #[test]
+    fn pacer_and_pacing_rate_reach_the_stream_options() {
+        let path = "--path=dev=t0,addr=10.9.1.2/24";
+        for (name, kind) in [("edt", PacerKind::Edt), ("quantum", PacerKind::Quantum), ("none", PacerKind::None)] {
+            let p = plan(&[path, "--pacer", name, "--max-pacing-rate", "80mbit"]).unwrap();
+            let cfg = p.options.apply(StreamOptions::default()).config().clone();
+            assert_eq!(cfg.tcp.pacer, kind, "--pacer {name}");
+            assert_eq!(cfg.tcp.max_pacing_rate, Some(10_000_000), "80 Mbit/s in bytes per second");
+        }
+        let p = plan(&[path]).unwrap();
+        let cfg = p.options.apply(StreamOptions::default()).config().clone();
+        assert_eq!(cfg.tcp.pacer, StreamOptions::default().config().tcp.pacer, "no --pacer: the runtime's default");
+        assert_eq!(cfg.tcp.max_pacing_rate, None);
+        assert!(plan(&[path, "--pacer", "fast"]).is_err(), "an unknown pacer is refused");
+        let e = plan(&["--kernel", "--pacer", "quantum"]).err().expect("--pacer with --kernel is refused");
+        assert!(e.to_string().contains("--pacer"), "{e}");
     }
 }
