@@ -7,8 +7,6 @@ use mptun_time::Duration;
 
 /// Ethernet MTU (Linux `ETH_DATA_LEN`).
 const ETH_DATA_LEN: u16 = 1500;
-/// IPv4 and TCP headers without options.
-const IPV4_TCP_HEADER_LEN: u16 = 40;
 /// Linux `TCP_RTO_MIN`.
 const TCP_RTO_MIN: Duration = Duration::from_millis(200);
 /// Linux `TCP_RTO_MAX`.
@@ -175,7 +173,7 @@ pub struct TcpConfig {
 impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
-            mss: ETH_DATA_LEN - IPV4_TCP_HEADER_LEN,
+            mss: ETH_DATA_LEN - super::IPV4_TCP_HEADER_LEN as u16,
             recv_buffer: BufferSize::Auto { initial: 128 * 1024, max: 6 * 1024 * 1024 },
             send_buffer: BufferSize::Auto { initial: 64 * 1024, max: 4 * 1024 * 1024 },
             window_scaling: true,
