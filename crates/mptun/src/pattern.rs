@@ -55,5 +55,6 @@ mod tests {
         p.fill(&mut parts[..16]);
         p.fill(&mut parts[16..]);
         assert_eq!(whole, parts);
+        assert_eq!(Pattern::bytes(9, 64), whole);
     }
 }
