@@ -4,6 +4,7 @@
 //! per connection (the concurrency test opens 100 at once), every request
 //! answered with `Connection: close`.
 
+use mptun::pattern::Pattern;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,41 +15,15 @@ use std::time::Duration;
 /// The largest body served (a bound on what a request can make it send).
 pub const MAX_BODY: u64 = 1 << 30;
 
-/// The content of `/bytes/N/SEED`: an xorshift64 stream, 8 bytes per
-/// step (cheap enough that serving does not limit a Gbit/s benchmark),
-/// distinct per seed.
+/// The content of `/bytes/N/SEED`: the first N bytes of the stream test
+/// data comes from everywhere ([`Pattern`], cheap enough that serving does
+/// not limit a Gbit/s benchmark), distinct per seed.
 pub fn body(n: u64, seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n as usize);
-    let mut g = Body::new(seed);
-    while (out.len() as u64) < n {
-        out.extend_from_slice(&g.next_block()[..(n - out.len() as u64).min(BLOCK as u64) as usize]);
-    }
-    out
+    Pattern::bytes(seed, n as usize)
 }
 
+/// What the server writes at a time.
 const BLOCK: usize = 64 * 1024;
-
-/// The generator behind [`body`], a block at a time.
-struct Body {
-    x: u64,
-    block: Vec<u8>,
-}
-
-impl Body {
-    fn new(seed: u64) -> Body {
-        Body { x: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, block: vec![0; BLOCK] }
-    }
-
-    fn next_block(&mut self) -> &[u8] {
-        for w in self.block.chunks_exact_mut(8) {
-            self.x ^= self.x << 13;
-            self.x ^= self.x >> 7;
-            self.x ^= self.x << 17;
-            w.copy_from_slice(&self.x.to_le_bytes());
-        }
-        &self.block
-    }
-}
 
 /// A running server; stopped on drop.
 pub struct HttpServer {
@@ -139,11 +114,12 @@ fn answer(mut s: TcpStream) -> io::Result<bool> {
                 "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
             );
             s.write_all(hdr.as_bytes())?;
-            let (mut g, mut left) = (Body::new(seed), n);
+            let (mut g, mut block, mut left) = (Pattern::new(seed), vec![0u8; BLOCK], n);
             while left > 0 {
-                let k = left.min(BLOCK as u64);
-                s.write_all(&g.next_block()[..k as usize])?;
-                left -= k;
+                let k = left.min(BLOCK as u64) as usize;
+                g.fill(&mut block[..k]);
+                s.write_all(&block[..k])?;
+                left -= k as u64;
             }
             s.shutdown(Shutdown::Write)?;
             // Until the client closes (so our FIN is not followed by a RST).

@@ -112,14 +112,7 @@ fn cli_file_both_directions() {
     let _cleanup = DirGuard(dir.clone());
     std::fs::create_dir_all(dir.join("in")).unwrap();
     let src = dir.join("payload.bin");
-    let mut data = vec![0u8; 5_000_003];
-    let mut x = 0x1234_5678_9abc_def0u64;
-    for b in &mut data {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    let data = mptun_tests::xfer::Pattern::bytes(0x1234_5678_9abc_def0, 5_000_003);
     std::fs::write(&src, &data).unwrap();
     let (in_dir, src_s) = (dir.join("in").display().to_string(), src.display().to_string());
     let server = Running::start(

@@ -158,17 +158,7 @@ fn kernel_run(topo: &Topo, name: &'static str, proto: Proto, port: u16, bytes: u
 }
 
 fn nstat(ns: &str) -> Option<u64> {
-    let text = run_in_netns(ns, || std::fs::read_to_string("/proc/thread-self/net/netstat")).ok()?.ok()?;
-    let lines: Vec<&str> = text.lines().collect();
-    for pair in lines.chunks(2) {
-        if let [names, values] = pair {
-            if names.starts_with("MPTcpExt:") {
-                let i = names.split_whitespace().position(|n| n == "MPJoinAckRx")?;
-                return values.split_whitespace().nth(i)?.parse().ok();
-            }
-        }
-    }
-    None
+    run_in_netns(ns, mptun_io::netstat::read).ok()?.ok()?.get("MPTcpExtMPJoinAckRx").copied()
 }
 
 async fn mptun_run(
@@ -295,15 +285,7 @@ fn main() {
     let prefix = mptun_io::testutil::unique_name("pfb", 12);
     let topo =
         Topo::up(&prefix, &["--paths", "2", "--octet", &OCTET.to_string(), "--kernel-mptcp"]).expect("topo.sh up");
-    let mut buf = vec![0u8; CHUNK];
-    let mut x = 0x1234_5678_9abc_def1u64;
-    for b in buf.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
-    let buf = Arc::new(buf);
+    let buf = Arc::new(mptun::pattern::Pattern::bytes(0x1234_5678_9abc_def1, CHUNK));
     println!("interop_goodput: {mib} MiB per direction, 2 unconstrained veth paths (topo.sh --kernel-mptcp)");
     let rounds: usize = std::env::var("MPTUN_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

@@ -22,6 +22,14 @@ impl Pattern {
             c.copy_from_slice(&v[..c.len()]);
         }
     }
+
+    /// The first `len` bytes of the stream for `seed`, for a test or
+    /// benchmark that wants its whole payload in one buffer.
+    pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        Pattern::new(seed).fill(&mut v);
+        v
+    }
 }
 
 #[cfg(test)]
@@ -47,5 +55,6 @@ mod tests {
         p.fill(&mut parts[..16]);
         p.fill(&mut parts[16..]);
         assert_eq!(whole, parts);
+        assert_eq!(Pattern::bytes(9, 64), whole);
     }
 }

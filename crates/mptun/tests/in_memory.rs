@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use mptun::pattern::Pattern;
 use mptun::{MptcpListener, MptcpStream, Stack};
 use mptun_io::{ChannelIo, PacketIo};
 use sha2::{Digest, Sha256};
@@ -17,20 +18,6 @@ fn pair() -> (Stack, Stack) {
     let sa = Stack::builder().path("10.0.0.1".parse().unwrap(), a).build().unwrap();
     let sb = Stack::builder().path("10.0.0.2".parse().unwrap(), b).build().unwrap();
     (sa, sb)
-}
-
-/// Deterministic pseudo-random bytes (xorshift), so a corrupted or
-/// reordered byte changes the digest.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static>(
@@ -57,8 +44,8 @@ async fn bulk_both_ways_intact_with_orderly_close() {
     let listener = MptcpListener::bind(&sb, "10.0.0.2:5000").await.unwrap();
     assert_eq!(listener.local_addr().unwrap(), "10.0.0.2:5000".parse().unwrap());
     const N: usize = 8 << 20;
-    let up = pattern(1, N);
-    let down = pattern(2, N);
+    let up = Pattern::bytes(1, N);
+    let down = Pattern::bytes(2, N);
     let (up_sum, down_sum) = (Sha256::digest(&up), Sha256::digest(&down));
 
     let sb2 = sb.clone();

@@ -4,12 +4,9 @@
 //! both are done. After a fallback the single subflow's FIN carries it.
 
 use super::Connection;
+use crate::tcp::config::TCP_TIMEOUT_INIT;
 use crate::tcp::{Event, State};
 use mptun_time::{Duration, Instant};
-
-/// DATA_FIN retransmission interval when no subflow has an RTO to offer
-/// (Linux `TCP_TIMEOUT_INIT`, the initial RTO).
-const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
 
 /// How long our DATA_FIN may go unacknowledged before the connection is
 /// given up with MP_FASTCLOSE (Linux `mptcp_close_timeout`, by default

@@ -10,6 +10,7 @@ use super::{ConnConfig, Connection, JoinState, Mode, Shared, SubflowExt, MPTCP_R
 use crate::endpoint::JoinLimits;
 use crate::pm::JoinRequest;
 use crate::seq::DataSeq;
+use crate::tcp::config::TCP_RTO_MIN;
 use crate::tcp::{BufferSize, Subflow, TcpConfig};
 use core::ops::ControlFlow;
 use mptun_time::{Duration, Instant};
@@ -24,9 +25,6 @@ use std::net::SocketAddr;
 /// retransmitted until acknowledged). No Linux constant: Linux relies on the
 /// subflow's RTO; this is a conservative first guess before an RTT is known.
 pub(crate) const JOIN_ACK_RTO_INIT: Duration = Duration::from_millis(500);
-
-/// Floor of the later third-ACK retransmissions (Linux `TCP_RTO_MIN`, HZ/5).
-pub(crate) const TCP_RTO_MIN: Duration = Duration::from_millis(200);
 
 impl Connection {
     pub(super) fn subflow_cfg(cfg: &ConnConfig, mptcp: bool) -> TcpConfig {

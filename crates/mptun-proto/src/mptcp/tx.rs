@@ -5,18 +5,15 @@
 //! stale subflow's unacknowledged data; and the release of what the peer
 //! DATA_ACKed.
 
-use super::handshake::TCP_RTO_MIN;
 use super::{Connection, JoinState, SubflowExt, TxMap, MPTCP_RST_EMIDDLEBOX};
 use crate::counters::Counters;
 use crate::sched::{ConnView, Policy, SubflowView};
 use crate::seq::{DataSeq, Seq};
+use crate::tcp::config::{TCP_RTO_MAX, TCP_RTO_MIN};
 use crate::tcp::{BufferSize, State, Subflow};
 use bytes::Bytes;
 use mptun_time::{Duration, Instant};
 use mptun_wire::checksum::dss_checksum;
-
-/// Ceiling of the MPTCP-level probe and retransmission backoff (Linux `TCP_RTO_MAX`).
-const TCP_RTO_MAX: Duration = Duration::from_secs(120);
 
 /// Memory Linux charges per MSS-sized segment in a subflow's send buffer
 /// (`tcp_sndbuf_expand`: skb truesize, about 4352 bytes for a 1448-byte MSS).

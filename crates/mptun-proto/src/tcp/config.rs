@@ -7,14 +7,13 @@ use mptun_time::Duration;
 
 /// Ethernet MTU (Linux `ETH_DATA_LEN`).
 const ETH_DATA_LEN: u16 = 1500;
-/// IPv4 and TCP headers without options.
-const IPV4_TCP_HEADER_LEN: u16 = 40;
-/// Linux `TCP_RTO_MIN`.
-const TCP_RTO_MIN: Duration = Duration::from_millis(200);
-/// Linux `TCP_RTO_MAX`.
-const TCP_RTO_MAX: Duration = Duration::from_secs(120);
-/// Linux `TCP_TIMEOUT_INIT` (RFC 6298 2.1).
-const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
+/// Linux `TCP_RTO_MIN` (HZ/5); also the floor of the MPTCP-level timers.
+pub(crate) const TCP_RTO_MIN: Duration = Duration::from_millis(200);
+/// Linux `TCP_RTO_MAX`; also the ceiling of the MPTCP-level backoffs.
+pub(crate) const TCP_RTO_MAX: Duration = Duration::from_secs(120);
+/// Linux `TCP_TIMEOUT_INIT` (RFC 6298 2.1); also the DATA_FIN interval
+/// when no subflow has an RTO to offer.
+pub(crate) const TCP_TIMEOUT_INIT: Duration = Duration::from_secs(1);
 /// Linux `TCP_DELACK_MIN`.
 const TCP_DELACK_MIN: Duration = Duration::from_millis(40);
 /// Linux `TCP_TIMEWAIT_LEN`.
@@ -175,7 +174,7 @@ pub struct TcpConfig {
 impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
-            mss: ETH_DATA_LEN - IPV4_TCP_HEADER_LEN,
+            mss: ETH_DATA_LEN - super::IPV4_TCP_HEADER_LEN as u16,
             recv_buffer: BufferSize::Auto { initial: 128 * 1024, max: 6 * 1024 * 1024 },
             send_buffer: BufferSize::Auto { initial: 64 * 1024, max: 4 * 1024 * 1024 },
             window_scaling: true,

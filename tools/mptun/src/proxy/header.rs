@@ -406,7 +406,7 @@ mod tests {
         long.push(0);
         assert_eq!(decode_request(&k, &long), Err(Reject::Malformed("length mismatch")));
         for len in 0..400 {
-            let mut v = super::super::noise(0x2545_f491_4f6c_dd1d ^ len as u64, len);
+            let mut v = mptun::pattern::Pattern::bytes(0x2545_f491_4f6c_dd1d ^ len as u64, len);
             if len >= 8 {
                 v[..5].copy_from_slice(b"MPXQ\x01");
             }

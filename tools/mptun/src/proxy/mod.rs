@@ -259,17 +259,3 @@ async fn relay_and_report(
         probe: Some(probe),
     });
 }
-
-/// Deterministic noise for the codecs' hostile-input tests.
-#[cfg(test)]
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}

@@ -354,7 +354,7 @@ mod tests {
         }
         // Garbage of every length: only errors or well-formed results.
         for len in 0..300 {
-            let mut b = super::super::noise(0x9e37_79b9_7f4a_7c15 ^ len as u64, len);
+            let mut b = mptun::pattern::Pattern::bytes(0x9e37_79b9_7f4a_7c15 ^ len as u64, len);
             if len > 2 {
                 b[0] = 5;
             }

@@ -1,0 +1,187 @@
+//! The connection as the application sees it: one byte stream, whatever
+//! the subflows underneath (a socket's `write`/`read`/`shutdown`/`close`
+//! and `TCP_NODELAY`). In plain mode every call goes to the single
+//! subflow; in MPTCP mode to the connection-level buffers, with the DATA_FIN
+//! standing in for the FIN and MP_FASTCLOSE for the RST.
+
+use super::{Connection, Mode};
+use crate::error::{RecvError, SendError};
+use crate::tcp::Subflow;
+use bytes::Bytes;
+use mptun_time::Instant;
+
+impl Connection {
+    /// Bytes [`Connection::send`] would accept now: room in the connection
+    /// send buffer (0 until the handshake says where data goes).
+    pub fn send_space(&self) -> usize {
+        if self.plain() {
+            return self.subflow(0).map_or(0, |s| s.send_space());
+        }
+        // Until the SYN-ACK tells whether the peer speaks MPTCP, data has no
+        // home: it would go to the connection if MPTCP, to the subflow if not.
+        if self.shared.mode == Mode::Pending
+            || self.shared.data_fin_seq.is_some()
+            || self.subflows.iter().flatten().next().is_none()
+        {
+            return 0;
+        }
+        self.send_limit.saturating_sub(self.snd_buf.len())
+    }
+
+    /// Queues as much of `data` as fits and returns how much; like a
+    /// non-blocking `write`, the rest must be offered again later. `Ok(0)`:
+    /// no room yet (or the handshake has not said where data goes); an
+    /// error: no byte will ever be taken again.
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
+        if !self.may_send() {
+            return Err(SendError::InvalidState);
+        }
+        if self.plain() {
+            return Ok(self.initial().map_or(0, |s| s.send(data)));
+        }
+        let n = data.len().min(self.send_space());
+        if n > 0 {
+            self.snd_buf.push(Bytes::copy_from_slice(&data[..n]));
+            self.shared.write_seq += n as u64;
+            self.progress(self.last_now);
+        }
+        Ok(n)
+    }
+
+    /// Whether our direction is still open: the application may write now
+    /// or later (in MPTCP mode, no DATA_FIN queued and a subflow left; in
+    /// plain mode, the subflow not past its FIN).
+    pub fn may_send(&self) -> bool {
+        use crate::tcp::State;
+        let open = |s: &Subflow| {
+            matches!(s.state(), State::SynSent | State::SynReceived | State::Established | State::CloseWait)
+        };
+        match self.shared.mode {
+            Mode::Plain | Mode::Pending => self.subflow(0).is_some_and(open),
+            Mode::Mptcp => {
+                self.shared.data_fin_seq.is_none()
+                    && !self.closed_event_sent
+                    && self.subflows.iter().flatten().any(|(s, _)| !s.is_closed())
+            }
+        }
+    }
+
+    /// Bytes readable in order now.
+    pub fn recv_ready(&self) -> usize {
+        if self.plain() {
+            return self.subflow(0).map_or(0, |s| s.recv_ready());
+        }
+        self.rcv_buf.ready_len()
+    }
+
+    /// Reads in-order data into `out`. `now` drives receive-buffer
+    /// autotuning (the window grows with what the application consumes) and
+    /// may trigger a window update.
+    ///
+    /// `Ok(0)`: nothing yet; [`RecvError::Finished`]: the peer's stream ended
+    /// and all of it was read; [`RecvError::InvalidState`]: the connection
+    /// closed without that end (reset, timed out).
+    pub fn recv(&mut self, now: Instant, out: &mut [u8]) -> Result<usize, RecvError> {
+        let n = if self.plain() {
+            self.initial().map_or(0, |s| s.recv(now, out))
+        } else {
+            let n = self.rcv_buf.read(out);
+            if n > 0 {
+                self.rcvq_space.on_read(n);
+                self.rcv_space_adjust(now);
+                self.maybe_window_update();
+            }
+            n
+        };
+        if n > 0 || out.is_empty() {
+            return Ok(n);
+        }
+        // An orderly end only: a plain subflow that was reset is closed but
+        // never received the FIN.
+        let finished = match self.shared.mode {
+            Mode::Mptcp => self.recv_finished(),
+            Mode::Plain | Mode::Pending => self.subflow(0).is_some_and(|s| s.recv_finished()),
+        };
+        if finished {
+            return Err(RecvError::Finished);
+        }
+        if self.is_closed() {
+            return Err(RecvError::InvalidState);
+        }
+        Ok(0)
+    }
+
+    /// The peer closed its direction (DATA_FIN, or FIN in plain mode) and
+    /// everything before it was read: a `read` would return 0.
+    pub fn recv_finished(&self) -> bool {
+        if self.plain() {
+            return self.subflow(0).is_none_or(|s| s.recv_finished() || s.is_closed());
+        }
+        self.shared.peer_data_fin_done && self.rcv_buf.ready_len() == 0
+    }
+
+    /// `TCP_NODELAY` for every subflow, present and future.
+    pub fn set_nodelay(&mut self, nodelay: bool) {
+        self.cfg.tcp.nagle = !nodelay;
+        for (sf, _) in self.subflows.iter_mut().flatten() {
+            sf.set_nagle(!nodelay);
+        }
+    }
+
+    /// Whether Nagle is off (`TCP_NODELAY`).
+    pub fn nodelay(&self) -> bool {
+        !self.cfg.tcp.nagle
+    }
+
+    /// Orderly close: DATA_FIN after the queued data (FIN in plain mode).
+    pub fn close(&mut self) {
+        if self.plain() || self.shared.mode == Mode::Pending {
+            if let Some(sf) = self.initial() {
+                sf.close();
+            }
+            return;
+        }
+        if self.shared.data_fin_seq.is_none() {
+            self.shared.data_fin_seq = Some(self.shared.write_seq);
+            self.progress(self.last_now);
+        }
+    }
+
+    /// Abortive close. In MPTCP mode every subflow's RST carries
+    /// MP_FASTCLOSE with the peer's key (RFC 8684 3.5), so the peer tears
+    /// the whole connection down at once, not subflow by subflow.
+    ///
+    /// A connection whose DATA_FINs are both done has nothing left to abort:
+    /// it is released without MP_FASTCLOSE, and a subflow whose FIN exchange
+    /// finished (TIME_WAIT) is left alone, as the kernel leaves a timewait
+    /// socket when its process exits.
+    pub fn abort(&mut self) {
+        let done = self.shared.data_fin_acked && self.shared.peer_data_fin_done;
+        let fastclose = self.shared.mode == Mode::Mptcp && self.shared.remote_key.is_some() && !done;
+        for (sf, ext) in self.subflows.iter_mut().flatten() {
+            if sf.state() == crate::tcp::State::TimeWait {
+                continue;
+            }
+            ext.fastclose = fastclose;
+            sf.abort();
+        }
+        if fastclose {
+            self.shared.counters.mptcp_mp_fastclose_tx += 1;
+        }
+    }
+
+    /// Data can flow: the handshake completed (in MPTCP mode, on at least
+    /// one subflow).
+    pub fn is_established(&self) -> bool {
+        match self.shared.mode {
+            Mode::Plain => self.subflow(0).is_some_and(|s| s.state().is_synchronized() && !s.is_closed()),
+            Mode::Pending => false,
+            Mode::Mptcp => self.subflows.iter().flatten().any(|(s, _)| s.state().is_synchronized()),
+        }
+    }
+
+    /// Every subflow is closed: the endpoint may reap the connection.
+    pub fn is_closed(&self) -> bool {
+        self.subflows.iter().flatten().all(|(s, _)| s.is_closed())
+    }
+}
