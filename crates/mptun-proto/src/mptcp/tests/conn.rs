@@ -279,6 +279,42 @@ fn third_ack_without_mp_capable_falls_back_on_the_server() {
     assert_eq!(n.read_b(sh, &mut buf), b"hello");
 }
 
+/// Issue 18.1: the client's first data segments reach the server before its
+/// third ACK. They carry MP_CAPABLE with the data length (the client's key
+/// and the server's), so the server becomes fully established from them and
+/// neither end falls back; the late third ACK changes nothing.
+#[test]
+fn first_data_reordered_ahead_of_the_third_ack() {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    let mut held: Option<Vec<u8>> = None;
+    let hold = |from_a: bool, p: Vec<u8>, held: &mut Option<Vec<u8>>| {
+        let f = hdr(&p).flags;
+        if from_a && held.is_none() && !f.syn() && payload_len(&p) == 0 && has_mpc(&p) {
+            *held = Some(p);
+            return None;
+        }
+        Some(p)
+    };
+    n.run(Duration::from_millis(3), &mut |a, p| hold(a, p, &mut held));
+    assert!(held.is_some(), "the third ACK was held back");
+    assert!(n.b.accept().is_none(), "the server has not completed the handshake yet");
+    let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(n.a.send(h, &data).unwrap_or(0), data.len());
+    n.run(Duration::from_millis(5), &mut |a, p| hold(a, p, &mut held));
+    let sh = n.b.accept().expect("the first data completed the handshake");
+    n.wire.push_back((n.now + n.delay, true, held.take().unwrap()));
+    n.run(Duration::from_millis(20), &mut pass());
+    let mut buf = vec![0u8; 65536];
+    assert_eq!(n.read_b(sh, &mut buf), data);
+    assert_eq!(n.b.conn(sh).unwrap().mode(), Mode::Mptcp);
+    assert_eq!(n.a.conn(h).unwrap().mode(), Mode::Mptcp);
+    for c in [n.a.counters(), n.b.counters()] {
+        assert_eq!(c.mptcp_dss_fallback + c.mptcp_mp_capable_fallback_ack, 0, "{}", c.to_nstat());
+    }
+    assert!(!n.a.conn(h).unwrap().shared.infinite && !n.b.conn(sh).unwrap().shared.infinite);
+}
+
 /// Issue 12.5: an MP_CAPABLE without H or with B is ignored (fallback to
 /// TCP), and the C flag keeps the path manager from joining the peer's
 /// initial address.
