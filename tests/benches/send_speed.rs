@@ -1,0 +1,255 @@
+//! Whether `mptun send` is the bottleneck of its own measurement (issue 14,
+//! item 5): over two unconstrained veth paths between two namespaces,
+//! `iperf3` over the kernel's MPTCP (`mptcpize run` at both ends) against
+//! `mptun send --kernel` / `mptun serve --kernel` on the same kernel
+//! connection with the integrity check on (SHA-256, the default, and
+//! `--hash blake3`), and `mptun send` over mptun's own stack; optionally
+//! the same rows for an older `mptun` (`--before PATH`), so a change is
+//! measured against its baseline in the same run. Rounds are interleaved
+//! (every row once per round) and each figure is the median of the rounds.
+//! Needs root, iperf3 and mptcpize (mptcpd's tool), and release builds:
+//!
+//! ```sh
+//! cargo build --release -p mptun-cli
+//! cargo bench -p mptun-tests --bench send_speed -- --time 5 --runs 3 [--before OLD/mptun] [--nice -10]
+//! ```
+//!
+//! `--nice N` runs every tool of every row under `nice -n N` (the same
+//! for all rows): on a shared machine it keeps other load from deciding
+//! which row wins. The load average is printed with the figures. Prints
+//! figures and ratios, asserts nothing about speed; it fails only when a
+//! transfer does (a tool erroring, or a digest mismatch).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use mptun_io::testutil::require_netns;
+use mptun_tests::lab::{Lab, Side};
+use serde_json::Value;
+
+fn arg(name: &str) -> Option<String> {
+    let a: Vec<String> = std::env::args().collect();
+    a.iter().position(|x| x == name).and_then(|i| a.get(i + 1).cloned())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or("?".into(), |s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+}
+
+/// How every tool is started: in a namespace, under `nice` if asked.
+struct Runner {
+    nice: Option<String>,
+}
+
+impl Runner {
+    fn command(&self, ns: &str, prog: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]);
+        if let Some(n) = &self.nice {
+            c.args(["nice", "-n", n]);
+        }
+        c.args(prog);
+        c
+    }
+
+    /// Starts a server and returns once a line of its output has `ready`.
+    fn server(&self, ns: &str, prog: &[&str], ready: &str) -> Server {
+        let mut c = self.command(ns, prog);
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("{prog:?}: {e}"));
+        let (tx, rx) = mpsc::channel::<String>();
+        for pipe in [
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().expect("stderr")) as Box<dyn std::io::Read + Send>,
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let mut seen = Vec::new();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(15)) {
+                Ok(l) if l.contains(ready) => break,
+                Ok(l) => seen.push(l),
+                Err(_) => panic!("{prog:?} never printed {ready:?}: {seen:?}"),
+            }
+        }
+        // Drain the pipes from now on.
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        Server(child)
+    }
+
+    /// Runs a client to completion; its stdout as one JSON document.
+    fn client(&self, ns: &str, prog: &[&str]) -> Value {
+        let out = self.command(ns, prog).stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{prog:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "{prog:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{prog:?}: not JSON ({e})"))
+    }
+}
+
+/// A server; killed on drop if it did not end by itself.
+struct Server(Child);
+
+impl Server {
+    fn end(mut self) {
+        for _ in 0..750 {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// One figure: goodput (bit/s) and the two ends' CPU (% of one core).
+struct Figure {
+    bps: f64,
+    cpu: f64,
+}
+
+fn cpu_of(v: &Value) -> f64 {
+    let c = &v["end"]["cpu_utilization_percent"];
+    c["host_total"].as_f64().unwrap_or(0.0) + c["remote_total"].as_f64().unwrap_or(0.0)
+}
+
+fn iperf3(r: &Runner, lab: &Lab, secs: &str) -> Figure {
+    let srv = r.server(
+        lab.b.name(),
+        &["mptcpize", "run", "iperf3", "-s", "-1", "-p", "5301", "--forceflush"],
+        "Server listening",
+    );
+    let dst = lab.kernel_addr(Side::B, 1).to_string();
+    let v = r.client(lab.a.name(), &["mptcpize", "run", "iperf3", "-c", &dst, "-p", "5301", "-t", secs, "-J"]);
+    srv.end();
+    Figure {
+        bps: v["end"]["sum_received"]["bits_per_second"].as_f64().expect("iperf3's sum_received"),
+        cpu: cpu_of(&v),
+    }
+}
+
+/// `mptun send` against `mptun serve` of the same binary, on the kernel's
+/// MPTCP or on mptun's stack.
+fn mptun(r: &Runner, lab: &Lab, bin: &str, kernel: bool, hash: &str, secs: &str) -> Figure {
+    let (srv_args, dst, topo): (Vec<&str>, String, Vec<&str>) = if kernel {
+        (
+            vec!["serve", "--kernel", "-1", "-p", "5302"],
+            format!("{}:5302", lab.kernel_addr(Side::B, 1)),
+            vec!["--kernel"],
+        )
+    } else {
+        (
+            vec!["serve", "--topology", "lab-b:1", "-1", "-p", "5303"],
+            format!("{}:5303", lab.mptun_addr(Side::B, 1)),
+            vec!["--topology", "lab-a:2"],
+        )
+    };
+    let mut sargs = vec![bin];
+    sargs.extend(srv_args);
+    let srv = r.server(lab.b.name(), &sargs, "Server listening");
+    let mut args = vec![bin, "send", dst.as_str(), "-t", secs, "--json"];
+    args.extend(topo);
+    if hash != "sha256" {
+        args.extend(["--hash", hash]);
+    }
+    let v = r.client(lab.a.name(), &args);
+    srv.end();
+    assert_eq!(v["end"]["mptcp"]["sha256_match"], true, "{args:?}: digests differ: {}", v["end"]["mptcp"]);
+    Figure { bps: v["end"]["sum_received"]["bits_per_second"].as_f64().expect("bits_per_second"), cpu: cpu_of(&v) }
+}
+
+fn main() {
+    if require_netns().is_some() {
+        return;
+    }
+    let have =
+        |t: &[&str]| Command::new(t[0]).args(&t[1..]).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !have(&["iperf3", "--version"]) || !have(&["mptcpize", "--help"]) {
+        println!("skipped: iperf3 and mptcpize (mptcpd) are needed");
+        return;
+    }
+    let secs = arg("--time").unwrap_or_else(|| "5".into());
+    let runs: usize = arg("--runs").map_or(3, |r| r.parse().expect("--runs N"));
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bin = arg("--bin").unwrap_or_else(|| root.join("target/release/mptun").display().to_string());
+    assert!(std::path::Path::new(&bin).exists(), "{bin} not built: cargo build --release -p mptun-cli");
+    let before = arg("--before");
+    let runner = Runner { nice: arg("--nice") };
+    let lab = Lab::new(&arg("--case").unwrap_or_else(|| "send-speed".into()), 2).unwrap();
+    lab.kernel_mptcp(Side::A, true).unwrap();
+    lab.kernel_mptcp(Side::B, false).unwrap();
+    // Rows: (label, what runs it).
+    type Row<'a> = (String, Box<dyn Fn() -> Figure + 'a>);
+    let mut rows: Vec<Row> =
+        vec![("iperf3 -c (mptcpize run, kernel MPTCP)".into(), Box::new(|| iperf3(&runner, &lab, &secs)))];
+    let mut add = |label: &str, b: &str| {
+        let b = b.to_owned();
+        for (what, kernel, hash) in [
+            ("--kernel", true, "sha256"),
+            ("--kernel --hash blake3", true, "blake3"),
+            ("(mptun's stack)", false, "sha256"),
+            ("(mptun's stack) --hash blake3", false, "blake3"),
+        ] {
+            if label == "before" && hash == "blake3" {
+                continue; // an older build may not have --hash
+            }
+            let (b, r, l, s) = (b.clone(), &runner, &lab, &secs);
+            rows.push((format!("{label}: mptun send {what}"), Box::new(move || mptun(r, l, &b, kernel, hash, s))));
+        }
+    };
+    if let Some(b) = &before {
+        add("before", b);
+    }
+    add("this build", &bin);
+    let load0 = load();
+    let mut figs: Vec<Vec<Figure>> = rows.iter().map(|_| Vec::new()).collect();
+    for round in 0..runs {
+        for (i, (label, run)) in rows.iter().enumerate() {
+            let f = run();
+            println!("round {round}: {label:<52} {:>7.2} Gbit/s  cpu {:>4.0} %  (load {})", f.bps / 1e9, f.cpu, load());
+            figs[i].push(f);
+        }
+    }
+    println!(
+        "\ntwo unconstrained veth paths, {secs} s per test, median of {runs} interleaved round(s){}; load average before: {load0}, after: {}",
+        runner.nice.as_ref().map_or(String::new(), |n| format!(", every tool at nice {n}")),
+        load()
+    );
+    let base = median(figs[0].iter().map(|f| f.bps).collect());
+    println!("  {:<52} {:>12} {:>10} {:>14}", "", "Gbit/s", "/ iperf3", "CPU % (both)");
+    for ((label, _), f) in rows.iter().zip(&figs) {
+        let bps = median(f.iter().map(|f| f.bps).collect());
+        let cpu = median(f.iter().map(|f| f.cpu).collect());
+        println!("  {label:<52} {:>12.2} {:>10.2} {cpu:>14.0}", bps / 1e9, bps / base);
+    }
+}
