@@ -20,15 +20,17 @@
 //! figures and ratios, asserts nothing about speed; it fails only when a
 //! transfer does (a tool erroring, or a digest mismatch).
 
-use std::io::{BufRead, BufReader};
+#[path = "../tests/cli_support.rs"]
+mod support;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use mptun_io::testutil::require_netns;
 use mptun_tests::lab::{Lab, Side};
 use serde_json::Value;
+use support::Running;
 
 fn arg(name: &str) -> Option<String> {
     let a: Vec<String> = std::env::args().collect();
@@ -65,35 +67,8 @@ impl Runner {
     }
 
     /// Starts a server and returns once a line of its output has `ready`.
-    fn server(&self, ns: &str, prog: &[&str], ready: &str) -> Server {
-        let mut c = self.command(ns, prog);
-        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = c.spawn().unwrap_or_else(|e| panic!("{prog:?}: {e}"));
-        let (tx, rx) = mpsc::channel::<String>();
-        for pipe in [
-            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().expect("stderr")) as Box<dyn std::io::Read + Send>,
-        ] {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        let mut seen = Vec::new();
-        loop {
-            match rx.recv_timeout(Duration::from_secs(15)) {
-                Ok(l) if l.contains(ready) => break,
-                Ok(l) => seen.push(l),
-                Err(_) => panic!("{prog:?} never printed {ready:?}: {seen:?}"),
-            }
-        }
-        // Drain the pipes from now on.
-        std::thread::spawn(move || while rx.recv().is_ok() {});
-        Server(child)
+    fn server(&self, ns: &str, prog: &[&str], ready: &str) -> Running {
+        Running::start_command(self.command(ns, prog), &prog.join(" "), ready, Duration::from_secs(15))
     }
 
     /// Runs a client to completion; its stdout as one JSON document.
@@ -106,29 +81,6 @@ impl Runner {
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{prog:?}: not JSON ({e})"))
-    }
-}
-
-/// A server; killed on drop if it did not end by itself.
-struct Server(Child);
-
-impl Server {
-    fn end(mut self) {
-        for _ in 0..750 {
-            if self.0.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
     }
 }
 
@@ -151,7 +103,7 @@ fn iperf3(r: &Runner, lab: &Lab, secs: &str) -> Figure {
     );
     let dst = lab.kernel_addr(Side::B, 1).to_string();
     let v = r.client(lab.a.name(), &["mptcpize", "run", "iperf3", "-c", &dst, "-p", "5301", "-t", secs, "-J"]);
-    srv.end();
+    let _ = srv.wait(Duration::from_secs(15));
     Figure {
         bps: v["end"]["sum_received"]["bits_per_second"].as_f64().expect("iperf3's sum_received"),
         cpu: cpu_of(&v),
@@ -183,7 +135,7 @@ fn mptun(r: &Runner, lab: &Lab, bin: &str, kernel: bool, hash: &str, secs: &str)
         args.extend(["--hash", hash]);
     }
     let v = r.client(lab.a.name(), &args);
-    srv.end();
+    let _ = srv.wait(Duration::from_secs(15));
     assert_eq!(v["end"]["mptcp"]["sha256_match"], true, "{args:?}: digests differ: {}", v["end"]["mptcp"]);
     Figure { bps: v["end"]["sum_received"]["bits_per_second"].as_f64().expect("bits_per_second"), cpu: cpu_of(&v) }
 }
@@ -246,10 +198,13 @@ fn main() {
         load()
     );
     let base = median(figs[0].iter().map(|f| f.bps).collect());
-    println!("  {:<52} {:>12} {:>10} {:>14}", "", "Gbit/s", "/ iperf3", "CPU % (both)");
+    println!("  {:<52} {:>8} {:>9} {:>13} {:>10}", "", "Gbit/s", "/ iperf3", "CPU % (both)", "CPU s/GiB");
     for ((label, _), f) in rows.iter().zip(&figs) {
         let bps = median(f.iter().map(|f| f.bps).collect());
         let cpu = median(f.iter().map(|f| f.cpu).collect());
-        println!("  {label:<52} {:>12.2} {:>10.2} {cpu:>14.0}", bps / 1e9, bps / base);
+        // Both processes' CPU time (getrusage: user and system, the
+        // kernel's work in their context included) per GiB delivered.
+        let per_gib = median(f.iter().map(|f| f.cpu / 100.0 * 8.0 * f64::from(1u32 << 30) / f.bps).collect());
+        println!("  {label:<52} {:>8.2} {:>9.2} {cpu:>13.0} {per_gib:>10.2}", bps / 1e9, bps / base);
     }
 }
