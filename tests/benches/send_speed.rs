@@ -14,6 +14,7 @@
 //! cargo bench -p mptun-tests --bench send_speed -- --time 5 --runs 3 [--before OLD/mptun] [--nice -10]
 //! ```
 //!
+//! `--only TEXT` keeps the iperf3 row and the rows whose label has TEXT.
 //! `--nice N` runs every tool of every row under `nice -n N` (the same
 //! for all rows): on a shared machine it keeps other load from deciding
 //! which row wins. The load average is printed with the figures. Prints
@@ -183,6 +184,11 @@ fn main() {
         add("before", b);
     }
     add("this build", &bin);
+    // `--only TEXT`: the iperf3 row and the rows whose label has TEXT.
+    if let Some(only) = arg("--only") {
+        let mut first = true;
+        rows.retain(|(label, _)| std::mem::take(&mut first) || label.contains(&only));
+    }
     let load0 = load();
     let mut figs: Vec<Vec<Figure>> = rows.iter().map(|_| Vec::new()).collect();
     for round in 0..runs {
