@@ -33,7 +33,7 @@ use transfer::{recv_phase, send_phase};
 pub const BLKSIZE: usize = 256 * 1024;
 /// Bytes a receiver's buffer holds: reads fill it until less than a
 /// quarter is left, then it goes to the hashing thread whole.
-const RECV_BUF: usize = 1024 * 1024;
+const RECV_BUF: usize = 512 * 1024;
 /// How long the first exchange may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -21,7 +21,7 @@ use super::{Sink, Source};
 use crate::control::{HashKind, TRAILER_LEN};
 
 /// Buffers in flight between the I/O task and its data thread.
-const POOL: usize = 8;
+const POOL: usize = 4;
 
 /// A stream's running digest.
 #[derive(Clone)]
