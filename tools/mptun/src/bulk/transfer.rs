@@ -160,7 +160,8 @@ pub(super) async fn send_phase(
                 progress_deadline(last, meter.settings.idle_timeout)?;
             }
             SendEv::Done => {
-                if total.is_some_and(|t| sent < t) {
+                // It ends by itself only after a byte count, all written.
+                if total != Some(sent) {
                     bail!("the data thread ended after {sent} bytes");
                 }
                 break;
