@@ -141,6 +141,33 @@ fn mptun(r: &Runner, lab: &Lab, bin: &str, kernel: bool, hash: &str, secs: &str)
     Figure { bps: v["end"]["sum_received"]["bits_per_second"].as_f64().expect("bits_per_second"), cpu: cpu_of(&v) }
 }
 
+/// What one core does alone, GB/s: making the pattern, SHA-256 (sha2,
+/// SHA-NI where the CPU has it) and BLAKE3 (its SIMD) over 256 KiB blocks,
+/// as the data threads do. Each end of a test needs one hash pass per byte,
+/// so these bound what the check lets through on a machine this size.
+fn one_core() -> (f64, f64, f64) {
+    use sha2::Digest;
+    let mut buf = vec![0u8; 256 << 10];
+    let n = 1024; // 256 MiB
+    let mut rate = |f: &mut dyn FnMut(&mut [u8])| {
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            f(&mut buf);
+        }
+        (n * buf.len()) as f64 / t.elapsed().as_secs_f64() / 1e9
+    };
+    let mut p = mptun::pattern::Pattern::new(1);
+    let fill = rate(&mut |b| p.fill(b));
+    let mut h = sha2::Sha256::new();
+    let sha = rate(&mut |b| h.update(&*b));
+    let mut h3 = blake3::Hasher::new();
+    let b3 = rate(&mut |b| {
+        h3.update(b);
+    });
+    std::hint::black_box((h.finalize(), h3.finalize()));
+    (fill, sha, b3)
+}
+
 fn main() {
     if require_netns().is_some() {
         return;
@@ -189,6 +216,7 @@ fn main() {
         let mut first = true;
         rows.retain(|(label, _)| std::mem::take(&mut first) || label.contains(&only));
     }
+    let (fill, sha, b3) = one_core();
     let load0 = load();
     let mut figs: Vec<Vec<Figure>> = rows.iter().map(|_| Vec::new()).collect();
     for round in 0..runs {
@@ -203,6 +231,7 @@ fn main() {
         runner.nice.as_ref().map_or(String::new(), |n| format!(", every tool at nice {n}")),
         load()
     );
+    println!("  one core alone, GB/s: pattern {fill:.1}, SHA-256 {sha:.2}, BLAKE3 {b3:.2} (before the rounds)");
     let base = median(figs[0].iter().map(|f| f.bps).collect());
     println!("  {:<52} {:>8} {:>9} {:>13} {:>10}", "", "Gbit/s", "/ iperf3", "CPU % (both)", "CPU s/GiB");
     for ((label, _), f) in rows.iter().zip(&figs) {
