@@ -14,7 +14,9 @@
 //! cargo bench -p mptun-tests --bench send_speed -- --time 5 --runs 3 [--before OLD/mptun] [--nice -10]
 //! ```
 //!
-//! `--only TEXT` keeps the iperf3 row and the rows whose label has TEXT.
+//! `--bin PATH` is the build measured (default `target/release/mptun`),
+//! `--case NAME` goes into the namespaces' names (`mpt-NAME-...`), `--only
+//! TEXT` keeps the iperf3 row and the rows whose label has TEXT.
 //! `--nice N` runs every tool of every row under `nice -n N` (the same
 //! for all rows): on a shared machine it keeps other load from deciding
 //! which row wins. The load average is printed with the figures. Prints
