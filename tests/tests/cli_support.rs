@@ -81,9 +81,13 @@ impl Running {
     /// Starts `mptun ARGS` in `ns` and waits until a line of its stdout or
     /// stderr contains `ready` (e.g. "Server listening").
     pub fn start(ns: Option<&str>, args: &[&str], ready: &str, limit: Duration) -> Running {
-        let mut c = command(ns, args);
+        Running::start_command(command(ns, args), &args.join(" "), ready, limit)
+    }
+
+    /// As [`Running::start`], for any command (`what` names it in messages).
+    pub fn start_command(mut c: Command, what: &str, ready: &str, limit: Duration) -> Running {
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = c.spawn().expect("spawn mptun");
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
         let (tx, rx) = mpsc::channel::<String>();
         for pipe in [
             Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
@@ -98,7 +102,7 @@ impl Running {
                 }
             });
         }
-        let r = Running { child: Some(child), what: args.join(" "), lines: Default::default() };
+        let r = Running { child: Some(child), what: what.to_owned(), lines: Default::default() };
         let deadline = Instant::now() + limit;
         let mut seen = Vec::new();
         loop {
@@ -106,7 +110,7 @@ impl Running {
             match rx.recv_timeout(left.max(Duration::from_millis(1))) {
                 Ok(line) if line.contains(ready) => break,
                 Ok(line) => seen.push(line),
-                Err(_) => panic!("mptun {} never printed {ready:?}; output: {seen:?}", r.what),
+                Err(_) => panic!("{} never printed {ready:?}; output: {seen:?}", r.what),
             }
         }
         // Keep draining the pipes so the server never blocks on a full one.

@@ -101,7 +101,8 @@ fn cli_send_64m_two_paths_over_tun() {
 }
 
 /// A file, forward (the server stores it) and back (reverse: the server
-/// sends its --file), SHA-256 checked by the tool and by this test.
+/// sends its --file), SHA-256 checked by the tool and by this test; and
+/// forward again with `--hash blake3`, the digests BLAKE3's.
 #[test]
 fn cli_file_both_directions() {
     if require_netns().is_some() {
@@ -144,6 +145,21 @@ fn cli_file_both_directions() {
     assert_eq!(v["end"]["mptcp"]["sha256_received"], Value::String(want));
     assert!(std::fs::read(&back).unwrap() == data, "the received file differs");
     assert_eq!(v["start"]["test_start"]["reverse"], 1);
+    // The same file checked with BLAKE3 instead, both ends computing it.
+    let v = json(
+        &run(
+            Some(lab.a.name()),
+            &["send", &dst, "--file", &src_s, "--hash", "blake3", "--topology", "lab-a:2", "--json"],
+            LIMIT,
+        ),
+        &server,
+    );
+    assert_eq!(v["end"]["mptcp"]["hash"], "blake3");
+    assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true));
+    let want = blake3::hash(&data).to_hex().to_string();
+    assert_eq!(v["end"]["mptcp"]["sha256_sent"], Value::String(want.clone()));
+    assert_eq!(v["end"]["mptcp"]["sha256_received"], Value::String(want));
+    assert!(std::fs::read(dir.join("in/payload.bin")).unwrap() == data, "stored again, it differs");
     drop(server);
 }
 

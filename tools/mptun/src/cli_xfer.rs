@@ -12,7 +12,7 @@ use mptun::{Algorithm, MptcpListener, MptcpStream, PacerKind, PmConfig, Policy, 
 use crate::bulk::{self, ClientTest, Pattern, ServerConfig, Settings, Sink, Source};
 use crate::cli_shared::JsonDocument;
 use crate::conn::{Conn, CounterSource};
-use crate::control::{Amount, Request, MAX_BYTES};
+use crate::control::{Amount, HashKind, Request, MAX_BYTES};
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, PathSpec};
 use crate::report::{self, PathManagerInfo, Report};
@@ -128,6 +128,10 @@ pub struct SendArgs {
     /// The server sends, this side receives.
     #[arg(short = 'R', long)]
     reverse: bool,
+    /// How both ends check the data: sha256, or blake3 (several times
+    /// faster, for rates at which SHA-256 would limit the test).
+    #[arg(long, value_enum, default_value_t = HashKind::Sha256, value_name = "HASH")]
+    hash: HashKind,
     /// Give up connecting after this long.
     #[arg(long, default_value = "10", value_name = "SECS", value_parser = parse_secs)]
     connect_timeout: Duration,
@@ -460,7 +464,8 @@ pub fn run_send(a: SendArgs) -> Result<()> {
     if source.is_none() && !a.reverse {
         source = Some(Source::Pattern(Pattern::new(1)));
     }
-    let request = Request { reverse: a.reverse, amount, file: file_name, cookie: crate::control::new_cookie() };
+    let request =
+        Request { reverse: a.reverse, amount, file: file_name, cookie: crate::control::new_cookie(), hash: a.hash };
     plan.settings.connecting_to = Some((host.clone(), port));
     let json = plan.settings.json;
     let rt = runtime()?;
@@ -477,8 +482,9 @@ pub fn run_send(a: SendArgs) -> Result<()> {
     emit(&report, json)?;
     if !report.end.mptcp.sha256_match {
         bail!(
-            "integrity check failed: sent {} bytes (SHA-256 {}), the receiver got {} (SHA-256 {})",
+            "integrity check failed: sent {} bytes ({} {}), the receiver got {} ({1} {})",
             report.end.sum_sent.bytes,
+            report.end.mptcp.hash,
             report.end.mptcp.sha256_sent,
             report.end.sum_received.bytes,
             report.end.mptcp.sha256_received

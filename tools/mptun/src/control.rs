@@ -4,13 +4,14 @@
 //!
 //! ```text
 //! client → server  Request   "MPTN" ver=1 flags mode name_len reserved amount name [cookie]
+//!                   (flags: reverse, file, cookie, BLAKE3 instead of SHA-256)
 //! server → client  Response  "MPTA" status reserved msg_len amount msg
 //! sender → peer    data ..., Trailer, FIN
 //! receiver → sender Stop "MPTS" (optional, during the data: the receiver
 //!                   was interrupted; the sender ends the data at once)
 //! receiver → peer  Trailer, summary_len:u32, Summary (JSON), FIN
 //! Trailer (72 bytes): "MPTE" retransmits:u32 bytes:u64 elapsed_us:u64
-//!                   cpu_user_us:u64 cpu_sys_us:u64 sha256:[u8; 32]
+//!                   cpu_user_us:u64 cpu_sys_us:u64 digest:[u8; 32]
 //! ```
 //!
 //! The sender's trailer is the last 72 bytes of its stream, so a receiver
@@ -52,6 +53,8 @@ const FLAG_REVERSE: u8 = 1;
 const FLAG_FILE: u8 = 2;
 /// The request ends with the test's cookie ([`COOKIE_LEN`] bytes).
 const FLAG_COOKIE: u8 = 4;
+/// The data is checked with BLAKE3 instead of SHA-256.
+const FLAG_BLAKE3: u8 = 8;
 /// iperf3's cookie: 36 characters of `a-z2-7` naming the test at both ends.
 pub const COOKIE_LEN: usize = 36;
 const COOKIE_CHARS: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
@@ -85,6 +88,26 @@ pub enum Amount {
     DurationMs(u64),
 }
 
+/// The hash both ends compute over the data and compare in the trailers:
+/// SHA-256 (with SHA-NI where the CPU has it), or BLAKE3, several times
+/// faster, for tests where the hash would otherwise be the bottleneck.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum HashKind {
+    #[default]
+    Sha256,
+    Blake3,
+}
+
+impl HashKind {
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            HashKind::Sha256 => "sha256",
+            HashKind::Blake3 => "blake3",
+        }
+    }
+}
+
 /// What the client asks the server for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
@@ -96,6 +119,8 @@ pub struct Request {
     pub file: Option<String>,
     /// The test's cookie ([`new_cookie`]; empty: an older client sent none).
     pub cookie: String,
+    /// How the data is checked.
+    pub hash: HashKind,
 }
 
 impl Request {
@@ -108,7 +133,8 @@ impl Request {
         b.push(
             (u8::from(self.reverse) * FLAG_REVERSE)
                 | (u8::from(self.file.is_some()) * FLAG_FILE)
-                | (u8::from(cookie) * FLAG_COOKIE),
+                | (u8::from(cookie) * FLAG_COOKIE)
+                | (u8::from(self.hash == HashKind::Blake3) * FLAG_BLAKE3),
         );
         b.extend_from_slice(&(name.len().min(MAX_NAME) as u16).to_be_bytes());
         let (mode, v) = match self.amount {
@@ -135,7 +161,7 @@ impl Request {
             bail!("client speaks protocol version {}, this server {VERSION}", b[4]);
         }
         let flags = b[5];
-        if flags & !(FLAG_REVERSE | FLAG_FILE | FLAG_COOKIE) != 0 {
+        if flags & !(FLAG_REVERSE | FLAG_FILE | FLAG_COOKIE | FLAG_BLAKE3) != 0 {
             bail!("unknown request flags {flags:#04x}");
         }
         let name_len = usize::from(u16::from_be_bytes([b[6], b[7]]));
@@ -159,7 +185,8 @@ impl Request {
         }
         let cookie = if flags & FLAG_COOKIE != 0 { " ".repeat(COOKIE_LEN) } else { String::new() };
         let tail = name_len + cookie.len();
-        Ok((Request { reverse: flags & FLAG_REVERSE != 0, amount, file: file.then(String::new), cookie }, tail))
+        let hash = if flags & FLAG_BLAKE3 != 0 { HashKind::Blake3 } else { HashKind::Sha256 };
+        Ok((Request { reverse: flags & FLAG_REVERSE != 0, amount, file: file.then(String::new), cookie, hash }, tail))
     }
 
     /// Checks and stores the tail that followed the fixed part: the file
@@ -260,8 +287,8 @@ pub struct Trailer {
     /// CPU time of the process during the test, microseconds.
     pub cpu_user_us: u64,
     pub cpu_sys_us: u64,
-    /// SHA-256 of the data bytes.
-    pub sha256: [u8; 32],
+    /// The data bytes' digest ([`HashKind`]: the request's).
+    pub digest: [u8; 32],
 }
 
 impl Trailer {
@@ -273,7 +300,7 @@ impl Trailer {
         b[16..24].copy_from_slice(&self.elapsed_us.to_be_bytes());
         b[24..32].copy_from_slice(&self.cpu_user_us.to_be_bytes());
         b[32..40].copy_from_slice(&self.cpu_sys_us.to_be_bytes());
-        b[40..72].copy_from_slice(&self.sha256);
+        b[40..72].copy_from_slice(&self.digest);
         b
     }
 
@@ -291,48 +318,12 @@ impl Trailer {
             elapsed_us: u(16..24),
             cpu_user_us: u(24..32),
             cpu_sys_us: u(32..40),
-            sha256: b[40..72].try_into().expect("32 bytes"),
+            digest: b[40..72].try_into().expect("32 bytes"),
         };
         if t.bytes > MAX_BYTES {
             bail!("peer reports {} bytes (at most {MAX_BYTES})", t.bytes);
         }
         Ok(t)
-    }
-}
-
-/// Holds back the last [`TRAILER_LEN`] bytes of a stream whose length is
-/// unknown, releasing everything before them as data.
-#[derive(Default)]
-pub struct Holdback {
-    tail: Vec<u8>,
-}
-
-impl Holdback {
-    /// Feeds `chunk`; calls `data` with the bytes now known to be data.
-    pub fn push(&mut self, chunk: &[u8], mut data: impl FnMut(&[u8])) {
-        if chunk.len() >= TRAILER_LEN {
-            if !self.tail.is_empty() {
-                data(&self.tail);
-            }
-            let cut = chunk.len() - TRAILER_LEN;
-            if cut > 0 {
-                data(&chunk[..cut]);
-            }
-            self.tail.clear();
-            self.tail.extend_from_slice(&chunk[cut..]);
-        } else {
-            self.tail.extend_from_slice(chunk);
-            if self.tail.len() > TRAILER_LEN {
-                let cut = self.tail.len() - TRAILER_LEN;
-                data(&self.tail[..cut]);
-                self.tail.drain(..cut);
-            }
-        }
-    }
-
-    /// The held-back bytes: the trailer, once the stream has ended.
-    pub fn tail(&self) -> &[u8] {
-        &self.tail
     }
 }
 
@@ -343,9 +334,27 @@ mod tests {
     #[test]
     fn request_round_trips_and_rejects_nonsense() {
         for r in [
-            Request { reverse: false, amount: Amount::Bytes(64 << 20), file: None, cookie: String::new() },
-            Request { reverse: true, amount: Amount::DurationMs(10_000), file: None, cookie: new_cookie() },
-            Request { reverse: false, amount: Amount::Bytes(5), file: Some("a.bin".into()), cookie: new_cookie() },
+            Request {
+                reverse: false,
+                amount: Amount::Bytes(64 << 20),
+                file: None,
+                cookie: String::new(),
+                hash: HashKind::Sha256,
+            },
+            Request {
+                reverse: true,
+                amount: Amount::DurationMs(10_000),
+                file: None,
+                cookie: new_cookie(),
+                hash: HashKind::Blake3,
+            },
+            Request {
+                reverse: false,
+                amount: Amount::Bytes(5),
+                file: Some("a.bin".into()),
+                cookie: new_cookie(),
+                hash: HashKind::Sha256,
+            },
         ] {
             let b = r.encode();
             let (mut d, n) = Request::decode_fixed(b[..REQUEST_LEN].try_into().unwrap()).unwrap();
@@ -356,12 +365,19 @@ mod tests {
         let c = new_cookie();
         assert!(c.len() == COOKIE_LEN && c.bytes().all(|x| COOKIE_CHARS.contains(&x)), "{c}");
         assert_ne!(c, new_cookie());
-        let mut r = Request { reverse: false, amount: Amount::Bytes(1), file: None, cookie: c };
+        let mut r = Request { reverse: false, amount: Amount::Bytes(1), file: None, cookie: c, hash: HashKind::Sha256 };
         let mut b = r.encode();
         b[REQUEST_LEN] = b'!';
         r.cookie = " ".repeat(COOKIE_LEN);
         assert!(r.set_tail(&b[REQUEST_LEN..]).is_err(), "a cookie outside iperf3's alphabet");
-        let good = Request { reverse: false, amount: Amount::Bytes(1), file: None, cookie: String::new() }.encode();
+        let good = Request {
+            reverse: false,
+            amount: Amount::Bytes(1),
+            file: None,
+            cookie: String::new(),
+            hash: HashKind::Sha256,
+        }
+        .encode();
         let fixed = |f: &dyn Fn(&mut Vec<u8>)| {
             let mut b = good.clone();
             f(&mut b);
@@ -375,8 +391,13 @@ mod tests {
         assert!(fixed(&|b| b[16..24].copy_from_slice(&0u64.to_be_bytes())).is_err());
         assert!(fixed(&|b| b[16..24].copy_from_slice(&u64::MAX.to_be_bytes())).is_err());
         assert!(fixed(&|b| b[6..8].copy_from_slice(&3u16.to_be_bytes())).is_err(), "name without file flag");
-        let mut r =
-            Request { reverse: false, amount: Amount::Bytes(1), file: Some(String::new()), cookie: String::new() };
+        let mut r = Request {
+            reverse: false,
+            amount: Amount::Bytes(1),
+            file: Some(String::new()),
+            cookie: String::new(),
+            hash: HashKind::Sha256,
+        };
         for bad in [&b"../etc/passwd"[..], b"..", b"a/b", b"", b"\xff", b"a\nb"] {
             assert!(r.set_name(bad).is_err(), "{bad:?}");
         }
@@ -393,29 +414,11 @@ mod tests {
             }
             assert_eq!(d, r);
         }
-        let t = Trailer { bytes: 9, retransmits: 4, elapsed_us: 8, cpu_user_us: 7, cpu_sys_us: 6, sha256: [5; 32] };
+        let t = Trailer { bytes: 9, retransmits: 4, elapsed_us: 8, cpu_user_us: 7, cpu_sys_us: 6, digest: [5; 32] };
         assert_eq!(Trailer::decode(&t.encode()).unwrap(), t);
         assert!(Trailer::decode(&t.encode()[1..]).is_err());
         let mut bad = t.encode();
         bad[0] = 0;
         assert!(Trailer::decode(&bad).is_err());
-    }
-
-    #[test]
-    fn holdback_keeps_exactly_the_trailer_whatever_the_chunking() {
-        let stream: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
-        for chunk in [1, 5, 71, 72, 73, 200, 1000] {
-            let mut h = Holdback::default();
-            let mut data = Vec::new();
-            for c in stream.chunks(chunk) {
-                h.push(c, |d| data.extend_from_slice(d));
-            }
-            assert_eq!(data, stream[..1000 - TRAILER_LEN], "chunk {chunk}");
-            assert_eq!(h.tail(), &stream[1000 - TRAILER_LEN..]);
-        }
-        let mut h = Holdback::default();
-        let mut n = 0;
-        h.push(&[1; 10], |d| n += d.len());
-        assert_eq!((n, h.tail().len()), (0, 10), "a short stream is all trailer (and fails to decode)");
     }
 }

@@ -309,6 +309,10 @@ pub struct MptcpEnd {
     pub mode: String,
     /// Most subflows seen at once.
     pub subflows_max: usize,
+    /// The hash of the `sha256_*` digests: `sha256`, what their names say,
+    /// unless the client asked for `blake3` (`send --hash blake3`).
+    #[serde(default = "sha256_name")]
+    pub hash: String,
     pub sha256_sent: String,
     pub sha256_received: String,
     pub sha256_match: bool,
@@ -323,6 +327,10 @@ pub struct MptcpEnd {
     /// Why the data ended early (an interrupt at either end), if it did.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub stopped: Option<String>,
+}
+
+fn sha256_name() -> String {
+    "sha256".into()
 }
 
 impl MptcpEnd {
@@ -525,9 +533,10 @@ pub fn end_lines(r: &Report) -> String {
     let m = &e.mptcp;
     let _ = writeln!(
         s,
-        "{} with {} subflow(s); SHA-256 sent {}… received {}… ({})",
+        "{} with {} subflow(s); {} sent {}… received {}… ({})",
         m.mode.to_uppercase(),
         m.subflows_max,
+        if m.hash == "blake3" { "BLAKE3" } else { "SHA-256" },
         m.sha256_sent.get(..16).unwrap_or(&m.sha256_sent),
         m.sha256_received.get(..16).unwrap_or(&m.sha256_received),
         if m.sha256_match { "match" } else { "MISMATCH" }

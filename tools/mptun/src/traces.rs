@@ -309,6 +309,7 @@ pub fn sim_report(
             mptcp: MptcpEnd {
                 mode: r.client_mode.into(),
                 subflows_max: r.client_subflows.len(),
+                hash: "sha256".into(),
                 sha256_sent: "checked-in-sim".into(),
                 sha256_received: if r.sha256_match { "checked-in-sim".into() } else { "differs".into() },
                 sha256_match: r.sha256_match,

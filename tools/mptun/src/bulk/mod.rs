@@ -1,7 +1,8 @@
 //! One bulk-transfer test over one connection, either side, either stack.
 //! Here: the request/response exchange that opens it ([`run_client`],
 //! [`run_server`]) and what the two sides agree on. The data phase with its
-//! SHA-256 and trailers is in `transfer`, the per-interval sampling in
+//! trailers is in `transfer`, its threads that make, hash and store the
+//! data in `pipeline`, the per-interval sampling in
 //! `meter`, the assembled [`Report`] in `outcome`, the host's own figures
 //! (CPU time, uname) in `host`; the messages themselves in
 //! [`crate::control`].
@@ -9,6 +10,7 @@
 pub(crate) mod host;
 mod meter;
 mod outcome;
+mod pipeline;
 mod transfer;
 
 use std::collections::BTreeMap;
@@ -26,8 +28,12 @@ use crate::report::{self, Report};
 use outcome::{assemble, start_section};
 use transfer::{recv_phase, send_phase};
 
-/// Bytes per write/read, iperf3's TCP default.
-pub const BLKSIZE: usize = 128 * 1024;
+/// Bytes per write: twice iperf3's TCP default, so a write moves more per
+/// system call and the data thread hands over fewer, larger blocks.
+pub const BLKSIZE: usize = 256 * 1024;
+/// Bytes a receiver's buffer holds: reads fill it until less than a
+/// quarter is left, then it goes to the hashing thread whole.
+const RECV_BUF: usize = 512 * 1024;
 /// How long the first exchange may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -140,10 +146,11 @@ pub async fn run_client(
             Amount::Bytes(n) => Some(n),
             Amount::DurationMs(_) => None,
         };
-        recv_phase(&mut conn, test.sink, total, settings, &counters, req.len() as u64).await?
+        recv_phase(&mut conn, test.sink, total, test.request.hash, settings, &counters, req.len() as u64).await?
     } else {
         let source = test.source.unwrap_or(Source::Pattern(Pattern::new(1)));
-        send_phase(&mut conn, source, test.request.amount, settings, &counters, req.len() as u64).await?
+        send_phase(&mut conn, source, test.request.amount, test.request.hash, settings, &counters, req.len() as u64)
+            .await?
     };
     Ok(assemble(start, intervals, outcome, sfmax, file))
 }
@@ -253,6 +260,7 @@ pub async fn run_server(
             &mut conn,
             source.unwrap_or(Source::Pattern(Pattern::new(2))),
             req.amount,
+            req.hash,
             settings,
             &counters,
             resp.len() as u64,
@@ -263,7 +271,7 @@ pub async fn run_server(
             Amount::Bytes(n) => Some(n),
             Amount::DurationMs(_) => None,
         };
-        recv_phase(&mut conn, sink, total, settings, &counters, resp.len() as u64).await?
+        recv_phase(&mut conn, sink, total, req.hash, settings, &counters, resp.len() as u64).await?
     };
     Ok(assemble(start, intervals, outcome, sfmax, file))
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::host::uname;
 use super::{Settings, Summary, BLKSIZE};
 use crate::conn::{Conn, Probe};
-use crate::control::{Amount, Request, Trailer};
+use crate::control::{Amount, HashKind, Request, Trailer};
 use crate::report::{
     self, http_date, Connected, Cpu, End, EndReceiver, EndSender, EndStream, HostPort, Interval, MptcpEnd, Report,
     Start, StartExtra, SubflowEnd, Sum, TestStart, Timestamp,
@@ -28,6 +28,8 @@ pub(super) struct Outcome {
     pub(super) congestion: String,
     /// Why the data ended before the amount asked for, if it did.
     pub(super) stopped: Option<String>,
+    /// How the data was checked.
+    pub(super) hash: HashKind,
 }
 
 pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bool) -> Start {
@@ -155,9 +157,10 @@ pub(super) fn assemble(
     let mptcp = MptcpEnd {
         mode: o.final_probe.mode.into(),
         subflows_max: sfmax.max(o.peer_summary.subflows_max).max(o.final_probe.established()),
-        sha256_sent: report::hex(&snd.sha256),
-        sha256_received: report::hex(&rcv.sha256),
-        sha256_match: snd.sha256 == rcv.sha256 && snd.bytes == rcv.bytes,
+        hash: o.hash.name().into(),
+        sha256_sent: report::hex(&snd.digest),
+        sha256_received: report::hex(&rcv.digest),
+        sha256_match: snd.digest == rcv.digest && snd.bytes == rcv.bytes,
         efficiency: None,
         counters: o.counters,
         peer_counters: o.peer_summary.counters,

@@ -4,21 +4,20 @@
 //! summary and lingers until they are acknowledged. Both sample the
 //! connection through the [`Meter`] while they wait.
 
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::host::cpu_us;
 use super::meter::Meter;
 use super::outcome::Outcome;
-use super::{Settings, Sink, Source, Summary, BLKSIZE};
+use super::pipeline::{Block, Consumer, Hash, Producer};
+use super::{Settings, Sink, Source, Summary, BLKSIZE, RECV_BUF};
 use crate::conn::{Conn, CounterSource};
-use crate::control::{self, Amount, Holdback, Trailer, STOP_MAGIC};
+use crate::control::{self, Amount, HashKind, Trailer, STOP_MAGIC};
 use crate::report::Interval;
 use crate::signals;
 
@@ -42,6 +41,8 @@ enum SendEv {
     Stop(Option<&'static str>),
     Peer(std::io::Result<usize>),
     Wrote(std::io::Result<usize>),
+    /// The data thread made all it had to.
+    Done,
 }
 
 /// Writes `data` completely, sampling while blocked.
@@ -81,8 +82,9 @@ async fn write_all_metered(
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn send_phase(
     conn: &mut Conn,
-    mut source: Source,
+    source: Source,
     amount: Amount,
+    hash_kind: HashKind,
     settings: Settings,
     counters: &CounterSource,
     pre: u64,
@@ -99,103 +101,112 @@ pub(super) async fn send_phase(
         Amount::Bytes(_) => None,
     };
     let cpu0 = cpu_us();
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; BLKSIZE];
+    let file_path = match &source {
+        Source::File(_, path) => Some(path.clone()),
+        Source::Pattern(_) => None,
+    };
+    let mut blocks = Producer::start(source, total, BLKSIZE, hash_kind);
+    // The stream's hash after the last block written whole.
+    let mut hash = Hash::new(hash_kind);
+    // The block being written, and how much of it went out.
+    let mut cur: Option<Block> = None;
+    let mut off = 0usize;
     let mut sent: u64 = 0;
-    let mut file_path = None;
     let data_acked = |c: &Conn, sent: u64| c.acked(pre + sent).saturating_sub(pre);
     // The receiver's STOP, as far as it has arrived.
     let mut stop_buf = [0u8; 4];
     let mut stop_got = 0usize;
     let mut stopped_by: Option<&'static str> = None;
-    'data: loop {
-        let want = match total {
-            Some(t) if sent >= t => break,
-            Some(t) => (t - sent).min(BLKSIZE as u64) as usize,
-            None => BLKSIZE,
-        };
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) || signals::received().is_some() {
+    let mut last = Instant::now();
+    loop {
+        if cur.is_none()
+            && (deadline.is_some_and(|d| tokio::time::Instant::now() >= d) || signals::received().is_some())
+        {
             break;
         }
-        let n = match &mut source {
-            Source::Pattern(p) => {
-                p.fill(&mut buf[..want]);
-                want
+        let ev = tokio::select! {
+            biased;
+            _ = ticker.tick() => SendEv::Tick,
+            _ = signals::wait() => SendEv::Stop(None),
+            _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && off == 0 => {
+                // Time is up before this block went out: it is not part of the stream.
+                SendEv::Stop(None)
             }
-            Source::File(f, path) => {
-                file_path = Some(path.clone());
-                let n = f.read(&mut buf[..want]).with_context(|| format!("read {}", path.display()))?;
-                if n == 0 {
-                    bail!("{} ended after {sent} bytes (it shrank while being sent)", path.display());
+            ev = std::future::poll_fn(|cx| {
+                // Watch for the receiver's STOP while writing.
+                if stop_got < STOP_MAGIC.len() {
+                    let mut rb = ReadBuf::new(&mut stop_buf[stop_got..]);
+                    if let Poll::Ready(r) = std::pin::Pin::new(&mut *conn).poll_read(cx, &mut rb) {
+                        return Poll::Ready(SendEv::Peer(r.map(|()| rb.filled().len())));
+                    }
                 }
-                n
-            }
+                match &cur {
+                    Some(b) => std::pin::Pin::new(&mut *conn).poll_write(cx, &b.data[off..]).map(SendEv::Wrote),
+                    None => Poll::Pending,
+                }
+            }) => ev,
+            b = blocks.next(), if cur.is_none() => match b? {
+                Some(b) => {
+                    cur = Some(b);
+                    continue;
+                }
+                None => SendEv::Done,
+            },
         };
-        let mut off = 0;
-        let mut last = Instant::now();
-        while off < n {
-            let ev = tokio::select! {
-                biased;
-                _ = ticker.tick() => SendEv::Tick,
-                _ = signals::wait() => SendEv::Stop(None),
-                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && off == 0 => {
-                    // Time is up before this block went out: it is not part of the stream.
-                    SendEv::Stop(None)
-                }
-                ev = std::future::poll_fn(|cx| {
-                    // Watch for the receiver's STOP while writing.
-                    if stop_got < STOP_MAGIC.len() {
-                        let mut rb = ReadBuf::new(&mut stop_buf[stop_got..]);
-                        if let Poll::Ready(r) = std::pin::Pin::new(&mut *conn).poll_read(cx, &mut rb) {
-                            return Poll::Ready(SendEv::Peer(r.map(|()| rb.filled().len())));
-                        }
-                    }
-                    std::pin::Pin::new(&mut *conn).poll_write(cx, &buf[off..n]).map(SendEv::Wrote)
-                }) => ev,
-            };
-            match ev {
-                SendEv::Tick => {
-                    let b = data_acked(conn, sent + off as u64);
-                    meter.sample(conn, b);
-                    progress_deadline(last, meter.settings.idle_timeout)?;
-                }
-                SendEv::Stop(who) => {
-                    // What went out of this block is part of the stream.
-                    hasher.update(&buf[..off]);
-                    sent += off as u64;
-                    stopped_by = who;
-                    break 'data;
-                }
-                SendEv::Peer(Ok(0)) => bail!("the receiver closed the connection during the test"),
-                SendEv::Peer(Ok(k)) => {
-                    stop_got += k;
-                    if stop_got == STOP_MAGIC.len() {
-                        if stop_buf != STOP_MAGIC {
-                            bail!(
-                                "the receiver sent {:?} during the data (not a stop request)",
-                                String::from_utf8_lossy(&stop_buf)
-                            );
-                        }
-                        hasher.update(&buf[..off]);
-                        sent += off as u64;
-                        stopped_by = Some("the receiver was interrupted");
-                        break 'data;
-                    }
-                }
-                SendEv::Peer(Err(e)) => return Err(anyhow!("receive: {e}")),
-                SendEv::Wrote(Ok(0)) => bail!("the connection closed while sending"),
-                SendEv::Wrote(Ok(k)) => {
-                    off += k;
-                    last = Instant::now();
-                }
-                SendEv::Wrote(Err(e)) => return Err(anyhow!("send: {e}")),
+        match ev {
+            SendEv::Tick => {
+                let b = data_acked(conn, sent + off as u64);
+                meter.sample(conn, b);
+                progress_deadline(last, meter.settings.idle_timeout)?;
             }
+            SendEv::Done => {
+                // It ends by itself only after a byte count, all written.
+                if total != Some(sent) {
+                    bail!("the data thread ended after {sent} bytes");
+                }
+                break;
+            }
+            SendEv::Stop(who) => {
+                stopped_by = who;
+                break;
+            }
+            SendEv::Peer(Ok(0)) => bail!("the receiver closed the connection during the test"),
+            SendEv::Peer(Ok(k)) => {
+                stop_got += k;
+                if stop_got == STOP_MAGIC.len() {
+                    if stop_buf != STOP_MAGIC {
+                        bail!(
+                            "the receiver sent {:?} during the data (not a stop request)",
+                            String::from_utf8_lossy(&stop_buf)
+                        );
+                    }
+                    stopped_by = Some("the receiver was interrupted");
+                    break;
+                }
+            }
+            SendEv::Peer(Err(e)) => return Err(anyhow!("receive: {e}")),
+            SendEv::Wrote(Ok(0)) => bail!("the connection closed while sending"),
+            SendEv::Wrote(Ok(k)) => {
+                off += k;
+                last = Instant::now();
+                if let Some(b) = cur.take_if(|b| off == b.data.len()) {
+                    sent += off as u64;
+                    off = 0;
+                    hash = b.after;
+                    blocks.recycle(b.data);
+                    meter.progress(data_acked(conn, sent));
+                }
+            }
+            SendEv::Wrote(Err(e)) => return Err(anyhow!("send: {e}")),
         }
-        hasher.update(&buf[..n]);
-        sent += n as u64;
-        meter.progress(data_acked(conn, sent));
     }
-    let digest: [u8; 32] = hasher.finalize().into();
+    // What went out of a block cut short is part of the stream.
+    if let Some(b) = &cur {
+        hash.update(&b.data[..off]);
+        sent += off as u64;
+    }
+    drop(blocks);
+    let digest = hash.finish();
     let probe = conn.probe();
     let cpu1 = cpu_us();
     let trailer = Trailer {
@@ -204,7 +215,7 @@ pub(super) async fn send_phase(
         elapsed_us: meter.start.elapsed().as_micros() as u64,
         cpu_user_us: cpu1.0 - cpu0.0,
         cpu_sys_us: cpu1.1 - cpu0.1,
-        sha256: digest,
+        digest,
     };
     let sent_total = sent;
     write_all_metered(conn, &trailer.encode(), &mut meter, &mut ticker, &|c| data_acked(c, sent_total)).await?;
@@ -283,6 +294,7 @@ pub(super) async fn send_phase(
         peer_summary,
         congestion: conn.congestion(),
         stopped: stopped_by.map(str::to_owned),
+        hash: hash_kind,
     };
     Ok((outcome, meter.intervals, meter.subflows_max, file_path))
 }
@@ -304,8 +316,9 @@ fn parse_summary(b: &[u8]) -> Summary {
 /// our trailer and summary, FIN, and a linger until they are acknowledged.
 pub(super) async fn recv_phase(
     conn: &mut Conn,
-    mut sink: Sink,
+    sink: Sink,
     total: Option<u64>,
+    hash_kind: HashKind,
     settings: Settings,
     counters: &CounterSource,
     pre_written: u64,
@@ -314,13 +327,11 @@ pub(super) async fn recv_phase(
     let mut ticker =
         tokio::time::interval_at(tokio::time::Instant::now() + meter.settings.interval, meter.settings.interval);
     let cpu0 = cpu_us();
-    let mut hasher = Sha256::new();
-    let mut hold = Holdback::default();
-    let mut buf = vec![0u8; BLKSIZE];
-    let mut received: u64 = 0;
+    let mut data = Consumer::start(sink, RECV_BUF, hash_kind);
+    // Bytes read: all but the last TRAILER_LEN are known to be data.
+    let mut read: u64 = 0;
     let mut first: Option<Instant> = None;
     let mut last = Instant::now();
-    let mut write_err: Option<std::io::Error> = None;
     // Interrupted: the STOP has gone to the sender, whose data must end by then.
     let mut stop_deadline: Option<tokio::time::Instant> = None;
     loop {
@@ -336,8 +347,9 @@ pub(super) async fn recv_phase(
             _ = async { tokio::time::sleep_until(stop_deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if stop_deadline.is_some() => {
                 bail!("interrupted, and the sender did not stop within {} s", STOP_WAIT.as_secs());
             }
-            r = conn.read(&mut buf) => Some(r),
+            r = conn.read(data.space()) => Some(r),
         };
+        let received = read.saturating_sub(control::TRAILER_LEN as u64);
         match r {
             None => {
                 meter.sample(conn, received);
@@ -347,42 +359,27 @@ pub(super) async fn recv_phase(
             Some(Ok(n)) => {
                 first.get_or_insert_with(Instant::now);
                 last = Instant::now();
-                hold.push(&buf[..n], |d| {
-                    hasher.update(d);
-                    received += d.len() as u64;
-                    if let Sink::File(f, _) = &mut sink {
-                        if write_err.is_none() {
-                            if let Err(e) = f.write_all(d) {
-                                write_err = Some(e);
-                            }
-                        }
-                    }
-                });
+                read += n as u64;
+                let received = read.saturating_sub(control::TRAILER_LEN as u64);
                 if let Some(t) = total {
                     if received > t {
                         bail!("the sender sent more than the {t} bytes agreed");
                     }
                 }
+                data.read(n).await?;
                 meter.progress(received);
             }
             Some(Err(e)) => return Err(anyhow!("receive: {e}")),
         }
     }
+    let received = read.saturating_sub(control::TRAILER_LEN as u64);
     meter.finish(conn, received);
     let elapsed = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
-    let peer = Trailer::decode(hold.tail()).context("the sender's trailer")?;
-    let digest: [u8; 32] = hasher.finalize().into();
-    let file_path = match sink {
-        Sink::File(mut f, path) => {
-            if let Some(e) = write_err {
-                bail!("write {}: {e}", path.display());
-            }
-            f.flush().with_context(|| format!("write {}", path.display()))?;
-            f.sync_all().ok();
-            Some(path)
-        }
-        Sink::Discard => None,
-    };
+    let (consumed, tail) = data.finish().await?;
+    debug_assert_eq!(consumed.bytes, received);
+    let peer = Trailer::decode(&tail).context("the sender's trailer")?;
+    let digest = consumed.digest;
+    let file_path = consumed.file;
     let cpu1 = cpu_us();
     let probe = conn.probe();
     let local = Trailer {
@@ -391,7 +388,7 @@ pub(super) async fn recv_phase(
         elapsed_us: (elapsed * 1e6) as u64,
         cpu_user_us: cpu1.0 - cpu0.0,
         cpu_sys_us: cpu1.1 - cpu0.1,
-        sha256: digest,
+        digest,
     };
     let counters_now = counters.read();
     let summary =
@@ -425,6 +422,7 @@ pub(super) async fn recv_phase(
         peer_summary: Summary::default(),
         congestion: conn.congestion(),
         stopped: stop_deadline.map(|_| "this side was interrupted".to_owned()),
+        hash: hash_kind,
     };
     Ok((outcome, meter.intervals, meter.subflows_max, file_path))
 }

@@ -1,0 +1,361 @@
+//! The data off the I/O path: a sender's blocks are made (pattern or file)
+//! and hashed on a thread of their own, a receiver's are hashed (and
+//! stored) on another, so the task that writes and reads the connection
+//! only moves buffers. Buffers circulate in a fixed pool (no allocation
+//! per block, and a hash slower than the network holds the connection back
+//! instead of queueing without bound).
+//!
+//! A sender's thread runs ahead of what was written: each block carries the
+//! hash state after it, so when the data ends in the middle of a block (a
+//! duration over, a signal, the receiver's STOP) the digest is that of the
+//! bytes that went out, from the previous block's state plus the prefix.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use super::{Sink, Source};
+use crate::control::{HashKind, TRAILER_LEN};
+
+/// Buffers in flight between the I/O task and its data thread.
+const POOL: usize = 4;
+
+/// A stream's running digest.
+#[derive(Clone)]
+pub(super) enum Hash {
+    Sha256(Sha256),
+    Blake3(Box<blake3::Hasher>),
+}
+
+impl Hash {
+    pub(super) fn new(kind: HashKind) -> Hash {
+        match kind {
+            HashKind::Sha256 => Hash::Sha256(Sha256::new()),
+            HashKind::Blake3 => Hash::Blake3(Box::default()),
+        }
+    }
+
+    pub(super) fn update(&mut self, b: &[u8]) {
+        match self {
+            Hash::Sha256(h) => h.update(b),
+            Hash::Blake3(h) => {
+                h.update(b);
+            }
+        }
+    }
+
+    pub(super) fn finish(self) -> [u8; 32] {
+        match self {
+            Hash::Sha256(h) => h.finalize().into(),
+            Hash::Blake3(h) => h.finalize().into(),
+        }
+    }
+}
+
+/// A sender's block: its bytes and the stream's hash after them.
+pub(super) struct Block {
+    pub data: Vec<u8>,
+    pub after: Hash,
+}
+
+/// The sending side's data thread.
+pub(super) struct Producer {
+    full: mpsc::Receiver<Result<Block>>,
+    empty: mpsc::Sender<Vec<u8>>,
+}
+
+impl Producer {
+    /// Starts making `total` bytes (`None`: until dropped) of `source` in
+    /// blocks of `block` bytes, hashed with `kind`.
+    pub(super) fn start(mut source: Source, total: Option<u64>, block: usize, kind: HashKind) -> Producer {
+        let (full_tx, full) = mpsc::channel(POOL);
+        let (empty, mut empty_rx) = mpsc::channel::<Vec<u8>>(POOL);
+        for _ in 0..POOL {
+            empty.try_send(vec![0u8; block]).expect("the pool fits its channel");
+        }
+        tokio::task::spawn_blocking(move || {
+            let mut hash = Hash::new(kind);
+            let mut made: u64 = 0;
+            loop {
+                let want = match total {
+                    Some(t) if made >= t => return,
+                    Some(t) => (t - made).min(block as u64) as usize,
+                    None => block,
+                };
+                // The I/O task dropping its end ends this thread.
+                let Some(mut buf) = empty_rx.blocking_recv() else { return };
+                buf.resize(want, 0);
+                if let Err(e) = fill(&mut source, &mut buf, made) {
+                    let _ = full_tx.blocking_send(Err(e));
+                    return;
+                }
+                hash.update(&buf);
+                made += want as u64;
+                if full_tx.blocking_send(Ok(Block { data: buf, after: hash.clone() })).is_err() {
+                    return;
+                }
+            }
+        });
+        Producer { full, empty }
+    }
+
+    /// The next block, `None` once `total` bytes were made.
+    pub(super) async fn next(&mut self) -> Result<Option<Block>> {
+        self.full.recv().await.transpose()
+    }
+
+    /// Gives a written block's buffer back to the pool.
+    pub(super) fn recycle(&self, buf: Vec<u8>) {
+        let _ = self.empty.try_send(buf);
+    }
+}
+
+fn fill(source: &mut Source, buf: &mut [u8], made: u64) -> Result<()> {
+    match source {
+        Source::Pattern(p) => p.fill(buf),
+        Source::File(f, path) => {
+            let mut got = 0;
+            while got < buf.len() {
+                match f.read(&mut buf[got..]) {
+                    Ok(0) => {
+                        bail!("{} ended after {} bytes (it shrank while being sent)", path.display(), made + got as u64)
+                    }
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(anyhow!(e).context(format!("read {}", path.display()))),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the receiving side's data thread found.
+pub(super) struct Consumed {
+    pub digest: [u8; 32],
+    pub bytes: u64,
+    /// The file written, if the sink was one.
+    pub file: Option<PathBuf>,
+}
+
+/// The receiving side: buffers to read into, and the thread that hashes
+/// (and stores) what was read. Holds back the last [`TRAILER_LEN`] bytes
+/// read, which may be the sender's trailer.
+pub(super) struct Consumer {
+    full: Option<mpsc::Sender<(Vec<u8>, usize)>>,
+    empty: mpsc::Receiver<Vec<u8>>,
+    thread: tokio::task::JoinHandle<Result<Consumed>>,
+    cur: Vec<u8>,
+    filled: usize,
+    /// Hand a buffer over once less than this is left to read into.
+    min_read: usize,
+}
+
+impl Consumer {
+    /// Starts the thread, hashing with `kind`; reads go into buffers of
+    /// `size` bytes.
+    pub(super) fn start(mut sink: Sink, size: usize, kind: HashKind) -> Consumer {
+        assert!(size >= 4 * TRAILER_LEN);
+        let (full, mut full_rx) = mpsc::channel::<(Vec<u8>, usize)>(POOL);
+        let (empty_tx, empty) = mpsc::channel::<Vec<u8>>(POOL);
+        for _ in 0..POOL - 1 {
+            empty_tx.try_send(vec![0u8; size]).expect("the pool fits its channel");
+        }
+        let thread = tokio::task::spawn_blocking(move || {
+            let mut hash = Hash::new(kind);
+            let mut bytes = 0u64;
+            let mut write_err = None;
+            while let Some((buf, len)) = full_rx.blocking_recv() {
+                let d = &buf[..len];
+                hash.update(d);
+                bytes += len as u64;
+                if let (Sink::File(f, _), None) = (&mut sink, &write_err) {
+                    if let Err(e) = f.write_all(d) {
+                        write_err = Some(e);
+                    }
+                }
+                let _ = empty_tx.try_send(buf);
+            }
+            let file = match sink {
+                Sink::File(mut f, path) => {
+                    if let Some(e) = write_err {
+                        bail!("write {}: {e}", path.display());
+                    }
+                    f.flush().with_context(|| format!("write {}", path.display()))?;
+                    f.sync_all().ok();
+                    Some(path)
+                }
+                Sink::Discard => None,
+            };
+            Ok(Consumed { digest: hash.finish(), bytes, file })
+        });
+        Consumer { full: Some(full), empty, thread, cur: vec![0u8; size], filled: 0, min_read: size / 4 }
+    }
+
+    /// Where the next read goes.
+    pub(super) fn space(&mut self) -> &mut [u8] {
+        &mut self.cur[self.filled..]
+    }
+
+    /// Takes `n` bytes just read into [`Consumer::space`]; hands the buffer
+    /// to the thread once it is nearly full (waiting for a free one).
+    pub(super) async fn read(&mut self, n: usize) -> Result<()> {
+        self.filled += n;
+        if self.cur.len() - self.filled >= self.min_read {
+            return Ok(());
+        }
+        let mut next = match self.empty.recv().await {
+            Some(b) => b,
+            None => return Err(self.failed().await),
+        };
+        let keep = self.filled - TRAILER_LEN;
+        next[..TRAILER_LEN].copy_from_slice(&self.cur[keep..self.filled]);
+        let full = std::mem::replace(&mut self.cur, next);
+        self.filled = TRAILER_LEN;
+        let tx = self.full.as_ref().expect("not finished");
+        if tx.send((full, keep)).await.is_err() {
+            return Err(self.failed().await);
+        }
+        Ok(())
+    }
+
+    /// The thread's error, once it stopped early.
+    async fn failed(&mut self) -> anyhow::Error {
+        self.full = None;
+        match (&mut self.thread).await {
+            Ok(Err(e)) => e,
+            Ok(Ok(_)) => anyhow!("the receiving thread ended early"),
+            Err(e) => anyhow!("the receiving thread failed: {e}"),
+        }
+    }
+
+    /// The stream ended: hashes the rest but the held-back bytes, which it
+    /// returns (the sender's trailer, if the stream was well formed).
+    pub(super) async fn finish(mut self) -> Result<(Consumed, Vec<u8>)> {
+        let keep = self.filled.saturating_sub(TRAILER_LEN);
+        let tail = self.cur[keep..self.filled].to_vec();
+        if keep > 0 {
+            let tx = self.full.as_ref().expect("not finished");
+            let cur = std::mem::take(&mut self.cur);
+            if tx.send((cur, keep)).await.is_err() {
+                return Err(self.failed().await);
+            }
+        }
+        self.full = None;
+        let consumed = (&mut self.thread).await.map_err(|e| anyhow!("the receiving thread failed: {e}"))??;
+        Ok((consumed, tail))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bulk::Pattern;
+
+    fn stream(len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        Pattern::new(5).fill(&mut v);
+        v
+    }
+
+    /// Feeds `s` to a consumer `chunk` bytes per read.
+    async fn consume(s: &[u8], chunk: usize, size: usize) -> (Consumed, Vec<u8>) {
+        let mut c = Consumer::start(Sink::Discard, size, HashKind::Sha256);
+        for part in s.chunks(chunk) {
+            let mut rest = part;
+            while !rest.is_empty() {
+                let space = c.space();
+                let n = space.len().min(rest.len());
+                space[..n].copy_from_slice(&rest[..n]);
+                c.read(n).await.unwrap();
+                rest = &rest[n..];
+            }
+        }
+        c.finish().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn consumer_hashes_all_but_the_trailer_whatever_the_reads() {
+        for len in [0, 10, TRAILER_LEN, TRAILER_LEN + 1, 4096, 300_001] {
+            let s = stream(len);
+            let cut = len.saturating_sub(TRAILER_LEN);
+            let want = Sha256::digest(&s[..cut]);
+            for chunk in [1, 71, 72, 73, 1000, 65536, 1 << 20] {
+                let (c, tail) = consume(&s, chunk, 1024).await;
+                assert_eq!(c.digest, <[u8; 32]>::from(want), "len {len} chunk {chunk}");
+                assert_eq!(c.bytes, cut as u64);
+                assert_eq!(tail, &s[cut..], "len {len} chunk {chunk}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn consumer_stores_a_file_sink() {
+        let dir = std::env::temp_dir().join(format!("mptun-pipeline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.bin");
+        let s = stream(100_000);
+        let sink = Sink::File(std::fs::File::create(&path).unwrap(), path.clone());
+        let mut c = Consumer::start(sink, 4096, HashKind::Blake3);
+        for part in s.chunks(777) {
+            let space = c.space();
+            let n = space.len().min(part.len());
+            space[..n].copy_from_slice(&part[..n]);
+            c.read(n).await.unwrap();
+            let rest = &part[n..];
+            if !rest.is_empty() {
+                c.space()[..rest.len()].copy_from_slice(rest);
+                c.read(rest.len()).await.unwrap();
+            }
+        }
+        let (done, _) = c.finish().await.unwrap();
+        assert_eq!(done.file.as_deref(), Some(path.as_path()));
+        assert_eq!(std::fs::read(&path).unwrap(), &s[..s.len() - TRAILER_LEN]);
+        assert_eq!(done.digest, *blake3::hash(&s[..s.len() - TRAILER_LEN]).as_bytes());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn producer_blocks_carry_the_hash_after_them() {
+        let s = stream(10_000);
+        for kind in [HashKind::Sha256, HashKind::Blake3] {
+            let mut p = Producer::start(Source::Pattern(Pattern::new(5)), Some(10_000), 3000, kind);
+            let mut got = Vec::new();
+            while let Some(b) = p.next().await.unwrap() {
+                got.extend_from_slice(&b.data);
+                let want = match kind {
+                    HashKind::Sha256 => <[u8; 32]>::from(Sha256::digest(&got)),
+                    HashKind::Blake3 => *blake3::hash(&got).as_bytes(),
+                };
+                assert_eq!(b.after.finish(), want, "{kind:?}");
+                p.recycle(b.data);
+            }
+            assert_eq!(got, s, "exactly the pattern, in blocks of at most 3000");
+        }
+    }
+
+    #[tokio::test]
+    async fn producer_reports_a_file_that_shrank() {
+        let path = std::env::temp_dir().join(format!("mptun-pipeline-short-{}", std::process::id()));
+        std::fs::write(&path, [7u8; 100]).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let mut p = Producer::start(Source::File(f, path.clone()), Some(1000), 64, HashKind::Sha256);
+        let mut n = 0;
+        let err = loop {
+            match p.next().await {
+                Ok(Some(b)) => {
+                    n += b.data.len();
+                    p.recycle(b.data);
+                }
+                Ok(None) => panic!("no error for a short file"),
+                Err(e) => break e,
+            }
+        };
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(n, 64, "one whole block, then the error");
+        assert!(format!("{err:#}").contains("ended after 100 bytes"), "{err:#}");
+    }
+}
