@@ -526,13 +526,8 @@ fn a_finished_connection_is_released_without_a_reset() {
     assert_eq!(n.a.counters().mptcp_mp_fastclose_tx + n.b.counters().mptcp_mp_fastclose_tx, 0);
 }
 
-/// Issue 12.5: the peer's ADD_ADDR that arrives once the connection is
-/// closing (both DATA_FINs sent) opens no subflow.
-#[test]
-fn no_join_once_closing() {
-    let mut n = two_path();
-    let h = n.connect();
-    // Hold the server's ADD_ADDR back until it has closed.
+/// Runs 20 ms holding back the server's ADD_ADDRs (at least one).
+fn hold_add_addr(n: &mut Net) -> Vec<Vec<u8>> {
     let mut held = Vec::new();
     n.run(Duration::from_millis(20), &mut |from_a, p| {
         if !from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::AddAddr { echo: false, .. })) {
@@ -542,11 +537,11 @@ fn no_join_once_closing() {
         Some(p)
     });
     assert!(!held.is_empty());
-    let sh = n.b.accept().unwrap();
-    n.b.close(sh);
-    n.a.close(h);
-    n.run(Duration::from_millis(20), &mut pass());
-    assert!(n.a.recv_finished(h));
+    held
+}
+
+/// Delivers the held ADD_ADDRs, runs 100 ms and counts the MP_JOIN SYNs.
+fn release_and_count_join_syns(n: &mut Net, held: Vec<Vec<u8>>) -> u32 {
     for p in held {
         n.wire.push_back((n.now + n.delay, false, p));
     }
@@ -555,7 +550,23 @@ fn no_join_once_closing() {
         join_syns += mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpJoinSyn { .. })) as u32;
         Some(p)
     });
-    assert_eq!(join_syns, 0);
+    join_syns
+}
+
+/// Issue 12.5: the peer's ADD_ADDR that arrives once the connection is
+/// closing (both DATA_FINs sent) opens no subflow.
+#[test]
+fn no_join_once_closing() {
+    let mut n = two_path();
+    let h = n.connect();
+    // Hold the server's ADD_ADDR back until it has closed.
+    let held = hold_add_addr(&mut n);
+    let sh = n.b.accept().unwrap();
+    n.b.close(sh);
+    n.a.close(h);
+    n.run(Duration::from_millis(20), &mut pass());
+    assert!(n.a.recv_finished(h));
+    assert_eq!(release_and_count_join_syns(&mut n, held), 0);
     assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 1);
 }
 
@@ -566,15 +577,7 @@ fn no_join_once_closing() {
 fn no_join_after_a_fallback() {
     let mut n = two_path();
     let h = n.connect();
-    let mut held = Vec::new();
-    n.run(Duration::from_millis(20), &mut |from_a, p| {
-        if !from_a && mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::AddAddr { echo: false, .. })) {
-            held.push(p);
-            return None;
-        }
-        Some(p)
-    });
-    assert!(!held.is_empty());
+    let held = hold_add_addr(&mut n);
     let sh = n.b.accept().unwrap();
     // From here on every option is stripped, both ways: data makes both
     // ends fall back.
@@ -585,15 +588,7 @@ fn no_join_after_a_fallback() {
     let mut buf = vec![0u8; 65536];
     assert_eq!(n.read_b(sh, &mut buf), data);
     assert!(n.a.conn(h).unwrap().shared.infinite && n.b.conn(sh).unwrap().shared.infinite, "both fell back");
-    for p in held {
-        n.wire.push_back((n.now + n.delay, false, p));
-    }
-    let mut join_syns = 0;
-    n.run(Duration::from_millis(100), &mut |_, p| {
-        join_syns += mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::MpJoinSyn { .. })) as u32;
-        Some(p)
-    });
-    assert_eq!(join_syns, 0);
+    assert_eq!(release_and_count_join_syns(&mut n, held), 0);
     assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 1);
 }
 
