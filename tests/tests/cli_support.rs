@@ -4,7 +4,7 @@
 //! inside a lab namespace, and stopping what was started even when a test
 //! fails.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -35,22 +35,33 @@ pub fn json_document(what: &str, stdout: &[u8]) -> serde_json::Value {
 }
 
 /// `mptun ARGS` run to completion (in namespace `ns` if given), bounded in time.
+/// Its stdout and stderr are read while it runs: a report larger than a
+/// pipe's buffer (64 KiB) would otherwise block it until the deadline.
 pub fn run(ns: Option<&str>, args: &[&str], limit: Duration) -> Output {
     let mut c = command(ns, args);
     c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = c.spawn().expect("spawn mptun");
+    let mut child = c.spawn().expect("spawn mptun");
+    let drain = |pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut pipe = pipe;
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
     let mut guard = Running { child: Some(child), what: args.join(" "), lines: Default::default() };
     let deadline = Instant::now() + limit;
-    loop {
-        if let Some(ch) = guard.child.as_mut() {
-            if ch.try_wait().expect("wait").is_some() {
-                break;
-            }
+    let status = loop {
+        if let Some(status) = guard.child.as_mut().and_then(|ch| ch.try_wait().expect("wait")) {
+            break status;
         }
         assert!(Instant::now() < deadline, "mptun {} did not finish within {limit:?}", guard.what);
         std::thread::sleep(Duration::from_millis(20));
-    }
-    guard.child.take().expect("child").wait_with_output().expect("output")
+    };
+    guard.child.take();
+    Output { status, stdout: out.join().expect("stdout reader"), stderr: err.join().expect("stderr reader") }
 }
 
 fn command(ns: Option<&str>, args: &[&str]) -> Command {
