@@ -293,12 +293,15 @@ impl SegmentHook for Hook<'_> {
             return None;
         }
         if self.sh.mode == Mode::Plain || self.sh.infinite {
-            if let Some(dsn) = self.ext.mp_fail.filter(|_| self.sh.mode == Mode::Mptcp && ack) {
+            // Only on segments cut with room for them (`option_space`): a
+            // pure ACK or new data, not a copy sized before the fallback.
+            let room = meta.len == 0 || !meta.retransmit;
+            if let Some(dsn) = self.ext.mp_fail.filter(|_| self.sh.mode == Mode::Mptcp && ack && room) {
                 if push(opts, MptcpOption::MpFail { dsn: dsn.0 }) {
                     self.ext.mp_fail = None;
                 }
             }
-            if self.sh.mode == Mode::Mptcp && self.ext.infinite_map_due && meta.len > 0 {
+            if self.sh.mode == Mode::Mptcp && self.ext.infinite_map_due && meta.len > 0 && room {
                 self.infinite_mapping(meta, opts);
             }
             return None;
