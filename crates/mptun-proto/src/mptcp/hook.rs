@@ -27,9 +27,6 @@ const ADD_ADDR_NO_ROOM_RETRY: Duration = Duration::from_millis(10);
 /// An unchanged DATA_ACK is still repeated on every this many mappings, so
 /// a lost segment cannot hide it for long.
 const ACK_REFRESH_MAPS: u32 = 4;
-/// Relative subflow sequence number of a subflow's first data byte (the SYN
-/// takes the ISN).
-const FIRST_DATA_SSN: u32 = 1;
 
 pub(crate) struct Hook<'a> {
     pub sh: &'a mut Shared,
@@ -117,7 +114,7 @@ impl Hook<'_> {
     /// without deciding it.
     fn peek_with_ack(&self, ssn: u32) -> bool {
         match self.map_index(ssn) {
-            None => ssn == FIRST_DATA_SSN || self.data_ack_due(),
+            None => ssn == self.first_data_ssn() || self.data_ack_due(),
             Some(i) => self.ext.tx_maps[i].with_ack.unwrap_or_else(|| self.ack_needed(i)),
         }
     }
@@ -130,12 +127,18 @@ impl Hook<'_> {
     /// showed before. A peer's own DATA_ACK does not prove it is fully
     /// established (a Linux client sends one from its second data segment on).
     fn ack_needed(&self, i: usize) -> bool {
-        self.ext.tx_maps[i].contains(FIRST_DATA_SSN) || self.data_ack_due()
+        self.ext.tx_maps[i].contains(self.first_data_ssn()) || self.data_ack_due()
+    }
+
+    /// Relative subflow sequence number of the subflow's first data byte
+    /// (the SYN takes the ISN; tests may shift the relative numbers).
+    fn first_data_ssn(&self) -> u32 {
+        1u32.wrapping_add(self.sh.ssn_off())
     }
 
     /// Decides (once per mapping) whether its segments carry the DATA_ACK.
     fn with_ack(&mut self, ssn: u32) -> bool {
-        let Some(i) = self.map_index(ssn) else { return ssn == FIRST_DATA_SSN || self.data_ack_due() };
+        let Some(i) = self.map_index(ssn) else { return ssn == self.first_data_ssn() || self.data_ack_due() };
         if let Some(d) = self.ext.tx_maps[i].with_ack {
             return d;
         }
@@ -183,19 +186,56 @@ impl Hook<'_> {
         }
     }
 
-    /// The infinite mapping (RFC 8684 3.7) on a data segment after the peer's
-    /// MP_FAIL: a DSS with data-level length 0 at the segment's own data and
-    /// subflow sequence numbers, from where the subflow's bytes are the
-    /// stream (Linux `mptcp_update_infinite_map`, `MPTcpExtInfiniteMapTx`).
-    fn infinite_mapping(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) {
+    /// The infinite mapping (RFC 8684 3.7) after the peer's MP_FAIL: a DSS with
+    /// data-level length 0 at a data segment's own data and subflow sequence
+    /// numbers, from where the subflow's bytes are the stream (Linux
+    /// `mptcp_update_infinite_map`, `MPTcpExtInfiniteMapTx`). Placed on the
+    /// first new data segment (cut with room for it), and repeated on every
+    /// retransmission of that segment, as Linux keeps it in the skb's
+    /// extension: a lost one must not leave the peer with unmapped data.
+    /// Its checksum field is 0 (Linux writes 0 and checks none).
+    fn infinite_mapping(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) -> bool {
         let ssn = meta.seq - self.iss;
-        let Some(m) = self.ext.tx_maps.iter().find(|m| m.contains(ssn)) else { return };
-        let dsn = (m.dsn + u64::from(Seq(ssn) - Seq(m.ssn))).0;
-        let checksum = self.sh.csum.then(|| dss_checksum(dsn, ssn, 0, &[]));
-        let mapping = DssMapping { dsn, dsn64: true, ssn, len: 0, checksum };
-        if push(opts, MptcpOption::Dss { data_ack: self.data_ack(), mapping: Some(mapping), data_fin: false }) {
+        let at = match self.ext.infinite_map_at {
+            Some((at_ssn, dsn)) if at_ssn == ssn => Some((ssn, dsn)),
+            Some(_) => None,
+            None if self.ext.infinite_map_due && !meta.retransmit => self
+                .ext
+                .tx_maps
+                .iter()
+                .find(|m| m.contains(ssn))
+                .map(|m| (ssn, (m.dsn + u64::from(Seq(ssn) - Seq(m.ssn))).0)),
+            None => None,
+        };
+        let Some((ssn, dsn)) = at else { return false };
+        let mapping = DssMapping { dsn, dsn64: true, ssn, len: 0, checksum: self.sh.csum.then_some(0) };
+        if !push(opts, MptcpOption::Dss { data_ack: self.data_ack(), mapping: Some(mapping), data_fin: false }) {
+            return false;
+        }
+        if self.ext.infinite_map_at.is_none() {
+            self.ext.infinite_map_at = Some((ssn, dsn));
             self.ext.infinite_map_due = false;
             self.sh.counters.mptcp_infinite_map_tx += 1;
+        }
+        true
+    }
+
+    /// Option bytes after a fallback: the MP_FAIL of a checksum failure (or
+    /// its echo) and the infinite mapping that answers one. A data segment
+    /// carries the infinite mapping or the MP_FAIL, never both (with
+    /// timestamps they would not fit in 40 bytes); until the infinite mapping
+    /// is out, pure ACKs keep the DATA_ACK (the peer has not fallen back yet,
+    /// Linux falls back when it sends its infinite mapping).
+    fn fallback_option_space(&self, data: bool) -> usize {
+        let fail = self.ext.mp_fail.map_or(0, |_| MP_FAIL_LEN);
+        if data {
+            if self.ext.infinite_map_due {
+                DSS_FULL
+            } else {
+                fail
+            }
+        } else {
+            fail + if self.ext.infinite_map_due { DSS_ACK } else { 0 }
         }
     }
 
@@ -234,12 +274,7 @@ impl SegmentHook for Hook<'_> {
     fn option_space(&self, data: bool) -> usize {
         match self.sh.mode {
             Mode::Plain => 0,
-            // The MP_FAIL of a checksum failure (or its echo) and the
-            // infinite mapping that answers one still leave after the fallback.
-            _ if self.sh.infinite => {
-                self.ext.mp_fail.map_or(0, |_| MP_FAIL_LEN)
-                    + if data && self.ext.infinite_map_due { DSS_FULL } else { 0 }
-            }
+            _ if self.sh.infinite => self.fallback_option_space(data),
             Mode::Mptcp
                 if data
                     && self.sh.fully_established
@@ -264,7 +299,11 @@ impl SegmentHook for Hook<'_> {
     fn option_space_at(&self, seq: Seq) -> usize {
         match self.sh.mode {
             Mode::Plain => 0,
-            _ if self.sh.infinite => 0,
+            // A copy of the segment that carried the infinite mapping carries it again.
+            _ if self.sh.infinite => match self.ext.infinite_map_at {
+                Some((ssn, _)) if ssn == seq - self.iss => DSS_FULL,
+                _ => 0,
+            },
             Mode::Mptcp
                 if self.sh.fully_established
                     && matches!(self.ext.join, JoinState::Joined | JoinState::Initial)
@@ -293,16 +332,23 @@ impl SegmentHook for Hook<'_> {
             return None;
         }
         if self.sh.mode == Mode::Plain || self.sh.infinite {
-            // Only on segments cut with room for them (`option_space`): a
-            // pure ACK or new data, not a copy sized before the fallback.
-            let room = meta.len == 0 || !meta.retransmit;
-            if let Some(dsn) = self.ext.mp_fail.filter(|_| self.sh.mode == Mode::Mptcp && ack && room) {
+            if self.sh.mode == Mode::Plain || !ack {
+                return None;
+            }
+            // What `fallback_option_space` made room for: on data, the
+            // infinite mapping, else the MP_FAIL on new data only (a copy was
+            // cut before, without room for it); on a pure ACK the MP_FAIL and,
+            // until the infinite mapping is out, the DATA_ACK.
+            let mapped = meta.len > 0 && self.infinite_mapping(meta, opts);
+            if let Some(dsn) = self.ext.mp_fail.filter(|_| !mapped && (meta.len == 0 || !meta.retransmit)) {
                 if push(opts, MptcpOption::MpFail { dsn: dsn.0 }) {
                     self.ext.mp_fail = None;
                 }
             }
-            if self.sh.mode == Mode::Mptcp && self.ext.infinite_map_due && meta.len > 0 && room {
-                self.infinite_mapping(meta, opts);
+            if meta.len == 0 && self.ext.infinite_map_due {
+                if let Some(data_ack) = self.data_ack() {
+                    push(opts, MptcpOption::Dss { data_ack: Some(data_ack), mapping: None, data_fin: false });
+                }
             }
             return None;
         }

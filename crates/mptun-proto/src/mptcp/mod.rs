@@ -195,6 +195,9 @@ pub(crate) struct SubflowExt {
     /// Linux `send_infinite_map`) that tells the peer where the subflow's
     /// bytes continue the data sequence.
     pub infinite_map_due: bool,
+    /// Where our infinite mapping went (relative ssn, DSN): repeated on
+    /// every copy of the segment that starts there.
+    pub infinite_map_at: Option<(u32, u64)>,
     /// MP_PRIO to send on the next pure ACK.
     pub prio_pending: Option<bool>,
     /// (DATA_ACK, window edge) last sent on this subflow, and mappings sent
@@ -227,6 +230,7 @@ impl SubflowExt {
             fastclose: false,
             mp_fail: None,
             infinite_map_due: false,
+            infinite_map_at: None,
             prio_pending: None,
             last_ack_sent: None,
             maps_without_ack: 0,
