@@ -84,8 +84,14 @@ fn cli_lab_penalise_sndbuf_default_and_guarded() {
     if !lab_ready() {
         return;
     }
+    let csv = std::env::temp_dir().join(format!("mptun-cli-lab-csv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&csv);
     for (policy, suffix) in [("default", "pd"), ("penalise-guarded", "pg")] {
-        let args = ["penalise", "--scenario", "sndbuf", "--policy", policy, "--runs", "1"];
+        let mut args = vec!["penalise", "--scenario", "sndbuf", "--policy", policy, "--runs", "1"];
+        let csv_arg = csv.to_string_lossy().into_owned();
+        if policy == "default" {
+            args.extend(["--csv", &csv_arg]);
+        }
         let (v, err) = lab_json(&args, &name(suffix), Duration::from_secs(150));
         println!("{policy}: {err}");
         assert_eq!(v["stack"], "mptun");
@@ -109,7 +115,44 @@ fn cli_lab_penalise_sndbuf_default_and_guarded() {
         }
         assert_eq!(v["sim"]["policy"], policy);
         assert_eq!(v["sim"]["seeds"], 1);
+        if policy == "default" {
+            for r in runs {
+                sender_series_reaches_the_end(&csv, r);
+            }
+        }
     }
+    let _ = std::fs::remove_dir_all(&csv);
+}
+
+/// `--csv`: the 16 MiB sender's series of run `r` covers the transfer (its
+/// subflows' acknowledged bytes add up to the 16 MiB, less what the last
+/// 100 ms samples may miss) and ends no later than the run's runtime: the
+/// runtime covers the delivery, not only the sender's last write into its
+/// buffer (the series' last sample is taken once everything is acknowledged).
+fn sender_series_reaches_the_end(dir: &std::path::Path, r: &Value) {
+    let direction = r["direction"].as_str().expect("direction");
+    let file = std::fs::read_dir(dir)
+        .expect("the --csv directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(&format!("-run1-{direction}.csv")))
+        .unwrap_or_else(|| panic!("no {direction} series in {}", dir.display()));
+    let text = std::fs::read_to_string(&file).expect("read the series");
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("t_s,subflow,cwnd,srtt_us,bytes_acked"), "{}", file.display());
+    let mut last_t = 0.0f64;
+    let mut acked = std::collections::BTreeMap::new();
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        last_t = f[0].parse().expect("t_s");
+        let b: u64 = f[4].parse().expect("bytes_acked");
+        let e = acked.entry(f[1].to_string()).or_insert(0);
+        *e = b.max(*e);
+    }
+    assert_eq!(acked.len(), 2, "{direction}: two subflows in {}", file.display());
+    let sum: u64 = acked.values().sum();
+    assert!(sum >= 15 << 20, "{direction}: the subflows acknowledged {sum} bytes ({})", file.display());
+    let runtime = r["runtime_s"].as_f64().unwrap();
+    assert!(last_t <= runtime, "{direction}: last sample at {last_t} s, after the runtime {runtime} s");
 }
 
 /// HyStart on real packets: legacy round start exits by delay below the

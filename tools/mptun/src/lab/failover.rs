@@ -77,7 +77,12 @@ pub fn run(a: TransferArgs) -> Result<()> {
     let (cr, sr) = run_pair(&topo, &srv, &cli, limit, events)?;
     drop(topo);
     let path0_at = |t: f64| {
-        cr.subflow_series.iter().take_while(|(s, _)| *s <= t).last().and_then(|(_, b)| b.first().copied()).unwrap_or(0)
+        cr.subflow_series
+            .iter()
+            .take_while(|(s, _)| *s <= t)
+            .last()
+            .and_then(|(_, b)| b.first().map(|s| s.bytes_acked))
+            .unwrap_or(0)
     };
     let path0_bytes_at_up = path0_at(up);
     let path0_bytes_at_end = path0_at(f64::INFINITY);

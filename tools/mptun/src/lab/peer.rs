@@ -104,6 +104,17 @@ pub struct SlowStartExit {
     pub t_s: f64,
 }
 
+/// One subflow at one sample: what tells which path limited a transfer.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SubflowPoint {
+    /// The subflow's index in its connection (stable while it lives).
+    pub id: usize,
+    pub bytes_acked: u64,
+    /// Packets.
+    pub cwnd: u64,
+    pub srtt_us: u64,
+}
+
 /// What a peer prints.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PeerReport {
@@ -112,15 +123,16 @@ pub struct PeerReport {
     pub received: u64,
     pub sent_sha256: String,
     pub received_sha256: String,
-    /// From the start of connect (client) or accept (server) until both streams ended.
+    /// From the start of connect (client) or accept (server) until both
+    /// streams ended and the peer acknowledged every byte this side sent.
     pub runtime_s: f64,
     /// When the connection was up, from the same start.
     pub established_s: f64,
     pub subflows_max: usize,
     /// `mptcp`, or `tcp` (never offered, or fell back).
     pub mode: String,
-    /// Bytes each subflow had acknowledged, at every sample (with --trace).
-    pub subflow_series: Vec<(f64, Vec<u64>)>,
+    /// Every subflow's state at every sample (with --trace).
+    pub subflow_series: Vec<(f64, Vec<SubflowPoint>)>,
     /// This side's counters over the test (mptun: the stack's; kernel: the namespace's).
     pub counters: BTreeMap<String, u64>,
     pub slow_start_exit: Option<SlowStartExit>,
@@ -299,6 +311,13 @@ fn tcp_info_cwnd(fd: std::os::fd::RawFd) -> Option<(u32, u32, u8)> {
     Some((at(80), at(76), b[1]))
 }
 
+fn subflow_points(p: &crate::conn::Probe) -> Vec<SubflowPoint> {
+    p.subflows
+        .iter()
+        .map(|s| SubflowPoint { id: s.id, bytes_acked: s.bytes_acked, cwnd: s.cwnd, srtt_us: s.srtt_us })
+        .collect()
+}
+
 async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant) -> Result<PeerReport> {
     let up = Instant::now();
     let mut d = Duplex {
@@ -330,7 +349,7 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
             let t = up.elapsed().as_secs_f64();
             if a.trace {
                 series.push((t, d.received));
-                sf_series.push((t, probe.subflows.iter().map(|s| s.bytes_acked).collect()));
+                sf_series.push((t, subflow_points(&probe)));
                 if exit.is_none() && d.sent > 0 {
                     if let Some((cwnd, ssthresh, open, hystart)) = first_subflow(&d.conn) {
                         if let Some((reason, c)) = hystart {
@@ -349,14 +368,25 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
             break;
         }
     }
-    let runtime_s = t0.elapsed().as_secs_f64();
-    let probe = d.conn.probe();
-    // mptun's connection lives in this process: stay until the peer has
-    // acknowledged everything (the kernel finishes a close on its own).
+    // The transfer is over when the peer has everything this side sent (the
+    // simulator's end: the receiving application has it), not when the last
+    // byte entered the send buffer: an autotuned buffer holds megabytes
+    // then. (mptun's connection also lives in this process: it must stay
+    // until then anyway; the kernel would finish a close on its own.)
     let linger = Instant::now();
+    let mut last_sample = linger;
     while d.conn.acked(d.sent) < d.sent && linger.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(10)).await;
+        if a.trace && last_sample.elapsed() >= every {
+            last_sample = Instant::now();
+            sf_series.push((up.elapsed().as_secs_f64(), subflow_points(&d.conn.probe())));
+        }
     }
+    if a.trace {
+        sf_series.push((up.elapsed().as_secs_f64(), subflow_points(&d.conn.probe())));
+    }
+    let runtime_s = t0.elapsed().as_secs_f64();
+    let probe = d.conn.probe();
     // ... and until every subflow's FIN is acknowledged (the peer has our
     // DATA_FIN too): leaving earlier resets a peer still waiting for it.
     let open = |c: &Conn| {

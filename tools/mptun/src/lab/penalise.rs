@@ -9,6 +9,8 @@
 //! being the runs) with the simulator's prediction for the same runs and
 //! the relative difference beside it.
 
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -17,7 +19,7 @@ use mptun::{PenaltyConfig, Policy};
 use mptun_sim::scenarios::penalise::{self, Case, CaseReport, Report, Run, Scenario, Summary, SIZE, SMALL};
 use serde::Serialize;
 
-use super::peer::run_pair;
+use super::peer::{run_pair, PeerReport};
 use super::topo::{LabCommon, LabStack, Topology};
 use super::VsSim;
 
@@ -40,6 +42,11 @@ pub struct PenaliseArgs {
     /// Run every policy (mptun) and print them side by side with deltas against `default`.
     #[arg(long, conflicts_with = "policy")]
     compare: bool,
+    /// Write the 16 MiB sender's per-subflow series of every transfer (cwnd,
+    /// srtt, bytes acknowledged; every 100 ms) as
+    /// DIR/lab-penalise-<scenario>-<stack>-<policy>-<case>-run<N>-<direction>.csv.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
     #[command(flatten)]
     pub common: LabCommon,
 }
@@ -119,8 +126,11 @@ fn spec(rate_mbit: u64, delay_ms: u64, limit: usize) -> String {
 }
 
 /// The peers' arguments shared by both ends.
-fn peer_common(c: &Case, stack: LabStack, policy: Policy) -> Vec<String> {
+fn peer_common(c: &Case, stack: LabStack, policy: Policy, trace: bool) -> Vec<String> {
     let mut v: Vec<String> = vec!["lab".into(), "peer".into(), "--stack".into(), stack.name().into()];
+    if trace {
+        v.extend(["--trace".into(), "--sample-ms".into(), "100".into()]);
+    }
     v.extend(["--cc".into(), "cubic".into()]);
     if let Some(b) = c.rcvbuf {
         v.extend(["--rcvbuf".into(), b.to_string()]);
@@ -134,10 +144,19 @@ fn peer_common(c: &Case, stack: LabStack, policy: Policy) -> Vec<String> {
     v
 }
 
-/// One transfer: the client sends `client_sends`, the server the other size.
-fn transfer(topo: &Topology, c: &Case, stack: LabStack, policy: Policy, port: u16, reverse: bool) -> Result<Run> {
+/// One transfer: the client sends `client_sends`, the server the other
+/// size. Returns the run and the 16 MiB sender's report.
+fn transfer(
+    topo: &Topology,
+    c: &Case,
+    stack: LabStack,
+    policy: Policy,
+    port: u16,
+    reverse: bool,
+    trace: bool,
+) -> Result<(Run, PeerReport)> {
     let (cli_sends, srv_sends) = if reverse { (SMALL, SIZE) } else { (SIZE, SMALL) };
-    let common = peer_common(c, stack, policy);
+    let common = peer_common(c, stack, policy, trace);
     let (listen, connect, srv_topo, cli_topo) = match stack {
         LabStack::Mptun => (format!("10.8.1.2:{port}"), format!("10.8.1.2:{port}"), "linkem-server", "linkem-client:2"),
         LabStack::Kernel => (format!("0.0.0.0:{port}"), format!("10.0.1.2:{port}"), "", ""),
@@ -155,7 +174,7 @@ fn transfer(topo: &Topology, c: &Case, stack: LabStack, policy: Policy, port: u1
     let (cr, sr) = run_pair(topo, &srv_args, &cli_args, Duration::from_secs(180), Vec::new())?;
     let (rx, tx) = if reverse { (&cr, &sr) } else { (&sr, &cr) };
     let runtime = cr.runtime_s;
-    Ok(Run {
+    let run = Run {
         seed: 0,
         direction: if reverse { "reverse" } else { "forward" },
         runtime_s: runtime,
@@ -165,7 +184,25 @@ fn transfer(topo: &Topology, c: &Case, stack: LabStack, policy: Policy, port: u1
         penal_candidate: tx.counter("MPTcpExtPenalCandidate"),
         sha256_match: cr.sent == cli_sends && sr.sent == srv_sends && cr.intact_with(&sr),
         subflows: cr.subflows_max,
-    })
+    };
+    Ok((run, tx.clone()))
+}
+
+/// Writes the sender's per-subflow series of one transfer (`--csv`).
+fn write_series(dir: &Path, name: &str, tx: &PeerReport) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join(format!("{name}.csv"));
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?,
+    );
+    writeln!(f, "t_s,subflow,cwnd,srtt_us,bytes_acked")?;
+    for (t, points) in &tx.subflow_series {
+        for p in points {
+            writeln!(f, "{t:.3},{},{},{},{}", p.id, p.cwnd, p.srtt_us, p.bytes_acked)?;
+        }
+    }
+    f.flush()?;
+    Ok(path)
 }
 
 /// The scenario under one policy, on real packets, with the simulator beside it.
@@ -183,9 +220,20 @@ fn run_policy(a: &PenaliseArgs, policy: Policy) -> Result<LabReport> {
         for run in 1..=a.runs {
             for reverse in [false, true] {
                 port += 1;
-                let mut r = transfer(&topo, &c, a.stack, policy, port, reverse)
+                let (mut r, tx) = transfer(&topo, &c, a.stack, policy, port, reverse, a.csv.is_some())
                     .with_context(|| format!("{} run {run} {}", c.name, if reverse { "reverse" } else { "forward" }))?;
                 r.seed = run;
+                if let Some(dir) = &a.csv {
+                    let case: String =
+                        c.name.chars().map(|ch| if ch.is_ascii_alphanumeric() { ch } else { '_' }).collect();
+                    let name = format!(
+                        "lab-penalise-{}-{}-{policy}-{case}-run{run}-{}",
+                        a.scenario,
+                        a.stack.name(),
+                        r.direction
+                    );
+                    eprintln!("wrote {}", write_series(dir, &name, &tx)?.display());
+                }
                 eprintln!(
                     "  run {run} {:<7} {:>7.3} s  {:>6.2} Mbit/s  OFO {:>6}  penalized {:>4}  subflows {}  sha256 {}",
                     r.direction,
