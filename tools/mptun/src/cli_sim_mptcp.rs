@@ -63,6 +63,10 @@ pub struct PenaliseArgs {
     /// Run every policy and print them side by side with deltas against `default`.
     #[arg(long)]
     compare: bool,
+    /// The hosts build TSO super-segments that the link cuts, as mptun on a
+    /// TUN device with offload (`mptun lab`) and Linux do.
+    #[arg(long)]
+    tso: bool,
     #[command(flatten)]
     series: Series,
 }
@@ -164,8 +168,15 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
         let case = penalise::cases(a.scenario).remove(0);
         let mut runs = Vec::new();
         for policy in [Policy::Default, a.policy] {
-            let (r, trace) =
-                penalise::run_traced(&case, policy, penalty, 1, false, Some(mptun_time::Duration::from_millis(20)));
+            let (r, trace) = penalise::run_traced(
+                &case,
+                policy,
+                penalty,
+                1,
+                false,
+                Some(mptun_time::Duration::from_millis(20)),
+                a.tso,
+            );
             runs.push((
                 format!("{policy}: {:.2} s, OFOQueue {}, CwndPenalized {}", r.runtime_s, r.ofo_queue, r.cwnd_penalized),
                 trace,
@@ -177,13 +188,13 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
     }
     if a.series.wanted() {
         let case = penalise::cases(a.scenario).remove(0);
-        let (_, trace) = penalise::run_traced(&case, a.policy, penalty, 1, false, Some(traces::SAMPLE));
+        let (_, trace) = penalise::run_traced(&case, a.policy, penalty, 1, false, Some(traces::SAMPLE), a.tso);
         let name = format!("penalise-{}-{}", a.scenario, a.policy);
         let title = format!("penalise {} ({}), policy {}, seed 1, forward", a.scenario, case.name, a.policy);
         traces::emit_series(a.series.csv(), a.series.plot(), &name, &title, &trace)?;
     }
     if a.compare {
-        let reports = penalise::compare(a.scenario, a.seeds, penalty);
+        let reports = penalise::compare(a.scenario, a.seeds, penalty, a.tso);
         if a.json.json {
             println!("{}", serde_json::to_string_pretty(&reports)?);
         } else {
@@ -197,6 +208,7 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
         seeds: a.seeds,
         penalty,
         first_seed: 1,
+        tso: a.tso,
     });
     emit(a.json.json, &r, || print!("{}", penalise::compare_table(std::slice::from_ref(&r))))?;
     if !r.summary.sha256_match {

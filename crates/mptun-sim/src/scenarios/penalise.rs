@@ -179,6 +179,9 @@ pub struct Report {
     pub policy: String,
     pub seeds: u64,
     pub factor: f64,
+    /// The hosts built TSO super-segments (`--tso`); absent when not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tso: bool,
     /// Averages over every case (the only case, except for `suite`).
     #[serde(flatten)]
     pub summary: Summary,
@@ -197,6 +200,10 @@ pub struct Params {
     pub penalty: PenaltyConfig,
     /// First seed (runs use `first_seed..first_seed + seeds`).
     pub first_seed: u64,
+    /// The hosts build TSO super-segments that the link cuts, as mptun on a
+    /// TUN device with offload (and Linux) does; off, every segment is
+    /// built on its own.
+    pub tso: bool,
 }
 
 fn link(rate_mbit: u64, delay_ms: u64, limit: usize) -> LinkConfig {
@@ -241,9 +248,9 @@ pub fn case_configs(c: &Case, policy: Policy, penalty: PenaltyConfig) -> (Endpoi
     (cl, sv)
 }
 
-/// One transfer of a case.
-pub fn run_once(c: &Case, policy: Policy, penalty: PenaltyConfig, seed: u64, reverse: bool) -> Run {
-    run_traced(c, policy, penalty, seed, reverse, None).0
+/// One transfer of a case (`tso`: see [`Params::tso`]).
+pub fn run_once(c: &Case, policy: Policy, penalty: PenaltyConfig, seed: u64, reverse: bool, tso: bool) -> Run {
+    run_traced(c, policy, penalty, seed, reverse, None, tso).0
 }
 
 /// [`run_once`] with the big sender's subflows sampled every `sample_every`.
@@ -254,6 +261,7 @@ pub fn run_traced(
     seed: u64,
     reverse: bool,
     sample_every: Option<Duration>,
+    tso: bool,
 ) -> (Run, Vec<transfer::SubflowSample>) {
     let (client, server) = case_configs(c, policy, penalty);
     let (size, reverse_size) = if reverse { (SMALL, SIZE) } else { (SIZE, SMALL) };
@@ -269,7 +277,7 @@ pub fn run_traced(
         sample_every,
         actions: Vec::new(),
     };
-    let r = transfer::run_with_subflow_trace(&spec, reverse);
+    let r = transfer::run_traced(&spec, reverse, tso);
     let (rx, tx) = if reverse {
         (&r.result.client_counters, &r.result.server_counters)
     } else {
@@ -301,7 +309,7 @@ pub fn run(p: &Params) -> Report {
         let mut runs = Vec::new();
         for seed in p.first_seed..p.first_seed + p.seeds {
             for reverse in [false, true] {
-                runs.push(run_once(&c, p.policy, p.penalty, seed, reverse));
+                runs.push(run_once(&c, p.policy, p.penalty, seed, reverse, p.tso));
             }
         }
         all.extend(runs.iter().cloned());
@@ -318,6 +326,7 @@ pub fn run(p: &Params) -> Report {
         policy: p.policy.to_string(),
         seeds: p.seeds,
         factor: p.penalty.factor,
+        tso: p.tso,
         summary: Summary::of(all),
         cases: if p.scenario == Scenario::Suite { case_reports } else { Vec::new() },
         run_digest: String::new(),
@@ -327,8 +336,11 @@ pub fn run(p: &Params) -> Report {
 }
 
 /// All policies on one scenario, for `--compare`.
-pub fn compare(scenario: Scenario, seeds: u64, penalty: PenaltyConfig) -> Vec<Report> {
-    Policy::ALL.into_iter().map(|policy| run(&Params { scenario, policy, seeds, penalty, first_seed: 1 })).collect()
+pub fn compare(scenario: Scenario, seeds: u64, penalty: PenaltyConfig, tso: bool) -> Vec<Report> {
+    Policy::ALL
+        .into_iter()
+        .map(|policy| run(&Params { scenario, policy, seeds, penalty, first_seed: 1, tso }))
+        .collect()
 }
 
 /// The side-by-side table `--compare` prints (deltas against `default`).

@@ -138,7 +138,11 @@ pub fn run_with_tso(spec: &TransferSpec) -> TransferResult {
     run_traced(spec, false, true).result
 }
 
-fn run_traced(spec: &TransferSpec, trace_server: bool, gso: bool) -> Traced {
+/// Runs the transfer, sampling the server's (`trace_server`) or the
+/// client's subflows every `spec.sample_every`; `gso`: the hosts hand TSO
+/// super-segments to the link ([`SimConfig::gso`]), as a stack on a TUN
+/// device with offload does.
+pub fn run_traced(spec: &TransferSpec, trace_server: bool, gso: bool) -> Traced {
     let first = spec.paths.first().expect("at least one path");
     let client_addr = SocketAddr::new(first.addr_a, 0);
     let server_addr = SocketAddr::new(first.addr_b, spec.port);

@@ -120,6 +120,12 @@ fn vs_sim(sim: &Summary, lab: &Summary) -> Vec<VsSim> {
     ]
 }
 
+/// The simulator's prediction runs with TSO super-segments, as mptun on
+/// the lab's TUN devices and the kernel on its veths send: in `rwnd` the
+/// slow subflow's slow-start exit, and with it the goodput, depends on it
+/// (docs/lab.md).
+const SIM_TSO: bool = true;
+
 /// A path of the case as linkem spells the simulator's link.
 fn spec(rate_mbit: u64, delay_ms: u64, limit: usize) -> String {
     format!("rate={rate_mbit}mbit,delay={delay_ms}ms,jitter=1ms,limit={limit}")
@@ -249,7 +255,7 @@ fn run_policy(a: &PenaliseArgs, policy: Policy) -> Result<LabReport> {
         }
         drop(topo);
         let sim_runs: Vec<Run> = (1..=a.runs)
-            .flat_map(|seed| [false, true].map(|rev| penalise::run_once(&c, policy, penalty, seed, rev)))
+            .flat_map(|seed| [false, true].map(|rev| penalise::run_once(&c, policy, penalty, seed, rev, SIM_TSO)))
             .collect();
         cases_vs_sim.push(CaseVsSim {
             case: c.name.clone(),
@@ -271,12 +277,21 @@ fn run_policy(a: &PenaliseArgs, policy: Policy) -> Result<LabReport> {
         policy: if a.stack == LabStack::Kernel { "kernel default".into() } else { policy.to_string() },
         seeds: a.runs,
         factor: penalty.factor,
+        // Both stacks build TSO super-segments on the lab's devices.
+        tso: true,
         summary: Summary::of(all.clone()),
         cases: if suite { case_reports } else { Vec::new() },
         // Real packets: a run is not a function of its arguments.
         run_digest: String::new(),
     };
-    let sim = penalise::run(&penalise::Params { scenario: a.scenario, policy, seeds: a.runs, penalty, first_seed: 1 });
+    let sim = penalise::run(&penalise::Params {
+        scenario: a.scenario,
+        policy,
+        seeds: a.runs,
+        penalty,
+        first_seed: 1,
+        tso: SIM_TSO,
+    });
     Ok(LabReport {
         stack: a.stack.name(),
         spread: Spreads::of(&all),
