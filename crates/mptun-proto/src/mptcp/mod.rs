@@ -190,10 +190,10 @@ pub(crate) struct SubflowExt {
     /// mapping whose checksum failed, on the next ACK of the only subflow
     /// (which then falls back) or on the RST with MP_TCPRST.
     pub mp_fail: Option<DataSeq>,
-    /// The peer's MP_FAIL made us fall back: the next data segment carries
-    /// the infinite mapping (a DSS with data-level length 0, RFC 8684 3.7;
-    /// Linux `send_infinite_map`) that tells the peer where the subflow's
-    /// bytes continue the data sequence.
+    /// The peer's MP_FAIL made us fall back and the infinite mapping (a DSS
+    /// with data-level length 0, RFC 8684 3.7; Linux `send_infinite_map`)
+    /// that tells the peer where the subflow's bytes continue the data
+    /// sequence is not out yet: the first new data segment takes it.
     pub infinite_map_due: bool,
     /// Where our infinite mapping went (relative ssn, DSN): repeated on
     /// every copy of the segment that starts there.

@@ -152,7 +152,7 @@ impl Connection {
                 // back (RFC 8684 3.7): so do we, and answer as Linux's
                 // `mptcp_pm_mp_fail_received` does: MP_FAIL echoed on the next
                 // ACK (a Linux receiver resets the subflow when no answer
-                // comes) and the infinite mapping on the next data segment.
+                // comes) and the infinite mapping on the next new data segment.
                 // An MP_FAIL after our own fallback is the peer's answer to
                 // ours. With other subflows the peer resets this one
                 // instead, and the MP_FAIL is only counted.
