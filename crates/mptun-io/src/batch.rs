@@ -58,6 +58,10 @@ pub struct PacketBatch {
     lens: Vec<usize>,
     /// Per slot: payload bytes per wire segment of a TSO super-packet, or 0.
     gso: Vec<u16>,
+    /// Per slot (received packets): the device vouched for the TCP checksum.
+    csum_ok: Vec<bool>,
+    /// Receive super-packets whole instead of split (see [`Self::set_gro`]).
+    gro: bool,
     len: usize,
     sent: usize,
     rejected: usize,
@@ -80,6 +84,8 @@ impl PacketBatch {
             slots: Vec::new(),
             lens: Vec::new(),
             gso: Vec::new(),
+            csum_ok: Vec::new(),
+            gro: false,
             len: 0,
             sent: 0,
             rejected: 0,
@@ -116,6 +122,7 @@ impl PacketBatch {
             self.slots.push(vec![0; size]);
             self.lens.push(0);
             self.gso.push(0);
+            self.csum_ok.push(false);
         }
     }
 
@@ -198,6 +205,7 @@ impl PacketBatch {
         slot[HEADROOM..HEADROOM + packet.len()].copy_from_slice(packet);
         self.lens[i] = packet.len();
         self.gso[i] = size;
+        self.csum_ok[i] = false;
         self.len += 1;
         Ok(())
     }
@@ -229,6 +237,34 @@ impl PacketBatch {
         Ok(())
     }
 
+    /// Asks devices that can to hand over received TCP super-packets whole
+    /// (a GRO'd or TSO'd skb read from a TUN with offload: up to 64 KiB
+    /// behind one header, [`Self::gso_size`] its wire segment size) rather
+    /// than cut into wire segments. For consumers that take a segment of any
+    /// length, as a TCP receiver does (Linux's stack sees a GRO skb as one
+    /// segment): one header, one checksum decision and one copy per 64 KiB
+    /// instead of per 1448 bytes. Off by default: a packet forwarder that
+    /// counts, drops or delays packets wants wire segments.
+    pub fn set_gro(&mut self, on: bool) {
+        self.gro = on;
+    }
+
+    /// Whether received super-packets stay whole ([`Self::set_gro`]).
+    pub fn gro(&self) -> bool {
+        self.gro
+    }
+
+    /// Whether the device vouched for the TCP checksum of the received
+    /// packet at `index`: the kernel verified it (`DATA_VALID`, Linux
+    /// `CHECKSUM_UNNECESSARY`) or the packet comes from a local stack that
+    /// left it for the hardware (`NEEDS_CSUM`, `CHECKSUM_PARTIAL`: the field
+    /// holds only the pseudo-header sum, and Linux's own receive path trusts
+    /// such a packet). Only a batch in [`Self::set_gro`] mode reports it; a
+    /// split read has its checksums completed by the splitter.
+    pub fn checksum_verified(&self, index: usize) -> bool {
+        index < self.len && self.csum_ok[index]
+    }
+
     /// Payload bytes per wire segment if the packet at `index` is a TSO
     /// super-packet.
     pub fn gso_size(&self, index: usize) -> Option<usize> {
@@ -254,6 +290,7 @@ impl PacketBatch {
         }
         self.lens[i] = n;
         self.gso[i] = 0;
+        self.csum_ok[i] = false;
         self.len += 1;
         Ok(i)
     }
@@ -290,6 +327,34 @@ impl PacketBatch {
         debug_assert!(n <= self.max_packet_len && self.len < self.slots.len());
         self.lens[self.len] = n;
         self.gso[self.len] = 0;
+        self.csum_ok[self.len] = false;
+        self.len += 1;
+    }
+
+    /// The next free slot, whole (headroom in front), grown to take `len`
+    /// bytes after the headroom: for a read that keeps a super-packet whole.
+    /// Call [`Self::commit_whole`] with what landed after the headroom.
+    pub(crate) fn next_free_whole(&mut self, len: usize) -> Option<&mut [u8]> {
+        if self.is_full() {
+            return None;
+        }
+        let slot = self.slots.get_mut(self.len)?;
+        if slot.len() < HEADROOM + len {
+            slot.resize(HEADROOM + len, 0);
+        }
+        Some(&mut slot[..])
+    }
+
+    /// Marks the slot [`Self::next_free_whole`] gave out as holding `n`
+    /// bytes after the headroom: a super-packet cut every `gso` payload
+    /// bytes on the wire (0: an ordinary packet), whose TCP checksum the
+    /// device vouched for if `csum_ok`.
+    pub(crate) fn commit_whole(&mut self, n: usize, gso: u16, csum_ok: bool) {
+        let i = self.len;
+        debug_assert!(i < self.slots.len() && HEADROOM + n <= self.slots[i].len());
+        self.lens[i] = n;
+        self.gso[i] = gso;
+        self.csum_ok[i] = csum_ok;
         self.len += 1;
     }
 
@@ -308,6 +373,7 @@ impl PacketBatch {
             *l = (*l).min(self.max_packet_len);
         }
         self.gso[self.len..self.len + n].fill(0);
+        self.csum_ok[self.len..self.len + n].fill(false);
         self.len += n;
     }
 

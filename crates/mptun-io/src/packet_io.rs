@@ -87,6 +87,8 @@ pub struct IoStats {
     pub rx_wakeups: u64,
     /// GSO super-packets split on receive.
     pub rx_gso_split: u64,
+    /// GSO super-packets handed over whole (a batch in GRO mode).
+    pub rx_gro_whole: u64,
 }
 
 /// Lock-free counters behind [`IoStats`], for implementations.
@@ -103,6 +105,7 @@ pub struct AtomicIoStats {
     pub(crate) tx_syscalls: AtomicU64,
     pub(crate) rx_wakeups: AtomicU64,
     pub(crate) rx_gso_split: AtomicU64,
+    pub(crate) rx_gro_whole: AtomicU64,
 }
 
 impl AtomicIoStats {
@@ -120,6 +123,7 @@ impl AtomicIoStats {
             tx_syscalls: self.tx_syscalls.load(Relaxed),
             rx_wakeups: self.rx_wakeups.load(Relaxed),
             rx_gso_split: self.rx_gso_split.load(Relaxed),
+            rx_gro_whole: self.rx_gro_whole.load(Relaxed),
         }
     }
 

@@ -280,6 +280,9 @@ impl TunDevice {
             batch.commit(n);
             return Ok(1);
         }
+        if batch.gro() {
+            return self.read_whole(dev, batch);
+        }
         let mut scratch = self.rx_scratch.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (slots, sizes) = batch.free_slots_mut();
         match dev.recv_multiple(&mut scratch, slots, sizes, HEADROOM) {
@@ -300,6 +303,24 @@ impl TunDevice {
         }
     }
 
+    /// One offload read kept whole (the batch is in GRO mode): the virtio
+    /// header lands in the slot's headroom and the packet, up to 64 KiB,
+    /// after it; no copy, no split, no checksum pass here.
+    fn read_whole(&self, dev: &SyncDevice, batch: &mut PacketBatch) -> io::Result<usize> {
+        let buf = batch.next_free_whole(MAX_IP_PACKET).ok_or_else(full_batch)?;
+        let n = dev.recv(buf)?;
+        if n <= HEADROOM {
+            AtomicIoStats::add(&self.stats.rx_dropped, 1);
+            return Ok(0);
+        }
+        let rx = vnet_rx(&buf[..HEADROOM]);
+        batch.commit_whole(n - HEADROOM, rx.gso_size, rx.csum_ok);
+        if rx.gso_size != 0 {
+            AtomicIoStats::add(&self.stats.rx_gro_whole, 1);
+        }
+        Ok(1)
+    }
+
     /// Writes one packet; `gso` is its TSO segment size (0: none).
     fn write_one(&self, dev: &SyncDevice, packet_with_headroom: &mut [u8], gso: u16) -> io::Result<usize> {
         if !self.offload {
@@ -313,6 +334,31 @@ impl TunDevice {
 
 /// `virtio_net_hdr` flags: the device completes the checksum.
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+/// `virtio_net_hdr` flags (receive): the checksum was verified.
+const VIRTIO_NET_HDR_F_DATA_VALID: u8 = 2;
+/// `virtio_net_hdr` GSO type bit: the first segment carries CWR.
+const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
+
+/// What a received `virtio_net_hdr` says about its packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct VnetRx {
+    /// Wire segment size of a TCP super-packet (0: an ordinary packet, or a
+    /// super-packet of another protocol, which is passed on as one packet).
+    pub gso_size: u16,
+    /// The kernel vouches for the TCP checksum (`DATA_VALID`) or left it
+    /// partial for the hardware (`NEEDS_CSUM`): it must not be verified.
+    pub csum_ok: bool,
+}
+
+/// Reads the `virtio_net_hdr` in front of a received packet.
+pub(crate) fn vnet_rx(hdr: &[u8]) -> VnetRx {
+    let (flags, gso_type) = (hdr[0], hdr[1] & !VIRTIO_NET_HDR_GSO_ECN);
+    let gso_size = match gso_type {
+        VIRTIO_NET_HDR_GSO_TCPV4 | VIRTIO_NET_HDR_GSO_TCPV6 => u16::from_le_bytes([hdr[4], hdr[5]]),
+        _ => 0,
+    };
+    VnetRx { gso_size, csum_ok: flags & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) != 0 }
+}
 /// `virtio_net_hdr` GSO types.
 const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
 const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
@@ -375,7 +421,7 @@ impl PacketIo for TunDevice {
             // Drain: keep reading under this one readiness event until the
             // kernel queue is empty or the batch is full.
             while !batch.is_full() {
-                if self.offload {
+                if self.offload && !batch.gro() {
                     batch.reserve_spare(batch.len() + self.gso_slots());
                 }
                 match guard.try_io(|fd| self.read_once(fd.get_ref(), batch)) {
@@ -562,5 +608,24 @@ mod tests {
         let mut p = pkt.clone();
         p[9] = 17; // UDP
         assert!(vnet_header(&mut hdr, &mut p, 1448).is_err());
+    }
+
+    #[test]
+    fn received_vnet_header_says_segment_size_and_checksum_trust() {
+        let hdr = |flags: u8, gso_type: u8, size: u16| {
+            let mut h = [0u8; 10];
+            h[0] = flags;
+            h[1] = gso_type;
+            h[4..6].copy_from_slice(&size.to_le_bytes());
+            vnet_rx(&h)
+        };
+        assert_eq!(hdr(0, 0, 0), VnetRx { gso_size: 0, csum_ok: false }, "complete checksum: verify it");
+        assert_eq!(hdr(1, 0, 0), VnetRx { gso_size: 0, csum_ok: true }, "NEEDS_CSUM: partial, trusted");
+        assert_eq!(hdr(2, 0, 0), VnetRx { gso_size: 0, csum_ok: true }, "DATA_VALID");
+        assert_eq!(hdr(1, VIRTIO_NET_HDR_GSO_TCPV4, 1448), VnetRx { gso_size: 1448, csum_ok: true });
+        assert_eq!(hdr(1, VIRTIO_NET_HDR_GSO_TCPV6 | VIRTIO_NET_HDR_GSO_ECN, 1428).gso_size, 1428);
+        assert_eq!(hdr(1, 3, 1400).gso_size, 0, "UDP GSO is not a TCP super-segment");
+        // A size in a header that says no GSO is ignored.
+        assert_eq!(hdr(0, 0, 1448).gso_size, 0);
     }
 }

@@ -342,8 +342,22 @@ async fn offload_super_packets_arrive_split_and_checksummed() {
     // A kernel TCP sender in namespace a, talking to us behind the TUN: its
     // TSO super-packets must reach the caller as wire-sized segments with
     // complete checksums and contiguous sequence numbers.
+    bulk_from_a_kernel_sender(false).await;
+}
+
+#[tokio::test]
+async fn offload_super_packets_arrive_whole_in_gro_mode() {
+    // The same with the batch in GRO mode: the kernel's super-packets come
+    // whole (up to 64 KiB, their wire segment size given, the checksum
+    // vouched for by the kernel), and cut as a device would they are the
+    // same contiguous, correctly checksummed segments.
+    bulk_from_a_kernel_sender(true).await;
+}
+
+async fn bulk_from_a_kernel_sender(gro: bool) {
     let Some(lab) = Lab::if_netns() else { return };
-    let cfg = tun_config("mtun0", &[("10.201.0.1", 24)]).mtu(1500).offload(true);
+    let name = if gro { "mtun1" } else { "mtun0" };
+    let cfg = tun_config(name, &[("10.201.0.1", 24)]).mtu(1500).offload(true);
     let tun = spawn_tun_in_netns(lab.a.name(), &cfg).unwrap();
     let me: SocketAddr = "10.201.0.2:5001".parse().unwrap();
     const TOTAL: usize = 1 << 20;
@@ -362,17 +376,39 @@ async fn offload_super_packets_arrive_split_and_checksummed() {
         }
     });
     let mut batch = PacketBatch::for_io(&tun);
+    batch.set_gro(gro);
     let mut out = PacketBatch::for_io(&tun);
-    let (mut peer, mut next, mut got) = (None, 0u32, 0usize);
+    let (mut peer, mut next, mut got, mut whole) = (None, 0u32, 0usize, 0usize);
+    let mut seg = vec![0u8; 1500];
     timeout(T, async {
         while got < TOTAL {
             batch.clear();
             tun.recv_batch(&mut batch).await.unwrap();
-            for p in batch.iter() {
+            let mut wire = Vec::new();
+            for (i, p) in batch.iter().enumerate() {
                 if p.len() < 40 || p[0] != 0x45 || p[9] != 6 {
                     continue;
                 }
-                assert!(p.len() <= 1500, "a {}-byte packet was not split", p.len());
+                if !gro {
+                    assert!(p.len() <= 1500, "a {}-byte packet was not split", p.len());
+                    assert!(batch.gso_size(i).is_none() && !batch.checksum_verified(i));
+                    wire.push(p.to_vec());
+                    continue;
+                }
+                // Cut (and checksum) as a device would: the kernel left the
+                // checksum partial and says so.
+                assert!(batch.checksum_verified(i), "a local sender's packet: CHECKSUM_PARTIAL");
+                let size = batch.gso_size(i).unwrap_or(1460);
+                if p.len() > 1500 {
+                    assert!(batch.gso_size(i).is_some(), "a {}-byte packet without its segment size", p.len());
+                    whole += 1;
+                }
+                let mut segs = mptun_wire::gso::segments(p, size).expect("a valid super-packet");
+                while let Some(n) = segs.next_into(&mut seg).unwrap() {
+                    wire.push(seg[..n].to_vec());
+                }
+            }
+            for p in &wire {
                 assert!(tcp4_checksum_ok(p), "bad TCP checksum after split");
                 let src = SocketAddr::from(([p[12], p[13], p[14], p[15]], u16::from_be_bytes([p[20], p[21]])));
                 let seq = u32::from_be_bytes(p[24..28].try_into().unwrap());
@@ -408,7 +444,11 @@ async fn offload_super_packets_arrive_split_and_checksummed() {
     .expect("bulk transfer stalled");
     assert_eq!(got, TOTAL);
     let s = tun.stats();
-    assert!(s.rx_gso_split > 0 && s.rx_syscalls < s.rx_packets, "no super-packets seen: {s:?}");
+    if gro {
+        assert!(whole > 0 && s.rx_gro_whole > 0 && s.rx_gso_split == 0, "no whole super-packets: {s:?}");
+    } else {
+        assert!(s.rx_gso_split > 0 && s.rx_syscalls < s.rx_packets, "no super-packets seen: {s:?}");
+    }
     sender.join().unwrap();
 }
 

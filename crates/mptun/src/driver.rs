@@ -96,7 +96,10 @@ impl Driver {
         let devices = devices
             .into_iter()
             .map(|io| {
-                let rx = PacketBatch::for_io(&*io);
+                let mut rx = PacketBatch::for_io(&*io);
+                // The core takes a super-segment as one segment: a 64 KiB
+                // GRO read costs one header and one copy, not 45.
+                rx.set_gro(true);
                 let tx = PacketBatch::for_io(&*io);
                 Device { io, rx, tx, dead: false }
             })
@@ -162,8 +165,13 @@ impl Driver {
 
         // 1b. Feed what arrived.
         for d in &mut self.devices {
-            for p in d.rx.iter() {
-                st.ep.handle_packet(now, p);
+            for (i, p) in d.rx.iter().enumerate() {
+                if d.rx.checksum_verified(i) {
+                    st.ep.handle_packet_checksum_verified(now, p);
+                } else {
+                    st.ep.handle_packet(now, p);
+                }
+                st.stats.rx_gro_packets += d.rx.gso_size(i).is_some() as u64;
             }
             st.stats.rx_packets += d.rx.len() as u64;
             d.rx.clear();

@@ -11,6 +11,9 @@ pub struct RuntimeStats {
     pub iterations: u64,
     /// IP packets handed to the endpoint.
     pub rx_packets: u64,
+    /// Of those, TCP super-packets taken whole from a device's GRO/TSO read
+    /// (one segment for the core, many on the wire).
+    pub rx_gro_packets: u64,
     /// IP packets the endpoint produced (a TSO super-segment is one).
     pub tx_packets: u64,
     /// Wire segments those packets carry: more than `tx_packets` when the

@@ -8,15 +8,35 @@ use crate::seq::Seq;
 use mptun_time::Instant;
 use mptun_wire::icmp::{parse_icmp_packet, Icmp};
 use mptun_wire::tcp::OptionSummary;
-use mptun_wire::{parse_tcp_packet, MptcpOption, TcpFlags, TcpHeader, TcpOptions};
+use mptun_wire::{parse_tcp_packet, parse_tcp_packet_unverified, MptcpOption, TcpFlags, TcpHeader, TcpOptions};
 use rand::Rng;
 use std::net::SocketAddr;
 
 impl Endpoint {
     /// Feeds one received IP packet. Malformed packets are counted and dropped.
+    ///
+    /// A TCP packet may be a super-segment of any length up to 64 KiB (a
+    /// device's GRO or a peer's TSO, kept whole): the receiver takes it as
+    /// one segment, as Linux takes a GRO skb.
     pub fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
+        self.input(now, packet, true);
+    }
+
+    /// As [`Self::handle_packet`] for a packet whose TCP checksum the device
+    /// vouched for: the kernel verified it (virtio `DATA_VALID`) or the packet
+    /// comes from a local stack that left the checksum to the hardware
+    /// (`NEEDS_CSUM`, the field holding only the pseudo-header sum). Linux
+    /// trusts both on receive (`skb_csum_unnecessary`); verifying again would
+    /// be a pass over every byte for nothing, or, for a partial checksum, a
+    /// wrong drop. The IPv4 header checksum is still checked.
+    pub fn handle_packet_checksum_verified(&mut self, now: Instant, packet: &[u8]) {
+        self.input(now, packet, false);
+    }
+
+    fn input(&mut self, now: Instant, packet: &[u8], verify: bool) {
         self.sync_dirty();
-        let pkt = match parse_tcp_packet(packet) {
+        let parsed = if verify { parse_tcp_packet(packet) } else { parse_tcp_packet_unverified(packet) };
+        let pkt = match parsed {
             Ok(p) => p,
             Err(mptun_wire::Error::NotTcp) => {
                 self.handle_non_tcp(now, packet);
