@@ -210,6 +210,42 @@ impl PacketBatch {
         Ok(())
     }
 
+    /// Moves a packet into the next free slot without copying it: `buf`
+    /// holds it after [`HEADROOM`] bytes (`buf[HEADROOM..HEADROOM + len]`,
+    /// the headroom for the device's header), and is swapped with the slot's
+    /// buffer, so on return `buf` is a spare buffer to build the next packet
+    /// in. `gso` is the segment size of a TSO super-packet (only for devices
+    /// that cut them, see [`Self::push_gso`]). The send path's packets are
+    /// built once and then only change hands: a 64 KiB super-segment copied
+    /// twice more on its way to the device cost as much as building it.
+    pub fn push_swap(&mut self, buf: &mut Vec<u8>, len: usize, gso: Option<usize>) -> Result<(), PushError> {
+        let max = match gso {
+            Some(_) => mptun_wire::gso::GSO_MAX_SIZE,
+            None => self.max_packet_len,
+        };
+        if len > max || HEADROOM + len > buf.len() {
+            return Err(PushError::TooLarge { len, max });
+        }
+        let gso = match gso {
+            Some(size) => u16::try_from(size).ok().filter(|&s| s != 0).ok_or(PushError::Malformed)?,
+            None => 0,
+        };
+        if self.is_full() {
+            return Err(PushError::Full);
+        }
+        // The slot invariant: every slot can take an MTU-sized read.
+        if buf.len() < self.slot_size() {
+            buf.resize(self.slot_size(), 0);
+        }
+        let i = self.len;
+        std::mem::swap(&mut self.slots[i], buf);
+        self.lens[i] = len;
+        self.gso[i] = gso;
+        self.csum_ok[i] = false;
+        self.len += 1;
+        Ok(())
+    }
+
     /// Cuts a TSO super-packet into wire segments as a device would
     /// (`mptun_wire::gso`) and adds each: software segmentation for devices
     /// without TSO. All or nothing: `Full` if the segments do not all fit.
@@ -452,6 +488,34 @@ mod tests {
         assert_eq!(b.push(&[0; 5]), Err(PushError::TooLarge { len: 5, max: 4 }));
         assert_eq!(b.push_with(|_| 100), Err(PushError::TooLarge { len: 100, max: 4 }));
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn push_swap_moves_the_buffer_in_and_hands_back_the_slot_s() {
+        let mut b = PacketBatch::new(2, 8);
+        let mut buf = vec![0u8; HEADROOM + 6];
+        buf[HEADROOM..].copy_from_slice(&[1, 2, 3, 4, 5, 6]);
+        let ptr = buf.as_ptr();
+        b.push_swap(&mut buf, 6, None).unwrap();
+        assert_eq!(b.get(0), Some(&[1u8, 2, 3, 4, 5, 6][..]));
+        assert_eq!(b.get(0).unwrap().as_ptr(), ptr.wrapping_add(HEADROOM), "not copied");
+        assert_ne!(buf.as_ptr(), ptr, "the slot's old buffer came back");
+        assert!(buf.len() >= HEADROOM + 8);
+        // The slot still takes an MTU-sized packet after it held a short buffer.
+        b.clear();
+        assert_eq!(b.next_free_mut().unwrap().len(), 8);
+        // Too long for the slot without GSO, or for its buffer: refused, nothing moved.
+        let mut big = vec![0u8; HEADROOM + 100];
+        assert_eq!(b.push_swap(&mut big, 100, None), Err(PushError::TooLarge { len: 100, max: 8 }));
+        assert_eq!(
+            b.push_swap(&mut big, 101, Some(50)).unwrap_err(),
+            PushError::TooLarge { len: 101, max: mptun_wire::gso::GSO_MAX_SIZE }
+        );
+        assert_eq!(b.push_swap(&mut big, 100, Some(0)), Err(PushError::Malformed));
+        b.push_swap(&mut big, 100, Some(50)).unwrap();
+        assert_eq!((b.len(), b.gso_size(0)), (1, Some(50)));
+        b.push(&[9]).unwrap();
+        assert_eq!(b.push_swap(&mut buf, 1, None), Err(PushError::Full));
     }
 
     fn tcp(payload: usize) -> Vec<u8> {

@@ -34,6 +34,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 mod topo;
 use topo::Topo;
 
+/// As the `mptun` CLI: see its `main.rs` and BENCH.md (glibc's malloc
+/// costs the receiver 40 %).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const IPPROTO_MPTCP: i32 = 262;
 const CHUNK: usize = 256 * 1024;
 const OCTET: u8 = 66;

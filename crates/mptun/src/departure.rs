@@ -13,6 +13,7 @@
 //! past the queue's limits (fq's `limit` and `flow_limit`); both counted.
 
 use mptun_io::paths::DeviceId;
+use mptun_io::HEADROOM;
 use mptun_time::{Duration, Instant};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -34,7 +35,10 @@ pub(crate) type FlowKey = (SocketAddr, SocketAddr);
 struct Held {
     departure: Instant,
     device: DeviceId,
-    packet: Vec<u8>,
+    /// The packet after [`HEADROOM`] bytes, as the driver built it (it goes
+    /// into a device batch by a buffer swap, not a copy).
+    buf: Vec<u8>,
+    len: usize,
     /// TSO segment size of a super-segment.
     gso: Option<usize>,
 }
@@ -61,34 +65,35 @@ pub(crate) struct DepartureQueue {
 }
 
 impl DepartureQueue {
-    /// Holds a copy of `packet` of `flow` for `device` until `departure`
-    /// (after the flow's earlier packets).
+    /// Holds the packet `buf[HEADROOM..HEADROOM + len]` of `flow` for
+    /// `device` until `departure` (after the flow's earlier packets). A
+    /// refused packet's buffer comes back with the reason.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn push(
         &mut self,
         now: Instant,
         flow: FlowKey,
         departure: Instant,
         device: DeviceId,
-        packet: &[u8],
+        buf: Vec<u8>,
+        len: usize,
         gso: Option<usize>,
-    ) -> Result<(), Refused> {
+    ) -> Result<(), (Refused, Vec<u8>)> {
+        debug_assert!(HEADROOM + len <= buf.len());
         if departure > now + HORIZON {
-            return Err(Refused::Horizon);
+            return Err((Refused::Horizon, buf));
         }
         let q = self.flows.entry(flow).or_default();
         if self.len >= LIMIT || q.len() >= FLOW_LIMIT {
-            return Err(Refused::Limit);
+            return Err((Refused::Limit, buf));
         }
-        let mut buf = self.free.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(packet);
-        self.bytes += buf.len();
+        self.bytes += len;
         self.len += 1;
         // A flow's packets leave in order: one stamped earlier than its
         // predecessor (a retransmission) waits for it.
         let departure = q.back().map_or(departure, |b| b.departure.max(departure));
         let was_empty = q.is_empty();
-        q.push_back(Held { departure, device, packet: buf, gso });
+        q.push_back(Held { departure, device, buf, len, gso });
         if was_empty {
             self.order += 1;
             self.heads.push(Reverse((departure, self.order, flow)));
@@ -114,12 +119,13 @@ impl DepartureQueue {
             return None;
         }
         let h = self.flows.get(flow)?.front()?;
-        Some((h.device, &h.packet, h.gso))
+        Some((h.device, &h.buf[HEADROOM..HEADROOM + h.len], h.gso))
     }
 
     /// Removes the packet [`DepartureQueue::peek_due`] shows and returns its
-    /// buffer; hand it back with [`DepartureQueue::recycle`].
-    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Vec<u8>> {
+    /// buffer and length (the packet after [`HEADROOM`] bytes); hand spare
+    /// buffers back with [`DepartureQueue::recycle`].
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Vec<u8>, usize)> {
         let Reverse((t, _, flow)) = *self.heads.peek()?;
         if t > now + TIMER_SLACK {
             return None;
@@ -135,8 +141,8 @@ impl DepartureQueue {
             self.flows.remove(&flow);
         }
         self.len -= 1;
-        self.bytes -= h.packet.len();
-        Some(h.packet)
+        self.bytes -= h.len;
+        Some((h.buf, h.len))
     }
 
     /// Returns a buffer for reuse.
@@ -144,6 +150,17 @@ impl DepartureQueue {
         if self.free.len() < 256 {
             self.free.push(buf);
         }
+    }
+
+    /// A buffer of at least `size` bytes to build a packet in: a recycled
+    /// one when there is one (most are; a held packet's buffer returns as a
+    /// device slot's spare), else a new one.
+    pub(crate) fn take_buffer(&mut self, size: usize) -> Vec<u8> {
+        let mut b = self.free.pop().unwrap_or_default();
+        if b.len() < size {
+            b.resize(size, 0);
+        }
+        b
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -170,22 +187,42 @@ mod tests {
     /// The next due packet's device (the flow's port in these tests) and bytes.
     fn pop(q: &mut DepartureQueue, now: Instant) -> Option<(usize, Vec<u8>)> {
         let dev = q.peek_due(now)?.0;
-        let p = q.pop_due(now)?;
-        let out = p.clone();
+        let (p, len) = q.pop_due(now)?;
+        let out = p[HEADROOM..HEADROOM + len].to_vec();
         q.recycle(p);
         Some((dev, out))
+    }
+
+    /// `packet` in a buffer as the driver builds it.
+    fn held(packet: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; HEADROOM];
+        b.extend_from_slice(packet);
+        b
+    }
+
+    /// Holds `packet` (in a buffer of its own), as the driver does.
+    fn push(
+        q: &mut DepartureQueue,
+        now: Instant,
+        f: FlowKey,
+        at: Instant,
+        dev: DeviceId,
+        packet: &[u8],
+        gso: Option<usize>,
+    ) -> Result<(), Refused> {
+        q.push(now, f, at, dev, held(packet), packet.len(), gso).map_err(|(r, _)| r)
     }
 
     #[test]
     fn flows_in_time_order_fifo_within_a_flow_never_early() {
         let mut q = DepartureQueue::default();
         let now = t(0);
-        q.push(now, flow(1), t(30), 1, b"c", None).unwrap();
-        q.push(now, flow(2), t(100), 2, b"x1", None).unwrap();
-        q.push(now, flow(1), t(50), 1, b"d", None).unwrap();
+        push(&mut q, now, flow(1), t(30), 1, b"c", None).unwrap();
+        push(&mut q, now, flow(2), t(100), 2, b"x1", None).unwrap();
+        push(&mut q, now, flow(1), t(50), 1, b"d", None).unwrap();
         // Stamped earlier than its predecessor: waits behind it.
-        q.push(now, flow(1), t(10), 1, b"e", None).unwrap();
-        q.push(now, flow(2), t(120), 2, b"x2", None).unwrap();
+        push(&mut q, now, flow(1), t(10), 1, b"e", None).unwrap();
+        push(&mut q, now, flow(2), t(120), 2, b"x2", None).unwrap();
         assert_eq!((q.len(), q.bytes()), (5, 7));
         assert_eq!(q.next_departure(), Some(t(30)));
         assert!(q.holds(&flow(1)) && !q.holds(&flow(3)));
@@ -204,11 +241,12 @@ mod tests {
     #[test]
     fn peek_shows_what_pop_takes() {
         let mut q = DepartureQueue::default();
-        q.push(t(0), flow(1), t(50), 3, b"a", Some(1448)).unwrap();
-        q.push(t(0), flow(1), t(60), 3, b"b", None).unwrap();
+        push(&mut q, t(0), flow(1), t(50), 3, b"a", Some(1448)).unwrap();
+        push(&mut q, t(0), flow(1), t(60), 3, b"b", None).unwrap();
         assert_eq!(q.peek_due(t(0)), None);
         assert_eq!(q.peek_due(t(50)), Some((3, &b"a"[..], Some(1448))));
-        assert_eq!(q.pop_due(t(50)).unwrap(), b"a");
+        let (p, len) = q.pop_due(t(50)).unwrap();
+        assert_eq!(&p[HEADROOM..HEADROOM + len], b"a");
         assert_eq!(q.peek_due(t(50)), Some((3, &b"b"[..], None)), "60 is within the slack of 50");
         assert_eq!(q.len(), 1);
     }
@@ -217,27 +255,27 @@ mod tests {
     fn horizon_and_limits_refuse() {
         let mut q = DepartureQueue::default();
         assert_eq!(
-            q.push(t(0), flow(1), t(0) + HORIZON + Duration::from_micros(1), 0, b"x", None),
+            push(&mut q, t(0), flow(1), t(0) + HORIZON + Duration::from_micros(1), 0, b"x", None),
             Err(Refused::Horizon)
         );
         for _ in 0..FLOW_LIMIT {
-            q.push(t(0), flow(1), t(1), 0, b"x", None).unwrap();
+            push(&mut q, t(0), flow(1), t(1), 0, b"x", None).unwrap();
         }
-        assert_eq!(q.push(t(0), flow(1), t(1), 0, b"x", None), Err(Refused::Limit));
-        q.push(t(0), flow(2), t(1), 0, b"y", None).unwrap();
+        assert_eq!(push(&mut q, t(0), flow(1), t(1), 0, b"x", None), Err(Refused::Limit));
+        push(&mut q, t(0), flow(2), t(1), 0, b"y", None).unwrap();
         assert_eq!(q.len(), FLOW_LIMIT + 1);
     }
 
     #[test]
     fn buffers_are_recycled() {
         let mut q = DepartureQueue::default();
-        q.push(t(0), flow(1), t(1), 0, &[7; 1500], None).unwrap();
-        let p = q.pop_due(t(1)).unwrap();
+        push(&mut q, t(0), flow(1), t(1), 0, &[7; 1500], None).unwrap();
+        let (p, _) = q.pop_due(t(1)).unwrap();
         let ptr = p.as_ptr();
         q.recycle(p);
-        q.push(t(0), flow(1), t(2), 0, &[8; 100], None).unwrap();
-        let p = q.pop_due(t(2)).unwrap();
-        assert_eq!(p.as_ptr(), ptr);
-        assert_eq!(p, vec![8; 100]);
+        let b = q.take_buffer(64);
+        assert_eq!(b.as_ptr(), ptr, "a recycled buffer");
+        assert!(b.len() >= HEADROOM + 1500);
+        assert!(q.take_buffer(64).len() >= 64, "a new one when none is left");
     }
 }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use mptun_io::paths::DeviceId;
-use mptun_io::{PacketBatch, PacketIo, PushError, SharedPcap};
+use mptun_io::{PacketBatch, PacketIo, PushError, SharedPcap, HEADROOM};
 use mptun_proto::tcp::Event;
 use mptun_proto::{ConnConfig, ConnectionHandle};
 use mptun_time::{Duration, Instant};
@@ -66,6 +66,9 @@ pub(crate) struct Driver {
     /// Local address → device, from the stack's paths.
     routes: Vec<(IpAddr, DeviceId)>,
     departures: DepartureQueue,
+    /// Where the endpoint builds the next packet, after [`HEADROOM`] bytes:
+    /// it then moves into a device batch or the departure queue by a
+    /// buffer swap, never a copy, and a spare buffer takes its place.
     scratch: Vec<u8>,
     timer: HrTimer,
     last_sweep: Instant,
@@ -109,7 +112,7 @@ impl Driver {
             devices,
             routes,
             departures: DepartureQueue::default(),
-            scratch: vec![0; SCRATCH],
+            scratch: vec![0; HEADROOM + SCRATCH],
             timer: HrTimer::new(),
             last_sweep: Instant::ZERO,
             wake: Vec::new(),
@@ -274,34 +277,60 @@ impl Driver {
         // Held packets first: they are older than anything the endpoint
         // produces now, and a flow's packets must stay in order.
         while let Some((dev, packet, gso)) = self.departures.peek_due(now) {
-            match push(&mut self.devices[dev], packet, gso) {
-                Ok(()) => {}
-                // Not room for it (or all its segments): it stays first in line.
-                Err(PushError::Full) => return true,
-                Err(_) => st.stats.tx_oversize += 1,
+            let d = &mut self.devices[dev];
+            let r = if swappable(d, gso) {
+                // Moved, not copied: the slot's old buffer becomes a spare.
+                if d.tx.is_full() {
+                    return true;
+                }
+                let (mut buf, len) = self.departures.pop_due(now).expect("peeked");
+                let r = d.tx.push_swap(&mut buf, len, gso);
+                self.departures.recycle(buf);
+                r
+            } else {
+                let r = push(d, packet, gso);
+                if r == Err(PushError::Full) {
+                    // Not room for all its segments: it stays first in line.
+                    return true;
+                }
+                let (buf, _) = self.departures.pop_due(now).expect("peeked");
+                self.departures.recycle(buf);
+                r
+            };
+            if r.is_err() {
+                st.stats.tx_oversize += 1;
             }
             self.batch_since.get_or_insert(now);
-            let buf = self.departures.pop_due(now).expect("peeked");
-            self.departures.recycle(buf);
         }
         for _ in 0..TX_PER_ITERATION {
-            let Some(t) = st.ep.poll_transmit(now, &mut self.scratch) else { return false };
+            let Some(t) = st.ep.poll_transmit(now, &mut self.scratch[HEADROOM..]) else { return false };
             st.stats.tx_packets += 1;
-            st.stats.tx_segments += t.segment_size.map_or(1, |size| {
-                mptun_wire::gso::Layout::parse(&self.scratch[..t.len]).map_or(1, |l| l.segment_count(size) as u64)
-            });
+            let packet = &self.scratch[HEADROOM..HEADROOM + t.len];
+            st.stats.tx_segments += t
+                .segment_size
+                .map_or(1, |size| mptun_wire::gso::Layout::parse(packet).map_or(1, |l| l.segment_count(size) as u64));
             let Some(dev) = self.device_for(t.src.ip()) else {
                 st.stats.tx_no_route += 1;
                 tracing::debug!(src = %t.src, dst = %t.dst, "no path owns the source address; dropped");
                 continue;
             };
             let flow = (t.src, t.dst);
-            let packet = &self.scratch[..t.len];
             let d = &mut self.devices[dev];
             let mut full = d.tx.is_full();
             if t.departure <= now + TIMER_SLACK && !full && !self.departures.holds(&flow) {
                 self.batch_since.get_or_insert(now);
-                match push(d, packet, t.segment_size) {
+                let r = if swappable(d, t.segment_size) {
+                    let r = d.tx.push_swap(&mut self.scratch, t.len, t.segment_size);
+                    if self.scratch.len() < HEADROOM + SCRATCH {
+                        // A slot's first buffer, MTU-sized: from now on it
+                        // takes super-segments too.
+                        self.scratch.resize(HEADROOM + SCRATCH, 0);
+                    }
+                    r
+                } else {
+                    push(d, packet, t.segment_size)
+                };
+                match r {
                     Ok(()) => continue,
                     // Not room for all of a super-segment's wire segments.
                     Err(PushError::Full) => full = true,
@@ -313,11 +342,18 @@ impl Driver {
                 }
             }
             // Its time has not come (EDT), its flow has packets waiting, or
-            // the device's batch is full: the fq holds it.
-            match self.departures.push(now, flow, t.departure, dev, packet, t.segment_size) {
+            // the device's batch is full: the fq holds it, in this buffer.
+            let spare = self.departures.take_buffer(HEADROOM + SCRATCH);
+            let buf = std::mem::replace(&mut self.scratch, spare);
+            match self.departures.push(now, flow, t.departure, dev, buf, t.len, t.segment_size) {
                 Ok(()) => st.stats.tx_held += 1,
-                Err(Refused::Horizon) => st.stats.tx_horizon_drops += 1,
-                Err(Refused::Limit) => st.stats.tx_queue_drops += 1,
+                Err((why, buf)) => {
+                    self.departures.recycle(buf);
+                    match why {
+                        Refused::Horizon => st.stats.tx_horizon_drops += 1,
+                        Refused::Limit => st.stats.tx_queue_drops += 1,
+                    }
+                }
             }
             if full {
                 return true;
@@ -401,9 +437,9 @@ impl Driver {
                 st.ep.abort(h);
             }
         }
-        while let Some(t) = st.ep.poll_transmit(now, &mut self.scratch) {
+        while let Some(t) = st.ep.poll_transmit(now, &mut self.scratch[HEADROOM..]) {
             if let Some(dev) = self.device_for(t.src.ip()) {
-                let _ = push(&mut self.devices[dev], &self.scratch[..t.len], t.segment_size);
+                let _ = push(&mut self.devices[dev], &self.scratch[HEADROOM..HEADROOM + t.len], t.segment_size);
             }
         }
         wake_all(st, &mut self.wake);
@@ -446,8 +482,15 @@ impl Drop for Driver {
     }
 }
 
-/// Adds a packet to a device's batch: a TSO super-segment whole if the
-/// device cuts it (`PacketIo::tso`), else cut here into wire segments.
+/// Whether a packet can move into `d`'s batch as it is (by
+/// [`PacketBatch::push_swap`]): it is not a super-segment, or the device
+/// cuts super-segments itself.
+fn swappable(d: &Device, gso: Option<usize>) -> bool {
+    gso.is_none() || d.io.tso()
+}
+
+/// Adds a copy of a packet to a device's batch: a TSO super-segment whole if
+/// the device cuts it (`PacketIo::tso`), else cut here into wire segments.
 fn push(d: &mut Device, packet: &[u8], segment_size: Option<usize>) -> Result<(), PushError> {
     match segment_size {
         Some(size) if d.io.tso() => d.tx.push_gso(packet, size),
