@@ -64,6 +64,10 @@ counters! {
     tcp_ext_tcp_lost_retransmit => "TcpExtTCPLostRetransmit",
     /// Retransmissions after an RTO (`TcpExt TCPLossProbes` is not this; `TCPSlowStartRetrans`).
     tcp_ext_tcp_slow_start_retrans => "TcpExtTCPSlowStartRetrans",
+    /// D-SACKs sent for data below `rcv_nxt` (`TcpExt TCPDSACKOldSent`).
+    tcp_ext_tcp_dsack_old_sent => "TcpExtTCPDSACKOldSent",
+    /// D-SACKs sent for data already held out of order (`TcpExt TCPDSACKOfoSent`).
+    tcp_ext_tcp_dsack_ofo_sent => "TcpExtTCPDSACKOfoSent",
     /// Segments queued out of order at the receiver (`TcpExt TCPOFOQueue`).
     tcp_ext_tcp_ofo_queue => "TcpExtTCPOFOQueue",
     /// Out-of-order segments merged with a neighbour (`TcpExt TCPOFOMerge`).

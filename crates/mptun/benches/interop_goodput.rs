@@ -5,20 +5,25 @@
 //! `cargo bench -p mptun --bench interop_goodput` (root). Environment:
 //! `MPTUN_BENCH_MIB` (bytes per direction, default 512), `MPTUN_BENCH_ROUNDS`
 //! (default 3), `MPTUN_BENCH_PCAP` (a file prefix: capture the mptun runs),
-//! `MPTUN_BENCH_NOPACE` (mptun without pacing, for diagnosis).
+//! `MPTUN_BENCH_NOPACE` (mptun without pacing, for diagnosis),
+//! `MPTUN_BENCH_NSTAT` (print mptun's counters and the kernel peer's
+//! `nstat` delta after each mptun run, for diagnosis), `MPTUN_BENCH_ONLY`
+//! (run only the runs whose name contains it, e.g. `mptun TCP`, for a
+//! profile of one; the others report 0).
 //!
 //! The runs are interleaved over the rounds and each is reported as best and
 //! median of its rounds: on a shared two-core machine a concurrent build
 //! steals the CPU from whichever run happens to be going, and interleaving
 //! spreads that over all of them instead of biasing one.
 //!
-//! Each run is one connection from the client namespace to a kernel MPTCP
-//! listener in the server namespace: first the client uploads N bytes
-//! (goodput timed at the receiver, first byte to end of stream), then the
-//! server sends N bytes back (timed at the client). mptun runs as the client
-//! behind one TUN per path, once offering MPTCP and once as plain TCP; the
-//! kernel client runs with `IPPROTO_MPTCP` (its `subflow` endpoint opens the
-//! second subflow over path 2) and with plain TCP for reference.
+//! Each run is one connection from the client namespace to a kernel
+//! listener in the server namespace (MPTCP for the MPTCP runs, plain TCP for
+//! the TCP runs): first the client uploads N bytes (goodput timed at the
+//! receiver, first byte to end of stream), then the server sends N bytes
+//! back (timed at the client). mptun runs as the client behind one TUN per
+//! path, once offering MPTCP and once as plain TCP; the kernel client runs
+//! with `IPPROTO_MPTCP` (its `subflow` endpoint opens the second subflow over
+//! path 2) and with plain TCP for reference.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -176,8 +181,12 @@ async fn mptun_run(
     tag: &str,
 ) -> io::Result<Result> {
     let cpu0 = cpu_seconds();
+    let nstat_diag = std::env::var("MPTUN_BENCH_NSTAT").is_ok();
+    let peer0 = if nstat_diag { run_in_netns(&topo.srv(), mptun_io::netstat::read)?? } else { Default::default() };
     let server = SocketAddr::new(IpAddr::from([10, OCTET, 1, 2]), port);
-    let l = listen(&topo.srv(), server, Proto::Mptcp)?;
+    // Like against like: plain TCP against the kernel's plain TCP (a kernel
+    // MPTCP listener falling back costs its sender the MPTCP socket layer).
+    let l = listen(&topo.srv(), server, if mptcp { Proto::Mptcp } else { Proto::Tcp })?;
     let srv = server_thread(l, bytes, buf.clone());
     let mut b = Stack::builder();
     for i in 1..=2u8 {
@@ -258,6 +267,19 @@ async fn mptun_run(
     }
     let rs = stack.runtime_stats();
     let c = stack.counters();
+    if nstat_diag {
+        let peer1 = run_in_netns(&topo.srv(), mptun_io::netstat::read)??;
+        let delta: Vec<String> = peer1
+            .iter()
+            .filter_map(|(k, v)| {
+                let d = v.saturating_sub(peer0.get(k).copied().unwrap_or(0));
+                (d != 0 && (k.starts_with("TcpExt") || k.starts_with("MPTcpExt") || k.starts_with("Tcp")))
+                    .then(|| format!("{k}={d}"))
+            })
+            .collect();
+        println!("{name}: mptun counters:\n{}", c.to_nstat());
+        println!("{name}: kernel peer nstat delta: {}", delta.join(" "));
+    }
     Ok(Result {
         name,
         up: gbps(bytes, up_t),
@@ -299,14 +321,31 @@ fn main() {
     let mut all: Vec<Vec<Result>> = Vec::new();
     for round in 0..rounds {
         let port = 5400 + (round as u16) * 10;
-        let mut r = vec![
-            kernel_run(&topo, "kernel MPTCP <-> kernel MPTCP", Proto::Mptcp, port + 1, bytes, &buf),
-            kernel_run(&topo, "kernel TCP   <-> kernel TCP", Proto::Tcp, port + 2, bytes, &buf),
-        ];
+        let only = std::env::var("MPTUN_BENCH_ONLY").ok();
+        let skip = |name: &'static str| {
+            only.as_deref().is_some_and(|o| !name.contains(o)).then(|| Result {
+                name,
+                up: 0.0,
+                down: 0.0,
+                cpu_per_gib: 0.0,
+                note: "skipped (MPTUN_BENCH_ONLY)".into(),
+            })
+        };
+        let mut r = Vec::new();
+        for (name, proto, p) in [
+            ("kernel MPTCP <-> kernel MPTCP", Proto::Mptcp, port + 1),
+            ("kernel TCP   <-> kernel TCP", Proto::Tcp, port + 2),
+        ] {
+            r.push(skip(name).unwrap_or_else(|| kernel_run(&topo, name, proto, p, bytes, &buf)));
+        }
         for (name, mptcp, p, tag) in [
             ("mptun MPTCP  <-> kernel MPTCP", true, port + 3, format!("mb{round}m")),
-            ("mptun TCP    <-> kernel MPTCP", false, port + 4, format!("mb{round}t")),
+            ("mptun TCP    <-> kernel TCP", false, port + 4, format!("mb{round}t")),
         ] {
+            if let Some(x) = skip(name) {
+                r.push(x);
+                continue;
+            }
             match rt.block_on(mptun_run(&topo, name, mptcp, p, bytes, &buf, &tag)) {
                 Ok(x) => r.push(x),
                 Err(e) => {

@@ -313,6 +313,23 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The furthest data sequence number data is accepted up to: the
+    /// furthest edge announced ([`Shared::rcv_wnd_end`]) plus one more
+    /// buffer's worth. A Linux sender overestimates the window it was given:
+    /// it adds a subflow's last window to a DATA_ACK that came later on the
+    /// same subflow (`ack_update_msk`), keeps that subflow's window when a
+    /// duplicate ACK brings a smaller one, and raises a subflow's window to
+    /// the connection's (`MPTcpExtSndWndShared`); data past the edge it was
+    /// told is common at high rates. Dropping it (as Linux's receiver does,
+    /// `MPTcpExtNoDSSInWindow`) leaves it covered by the subflow's ACK but
+    /// not by the DATA_ACK, and only the sender's connection-level
+    /// retransmission timer, hundreds of milliseconds later, repairs that.
+    /// The memory budget ([`crate::buf::mem_budget`] of the buffer, twice
+    /// it) still bounds what is held.
+    pub fn accept_edge(&self) -> DataSeq {
+        self.rcv_wnd_end + self.recv_limit as u64
+    }
+
     /// What relative subflow sequence numbers are offset by (0 but in
     /// tests, see [`MptcpConfig::wrap_early`]).
     pub fn ssn_off(&self) -> u32 {
@@ -551,6 +568,12 @@ impl Connection {
         }
         let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
         let una_before = sf.snd_una();
+        // The peer's sender shares the window across subflows (Linux raises a
+        // subflow's snd_wnd to the connection's): data on this subflow may
+        // reach past the edge it announced itself, up to the connection's.
+        // After a fallback the subflow's own window is the limit again.
+        let shared = self.shared.mode == Mode::Mptcp && !self.shared.infinite;
+        sf.set_conn_rcv_window(if shared { self.shared.accept_edge().saturating_sub(self.shared.rcv_nxt) } else { 0 });
         let verdict = sf.handle_segment(now, hdr, opts, payload);
         let acked_new = sf.snd_una().gt(una_before);
         let wnd = (hdr.window as u64) << sf.snd_wscale();

@@ -108,7 +108,7 @@ impl Connection {
             return;
         }
         // The DATA_FIN follows the last data byte: within the window too.
-        if fin.ge(sh.rcv_nxt) && fin.le(sh.rcv_wnd_end) {
+        if fin.ge(sh.rcv_nxt) && fin.le(sh.accept_edge()) {
             sh.peer_data_fin = Some(fin);
         }
     }
@@ -415,8 +415,9 @@ impl Connection {
             }
             if end.le(sh.rcv_nxt) {
                 sh.counters.mptcp_duplicate_data += 1;
-            } else if !sh.infinite && end.gt(sh.rcv_wnd_end) {
-                // Past the right edge of the largest window we announced: the
+            } else if !sh.infinite && end.gt(sh.accept_edge()) {
+                // Past the right edge of the largest window we announced and
+                // the slack a Linux sender needs (`Shared::accept_edge`): the
                 // peer ignores the window. Dropped (Linux
                 // `mptcp_data_queue_ofo`, `MPTcpExtNoDSSInWindow`); the DATA_ACK
                 // does not cover it. (After a fallback the subflow's own

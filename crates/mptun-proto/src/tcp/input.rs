@@ -188,7 +188,7 @@ impl Subflow {
         }
 
         // 1. Sequence check (RFC 9293 3.10.7.4).
-        let wnd = self.rcv_wnd_now();
+        let wnd = self.rcv_accept_wnd();
         let acceptable = if seg_len == 0 {
             if wnd == 0 {
                 seq == self.rcv_nxt
@@ -215,6 +215,11 @@ impl Subflow {
                 }
                 self.counters.tcp_ext_beyond_window += (seg_len > 0 && seq.gt(self.rcv_nxt)) as u64;
                 self.counters.tcp_ext_tcp_duplicate_data += (seg_len > 0 && seq.lt(self.rcv_nxt)) as u64;
+                if !payload.is_empty() && seq.lt(self.rcv_nxt) {
+                    // Old data sent again: D-SACK it (Linux tcp_send_dupack).
+                    let end = seq + payload.len() as u32;
+                    self.set_dsack(seq, if end.gt(self.rcv_nxt) { self.rcv_nxt } else { end }, true);
+                }
                 // Bare segments are what an ACK loop is made of: their
                 // duplicate ACKs are spaced (Linux tcp_oow_rate_limited).
                 if seg_len > 0 || !self.oow_rate_limited(now) {
@@ -421,6 +426,10 @@ impl Subflow {
         let fin_off = start + payload.len() as i64;
         let (off, mut data) = if start < next_off as i64 {
             let skip = ((next_off as i64 - start) as usize).min(payload.len());
+            if skip > 0 {
+                // Partly old (seq < rcv_nxt < end): D-SACK the old part.
+                self.set_dsack(seq, seq + skip as u32, true);
+            }
             (next_off, &payload[skip..])
         } else {
             (start as u64, payload)
@@ -466,6 +475,12 @@ impl Subflow {
         if ins.duplicate {
             self.counters.tcp_ext_tcp_duplicate_data += 1;
             self.ack_now = true;
+            if off > next_off && !data.is_empty() {
+                // Already held out of order: D-SACK it (Linux
+                // tcp_data_queue_ofo, TCPDSACKOfoSent).
+                let s = base + off as u32;
+                self.set_dsack(s, s + data.len() as u32, false);
+            }
         }
         if ins.in_order > 0 {
             let had_ofo = !self.recv_buf.ofo_is_empty() || ins.in_order > data.len();
@@ -482,6 +497,22 @@ impl Subflow {
                 self.ack_now = true;
                 self.on_fin(now);
             }
+        }
+    }
+
+    /// Reports `[start, end)` as a duplicate in the next ACK (D-SACK, RFC
+    /// 2883), counted as Linux counts it: `old` below `rcv_nxt`
+    /// (`TCPDSACKOldSent`), else within the out-of-order queue
+    /// (`TCPDSACKOfoSent`). Only with SACK agreed, and only the latest.
+    fn set_dsack(&mut self, start: Seq, end: Seq, old: bool) {
+        if !self.sack_ok || !end.gt(start) {
+            return;
+        }
+        self.dsack = Some((start, end));
+        if old {
+            self.counters.tcp_ext_tcp_dsack_old_sent += 1;
+        } else {
+            self.counters.tcp_ext_tcp_dsack_ofo_sent += 1;
         }
     }
 

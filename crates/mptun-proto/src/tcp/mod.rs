@@ -141,6 +141,18 @@ pub struct Subflow {
     /// The window advertised is the connection's (MPTCP: the segment hook
     /// gives it), not this subflow's free buffer space.
     rcv_wnd_shared: bool,
+    /// With a shared window: the connection's window now, from its
+    /// DATA_ACK point to the furthest edge any subflow announced (set by the
+    /// connection before each segment). The peer's sender may use it on this
+    /// subflow before this subflow has announced it (Linux shares `snd_wnd`
+    /// across subflows, `MPTcpExtSndWndShared`).
+    rcv_wnd_conn: u32,
+    /// A duplicate received, to report once as the first SACK block of the
+    /// next ACK (D-SACK, RFC 2883; Linux `tcp_dsack_set`): it tells the
+    /// sender its retransmission was spurious, so that it undoes the
+    /// window reduction and widens its reordering window (RACK's
+    /// `reo_wnd_steps`) instead of taking every reordering for a loss.
+    dsack: Option<(Seq, Seq)>,
     recv_buf: RecvBuf,
     recv_limit: usize,
     fin_received: Option<u64>,
@@ -314,6 +326,8 @@ impl Subflow {
             rcv_edge_max: Seq(0),
             rcv_wnd_max: 0,
             rcv_wnd_shared: false,
+            rcv_wnd_conn: 0,
+            dsack: None,
             recv_buf: RecvBuf::default(),
             recv_limit,
             fin_received: None,
@@ -505,6 +519,16 @@ impl Subflow {
     /// Whether Nagle's algorithm is on.
     pub fn nagle(&self) -> bool {
         self.cfg.nagle
+    }
+
+    /// The connection-level window open to the peer now (bytes beyond the
+    /// DATA_ACK point up to the furthest edge announced on any subflow):
+    /// under a shared window (MPTCP) the peer may send that much on this
+    /// subflow beyond its `rcv_nxt`, even past the edge this subflow itself
+    /// last announced, and the data is accepted (RFC 8684 3.3.4: the window
+    /// is the connection's). Without a shared window it has no effect.
+    pub(crate) fn set_conn_rcv_window(&mut self, window: u64) {
+        self.rcv_wnd_conn = u32::try_from(window).unwrap_or(u32::MAX);
     }
 
     /// Sends an ACK at the next `poll_transmit` (a window update, or a

@@ -18,14 +18,27 @@ impl Subflow {
         }
     }
 
+    /// The window a segment's sequence number is checked against (RFC 9293
+    /// 3.10.7.4): what this subflow announced, and under a shared window
+    /// also the connection's window now ([`Subflow::set_conn_rcv_window`]).
+    pub(super) fn rcv_accept_wnd(&self) -> u32 {
+        let own = self.rcv_wnd_now();
+        if self.rcv_wnd_shared {
+            own.max(self.rcv_wnd_conn)
+        } else {
+            own
+        }
+    }
+
     /// Stream offset of the right edge we accept data up to: the furthest
     /// edge advertised when the window is the connection's (MPTCP: the
-    /// subflow's buffer is the connection's, RFC 8684 3.3.4), else also what
-    /// the subflow's own free buffer allows.
+    /// subflow's buffer is the connection's, RFC 8684 3.3.4), or the
+    /// connection's window now if further; else also what the subflow's own
+    /// free buffer allows.
     pub(super) fn rcv_window_edge_off(&self) -> u64 {
         let adv = if self.rcv_edge_max.gt(self.rcv_nxt) { self.rcv_edge_max - self.rcv_nxt } else { 0 };
         if self.rcv_wnd_shared {
-            return self.recv_buf.next() + adv as u64;
+            return self.recv_buf.next() + adv.max(self.rcv_wnd_conn) as u64;
         }
         self.recv_buf.next() + self.rcv_wnd_now().max(adv).max(self.free_window() as u32) as u64
     }
@@ -34,7 +47,7 @@ impl Subflow {
     /// largest window advertised (the subflow's own buffer when the window
     /// is not the connection's) plus a fixed slack.
     pub(super) fn rcv_mem_budget(&self) -> usize {
-        let own = if self.rcv_wnd_shared { 0 } else { self.recv_limit };
+        let own = if self.rcv_wnd_shared { self.rcv_wnd_conn as usize } else { self.recv_limit };
         crate::buf::mem_budget(own.max(self.rcv_wnd_max as usize))
     }
 
@@ -405,15 +418,20 @@ impl Subflow {
             let _ = o.push(&TcpOption::Nop);
             let _ = o.push(&TcpOption::Timestamp { tsval: self.ts_now(now), tsecr: self.ts_recent });
         }
-        if self.sack_ok && !self.recv_buf.ofo_is_empty() {
+        let dsack = self.dsack.filter(|_| self.sack_ok);
+        if self.sack_ok && (dsack.is_some() || !self.recv_buf.ofo_is_empty()) {
             let room = MAX_TCP_OPTION_SPACE.saturating_sub(o.len() + hook_space);
             let max_blocks =
                 (room.saturating_sub(TCPOLEN_SACK_BASE_ALIGNED) / TCPOLEN_SACK_PERBLOCK).min(TCP_NUM_SACKS);
             if max_blocks > 0 {
                 let base = self.irs + 1;
                 let mut blocks = SackBlocks::new();
+                // A D-SACK block goes first (RFC 2883 4).
+                if let Some((s, e)) = dsack {
+                    blocks.push((s.0, e.0));
+                }
                 let first = self.recv_buf.last_ofo.and_then(|l| self.recv_buf.ofo_range_at(l));
-                if let Some((s, e)) = first {
+                if let Some((s, e)) = first.filter(|_| blocks.len() < max_blocks) {
                     blocks.push(((base + s as u32).0, (base + e as u32).0));
                 }
                 for (s, e) in self.recv_buf.ofo_ranges().rev() {
@@ -539,6 +557,8 @@ impl Subflow {
         self.counters.tcp_out_segs += 1;
         if flags.ack() {
             self.last_ack_sent = ack;
+            // Reported once (with or without room for it: it is advice).
+            self.dsack = None;
             self.ack_now = false;
             self.delack.on_ack_sent();
             self.timers.stop(Timer::DelayedAck);

@@ -854,3 +854,53 @@ fn only_a_verified_add_addr_establishes_the_client() {
     n.a.handle_packet(n.now, &add_addr(valid));
     assert!(n.a.conn(h).unwrap().info().fully_established, "the verified ADD_ADDR did not");
 }
+
+/// A Linux sender overestimates the connection's window: it adds a
+/// subflow's last window to a DATA_ACK that came later, and raises a
+/// subflow's window to the connection's (`ack_update_msk`,
+/// `mptcp_check_allowed_size`), so at high rates data arrives past the
+/// edge the receiver announced, on the connection and on the subflow
+/// carrying it. Emulated here by B's windows growing by half on their way
+/// to A. Dropping the excess (as before: `MPTcpExtNoDSSInWindow` at the
+/// connection, `TcpExtBeyondWindow` or a trimmed tail at the subflow) left
+/// it to retransmissions, the connection-level ones hundreds of
+/// milliseconds later; now it is taken within the memory budget.
+#[test]
+fn data_past_the_announced_edge_from_a_linux_sender_is_taken() {
+    const RCVBUF: usize = 128 * 1024;
+    let mut n = two_path_with(|s| s.mptcp.recv_buffer = BufferSize::Fixed(RCVBUF));
+    let h = n.connect();
+    n.run(Duration::from_millis(200), &mut pass());
+    let sh = n.b.accept().unwrap();
+    assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 2);
+    let mut inflate = |from_a: bool, p: Vec<u8>| -> Option<Vec<u8>> {
+        let pkt = parse_tcp_packet(&p).unwrap();
+        if from_a || pkt.tcp.flags.syn() {
+            return Some(p);
+        }
+        let mut hdr = pkt.tcp.clone();
+        hdr.window = (u32::from(hdr.window) * 3 / 2).min(65535) as u16;
+        let mut out = vec![0u8; 1600];
+        let k = emit_tcp_packet(pkt.src, pkt.dst, pkt.ttl, &hdr, pkt.payload, &mut out).unwrap();
+        out.truncate(k);
+        Some(out)
+    };
+    let data: Vec<u8> = (0..4_000_000u32).map(|i| (i % 253) as u8).collect();
+    let (mut sent, mut got) = (0, Vec::new());
+    let mut buf = vec![0u8; 65536];
+    let mut peak = 0;
+    for _ in 0..5000 {
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
+        n.run(Duration::from_millis(2), &mut inflate);
+        peak = peak.max(n.b.conn(sh).unwrap().recv_mem());
+        got.extend(n.read_b(sh, &mut buf));
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert!(got == data, "{} of {} bytes", got.len(), data.len());
+    let (a, b) = (n.a.counters(), n.b.counters());
+    assert_eq!((b.mptcp_no_dss_in_window, b.tcp_ext_beyond_window), (0, 0), "{}", b.to_nstat());
+    assert_eq!((a.mptcp_retrans, a.tcp_retrans_segs), (0, 0), "nothing to repair:\n{}", a.to_nstat());
+    assert!(peak <= 2 * RCVBUF + crate::buf::MEM_SLACK, "within the memory budget: {peak}");
+}

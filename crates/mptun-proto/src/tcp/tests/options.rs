@@ -218,3 +218,46 @@ fn no_sack_when_disabled_locally() {
     send!(t, seq: R + 1000, ack: S, payload: bytes(500));
     recv!(t, seq: S, ack: R);
 }
+
+/// D-SACK (RFC 2883, Linux `tcp_dsack_set`): a duplicate is reported once
+/// as the first SACK block of the next ACK, so the sender learns that its
+/// retransmission was spurious (and widens its reordering window) instead
+/// of taking the next reordering for a loss again.
+#[test]
+fn duplicate_data_is_reported_once_as_a_d_sack_block() {
+    // Wholly old: below rcv_nxt.
+    let mut t = Sf::client(cfg(), FULL);
+    let ts = Some((PEER_TS + 1, T0 as u32));
+    send!(t, seq: R, ack: S, payload: bytes(1000), ts: ts);
+    t.recv_all();
+    send!(t, seq: R, ack: S, payload: bytes(1000), ts: ts);
+    recv!(t, seq: S, ack: R + 1000, window: WIN - 1000, ts: Some((t.ms(), PEER_TS + 1)), sack: vec![(R, R + 1000)]);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_dsack_old_sent, 1);
+    // Once: the next ACK has no block.
+    send!(t, seq: R + 1000, ack: S, payload: bytes(500), ts: ts);
+    t.advance(Duration::from_millis(200));
+    recv!(t, seq: S, ack: R + 1500, window: WIN - 1500, ts: Some((t.ms(), PEER_TS + 1)));
+
+    // Partly old (seq < rcv_nxt < end): the old part, with the new data's ACK.
+    let mut t = Sf::client(cfg(), FULL);
+    send!(t, seq: R, ack: S, payload: bytes(1000), ts: ts);
+    t.recv_all();
+    send!(t, seq: R + 500, ack: S, payload: bytes(1000), ts: ts);
+    recv!(t, seq: S, ack: R + 1500, window: WIN - 1500, ts: Some((t.ms(), PEER_TS + 1)), sack: vec![(R + 500, R + 1000)]);
+
+    // Already held out of order: the duplicate first, then the range it lies in.
+    let mut t = Sf::client(cfg(), FULL);
+    send!(t, seq: R + 1000, ack: S, payload: bytes(500), ts: ts);
+    t.recv_all();
+    send!(t, seq: R + 1000, ack: S, payload: bytes(500), ts: ts);
+    recv!(t, seq: S, ack: R, ts: Some((t.ms(), PEER_TS)), sack: vec![(R + 1000, R + 1500), (R + 1000, R + 1500)]);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_dsack_ofo_sent, 1);
+
+    // Without SACK agreed, no option at all.
+    let mut t = Sf::client(cfg(), PLAIN);
+    send!(t, seq: R, ack: S, payload: bytes(1000));
+    t.recv_all();
+    send!(t, seq: R, ack: S, payload: bytes(1000));
+    recv!(t, seq: S, ack: R + 1000, window: WIN - 1000);
+    assert_eq!(t.sf.counters().tcp_ext_tcp_dsack_old_sent, 0);
+}
