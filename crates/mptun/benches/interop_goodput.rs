@@ -251,6 +251,12 @@ async fn mptun_run(
     }
     let down_t = start.map_or(Duration::ZERO, |t| t.elapsed());
     if n != bytes {
+        if nstat_diag {
+            println!("{name}: short download; mptun counters:\n{}", stack.counters().to_nstat());
+            for c in stack.connections() {
+                println!("{name}: connection {:?}", c.conn);
+            }
+        }
         return Err(io::Error::other(format!("download short: {n} of {bytes}")));
     }
     let up_t =

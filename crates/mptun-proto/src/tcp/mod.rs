@@ -664,9 +664,11 @@ impl Subflow {
         Some(b)
     }
 
-    /// The peer has closed its direction and everything before its FIN was read.
+    /// The peer has closed its direction and everything before its FIN was
+    /// received and read. A FIN that came beyond a hole is remembered
+    /// (`fin_received`) but ends nothing until the hole is filled.
     pub fn recv_finished(&self) -> bool {
-        self.fin_received.is_some() && self.recv_buf.ready_len() == 0
+        self.fin_received.is_some_and(|fin| self.recv_buf.next() == fin) && self.recv_buf.ready_len() == 0
     }
 
     /// Stream offset (bytes since the SYN) of the next byte `recv` returns.
