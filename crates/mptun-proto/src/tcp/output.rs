@@ -47,7 +47,7 @@ impl Subflow {
     /// largest window advertised (the subflow's own buffer when the window
     /// is not the connection's) plus a fixed slack.
     pub(super) fn rcv_mem_budget(&self) -> usize {
-        let own = if self.rcv_wnd_shared { self.rcv_wnd_conn as usize } else { self.recv_limit };
+        let own = if self.rcv_wnd_shared { 0 } else { self.recv_limit };
         crate::buf::mem_budget(own.max(self.rcv_wnd_max as usize))
     }
 
