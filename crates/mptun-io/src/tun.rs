@@ -309,7 +309,9 @@ impl TunDevice {
     fn read_whole(&self, dev: &SyncDevice, batch: &mut PacketBatch) -> io::Result<usize> {
         let buf = batch.next_free_whole(MAX_IP_PACKET).ok_or_else(full_batch)?;
         let n = dev.recv(buf)?;
-        if n <= HEADROOM {
+        // A TUN read reports the packet's whole length even when it had to
+        // cut it (`tun_put_user`): longer than the slot is a packet lost.
+        if n <= HEADROOM || n > buf.len() {
             AtomicIoStats::add(&self.stats.rx_dropped, 1);
             return Ok(0);
         }

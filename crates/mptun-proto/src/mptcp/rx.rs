@@ -15,6 +15,24 @@ use mptun_wire::mptcp::DssMapping;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::TcpHeader;
 
+/// Chunks shorter than this are copied before the connection keeps them.
+const COPY_BELOW: usize = 16 * 1024;
+
+/// A subflow chunk as the connection's queue keeps it. A chunk is a slice of
+/// the subflow's receive buffer, and one received super-segment is one
+/// allocation of up to 64 KiB: a short slice of it (a mapping that covers a
+/// few bytes of a GRO'd segment) would keep all of it alive while the
+/// memory budget charges its length. Short chunks are copied, so a peer
+/// cannot make the queue hold more than about four times what it is charged
+/// (the purpose of Linux's `truesize`).
+fn unpin(chunk: Bytes) -> Bytes {
+    if chunk.len() < COPY_BELOW {
+        Bytes::copy_from_slice(&chunk)
+    } else {
+        chunk
+    }
+}
+
 /// The advertised MSS assumed before a subflow has one: a 1500-byte
 /// Ethernet MTU less IPv4 and TCP headers and the timestamp option
 /// (1500 - 20 - 20 - 12). Linux has no constant for it; its `advmss` comes
@@ -428,7 +446,7 @@ impl Connection {
                 // DATA_ACKed, so the peer sends it again.
             } else {
                 let off = dsn - base;
-                let ins = self.rcv_buf.insert_bytes(off, chunk);
+                let ins = self.rcv_buf.insert_bytes(off, unpin(chunk));
                 if ins.queued_ofo {
                     sh.counters.mptcp_ofo_queue += 1;
                     sh.counters.mptcp_ofo_queue_tail += ins.tail as u64;
@@ -538,5 +556,20 @@ impl Connection {
                 sf.request_ack();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod unpin_tests {
+    use super::*;
+
+    #[test]
+    fn a_short_slice_of_a_large_buffer_is_copied_a_long_one_kept() {
+        let big = Bytes::from(vec![7u8; 64 * 1024]);
+        let short = unpin(big.slice(100..101));
+        assert_eq!(&short[..], &[7]);
+        assert!(!big.as_ptr_range().contains(&short.as_ptr()), "copied out of the 64 KiB buffer");
+        let long = unpin(big.slice(0..COPY_BELOW));
+        assert_eq!(long.as_ptr(), big.as_ptr(), "kept as a slice");
     }
 }

@@ -434,7 +434,8 @@ impl Subflow {
         } else {
             (start as u64, payload)
         };
-        let limit = self.rcv_window_edge_off();
+        // Nothing after a FIN already seen is data (Linux purges it).
+        let limit = self.rcv_window_edge_off().min(self.fin_received.unwrap_or(u64::MAX));
         let mut trimmed = false;
         if off + data.len() as u64 > limit {
             data = &data[..limit.saturating_sub(off).min(data.len() as u64) as usize];

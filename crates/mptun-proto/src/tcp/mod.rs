@@ -498,7 +498,7 @@ impl Subflow {
             bytes_sent: self.bytes_sent,
             bytes_retrans: self.bytes_retrans,
             snd_wnd: self.snd_wnd,
-            rcv_wnd: self.rcv_adv - self.rcv_nxt,
+            rcv_wnd: self.rcv_wnd_now(),
             send_buffer: self.send_limit,
             recv_buffer: self.recv_limit,
             cwnd_limited: self.is_cwnd_limited(),
@@ -528,7 +528,9 @@ impl Subflow {
     /// last announced, and the data is accepted (RFC 8684 3.3.4: the window
     /// is the connection's). Without a shared window it has no effect.
     pub(crate) fn set_conn_rcv_window(&mut self, window: u64) {
-        self.rcv_wnd_conn = u32::try_from(window).unwrap_or(u32::MAX);
+        // Sequence comparisons hold within 2^31; a window of 2^30 is the
+        // most TCP can announce (RFC 7323 2.3).
+        self.rcv_wnd_conn = window.min(1 << 30) as u32;
     }
 
     /// Sends an ACK at the next `poll_transmit` (a window update, or a

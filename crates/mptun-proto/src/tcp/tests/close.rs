@@ -294,8 +294,12 @@ fn a_fin_beyond_a_hole_is_not_the_end_until_the_hole_fills() {
     assert_eq!(t.read().len(), 1000);
     assert!(!t.sf.recv_finished(), "the bytes between 1000 and 2000 are missing");
     assert_eq!(t.state(), State::Established);
+    // Data past the FIN is no data (Linux purges it): it must not carry
+    // rcv_nxt past the FIN, which would then never be reached.
+    send!(t, seq: R + 3000, ack: S, payload: bytes(500));
     send!(t, seq: R + 1000, ack: S, payload: bytes(1000));
     assert_eq!(t.read().len(), 2000);
     assert!(t.sf.recv_finished());
     assert_eq!(t.state(), State::CloseWait);
+    assert!(t.read().is_empty(), "nothing after the FIN");
 }
