@@ -221,11 +221,15 @@ impl Connection {
     fn on_mp_capable_synack(&mut self, idx: usize, hdr: &TcpHeader, opts: &OptionSummary) {
         let Some((sf, _)) = self.subflows.get(idx).and_then(|s| s.as_ref()) else { return };
         let sh = &mut self.shared;
+        let own = sh.local_key;
         // An MP_CAPABLE without H (HMAC-SHA256) or with B (an extension we
         // do not know) is ignored (RFC 8684 3.1, Linux mptcp_parse_option).
+        // So is one that claims our own key: no peer picks it (one chance
+        // in 2^64), and taking it would give the connection our own token
+        // as the peer's, so that our own joins would come back to it.
         let key = opts.mptcp.iter().find_map(|o| match o {
             MptcpOption::MpCapable { version: 1, flags, sender_key: Some(k), receiver_key: None, .. }
-                if usable_cap_flags(*flags) =>
+                if usable_cap_flags(*flags) && *k != own =>
             {
                 Some((*k, *flags))
             }
@@ -265,7 +269,9 @@ impl Connection {
         }
         for o in &opts.mptcp {
             if let MptcpOption::MpCapable { receiver_key: Some(rk), sender_key: Some(k), .. } = o {
-                if *rk == sh.local_key {
+                // The client's key must not be ours (see on_mp_capable_synack):
+                // a forged third ACK claiming it made the connection join itself.
+                if *rk == sh.local_key && *k != sh.local_key {
                     sh.remote_key = Some(*k);
                     sh.set_rx_base(*k, sf.syn_window());
                     sh.fully_established = true;

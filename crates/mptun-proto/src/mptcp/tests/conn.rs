@@ -904,3 +904,50 @@ fn data_past_the_announced_edge_from_a_linux_sender_is_taken() {
     assert_eq!((a.mptcp_retrans, a.tcp_retrans_segs), (0, 0), "nothing to repair:\n{}", a.to_nstat());
     assert!(peak <= 2 * RCVBUF + crate::buf::MEM_SLACK, "within the memory budget: {peak}");
 }
+
+/// A third ACK whose MP_CAPABLE gives the server's own key as the
+/// client's (a forger that saw the SYN-ACK) is not taken: the connection
+/// would get its own token as the peer's, and its own joins to an address
+/// routed back to it would be accepted as the peer's subflows, its own
+/// data read as the peer's (found by the `endpoint` fuzzer, run 10). A
+/// SYN-ACK claiming the client's own key likewise makes the client fall
+/// back rather than take it.
+#[test]
+fn a_peer_key_equal_to_our_own_is_not_taken() {
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    let mut own_key = |from_a: bool, p: Vec<u8>| -> Option<Vec<u8>> {
+        if !from_a {
+            return Some(p);
+        }
+        Some(rewrite(&p, &mut |m| {
+            if let MptcpOption::MpCapable { sender_key: Some(sk), receiver_key: Some(rk), .. } = m {
+                *sk = *rk;
+            }
+        }))
+    };
+    n.run(Duration::from_millis(200), &mut own_key);
+    let sh = n.b.accept().expect("accepted");
+    let info = n.b.conn(sh).unwrap().info();
+    assert!(info.remote_token.is_none_or(|t| Some(t) != info.local_token), "{info:?}");
+    assert!(!info.fully_established, "{info:?}");
+    let _ = h;
+
+    // The client side: a SYN-ACK carrying the client's own key.
+    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let h = n.connect();
+    let client_key = n.a.conn(h).unwrap().shared.local_key;
+    let mut mirror = |from_a: bool, p: Vec<u8>| -> Option<Vec<u8>> {
+        Some(rewrite(&p, &mut |m| {
+            if let MptcpOption::MpCapable { sender_key: Some(sk), receiver_key: None, .. } = m {
+                if !from_a {
+                    *sk = client_key;
+                }
+            }
+        }))
+    };
+    n.run(Duration::from_millis(200), &mut mirror);
+    let info = n.a.conn(h).unwrap().info();
+    assert_eq!(info.mode, Mode::Plain, "{info:?}");
+    assert!(n.a.counters().mptcp_mp_capable_fallback_synack >= 1);
+}
