@@ -167,9 +167,12 @@ fn sender_series_reaches_the_end(dir: &std::path::Path, r: &Value) {
 /// The ACK train needs ACKs no more than 2 ms apart (`hystart_ack_delta`);
 /// a userspace stack on a loaded shared host sometimes sees a longer gap
 /// within the round and the train is found late or not at all (docs/lab.md:
-/// one of three measured runs). So the mptun run is tried up to three times
-/// and must show the fix's behaviour once; the legacy exit must hold in
-/// every attempt.
+/// one of three measured runs). Likewise the legacy delay exit comes at a
+/// cwnd that the host's latency noise moves (242, 530 and 1033 packets in
+/// three runs of 2026-11-30 against a BDP of 619; one run in four ran into
+/// loss instead). So the mptun run is tried up to three times and must show
+/// each variant's behaviour once. The simulator's `hystart` test asserts
+/// both exits exactly, every time.
 #[test]
 fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
     if !lab_ready() {
@@ -178,6 +181,7 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
     let n = name("hy");
     let mut bdp = 0;
     let mut fixed_by_train = false;
+    let mut legacy_below_bdp = false;
     for attempt in 1..=3 {
         let (v, _) = lab_json(&["hystart"], &n, Duration::from_secs(60));
         let vars = v["variants"].as_array().expect("variants");
@@ -185,17 +189,20 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
         bdp = legacy["bdp_packets"].as_u64().unwrap();
         assert_eq!(bdp, 619);
         assert_eq!((legacy["round_start"].as_str(), fixed["round_start"].as_str()), (Some("legacy"), Some("fixed")));
-        assert_eq!(legacy["exit_reason"], "delay", "{legacy:#}");
-        assert!(legacy["exit_cwnd"].as_u64().unwrap() < bdp, "{legacy:#}");
+        legacy_below_bdp |= legacy["exit_reason"] == "delay" && legacy["exit_cwnd"].as_u64().unwrap() < bdp;
         assert_eq!(v["sim"]["fixed"]["exit_reason"], "train");
         assert!(fixed["vs_sim"].as_array().unwrap().iter().any(|f| f["figure"] == "delivered_bytes"));
-        if fixed["exit_reason"] == "train" && fixed["exit_cwnd"].as_u64().unwrap() >= bdp {
-            fixed_by_train = true;
+        fixed_by_train |= fixed["exit_reason"] == "train" && fixed["exit_cwnd"].as_u64().unwrap() >= bdp;
+        if fixed_by_train && legacy_below_bdp {
             break;
         }
-        println!("attempt {attempt}: fixed exited by {} at cwnd {}", fixed["exit_reason"], fixed["exit_cwnd"]);
+        println!(
+            "attempt {attempt}: legacy exited by {} at cwnd {}, fixed by {} at cwnd {}",
+            legacy["exit_reason"], legacy["exit_cwnd"], fixed["exit_reason"], fixed["exit_cwnd"]
+        );
     }
     assert!(fixed_by_train, "the fixed round start never exited by ACK train at or above the BDP in 3 runs");
+    assert!(legacy_below_bdp, "the legacy round start never exited by delay below the BDP in 3 runs");
 
     // A run killed before its teardown left a namespace behind.
     let k = name("hk");

@@ -98,14 +98,16 @@ impl Driver {
         devices: Vec<Arc<dyn PacketIo>>,
         routes: Vec<(IpAddr, DeviceId)>,
         pcaps: Vec<SharedPcap>,
+        gro: bool,
     ) -> Self {
         let devices = devices
             .into_iter()
             .map(|io| {
                 let mut rx = PacketBatch::for_io(&*io);
                 // The core takes a super-segment as one segment: a 64 KiB
-                // GRO read costs one header and one copy, not 45.
-                rx.set_gro(true);
+                // GRO read costs one header and one copy, not 45
+                // (`StackBuilder::gro`).
+                rx.set_gro(gro);
                 let tx = PacketBatch::for_io(&*io);
                 Device { io, rx, tx, dead: false }
             })

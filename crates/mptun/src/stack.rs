@@ -63,6 +63,7 @@ pub struct StackBuilder {
     pcap: Option<PathBuf>,
     pcap_dir: Option<PathBuf>,
     limits: Limits,
+    gro: bool,
 }
 
 impl StackBuilder {
@@ -117,6 +118,19 @@ impl StackBuilder {
     /// Records each device into its own `DIR/<device name>.pcap`.
     pub fn pcap_per_device(mut self, dir: impl Into<PathBuf>) -> Self {
         self.pcap_dir = Some(dir.into());
+        self
+    }
+
+    /// Whether received TCP super-packets (a TUN's GRO/TSO reads) reach the
+    /// protocol core whole, one segment and one acknowledgement per up to
+    /// 64 KiB (on by default: it is what makes a fast receiver, as Linux's
+    /// GRO). Off, they are cut into wire segments first and acknowledged as
+    /// they would be one by one, as the simulator's receiver does: the lab
+    /// turns it off to reproduce the simulator's scenarios, whose outcome
+    /// (HyStart's exit on the delay of each acknowledgement, for one)
+    /// depends on the acknowledgement pattern.
+    pub fn gro(mut self, on: bool) -> Self {
+        self.gro = on;
         self
     }
 
@@ -177,7 +191,7 @@ impl StackBuilder {
         }
         let local_ips = routes.iter().map(|(ip, _)| *ip).collect();
         let shared = Arc::new(Shared::new(State::new(ep, local_ips), Clock::new()));
-        let driver = Driver::new(shared.clone(), devices.clone(), routes, pcaps);
+        let driver = Driver::new(shared.clone(), devices.clone(), routes, pcaps, self.gro);
         let high_res_timer = driver.high_resolution_timer();
         let span = tracing::info_span!("mptun", paths = ?paths.iter().map(|p| p.local).collect::<Vec<_>>());
         tokio::spawn(tracing::Instrument::instrument(driver, span));
@@ -224,6 +238,7 @@ impl Stack {
             pcap: None,
             pcap_dir: None,
             limits: Limits::default(),
+            gro: true,
         }
     }
 
