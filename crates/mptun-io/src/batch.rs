@@ -203,10 +203,7 @@ impl PacketBatch {
             slot.resize(HEADROOM + packet.len(), 0);
         }
         slot[HEADROOM..HEADROOM + packet.len()].copy_from_slice(packet);
-        self.lens[i] = packet.len();
-        self.gso[i] = size;
-        self.csum_ok[i] = false;
-        self.len += 1;
+        self.fill_next(packet.len(), size, false);
         Ok(())
     }
 
@@ -237,12 +234,8 @@ impl PacketBatch {
         if buf.len() < self.slot_size() {
             buf.resize(self.slot_size(), 0);
         }
-        let i = self.len;
-        std::mem::swap(&mut self.slots[i], buf);
-        self.lens[i] = len;
-        self.gso[i] = gso;
-        self.csum_ok[i] = false;
-        self.len += 1;
+        std::mem::swap(&mut self.slots[self.len], buf);
+        self.fill_next(len, gso, false);
         Ok(())
     }
 
@@ -324,10 +317,7 @@ impl PacketBatch {
         if n > max {
             return Err(PushError::TooLarge { len: n, max });
         }
-        self.lens[i] = n;
-        self.gso[i] = 0;
-        self.csum_ok[i] = false;
-        self.len += 1;
+        self.fill_next(n, 0, false);
         Ok(i)
     }
 
@@ -361,10 +351,7 @@ impl PacketBatch {
     /// Marks the next free slot as holding `n` bytes.
     pub(crate) fn commit(&mut self, n: usize) {
         debug_assert!(n <= self.max_packet_len && self.len < self.slots.len());
-        self.lens[self.len] = n;
-        self.gso[self.len] = 0;
-        self.csum_ok[self.len] = false;
-        self.len += 1;
+        self.fill_next(n, 0, false);
     }
 
     /// The next free slot, whole (headroom in front), grown to take `len`
@@ -386,8 +373,14 @@ impl PacketBatch {
     /// bytes on the wire (0: an ordinary packet), whose TCP checksum the
     /// device vouched for if `csum_ok`.
     pub(crate) fn commit_whole(&mut self, n: usize, gso: u16, csum_ok: bool) {
+        debug_assert!(self.len < self.slots.len() && HEADROOM + n <= self.slots[self.len].len());
+        self.fill_next(n, gso, csum_ok);
+    }
+
+    /// Records that the next free slot now holds a packet of `n` bytes (after
+    /// the headroom), its TSO segment size (0: none) and checksum state.
+    fn fill_next(&mut self, n: usize, gso: u16, csum_ok: bool) {
         let i = self.len;
-        debug_assert!(i < self.slots.len() && HEADROOM + n <= self.slots[i].len());
         self.lens[i] = n;
         self.gso[i] = gso;
         self.csum_ok[i] = csum_ok;

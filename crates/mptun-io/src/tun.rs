@@ -338,6 +338,9 @@ impl TunDevice {
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
 /// `virtio_net_hdr` flags (receive): the checksum was verified.
 const VIRTIO_NET_HDR_F_DATA_VALID: u8 = 2;
+/// `virtio_net_hdr` GSO types.
+const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
 /// `virtio_net_hdr` GSO type bit: the first segment carries CWR.
 const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
 
@@ -361,9 +364,6 @@ pub(crate) fn vnet_rx(hdr: &[u8]) -> VnetRx {
     };
     VnetRx { gso_size, csum_ok: flags & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) != 0 }
 }
-/// `virtio_net_hdr` GSO types.
-const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
-const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
 /// Offset of the checksum field in a TCP header (`csum_offset`).
 const TCP_CSUM_OFFSET: u16 = 16;
 

@@ -279,8 +279,7 @@ async fn mptun_run(
             .iter()
             .filter_map(|(k, v)| {
                 let d = v.saturating_sub(peer0.get(k).copied().unwrap_or(0));
-                (d != 0 && (k.starts_with("TcpExt") || k.starts_with("MPTcpExt") || k.starts_with("Tcp")))
-                    .then(|| format!("{k}={d}"))
+                (d != 0 && (k.starts_with("Tcp") || k.starts_with("MPTcp"))).then(|| format!("{k}={d}"))
             })
             .collect();
         println!("{name}: mptun counters:\n{}", c.to_nstat());

@@ -28,6 +28,10 @@ const LIMIT: usize = 10_000;
 /// fq's `flow_limit`: packets held per flow (super-segments count one).
 const FLOW_LIMIT: usize = 1_000;
 
+/// Buffers shorter than this are small: a packet that fits one is held in a
+/// copy, not in the 64 KiB buffer it was built in.
+pub(crate) const SMALL: usize = HEADROOM + 16 * 1024;
+
 /// A flow: (source, destination), as the core addressed the packet.
 pub(crate) type FlowKey = (SocketAddr, SocketAddr);
 
@@ -59,7 +63,11 @@ pub(crate) struct DepartureQueue {
     /// (head departure, insertion order, flow) of every non-empty flow.
     heads: BinaryHeap<Reverse<(Instant, u64, FlowKey)>>,
     order: u64,
+    /// Spare buffers for super-segments (at least [`SMALL`] bytes).
     free: Vec<Vec<u8>>,
+    /// Spare buffers for small packets, so that holding an ACK or a short
+    /// request allocates neither per packet nor 64 KiB.
+    free_small: Vec<Vec<u8>>,
     len: usize,
     bytes: usize,
 }
@@ -147,16 +155,18 @@ impl DepartureQueue {
 
     /// Returns a buffer for reuse.
     pub(crate) fn recycle(&mut self, buf: Vec<u8>) {
-        if self.free.len() < 256 {
-            self.free.push(buf);
+        let list = if buf.len() < SMALL { &mut self.free_small } else { &mut self.free };
+        if list.len() < 256 {
+            list.push(buf);
         }
     }
 
-    /// A buffer of at least `size` bytes to build a packet in: a recycled
-    /// one when there is one (most are; a held packet's buffer returns as a
-    /// device slot's spare), else a new one.
+    /// A buffer of at least `size` bytes: a recycled one of the same class
+    /// (small or large) when there is one (most are; a held packet's buffer
+    /// returns as a device slot's spare), else a new one.
     pub(crate) fn take_buffer(&mut self, size: usize) -> Vec<u8> {
-        let mut b = self.free.pop().unwrap_or_default();
+        let list = if size < SMALL { &mut self.free_small } else { &mut self.free };
+        let mut b = list.pop().unwrap_or_default();
         if b.len() < size {
             b.resize(size, 0);
         }
@@ -277,5 +287,11 @@ mod tests {
         assert_eq!(b.as_ptr(), ptr, "a recycled buffer");
         assert!(b.len() >= HEADROOM + 1500);
         assert!(q.take_buffer(64).len() >= 64, "a new one when none is left");
+        // Large and small buffers are kept apart: a small packet never takes
+        // a 64 KiB buffer, a super-segment never a small one.
+        q.recycle(vec![0; SMALL + 1]);
+        q.recycle(vec![0; 200]);
+        assert_eq!(q.take_buffer(100).len(), 200);
+        assert_eq!(q.take_buffer(SMALL).len(), SMALL + 1);
     }
 }

@@ -31,7 +31,7 @@ use mptun_proto::tcp::Event;
 use mptun_proto::{ConnConfig, ConnectionHandle};
 use mptun_time::{Duration, Instant};
 
-use crate::departure::{DepartureQueue, Refused, TIMER_SLACK};
+use crate::departure::{self, DepartureQueue, Refused, TIMER_SLACK};
 use crate::state::{ConnState, Shared, State, BACKLOG};
 use crate::timer::{HrTimer, SPIN_BELOW};
 use crate::StreamOptions;
@@ -51,9 +51,6 @@ const MAX_HOLD: Duration = Duration::from_micros(100);
 const SWEEP_EVERY: Duration = Duration::from_millis(1000);
 /// Largest packet the endpoint may write (an IPv6 jumbo aside).
 const SCRATCH: usize = 65_535;
-/// Packets at least this long are held in the fq in the buffer they were
-/// built in (moved); shorter ones in an exact copy.
-const HOLD_BY_MOVE: usize = 16 * 1024;
 
 struct Device {
     io: Arc<dyn PacketIo>,
@@ -349,13 +346,16 @@ impl Driver {
             // Its time has not come (EDT), its flow has packets waiting, or
             // the device's batch is full: the fq holds it, a super-segment
             // in this buffer (moved), a small packet (an ACK behind paced
-            // data) in a copy of its own size, so that thousands held do not
-            // each keep 64 KiB.
-            let buf = if t.len >= HOLD_BY_MOVE {
+            // data) copied into a small recycled buffer, so that thousands
+            // held do not each keep 64 KiB.
+            let n = HEADROOM + t.len;
+            let buf = if n >= departure::SMALL {
                 let spare = self.departures.take_buffer(HEADROOM + SCRATCH);
                 std::mem::replace(&mut self.scratch, spare)
             } else {
-                self.scratch[..HEADROOM + t.len].to_vec()
+                let mut b = self.departures.take_buffer(n);
+                b[..n].copy_from_slice(&self.scratch[..n]);
+                b
             };
             match self.departures.push(now, flow, t.departure, dev, buf, t.len, t.segment_size) {
                 Ok(()) => st.stats.tx_held += 1,

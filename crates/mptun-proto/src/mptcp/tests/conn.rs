@@ -915,7 +915,7 @@ fn data_past_the_announced_edge_from_a_linux_sender_is_taken() {
 #[test]
 fn a_peer_key_equal_to_our_own_is_not_taken() {
     let mut n = net(EndpointConfig::default(), EndpointConfig::default());
-    let h = n.connect();
+    n.connect();
     let mut own_key = |from_a: bool, p: Vec<u8>| -> Option<Vec<u8>> {
         if !from_a {
             return Some(p);
@@ -931,7 +931,6 @@ fn a_peer_key_equal_to_our_own_is_not_taken() {
     let info = n.b.conn(sh).unwrap().info();
     assert!(info.remote_token.is_none_or(|t| Some(t) != info.local_token), "{info:?}");
     assert!(!info.fully_established, "{info:?}");
-    let _ = h;
 
     // The client side: a SYN-ACK carrying the client's own key.
     let mut n = net(EndpointConfig::default(), EndpointConfig::default());
