@@ -288,7 +288,13 @@ impl World {
         if !side.client && parse_tcp_packet(&p.bytes).is_ok_and(|x| x.tcp.flags.syn()) {
             side.syns_in += 1;
         }
-        side.ep.handle_packet(now, &p.bytes);
+        if p.bytes.len() >= mptun_proto::RECV_ZERO_COPY_MIN {
+            // As the runtime's driver hands over a GRO read: lent as it is,
+            // the receive queues keep slices of it.
+            side.ep.handle_packet_bytes(now, p.bytes.into(), false);
+        } else {
+            side.ep.handle_packet(now, &p.bytes);
+        }
         if trace() {
             dump(&side.ep);
         }

@@ -9,6 +9,10 @@
 
 use std::fmt;
 
+use bytes::Bytes;
+
+use crate::pool::BufferPool;
+
 /// Bytes reserved in front of every packet: the size of `struct virtio_net_hdr`
 /// that a TUN device opened with `IFF_VNET_HDR` exchanges before each frame.
 pub const HEADROOM: usize = 10;
@@ -73,6 +77,8 @@ pub struct PacketBatch {
     /// `len` past `limit`.
     limit: usize,
     max_packet_len: usize,
+    /// Where buffers lent out by [`Self::take_bytes`] come back.
+    pool: BufferPool,
 }
 
 impl PacketBatch {
@@ -92,6 +98,7 @@ impl PacketBatch {
             tapped: 0,
             limit: 0,
             max_packet_len,
+            pool: BufferPool::default(),
         };
         b.reserve_slots(capacity.max(1));
         b
@@ -331,6 +338,24 @@ impl PacketBatch {
         (index < self.len).then(|| &mut self.slots[index][HEADROOM..HEADROOM + self.lens[index]])
     }
 
+    /// The packet at `index` as `Bytes`, without a copy: the slot's buffer
+    /// moves into the result and the slot takes a recycled buffer of the
+    /// same size in its place, so the slot no longer holds the packet. The
+    /// buffer returns to this batch's pool (at most
+    /// [`crate::POOL_MAX`] kept) when the last slice of it is dropped,
+    /// possibly on another thread. For a receiver that keeps super-packets'
+    /// payloads as they are instead of copying them out
+    /// (`Endpoint::handle_packet_bytes`).
+    pub fn take_bytes(&mut self, index: usize) -> Option<Bytes> {
+        if index >= self.len {
+            return None;
+        }
+        let size = self.slots[index].len();
+        let buf = std::mem::replace(&mut self.slots[index], self.pool.get(size));
+        let len = self.lens[index];
+        Some(self.pool.lend(buf, HEADROOM..HEADROOM + len))
+    }
+
     /// Every packet in order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
         self.slots[..self.len].iter().zip(&self.lens).map(|(s, &l)| &s[HEADROOM..HEADROOM + l])
@@ -473,6 +498,31 @@ mod tests {
         b.push(&[9]).unwrap();
         assert_eq!(b.get(0).unwrap().as_ptr(), ptr, "slot memory is recycled");
         assert_eq!(b.iter().collect::<Vec<_>>(), vec![&[9u8][..]]);
+    }
+
+    #[test]
+    fn take_bytes_lends_the_slot_s_buffer_and_recycles_it() {
+        let mut b = PacketBatch::new(2, 8);
+        b.push(&[1, 2, 3]).unwrap();
+        b.push(&[4; 8]).unwrap();
+        let ptr = b.get(1).unwrap().as_ptr();
+        let taken = b.take_bytes(1).unwrap();
+        assert_eq!(&taken[..], &[4u8; 8][..]);
+        assert_eq!(taken.as_ptr(), ptr, "moved, not copied");
+        assert_eq!(b.take_bytes(2), None);
+        // The slot took another buffer: refilling it leaves `taken` alone.
+        b.clear();
+        b.push(&[7; 8]).unwrap();
+        b.push(&[8; 8]).unwrap();
+        assert_eq!(&taken[..], &[4u8; 8][..]);
+        assert_ne!(b.get(1).unwrap().as_ptr(), ptr);
+        // Once dropped, the next take reuses it.
+        drop(taken);
+        let again = b.take_bytes(0).unwrap();
+        assert_eq!(&again[..], &[7u8; 8][..]);
+        b.clear();
+        b.push(&[9; 8]).unwrap();
+        assert_eq!(b.get(0).unwrap().as_ptr(), ptr, "the returned buffer went to the slot");
     }
 
     #[test]

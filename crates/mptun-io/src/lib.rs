@@ -23,6 +23,7 @@ pub mod netstat;
 mod packet_io;
 pub mod paths;
 pub mod pcap;
+mod pool;
 mod tap;
 #[cfg(any(test, feature = "testutil"))]
 pub mod testutil;
@@ -33,6 +34,7 @@ pub use channel::ChannelIo;
 pub use netns::{run_in_netns, spawn_tun_in_netns, Netns, NetnsGuard};
 pub use packet_io::{AtomicIoStats, IoStats, PacketIo, PacketIoExt};
 pub use pcap::{PcapReader, PcapWriter};
+pub use pool::POOL_MAX;
 pub use tap::{PcapTap, SharedPcap};
 pub use tun::{IfAddr, TunConfig, TunDevice};
 

@@ -26,3 +26,10 @@ pub use endpoint::{ConnectionHandle, Endpoint, EndpointConfig, Limits};
 pub use error::{ConnectError, RecvError, SendError};
 pub use mptcp::{ConnConfig, Connection, MptcpConfig};
 pub use mptun_time::{Duration, Instant};
+
+/// The smallest packet worth handing to
+/// [`Endpoint::handle_packet_bytes`] rather than
+/// [`Endpoint::handle_packet`]: the receive queues copy shared data shorter
+/// than this (so that a short slice cannot pin a 64 KiB buffer), so for a
+/// smaller packet lending the buffer saves nothing.
+pub const RECV_ZERO_COPY_MIN: usize = buf::COPY_BELOW;

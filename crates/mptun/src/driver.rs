@@ -170,13 +170,21 @@ impl Driver {
 
         // 1b. Feed what arrived.
         for d in &mut self.devices {
-            for (i, p) in d.rx.iter().enumerate() {
-                if d.rx.checksum_verified(i) {
+            for i in 0..d.rx.len() {
+                let verified = d.rx.checksum_verified(i);
+                st.stats.rx_gro_packets += d.rx.gso_size(i).is_some() as u64;
+                let p = d.rx.get(i).expect("i < len");
+                if p.len() >= mptun_proto::RECV_ZERO_COPY_MIN {
+                    // A super-segment: its buffer moves into the receive
+                    // queue (and comes back to the batch's pool once read)
+                    // instead of its payload being copied out.
+                    let p = d.rx.take_bytes(i).expect("i < len");
+                    st.ep.handle_packet_bytes(now, p, verified);
+                } else if verified {
                     st.ep.handle_packet_checksum_verified(now, p);
                 } else {
                     st.ep.handle_packet(now, p);
                 }
-                st.stats.rx_gro_packets += d.rx.gso_size(i).is_some() as u64;
             }
             st.stats.rx_packets += d.rx.len() as u64;
             d.rx.clear();

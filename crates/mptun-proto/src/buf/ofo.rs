@@ -17,7 +17,8 @@
 //! in-sequence segments behind a hole (the usual pattern after a loss), sized
 //! to the run so far (at most [`COALESCE_MAX`]), so it never exceeds the bytes
 //! already in the range and is charged by [`OfoQueue::mem_charged`]. A
-//! segment given as `Bytes` is only ever sliced.
+//! segment given as `Bytes` is sliced, not copied, except for pieces shorter
+//! than [`COPY_BELOW`].
 
 use bytes::{Bytes, BytesMut};
 use std::collections::BTreeMap;
@@ -34,6 +35,16 @@ pub(crate) const CHUNK_OVERHEAD: usize = 256;
 
 /// The largest buffer tail coalescing allocates (a 64 KiB GRO skb).
 pub(crate) const COALESCE_MAX: usize = 64 * 1024;
+
+/// Shared data shorter than this is copied rather than sliced when a queue
+/// keeps it. A received super-segment is one allocation of up to 64 KiB (a
+/// GRO read the driver lends as it is, or a subflow chunk the connection
+/// moves): a short slice of it (the few new bytes of a mostly duplicate
+/// segment, a mapping that covers a corner of it) would keep all of it alive
+/// while the memory budget charges only its length. Copying short slices
+/// bounds what a peer can make a queue hold to about four times what it is
+/// charged (the purpose of Linux's `truesize`).
+pub(crate) const COPY_BELOW: usize = 16 * 1024;
 
 /// A segment's payload as the caller has it.
 #[derive(Debug, Clone)]
@@ -53,11 +64,12 @@ impl Src<'_> {
     }
 
     /// Bytes `from..` of the segment as a `Bytes`: a copy of a slice, a
-    /// slice of a `Bytes`.
+    /// slice of a `Bytes` (a copy if shorter than [`COPY_BELOW`]).
     pub fn tail_from(&self, from: usize) -> Bytes {
         match self {
+            Src::Bytes(b) if b.len() - from >= COPY_BELOW => b.slice(from..),
+            Src::Bytes(b) => Bytes::copy_from_slice(&b[from..]),
             Src::Slice(s) => Bytes::copy_from_slice(&s[from..]),
-            Src::Bytes(b) => b.slice(from..),
         }
     }
 }
@@ -192,10 +204,11 @@ impl OfoQueue {
         let n = hi - lo;
         self.len += n;
         let slice = match data {
-            Src::Bytes(b) => {
+            Src::Bytes(b) if n >= COPY_BELOW => {
                 self.chunks.insert(from, Chunk::Shared(b.slice(lo..hi)));
                 return;
             }
+            Src::Bytes(b) => &b[lo..hi],
             Src::Slice(s) => &s[lo..hi],
         };
         // Does it continue the piece before it?

@@ -5,7 +5,7 @@
 //! Offsets are 64-bit stream offsets, not sequence numbers, so the queue never
 //! has to reason about wrap-around.
 
-use super::ofo::{OfoQueue, Src, CHUNK_OVERHEAD};
+use super::ofo::{OfoQueue, Src, CHUNK_OVERHEAD, COPY_BELOW};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 
@@ -179,7 +179,13 @@ impl RecvBuf {
                     let ce = s + b.len() as u64;
                     if ce > self.next {
                         let skip = self.next.saturating_sub(s) as usize;
-                        self.push_ready(b.slice(skip..), false, spare);
+                        if skip > 0 && b.len() - skip < COPY_BELOW {
+                            // What is left of the chunk is short: copied,
+                            // not kept as a slice of it (see `COPY_BELOW`).
+                            self.push_ready(Bytes::copy_from_slice(&b[skip..]), false, 0);
+                        } else {
+                            self.push_ready(b.slice(skip..), false, spare);
+                        }
                         self.next = ce;
                         any = true;
                     }
@@ -312,35 +318,69 @@ mod tests {
 
     #[test]
     fn in_order_bytes_are_queued_without_a_copy() {
+        const C: usize = COPY_BELOW;
         let mut r = RecvBuf::default();
-        let data = Bytes::from(vec![7u8; 1000]);
+        let data = Bytes::from(vec![7u8; 5 * C]);
         let ptr = data.as_ptr();
-        r.insert_bytes(0, data.slice(..600));
+        r.insert_bytes(0, data.slice(..3 * C));
         // Overlapping retransmission: only the new suffix is queued, still zero-copy.
-        r.insert_bytes(500, data.slice(500..));
-        let a = r.read_chunk(10_000).unwrap();
-        let b = r.read_chunk(10_000).unwrap();
-        assert_eq!((a.len(), b.len()), (600, 400));
+        r.insert_bytes(2 * C as u64, data.slice(2 * C..));
+        let a = r.read_chunk(usize::MAX).unwrap();
+        let b = r.read_chunk(usize::MAX).unwrap();
+        assert_eq!((a.len(), b.len()), (3 * C, 2 * C));
         assert_eq!(a.as_ptr(), ptr);
-        assert_eq!(b.as_ptr(), ptr.wrapping_add(600));
+        assert_eq!(b.as_ptr(), ptr.wrapping_add(3 * C));
     }
 
     /// Out-of-order data given as `Bytes` is queued as slices of it and
     /// handed out again without a copy, in any arrival order.
     #[test]
     fn out_of_order_bytes_are_never_copied() {
-        let segs: Vec<Bytes> = (0..50u8).map(|i| Bytes::from(vec![i; 100])).collect();
+        const C: usize = COPY_BELOW;
+        let segs: Vec<Bytes> = (0..20u8).map(|i| Bytes::from(vec![i; C])).collect();
         let mut r = RecvBuf::default();
         for (i, b) in segs.iter().enumerate().rev() {
-            r.insert_bytes(i as u64 * 100, b.clone());
+            r.insert_bytes((i * C) as u64, b.clone());
             r.check();
         }
-        assert_eq!(r.ready_len(), 5000);
+        assert_eq!(r.ready_len(), 20 * C);
         for b in &segs {
-            let c = r.read_chunk(100).unwrap();
+            let c = r.read_chunk(C).unwrap();
             assert_eq!(c.as_ptr(), b.as_ptr());
         }
-        assert!(r.read_chunk(100).is_none());
+        assert!(r.read_chunk(C).is_none());
+    }
+
+    /// A short piece of a shared buffer is copied, in order or out of order:
+    /// a few new bytes of a mostly duplicate 64 KiB super-segment must not
+    /// keep all of it alive while the budget charges a few bytes.
+    #[test]
+    fn short_pieces_of_shared_data_are_copied() {
+        const C: usize = COPY_BELOW;
+        let big = Bytes::from(vec![1u8; 4 * C]);
+        let within = |c: &Bytes| {
+            let (p, q) = (big.as_ptr() as usize, c.as_ptr() as usize);
+            q >= p && q < p + big.len()
+        };
+        let mut r = RecvBuf::default();
+        r.insert(0, &vec![0u8; 4 * C - 100]);
+        // In order: only the last 100 bytes are new.
+        assert_eq!(r.insert_bytes(0, big.clone()).in_order, 100);
+        // Out of order: the gaps between two queued ranges are filled by
+        // pieces of the buffer, the queued ranges themselves cut short by
+        // an overlapping in-order insert.
+        let x = 4 * C as u64 + 1000;
+        r.insert(x, &[2u8; 10]);
+        r.insert(x + 150, &[2u8; 10]);
+        assert!(r.insert_bytes(x, big.slice(..2 * C)).queued_ofo);
+        r.insert_bytes(4 * C as u64, big.slice(..1005));
+        assert_eq!(r.ready_len(), 4 * C + 1000 + 2 * C);
+        let mut n = 0;
+        while let Some(c) = r.read_chunk(usize::MAX) {
+            n += c.len();
+            assert!(c.len() >= C || !within(&c), "a short piece ({} bytes) points into the shared buffer", c.len());
+        }
+        assert_eq!(n, 6 * C + 1000);
     }
 
     /// A run of segments behind a hole coalesces into few buffers, allocated

@@ -5,6 +5,7 @@
 use super::{wrap_early_iss, ConnectionHandle, Endpoint, MAX_STATELESS, MAX_STRAY_RSTS};
 use crate::mptcp::Connection;
 use crate::seq::Seq;
+use bytes::Bytes;
 use mptun_time::Instant;
 use mptun_wire::icmp::{parse_icmp_packet, Icmp};
 use mptun_wire::tcp::OptionSummary;
@@ -19,7 +20,7 @@ impl Endpoint {
     /// device's GRO or a peer's TSO, kept whole): the receiver takes it as
     /// one segment, as Linux takes a GRO skb.
     pub fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
-        self.input(now, packet, true);
+        self.input(now, packet, true, None);
     }
 
     /// As [`Self::handle_packet`] for a packet whose TCP checksum the device
@@ -30,10 +31,22 @@ impl Endpoint {
     /// be a pass over every byte for nothing, or, for a partial checksum, a
     /// wrong drop. The IPv4 header checksum is still checked.
     pub fn handle_packet_checksum_verified(&mut self, now: Instant, packet: &[u8]) {
-        self.input(now, packet, false);
+        self.input(now, packet, false, None);
     }
 
-    fn input(&mut self, now: Instant, packet: &[u8], verify: bool) {
+    /// [`Self::handle_packet`] (or, if `checksum_verified`,
+    /// [`Self::handle_packet_checksum_verified`]) for a packet the caller
+    /// can lend as it is: the receive queues keep slices of it instead of
+    /// copying its payload, and the buffer lives on until the application
+    /// has read the last of them. Worth it for super-segments (see
+    /// [`crate::RECV_ZERO_COPY_MIN`]); the memory budget charges what is
+    /// kept, and no kept piece is shorter than that minimum, so a buffer
+    /// outlives at most four times what it is charged.
+    pub fn handle_packet_bytes(&mut self, now: Instant, packet: Bytes, checksum_verified: bool) {
+        self.input(now, &packet, !checksum_verified, Some(&packet));
+    }
+
+    fn input(&mut self, now: Instant, packet: &[u8], verify: bool, owner: Option<&Bytes>) {
         self.sync_dirty();
         let parsed = if verify { parse_tcp_packet(packet) } else { parse_tcp_packet_unverified(packet) };
         let pkt = match parsed {
@@ -61,7 +74,7 @@ impl Endpoint {
         }
         if let Some((h, idx)) = self.tuple_owner(&(local, remote)) {
             let s = self.conns[h.0].as_mut().expect("tuple_owner checked the slot");
-            s.conn.handle_segment(now, idx, &pkt.tcp, &opts, pkt.payload);
+            s.conn.handle_segment(now, idx, &pkt.tcp, &opts, pkt.payload, owner);
             self.ready.insert(h.0);
             self.post_conn(now, h);
             return;
@@ -243,7 +256,7 @@ impl Endpoint {
         }
         self.add_tuple(h, (local, remote), 0);
         let s = self.conns[h.0].as_mut().expect("just inserted");
-        s.conn.handle_segment(now, 0, ack, opts, payload);
+        s.conn.handle_segment(now, 0, ack, opts, payload, None);
         self.ready.insert(h.0);
         self.post_conn(now, h);
         true

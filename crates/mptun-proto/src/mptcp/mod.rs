@@ -559,6 +559,7 @@ impl Connection {
         hdr: &TcpHeader,
         opts: &OptionSummary,
         payload: &[u8],
+        packet: Option<&bytes::Bytes>,
     ) {
         self.last_now = self.last_now.max(now);
         let single_subflow = self.subflows.iter().flatten().count() == 1;
@@ -574,7 +575,7 @@ impl Connection {
         // After a fallback the subflow's own window is the limit again.
         let shared = self.shared.mode == Mode::Mptcp && !self.shared.infinite;
         sf.set_conn_rcv_window(if shared { self.shared.accept_edge().saturating_sub(self.shared.rcv_nxt) } else { 0 });
-        let verdict = sf.handle_segment(now, hdr, opts, payload);
+        let verdict = sf.handle_segment_in(now, hdr, opts, payload, packet);
         let acked_new = sf.snd_una().gt(una_before);
         let wnd = (hdr.window as u64) << sf.snd_wscale();
         // Relative ssn of the payload's first byte (a SYN takes one number).

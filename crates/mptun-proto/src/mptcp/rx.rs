@@ -5,7 +5,7 @@
 //! middlebox strips the options, and the connection-level receive window.
 
 use super::{Connection, JoinState, Mode, RxMap, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
-use crate::buf::{mem_budget, RecvBuf};
+use crate::buf::{mem_budget, RecvBuf, COPY_BELOW};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, Subflow};
 use bytes::Bytes;
@@ -15,16 +15,10 @@ use mptun_wire::mptcp::DssMapping;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::TcpHeader;
 
-/// Chunks shorter than this are copied before the connection keeps them.
-const COPY_BELOW: usize = 16 * 1024;
-
-/// A subflow chunk as the connection's queue keeps it. A chunk is a slice of
-/// the subflow's receive buffer, and one received super-segment is one
-/// allocation of up to 64 KiB: a short slice of it (a mapping that covers a
-/// few bytes of a GRO'd segment) would keep all of it alive while the
-/// memory budget charges its length. Short chunks are copied, so a peer
-/// cannot make the queue hold more than about four times what it is charged
-/// (the purpose of Linux's `truesize`).
+/// A subflow chunk as the connection's queue keeps it: a slice of the
+/// subflow's receive buffer, copied if shorter than [`COPY_BELOW`] (a
+/// mapping that covers a few bytes of a GRO'd segment must not keep all of
+/// it alive).
 fn unpin(chunk: Bytes) -> Bytes {
     if chunk.len() < COPY_BELOW {
         Bytes::copy_from_slice(&chunk)

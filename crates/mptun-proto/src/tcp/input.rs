@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// `data` as a slice of `packet` if it lies within it and is long enough to
+/// be worth keeping that way (see [`crate::buf::COPY_BELOW`]).
+fn shared_slice(packet: &Bytes, data: &[u8]) -> Option<Bytes> {
+    let (p, d) = (packet.as_ptr() as usize, data.as_ptr() as usize);
+    let within = d >= p && d + data.len() <= p + packet.len();
+    (within && data.len() >= crate::buf::COPY_BELOW).then(|| packet.slice_ref(data))
+}
+
 /// Delayed-ACK bookkeeping (Linux `icsk_ack`): whether data awaits an ACK,
 /// how much, and how many segments are still ACKed at once after the start.
 #[derive(Clone, Copy, Debug)]
@@ -84,6 +92,27 @@ impl Subflow {
     /// if it was, as Linux processes MPTCP options only after
     /// `tcp_validate_incoming` has accepted the segment.
     pub fn handle_segment(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) -> Verdict {
+        self.handle_segment_in(now, hdr, opts, payload, None)
+    }
+
+    /// [`Self::handle_segment`] for a payload that is a slice of `packet`:
+    /// the data it queues is kept as slices of `packet` (shorter pieces
+    /// than [`crate::RECV_ZERO_COPY_MIN`] are copied), not copied out of it.
+    pub fn handle_segment_in(
+        &mut self,
+        now: Instant,
+        hdr: &TcpHeader,
+        opts: &OptionSummary,
+        payload: &[u8],
+        packet: Option<&Bytes>,
+    ) -> Verdict {
+        self.rx_owner = packet.cloned();
+        let v = self.handle_segment_inner(now, hdr, opts, payload);
+        self.rx_owner = None;
+        v
+    }
+
+    fn handle_segment_inner(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) -> Verdict {
         self.counters.tcp_in_segs += 1;
         match self.state {
             State::Closed => Verdict::Dropped,
@@ -467,7 +496,10 @@ impl Subflow {
             // at once (RFC 5681 4.2; Linux queues it out of order and ACKs).
             self.ack_now = true;
         }
-        let ins = self.recv_buf.insert(off, data);
+        let ins = match self.rx_owner.as_ref().and_then(|p| shared_slice(p, data)) {
+            Some(b) => self.recv_buf.insert_bytes(off, b),
+            None => self.recv_buf.insert(off, data),
+        };
         if ins.queued_ofo {
             self.counters.tcp_ext_tcp_ofo_queue += 1;
             self.counters.tcp_ext_tcp_ofo_merge += ins.merged as u64;

@@ -154,6 +154,10 @@ pub struct Subflow {
     /// `reo_wnd_steps`) instead of taking every reordering for a loss.
     dsack: Option<(Seq, Seq)>,
     recv_buf: RecvBuf,
+    /// While [`Subflow::handle_segment_in`] runs: the packet the segment's
+    /// payload is a slice of, so that the receive queue keeps slices of it
+    /// instead of copies.
+    rx_owner: Option<Bytes>,
     recv_limit: usize,
     fin_received: Option<u64>,
     ts_recent: u32,
@@ -329,6 +333,7 @@ impl Subflow {
             rcv_wnd_conn: 0,
             dsack: None,
             recv_buf: RecvBuf::default(),
+            rx_owner: None,
             recv_limit,
             fin_received: None,
             ts_recent: 0,
