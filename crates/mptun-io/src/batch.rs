@@ -339,8 +339,9 @@ impl PacketBatch {
     }
 
     /// The packet at `index` as `Bytes`, without a copy: the slot's buffer
-    /// moves into the result and the slot takes a recycled buffer of the
-    /// same size in its place, so the slot no longer holds the packet. The
+    /// moves into the result and the slot takes a recycled buffer at least
+    /// as large in its place, so the slot no longer holds the packet (it
+    /// reads as empty until the batch is cleared). The
     /// buffer returns to this batch's pool (at most
     /// [`crate::POOL_MAX`] kept) when the last slice of it is dropped,
     /// possibly on another thread. For a receiver that keeps super-packets'
@@ -352,7 +353,7 @@ impl PacketBatch {
         }
         let size = self.slots[index].len();
         let buf = std::mem::replace(&mut self.slots[index], self.pool.get(size));
-        let len = self.lens[index];
+        let len = std::mem::take(&mut self.lens[index]);
         Some(self.pool.lend(buf, HEADROOM..HEADROOM + len))
     }
 
@@ -510,6 +511,7 @@ mod tests {
         assert_eq!(&taken[..], &[4u8; 8][..]);
         assert_eq!(taken.as_ptr(), ptr, "moved, not copied");
         assert_eq!(b.take_bytes(2), None);
+        assert_eq!(b.get(1), Some(&[][..]), "the slot reads as empty");
         // The slot took another buffer: refilling it leaves `taken` alone.
         b.clear();
         b.push(&[7; 8]).unwrap();

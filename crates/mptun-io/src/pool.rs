@@ -9,8 +9,9 @@
 //! into the core as a `Bytes` (the core keeps slices of it in its receive
 //! queues, and charges them, see `mptun_proto::RECV_ZERO_COPY_MIN`), the
 //! batch slot takes a recycled buffer in its place, and the lent buffer
-//! comes back here when the application has read the last byte of it, on
-//! whichever thread that happens. The pool keeps at most [`POOL_MAX`]
+//! comes back here when the last slice of it is dropped (the application
+//! read the last byte of it, or the queue holding it was pruned or closed),
+//! on whichever thread that happens. The pool keeps at most [`POOL_MAX`]
 //! buffers; beyond that a returning buffer is freed, so an idle stack holds
 //! at most that much.
 

@@ -31,5 +31,7 @@ pub use mptun_time::{Duration, Instant};
 /// [`Endpoint::handle_packet_bytes`] rather than
 /// [`Endpoint::handle_packet`]: the receive queues copy shared data shorter
 /// than this (so that a short slice cannot pin a 64 KiB buffer), so for a
-/// smaller packet lending the buffer saves nothing.
+/// smaller packet lending the buffer saves nothing. (The packet's headers
+/// count here, so a packet just above it may still have its payload
+/// copied.)
 pub const RECV_ZERO_COPY_MIN: usize = buf::COPY_BELOW;

@@ -244,8 +244,7 @@ fn lent_super_segments_are_queued_without_a_copy_and_released_when_read() {
         if loss > 0.0 {
             assert!(net.ep[1].counters().tcp_ext_tcp_ofo_queue > 0);
         }
-        // Whatever is still queued was read: nothing lent is held any more
-        // but the FIN's last packets, which carry no data.
+        // Everything queued was read: nothing lent is held any more.
         assert_eq!(net.alive.load(Ordering::Relaxed), 0, "{loss}: lent packets still held after the data was read");
     }
 }

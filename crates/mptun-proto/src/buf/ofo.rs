@@ -51,7 +51,8 @@ pub(crate) const COPY_BELOW: usize = 16 * 1024;
 pub(crate) enum Src<'a> {
     /// Borrowed: the parts that are queued are copied (once).
     Slice(&'a [u8]),
-    /// Already in a `Bytes`: the parts that are queued are slices of it.
+    /// Already in a `Bytes`: the parts that are queued are slices of it
+    /// (copies if shorter than [`COPY_BELOW`]).
     Bytes(Bytes),
 }
 

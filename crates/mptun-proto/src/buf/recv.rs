@@ -150,7 +150,9 @@ impl RecvBuf {
     }
 
     /// [`RecvBuf::insert`] for data already in a `Bytes`: it is queued as
-    /// slices of it, never copied (the MPTCP layer moves subflow chunks this way).
+    /// slices of it, not copied, except pieces shorter than `COPY_BELOW`
+    /// (the MPTCP layer moves subflow chunks this way, and a subflow queues
+    /// a lent super-segment's payload).
     pub fn insert_bytes(&mut self, off: u64, data: Bytes) -> Insert {
         self.insert_src(off, Src::Bytes(data))
     }
@@ -222,6 +224,24 @@ impl RecvBuf {
         Some(p.data)
     }
 
+    /// Takes the first `take` bytes of the front piece, fewer than it
+    /// holds. A long piece (a slice of a lent super-segment) cut down to a
+    /// short remainder has the remainder copied, as the queues copy short
+    /// shared slices (see `COPY_BELOW`): a reader taking a few bytes less
+    /// than a piece must not leave those few pinning 64 KiB.
+    fn split_front(&mut self, take: usize) -> Bytes {
+        let front = self.ready.front_mut().expect("a front piece");
+        debug_assert!(take < front.data.len());
+        let long = front.data.len() >= COPY_BELOW;
+        let head = front.data.split_to(take);
+        self.ready_len -= take;
+        if long && front.data.len() < COPY_BELOW {
+            front.data = Bytes::copy_from_slice(&front.data);
+            self.ready_spare -= std::mem::take(&mut front.spare);
+        }
+        head
+    }
+
     /// Copies up to `out.len()` in-order bytes to `out`.
     pub fn read(&mut self, out: &mut [u8]) -> usize {
         let mut n = 0;
@@ -233,8 +253,7 @@ impl RecvBuf {
             if take == front.data.len() {
                 self.pop_ready();
             } else {
-                let _ = front.data.split_to(take);
-                self.ready_len -= take;
+                self.split_front(take);
             }
         }
         n
@@ -251,8 +270,7 @@ impl RecvBuf {
             if front.data.len() <= max {
                 return self.pop_ready();
             }
-            self.ready_len -= max;
-            return Some(front.data.split_to(max));
+            return Some(self.split_front(max));
         }
         // The chunk continues past this piece and `max` wants more.
         let mut want = 0;
@@ -270,8 +288,7 @@ impl RecvBuf {
             if take == front.data.len() {
                 self.pop_ready();
             } else {
-                let _ = front.data.split_to(take);
-                self.ready_len -= take;
+                self.split_front(take);
             }
         }
         Some(out.freeze())
@@ -335,7 +352,7 @@ mod tests {
     /// Out-of-order data given as `Bytes` is queued as slices of it and
     /// handed out again without a copy, in any arrival order.
     #[test]
-    fn out_of_order_bytes_are_never_copied() {
+    fn out_of_order_bytes_are_not_copied() {
         const C: usize = COPY_BELOW;
         let segs: Vec<Bytes> = (0..20u8).map(|i| Bytes::from(vec![i; C])).collect();
         let mut r = RecvBuf::default();
@@ -381,6 +398,16 @@ mod tests {
             assert!(c.len() >= C || !within(&c), "a short piece ({} bytes) points into the shared buffer", c.len());
         }
         assert_eq!(n, 6 * C + 1000);
+        // A reader taking all but a few bytes of a long piece: the rest is
+        // copied, the buffer no longer pinned by it.
+        let mut r = RecvBuf::default();
+        r.insert_bytes(0, big.clone());
+        let mut out = vec![0u8; 4 * C - 100];
+        assert_eq!(r.read(&mut out), 4 * C - 100);
+        let rest = r.read_chunk(usize::MAX).unwrap();
+        assert_eq!(rest.len(), 100);
+        assert!(!within(&rest), "the short remainder of a read still points into the shared buffer");
+        r.check();
     }
 
     /// A run of segments behind a hole coalesces into few buffers, allocated

@@ -95,6 +95,30 @@ impl SendBuf {
         0
     }
 
+    /// The bytes `[seq, seq + len)` as zero-copy slices of the writes they
+    /// lie in, in order: how the MPTCP layer hands a mapping that spans
+    /// several application writes to a subflow without gathering it into a
+    /// fresh allocation.
+    pub fn slices(&self, seq: Seq, len: usize) -> impl Iterator<Item = Bytes> + '_ {
+        debug_assert!(seq.ge(self.head) && (seq + len as u32).le(self.end()));
+        let mut off = (seq - self.head) as usize;
+        let mut need = len;
+        self.chunks.iter().filter_map(move |c| {
+            if need == 0 {
+                return None;
+            }
+            if off >= c.len() {
+                off -= c.len();
+                return None;
+            }
+            let take = (c.len() - off).min(need);
+            let part = c.slice(off..off + take);
+            off = 0;
+            need -= take;
+            Some(part)
+        })
+    }
+
     /// The bytes `[seq, seq + len)` as a `Bytes`: a zero-copy slice when they
     /// lie in one chunk.
     pub fn slice_bytes(&self, seq: Seq, len: usize) -> Bytes {
@@ -160,5 +184,21 @@ mod tests {
         b.ack_to(Seq(100)); // beyond: clamps
         assert_eq!(b.len(), 0);
         assert_eq!(b.end(), Seq(8));
+    }
+
+    #[test]
+    fn slices_cover_a_range_across_writes_without_copies() {
+        let mut b = SendBuf::new(Seq(u32::MAX - 2));
+        let (hello, world) = (Bytes::from_static(b"hello"), Bytes::from_static(b"world"));
+        b.push(hello.clone());
+        b.push(Bytes::from_static(b" "));
+        b.push(world.clone());
+        let parts: Vec<Bytes> = b.slices(Seq(u32::MAX), 7).collect();
+        assert_eq!(parts, [&b"llo"[..], b" ", b"wor"]);
+        assert_eq!(parts[0].as_ptr(), hello[2..].as_ptr());
+        assert_eq!(parts[2].as_ptr(), world.as_ptr());
+        assert_eq!(b.slices(Seq(u32::MAX - 2), 2).collect::<Vec<_>>(), [&b"he"[..]]);
+        assert_eq!(b.slices(Seq(3), 5).collect::<Vec<_>>(), [&b"world"[..]]);
+        assert_eq!(b.slices(Seq(3), 0).count(), 0);
     }
 }

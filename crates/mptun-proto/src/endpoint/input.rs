@@ -39,9 +39,13 @@ impl Endpoint {
     /// can lend as it is: the receive queues keep slices of it instead of
     /// copying its payload, and the buffer lives on until the application
     /// has read the last of them. Worth it for super-segments (see
-    /// [`crate::RECV_ZERO_COPY_MIN`]); the memory budget charges what is
-    /// kept, and no kept piece is shorter than that minimum, so a buffer
-    /// outlives at most four times what it is charged.
+    /// [`crate::RECV_ZERO_COPY_MIN`]). The memory budget charges what is
+    /// kept, and the queues copy shared pieces shorter than that minimum
+    /// (also what a partial read leaves of a long one), so a buffer of up
+    /// to 64 KiB outlives at most four times what it is charged. That bound
+    /// assumes `packet`'s allocation is about the packet's size: lend a
+    /// packet's own buffer (as `PacketBatch::take_bytes` does), not a slice
+    /// of a large receive area, which every kept piece would pin whole.
     pub fn handle_packet_bytes(&mut self, now: Instant, packet: Bytes, checksum_verified: bool) {
         self.input(now, &packet, !checksum_verified, Some(&packet));
     }

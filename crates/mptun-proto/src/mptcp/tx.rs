@@ -6,6 +6,7 @@
 //! DATA_ACKed.
 
 use super::{Connection, JoinState, SubflowExt, TxMap, MPTCP_RST_EMIDDLEBOX};
+use crate::buf::SendBuf;
 use crate::counters::Counters;
 use crate::sched::{ConnView, Policy, SubflowView};
 use crate::seq::{DataSeq, Seq};
@@ -18,6 +19,21 @@ use mptun_wire::checksum::dss_checksum;
 /// Memory Linux charges per MSS-sized segment in a subflow's send buffer
 /// (`tcp_sndbuf_expand`: skb truesize, about 4352 bytes for a 1448-byte MSS).
 const TRUESIZE_PER_MSS: usize = 4352;
+
+/// Hands `[start, start + len)` of the connection's send buffer to `sf` as
+/// slices of the application writes it spans (one mapping; `joined`: it
+/// grows the previous one), so that no segment boundary falls between them
+/// and nothing is gathered into a fresh allocation. False if it does not fit.
+fn hand_over(snd_buf: &SendBuf, sf: &mut Subflow, start: Seq, len: usize, joined: bool) -> bool {
+    if len > sf.send_space() {
+        return false;
+    }
+    for (i, part) in snd_buf.slices(start, len).enumerate() {
+        let fits = if joined || i > 0 { sf.send_bytes_joined(part) } else { sf.send_bytes(part) };
+        debug_assert!(fits.is_ok(), "checked against send_space");
+    }
+    true
+}
 
 impl Connection {
     /// Queues the not yet DATA_ACKed data of subflow `idx` for another subflow.
@@ -185,8 +201,7 @@ impl Connection {
             if let Some(m) = grow {
                 len = len.min(u64::from(u16::MAX as u32 - m.len.min(u16::MAX as u32)));
                 if len > 0 {
-                    let data = self.snd_buf.slice_bytes(Seq(start.0 as u32), len as usize);
-                    if sf.send_bytes_joined(data).is_err() {
+                    if !hand_over(&self.snd_buf, sf, Seq(start.0 as u32), len as usize, true) {
                         return;
                     }
                     m.len += len as u32;
@@ -199,12 +214,19 @@ impl Connection {
                     len = len.min(room);
                 }
             }
-            let data = self.snd_buf.slice_bytes(Seq(start.0 as u32), len as usize);
-            let data_for_csum = if self.shared.csum { data.clone() } else { Bytes::new() };
-            if sf.send_bytes(data).is_err() {
-                return;
-            }
-            let csum = if self.shared.csum { dss_checksum(start.0, ssn.0, len as u16, &data_for_csum) } else { 0 };
+            let csum = if self.shared.csum {
+                let data = self.snd_buf.slice_bytes(Seq(start.0 as u32), len as usize);
+                let csum = dss_checksum(start.0, ssn.0, len as u16, &data);
+                if sf.send_bytes(data).is_err() {
+                    return;
+                }
+                csum
+            } else {
+                if !hand_over(&self.snd_buf, sf, Seq(start.0 as u32), len as usize, false) {
+                    return;
+                }
+                0
+            };
             ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn: start, len: len as u32, csum, with_ack: None });
             if reinj {
                 self.shared.allow_infinite_fallback = false;
