@@ -4,7 +4,8 @@
 //! One iteration, in the order the core's contract asks for:
 //!
 //! 1. drain every device (each read until `WouldBlock`, one batch per device)
-//!    and feed the packets to `Endpoint::handle_packet`;
+//!    and feed the packets to `Endpoint::handle_packet` (a super-packet's
+//!    buffer lent as it is to `Endpoint::handle_packet_bytes`);
 //! 2. fire timers due (`handle_timeout`);
 //! 3. dispatch accepted connections to listeners;
 //! 4. move due packets out of the departure queue, then `poll_transmit`
@@ -102,7 +103,8 @@ impl Driver {
             .map(|io| {
                 let mut rx = PacketBatch::for_io(&*io);
                 // The core takes a super-segment as one segment: a 64 KiB
-                // GRO read costs one header and one copy, not 45
+                // GRO read costs one header and no copy (its buffer is lent
+                // to the receive queue, step 1b), not 45 headers and copies
                 // (`StackBuilder::gro`).
                 rx.set_gro(gro);
                 let tx = PacketBatch::for_io(&*io);
