@@ -341,12 +341,11 @@ impl PacketBatch {
     /// The packet at `index` as `Bytes`, without a copy: the slot's buffer
     /// moves into the result and the slot takes a recycled buffer at least
     /// as large in its place, so the slot no longer holds the packet (it
-    /// reads as empty until the batch is cleared). The
-    /// buffer returns to this batch's pool (at most
-    /// [`crate::POOL_MAX`] kept) when the last slice of it is dropped,
-    /// possibly on another thread. For a receiver that keeps super-packets'
-    /// payloads as they are instead of copying them out
-    /// (`Endpoint::handle_packet_bytes`).
+    /// reads as empty until the batch is cleared). The buffer returns to
+    /// this batch's pool (at most [`crate::POOL_MAX`] kept) when the last
+    /// slice of it is dropped, possibly on another thread. For a receiver
+    /// that keeps super-packets' payloads as they are instead of copying
+    /// them out (`Endpoint::handle_packet_bytes`).
     pub fn take_bytes(&mut self, index: usize) -> Option<Bytes> {
         if index >= self.len {
             return None;
