@@ -46,6 +46,16 @@ pub(crate) const COALESCE_MAX: usize = 64 * 1024;
 /// charged (the purpose of Linux's `truesize`).
 pub(crate) const COPY_BELOW: usize = 16 * 1024;
 
+/// Shared data as a queue keeps it: itself, or a copy of it if it is shorter
+/// than [`COPY_BELOW`]. The one place the rule is applied to a whole slice.
+pub(crate) fn unpin(data: Bytes) -> Bytes {
+    if data.len() < COPY_BELOW {
+        Bytes::copy_from_slice(&data)
+    } else {
+        data
+    }
+}
+
 /// A segment's payload as the caller has it.
 #[derive(Debug, Clone)]
 pub(crate) enum Src<'a> {
@@ -68,8 +78,7 @@ impl Src<'_> {
     /// slice of a `Bytes` (a copy if shorter than [`COPY_BELOW`]).
     pub fn tail_from(&self, from: usize) -> Bytes {
         match self {
-            Src::Bytes(b) if b.len() - from >= COPY_BELOW => b.slice(from..),
-            Src::Bytes(b) => Bytes::copy_from_slice(&b[from..]),
+            Src::Bytes(b) => unpin(b.slice(from..)),
             Src::Slice(s) => Bytes::copy_from_slice(&s[from..]),
         }
     }

@@ -5,7 +5,7 @@
 //! Offsets are 64-bit stream offsets, not sequence numbers, so the queue never
 //! has to reason about wrap-around.
 
-use super::ofo::{OfoQueue, Src, CHUNK_OVERHEAD, COPY_BELOW};
+use super::ofo::{unpin, OfoQueue, Src, CHUNK_OVERHEAD, COPY_BELOW};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 
@@ -181,12 +181,13 @@ impl RecvBuf {
                     let ce = s + b.len() as u64;
                     if ce > self.next {
                         let skip = self.next.saturating_sub(s) as usize;
-                        if skip > 0 && b.len() - skip < COPY_BELOW {
-                            // What is left of the chunk is short: copied,
-                            // not kept as a slice of it (see `COPY_BELOW`).
-                            self.push_ready(Bytes::copy_from_slice(&b[skip..]), false, 0);
+                        let rest = b.slice(skip..);
+                        if skip > 0 && rest.len() < COPY_BELOW {
+                            // Cut short: copied, not kept as a slice of
+                            // the chunk (`unpin`), its spare room gone.
+                            self.push_ready(unpin(rest), false, 0);
                         } else {
-                            self.push_ready(b.slice(skip..), false, spare);
+                            self.push_ready(rest, false, spare);
                         }
                         self.next = ce;
                         any = true;
@@ -236,7 +237,7 @@ impl RecvBuf {
         let head = front.data.split_to(take);
         self.ready_len -= take;
         if long && front.data.len() < COPY_BELOW {
-            front.data = Bytes::copy_from_slice(&front.data);
+            front.data = unpin(std::mem::take(&mut front.data));
             self.ready_spare -= std::mem::take(&mut front.spare);
         }
         head
@@ -366,6 +367,16 @@ mod tests {
             assert_eq!(c.as_ptr(), b.as_ptr());
         }
         assert!(r.read_chunk(C).is_none());
+    }
+
+    #[test]
+    fn unpin_copies_a_short_slice_of_a_large_buffer_and_keeps_a_long_one() {
+        let big = Bytes::from(vec![7u8; 64 * 1024]);
+        let short = unpin(big.slice(100..101));
+        assert_eq!(&short[..], &[7]);
+        assert!(!big.as_ptr_range().contains(&short.as_ptr()), "copied out of the 64 KiB buffer");
+        let long = unpin(big.slice(0..COPY_BELOW));
+        assert_eq!(long.as_ptr(), big.as_ptr(), "kept as a slice");
     }
 
     /// A short piece of a shared buffer is copied, in order or out of order:

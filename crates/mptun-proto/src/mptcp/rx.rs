@@ -5,7 +5,7 @@
 //! middlebox strips the options, and the connection-level receive window.
 
 use super::{Connection, JoinState, Mode, RxMap, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
-use crate::buf::{mem_budget, RecvBuf, COPY_BELOW};
+use crate::buf::{mem_budget, unpin, RecvBuf};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, Subflow};
 use bytes::Bytes;
@@ -14,18 +14,6 @@ use mptun_wire::checksum::dss_checksum;
 use mptun_wire::mptcp::DssMapping;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::TcpHeader;
-
-/// A subflow chunk as the connection's queue keeps it: a slice of the
-/// subflow's receive buffer, copied if shorter than [`COPY_BELOW`] (a
-/// mapping that covers a few bytes of a GRO'd segment must not keep all of
-/// it alive).
-fn unpin(chunk: Bytes) -> Bytes {
-    if chunk.len() < COPY_BELOW {
-        Bytes::copy_from_slice(&chunk)
-    } else {
-        chunk
-    }
-}
 
 /// The advertised MSS assumed before a subflow has one: a 1500-byte
 /// Ethernet MTU less IPv4 and TCP headers and the timestamp option
@@ -550,20 +538,5 @@ impl Connection {
                 sf.request_ack();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod unpin_tests {
-    use super::*;
-
-    #[test]
-    fn a_short_slice_of_a_large_buffer_is_copied_a_long_one_kept() {
-        let big = Bytes::from(vec![7u8; 64 * 1024]);
-        let short = unpin(big.slice(100..101));
-        assert_eq!(&short[..], &[7]);
-        assert!(!big.as_ptr_range().contains(&short.as_ptr()), "copied out of the 64 KiB buffer");
-        let long = unpin(big.slice(0..COPY_BELOW));
-        assert_eq!(long.as_ptr(), big.as_ptr(), "kept as a slice");
     }
 }
