@@ -15,8 +15,9 @@
 //! appended to the piece it continues when that piece has spare capacity.
 //! Spare capacity is only allocated at the tail of a range, for a run of
 //! in-sequence segments behind a hole (the usual pattern after a loss), sized
-//! to the run so far (at most [`COALESCE_MAX`]), so it never exceeds the bytes
-//! already in the range and is charged by [`OfoQueue::mem_charged`]. A
+//! to the run so far (at most [`COALESCE_MAX`] and what the memory budget has
+//! left), so it never exceeds the bytes already in the range and is charged by
+//! [`OfoQueue::mem_charged`]. A
 //! segment given as `Bytes` is sliced, not copied, except for pieces shorter
 //! than [`COPY_BELOW`].
 
@@ -167,9 +168,17 @@ impl OfoQueue {
         self.ranges.last_key_value().map(|(_, &e)| e)
     }
 
+    /// The most chunks queueing `[off, end)` adds: one per gap it fills
+    /// between the ranges it overlaps (O(those ranges), as the insert).
+    pub fn pieces_for(&self, off: u64, end: u64) -> usize {
+        1 + self.ranges.range(..end).rev().take_while(|&(_, &e)| e > off).count()
+    }
+
     /// Queues `data` at `off`, merging it with every range it overlaps or
-    /// abuts. Only the bytes not already queued are added.
-    pub fn insert(&mut self, off: u64, data: Src<'_>) -> OfoInsert {
+    /// abuts. Only the bytes not already queued are added. Tail coalescing
+    /// allocates at most `spare_max` bytes of spare capacity (what the
+    /// memory budget has left).
+    pub fn insert(&mut self, off: u64, data: Src<'_>, spare_max: usize) -> OfoInsert {
         let end = off + data.len() as u64;
         let mut start = off;
         // Everything of the segment before `fill` is known to be queued.
@@ -195,21 +204,21 @@ impl OfoQueue {
                 break;
             }
             self.ranges.remove(&ns);
-            self.add_piece(start, fill, ns, off, &data);
+            self.add_piece(start, fill, ns, off, &data, spare_max);
             fill = ne;
             range_end = range_end.max(ne);
             merged = true;
         }
         if fill < end {
-            self.add_piece(start, fill, end, off, &data);
+            self.add_piece(start, fill, end, off, &data, spare_max);
         }
         self.ranges.insert(start, range_end);
         OfoInsert { start, merged, duplicate: false }
     }
 
     /// Adds bytes `[from, to)` of the segment at `off` to the range that
-    /// starts at `range_start`.
-    fn add_piece(&mut self, range_start: u64, from: u64, to: u64, off: u64, data: &Src<'_>) {
+    /// starts at `range_start`, with at most `spare_max` bytes of spare room.
+    fn add_piece(&mut self, range_start: u64, from: u64, to: u64, off: u64, data: &Src<'_>, spare_max: usize) {
         let (lo, hi) = ((from - off) as usize, (to - off) as usize);
         let n = hi - lo;
         self.len += n;
@@ -238,7 +247,11 @@ impl OfoQueue {
         // A run growing at the tail of the queue gets room for as many bytes
         // again as the range holds (doubling, without moving what is queued).
         let at_tail = self.chunks.range(from..).next().is_none();
-        let cap = if continues && at_tail { ((to - range_start) as usize).min(COALESCE_MAX).max(n) } else { n };
+        let cap = if continues && at_tail {
+            ((to - range_start) as usize).min(COALESCE_MAX).min(n.saturating_add(spare_max)).max(n)
+        } else {
+            n
+        };
         let mut m = BytesMut::with_capacity(cap);
         m.extend_from_slice(slice);
         let c = Chunk::Owned(m);

@@ -11,7 +11,9 @@ use std::collections::VecDeque;
 
 /// Memory a receive queue may hold beyond twice its window
 /// ([`mem_budget`]): room for one more 64 KiB chunk (a GRO-sized segment,
-/// or the spare capacity of one coalescing buffer) and its overhead.
+/// or the spare capacity of a coalescing buffer) and its overhead. It is
+/// part of the budget, not beyond it: [`RecvBuf::make_room`] charges a
+/// segment all it can add, so the queue never ends over the budget.
 pub(crate) const MEM_SLACK: usize = 64 * 1024 + CHUNK_OVERHEAD;
 
 /// The memory budget of a receive queue whose window is `window` bytes, in
@@ -77,6 +79,9 @@ pub(crate) struct RecvBuf {
     ofo: OfoQueue,
     /// Start of the out-of-order range touched last (the first SACK block, RFC 2018).
     pub last_ofo: Option<u64>,
+    /// What [`RecvBuf::make_room`] left of the budget for the insert that
+    /// follows it: the most spare capacity that insert may allocate.
+    spare_allowance: Option<usize>,
 }
 
 impl RecvBuf {
@@ -111,26 +116,30 @@ impl RecvBuf {
     /// in order was acknowledged). `fits` is `false` when even that is not
     /// enough: the segment is dropped then (it was not acknowledged).
     pub fn make_room(&mut self, off: u64, len: usize, budget: usize) -> Room {
-        let charge = len + CHUNK_OVERHEAD;
+        // What the insert can add: its bytes and a chunk per gap it fills
+        // (a segment over many small holes adds one chunk for each).
+        let pieces = if off <= self.next { 1 } else { self.ofo.pieces_for(off, off + len as u64) };
+        let charge = len.saturating_add(CHUNK_OVERHEAD.saturating_mul(pieces));
         let mut room = Room { fits: true, ..Room::default() };
-        if self.mem_charged() + charge <= budget {
-            return room;
-        }
-        room.prune_called = true;
-        while self.mem_charged() + charge > budget {
-            if self.ofo.pop_last_chunk_from(off.max(self.next)).is_none() {
-                break;
+        if self.mem_charged() + charge > budget {
+            room.prune_called = true;
+            while self.mem_charged() + charge > budget {
+                if self.ofo.pop_last_chunk_from(off.max(self.next)).is_none() {
+                    break;
+                }
+                room.pruned_chunks += 1;
             }
-            room.pruned_chunks += 1;
-        }
-        if room.pruned_chunks > 0 {
-            // The SACK state is reset (Linux `tcp_sack_reset`): the peer
-            // learns from the next SACK blocks what is still held.
-            if self.last_ofo.is_some_and(|l| self.ofo.range_at(l).is_none()) {
-                self.last_ofo = None;
+            if room.pruned_chunks > 0 {
+                // The SACK state is reset (Linux `tcp_sack_reset`): the peer
+                // learns from the next SACK blocks what is still held.
+                if self.last_ofo.is_some_and(|l| self.ofo.range_at(l).is_none()) {
+                    self.last_ofo = None;
+                }
             }
+            room.fits = self.mem_charged() + charge <= budget;
         }
-        room.fits = self.mem_charged() + charge <= budget;
+        // Tail coalescing may reserve room, but only what the budget has left.
+        self.spare_allowance = room.fits.then(|| budget - self.mem_charged() - charge);
         room
     }
 
@@ -158,6 +167,7 @@ impl RecvBuf {
     }
 
     fn insert_src(&mut self, off: u64, data: Src<'_>) -> Insert {
+        let spare_max = self.spare_allowance.take().unwrap_or(usize::MAX);
         let mut res = Insert::default();
         let len = data.len();
         let end = off + len as u64;
@@ -205,7 +215,7 @@ impl RecvBuf {
         }
         res.queued_ofo = true;
         res.tail = self.ofo.end().is_none_or(|e| off >= e);
-        let ins = self.ofo.insert(off, data);
+        let ins = self.ofo.insert(off, data, spare_max);
         res.merged = ins.merged;
         res.duplicate = ins.duplicate;
         self.last_ofo = Some(ins.start);
@@ -482,6 +492,47 @@ mod tests {
         r.check();
         // Within the budget nothing happens.
         assert_eq!(r.make_room(1000, 1, mem_budget(1 << 20)), Room { fits: true, ..Room::default() });
+    }
+
+    /// `make_room`, then the insert when it fits (as both layers do); the
+    /// queue never ends over its budget, whatever the segment adds.
+    fn admit(r: &mut RecvBuf, off: u64, data: &[u8], budget: usize) -> bool {
+        let fits = r.make_room(off, data.len(), budget).fits;
+        if fits {
+            r.insert(off, data);
+        }
+        r.check();
+        assert!(r.mem_charged() <= budget, "{} > {budget} after {} bytes at {off}", r.mem_charged(), data.len());
+        fits
+    }
+
+    /// One segment over many small holes adds a chunk for each: the budget
+    /// counts them all, not one.
+    #[test]
+    fn a_segment_filling_many_holes_is_charged_a_chunk_per_hole() {
+        let mut r = RecvBuf::default();
+        for i in 0..500u64 {
+            r.insert(10 + 2 * i, b"x");
+        }
+        // Room for the segment's bytes and one chunk, not for 500.
+        let budget = r.mem_charged() + 1000 + CHUNK_OVERHEAD + 100;
+        let room = r.make_room(9, 1000, budget);
+        assert!(room.prune_called && room.pruned_chunks > 0, "{room:?}");
+        admit(&mut r, 9, &[7u8; 1000], budget);
+    }
+
+    /// A run behind a hole gets spare capacity for coalescing only as far
+    /// as the budget goes.
+    #[test]
+    fn coalescing_room_stays_within_the_budget() {
+        let budget = mem_budget(64 * 1024);
+        let mut r = RecvBuf::default();
+        let mut admitted = 0;
+        for i in 0..200u64 {
+            admitted += admit(&mut r, 1 + i * 1000, &[3u8; 1000], budget) as usize;
+        }
+        assert!(admitted > 100, "{admitted}");
+        assert!(r.ofo.chunks() < admitted, "runs were coalesced: {} chunks", r.ofo.chunks());
     }
 
     /// Descending arrival of many full segments reassembles whole, each
