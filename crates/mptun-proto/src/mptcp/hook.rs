@@ -12,11 +12,11 @@ use mptun_wire::{crypto, MptcpOption, TcpOption, TcpOptions};
 /// MP_CAPABLE version we speak.
 const VERSION: u8 = 1;
 /// DSS with a 64-bit DATA_ACK and a 64-bit mapping: 26 bytes, 28 aligned.
-const DSS_FULL: usize = 28;
+pub(super) const DSS_FULL: usize = 28;
 /// DSS with a 64-bit DATA_ACK only.
 const DSS_ACK: usize = 12;
 /// DSS with a 64-bit mapping only (18 bytes, 20 aligned; 20 exactly with a checksum).
-const DSS_MAP: usize = 20;
+pub(super) const DSS_MAP: usize = 20;
 /// MP_FAIL (RFC 8684 3.7).
 const MP_FAIL_LEN: usize = 12;
 /// Retransmissions of an unechoed ADD_ADDR before it is given up (Linux
@@ -144,13 +144,27 @@ impl Hook<'_> {
         }
         let d = self.ack_needed(i);
         self.ext.tx_maps[i].with_ack = Some(d);
-        if d {
+        self.note_ack_decision(d);
+        d
+    }
+
+    /// Whether a mapping made now from relative subflow sequence `ssn` must
+    /// carry the DATA_ACK: the push decides it as it makes the mapping, so
+    /// that the mapping is cut to whole segments of the size the option
+    /// leaves (8 bytes less with the DATA_ACK); [`Hook::note_ack_decision`]
+    /// records it once the mapping exists.
+    pub(super) fn new_map_needs_ack(&self, ssn: u32) -> bool {
+        ssn == self.first_data_ssn() || self.data_ack_due()
+    }
+
+    /// A mapping's DATA_ACK decision, for the next one's.
+    pub(super) fn note_ack_decision(&mut self, with_ack: bool) {
+        if with_ack {
             self.ext.last_ack_sent = Some(self.ack_info());
             self.ext.maps_without_ack = 0;
         } else {
             self.ext.maps_without_ack += 1;
         }
-        d
     }
 
     fn dss(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) {

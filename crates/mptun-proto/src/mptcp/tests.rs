@@ -777,3 +777,59 @@ fn a_backup_endpoint_makes_its_subflows_backup_at_creation_on_both_ends() {
     let both = (joined(&n.a.conn(h).unwrap().info()), on_b(&n.b.conn(sh).unwrap().info()));
     assert_eq!(both, (Some(true), Some(true)));
 }
+
+/// A mapping ends on a wire-segment boundary, as Linux sizes an skb (one
+/// mapping) to a multiple of the MSS: a 65,535-byte mapping would end every
+/// 64 KiB super-segment in a short segment, so would a mapping cut to the
+/// send-buffer room an ACK frees, or one sized for segments without the
+/// DATA_ACK that then carries it (8 bytes less payload each).
+#[test]
+fn mappings_end_on_segment_boundaries() {
+    let mut n = two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
+    // (payload length, with a DATA_ACK) of every data segment A sends, by
+    // subflow (source port).
+    type Seg = (usize, bool);
+    let mut segs: std::collections::HashMap<u16, Vec<Seg>> = Default::default();
+    let mut tap = |from_a: bool, p: Vec<u8>| {
+        if from_a {
+            let pkt = parse_tcp_packet(&p).unwrap();
+            if !pkt.payload.is_empty() {
+                let dss = pkt.tcp.options.summary().mptcp.into_iter().find_map(|o| match o {
+                    MptcpOption::Dss { mapping: Some(_), data_ack, .. } => Some(data_ack.is_some()),
+                    _ => None,
+                });
+                let ack = dss.expect("every data segment carries its mapping");
+                segs.entry(pkt.tcp.src_port).or_default().push((pkt.payload.len(), ack));
+            }
+        }
+        Some(p)
+    };
+    let (mut sent, mut got) = (0, Vec::new());
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..2000 {
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
+        n.run(Duration::from_millis(2), &mut tap);
+        got.extend(n.read_b(sh, &mut buf));
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert_eq!(got, data);
+    assert_eq!(segs.len(), 2, "both subflows carried data");
+    let (mut runts, mut total) = (0, 0);
+    for (port, v) in &segs {
+        // Full segments with and without the DATA_ACK.
+        let full = |ack: bool| v.iter().filter(|s| s.1 == ack).map(|s| s.0).max().unwrap_or(0);
+        assert!(full(false) > full(true), "port {port}: the DATA_ACK takes payload: {} {}", full(false), full(true));
+        runts += v.iter().filter(|s| s.0 < full(s.1)).count();
+        total += v.len();
+    }
+    // Application writes land at any byte, as the freed room allows: the
+    // data waiting when a subflow's last mapping went out may end short, but
+    // not one segment in 45 (65,535-byte mappings) nor one per ACK.
+    assert!(runts * 100 <= total, "{runts} short segments of {total}");
+}

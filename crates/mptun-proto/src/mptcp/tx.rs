@@ -5,6 +5,7 @@
 //! stale subflow's unacknowledged data; and the release of what the peer
 //! DATA_ACKed.
 
+use super::hook::{Hook, DSS_FULL, DSS_MAP};
 use super::{Connection, JoinState, SubflowExt, TxMap, MPTCP_RST_EMIDDLEBOX};
 use crate::buf::SendBuf;
 use crate::counters::Counters;
@@ -19,6 +20,35 @@ use mptun_wire::checksum::dss_checksum;
 /// Memory Linux charges per MSS-sized segment in a subflow's send buffer
 /// (`tcp_sndbuf_expand`: skb truesize, about 4352 bytes for a 1448-byte MSS).
 const TRUESIZE_PER_MSS: usize = 4352;
+
+/// The longest mapping: as many whole segments of `seg` bytes as a DSS
+/// data-level length (16 bits) holds.
+fn map_cap(seg: u64) -> u64 {
+    let max = u64::from(u16::MAX);
+    match max / seg.max(1) {
+        0 => max,
+        n => n * seg,
+    }
+}
+
+/// How much of `want` bytes goes to `sf` now, given its send buffer: when
+/// the buffer is the limit, whole segments of `seg` bytes, and nothing while
+/// less than one segment is free (the rest waits for an ACK, as Linux's
+/// `tcp_mss_split_point` waits on a window limit), so that the space one ACK
+/// frees does not become a mapping ending in a short segment.
+fn mapping_len(sf: &Subflow, seg: u64, want: u64) -> u64 {
+    let space = sf.send_space() as u64;
+    if want <= space {
+        want
+    } else if space >= seg {
+        space - space % seg
+    } else if sf.send_queued() == 0 {
+        // A buffer smaller than a segment: never wait for room that cannot come.
+        space
+    } else {
+        0
+    }
+}
 
 /// Hands `[start, start + len)` of the connection's send buffer to `sf` as
 /// slices of the application writes it spans (one mapping; `joined`: it
@@ -176,16 +206,13 @@ impl Connection {
             let conn = ConnView { rwnd_limited: self.shared.write_seq.gt(self.shared.wnd_end), now: self.last_now };
             let Some(pick) = self.sched.select(&views, &conn) else { return };
             self.apply_decision(pick.id, &views, &conn);
+            let recv_window = self.rcv_window();
             let Some((sf, ext)) = self.subflows.get_mut(pick.id).and_then(|s| s.as_mut()) else { return };
-            let mut len = (end - start).min(pick.max_burst as u64).min(u16::MAX as u64).min(sf.send_space() as u64);
-            if !reinj {
-                len = len.min(room);
-            }
-            if len == 0 {
-                return;
-            }
-            let ssn = sf.write_seq() - (sf.iss() - self.shared.ssn_off()).0;
-            let unsent_from = (sf.snd_nxt() - (sf.iss() - self.shared.ssn_off()).0).0;
+            let want = (end - start).min(pick.max_burst as u64);
+            let room = if reinj { u64::MAX } else { room };
+            let iss = sf.iss() - self.shared.ssn_off();
+            let ssn = sf.write_seq() - iss.0;
+            let unsent_from = (sf.snd_nxt() - iss.0).0;
             // Linux mptcp_skb_can_collapse_to: data that continues the last
             // mapping of this subflow, none of which has gone out yet, grows
             // that mapping (up to the DSS's 16-bit length) instead of
@@ -193,13 +220,13 @@ impl Connection {
             let grow = ext.tx_maps.back_mut().filter(|m| {
                 !reinj
                     && !self.shared.csum
-                    && m.with_ack.is_none()
                     && m.dsn + m.len as u64 == start
                     && m.ssn.wrapping_add(m.len) == ssn.0
                     && Seq(unsent_from).le(Seq(m.ssn))
             });
             if let Some(m) = grow {
-                len = len.min(u64::from(u16::MAX as u32 - m.len.min(u16::MAX as u32)));
+                let seg = sf.mss(if m.with_ack == Some(true) { DSS_FULL } else { DSS_MAP }) as u64;
+                let len = mapping_len(sf, seg, want.min(map_cap(seg).saturating_sub(u64::from(m.len)))).min(room);
                 if len > 0 {
                     if !hand_over(&self.snd_buf, sf, Seq(start.0 as u32), len as usize, true) {
                         return;
@@ -209,12 +236,21 @@ impl Connection {
                     self.sched.on_pushed(pick.id, len as usize, &views);
                     continue;
                 }
-                len = (end - start).min(pick.max_burst as u64).min(u16::MAX as u64).min(sf.send_space() as u64);
-                if !reinj {
-                    len = len.min(room);
-                }
             }
-            let csum = if self.shared.csum {
+            // A mapping ends on a wire segment boundary (Linux sizes an skb, one
+            // mapping, to `size_goal`, a multiple of the MSS): a 65,535-byte
+            // mapping would end every TSO super-segment in a short segment. The
+            // segment size depends on whether the mapping carries the
+            // DATA_ACK, so that is decided here, once.
+            let mut hook =
+                Hook { sh: &mut self.shared, ext, now: self.last_now, iss, next_ssn: unsent_from, recv_window };
+            let with_ack = hook.new_map_needs_ack(ssn.0);
+            let seg = sf.mss(if with_ack { DSS_FULL } else { DSS_MAP }) as u64;
+            let len = mapping_len(sf, seg, want.min(map_cap(seg))).min(room);
+            if len == 0 {
+                return;
+            }
+            let csum = if hook.sh.csum {
                 let data = self.snd_buf.slice_bytes(Seq(start.0 as u32), len as usize);
                 let csum = dss_checksum(start.0, ssn.0, len as u16, &data);
                 if sf.send_bytes(data).is_err() {
@@ -227,7 +263,14 @@ impl Connection {
                 }
                 0
             };
-            ext.tx_maps.push_back(TxMap { ssn: ssn.0, dsn: start, len: len as u32, csum, with_ack: None });
+            hook.note_ack_decision(with_ack);
+            hook.ext.tx_maps.push_back(TxMap {
+                ssn: ssn.0,
+                dsn: start,
+                len: len as u32,
+                csum,
+                with_ack: Some(with_ack),
+            });
             if reinj {
                 self.shared.allow_infinite_fallback = false;
                 let front = self.reinject.front_mut().expect("peeked");
