@@ -3,7 +3,7 @@
 //! `iperf3` over the kernel's MPTCP (`mptcpize run` at both ends) against
 //! `mptun send --kernel` / `mptun serve --kernel` on the same kernel
 //! connection with the integrity check on (SHA-256, the default, and
-//! `--hash blake3`), and `mptun send` over mptun's own stack; optionally
+//! `--hash blake3` and `--hash xxh3`), and `mptun send` over mptun's own stack; optionally
 //! the same rows for an older `mptun` (`--before PATH`), so a change is
 //! measured against its baseline in the same run. Rounds are interleaved
 //! (every row once per round) and each figure is the median of the rounds.
@@ -147,7 +147,7 @@ fn mptun(r: &Runner, lab: &Lab, bin: &str, kernel: bool, hash: &str, secs: &str)
 /// SHA-NI where the CPU has it) and BLAKE3 (its SIMD) over 256 KiB blocks,
 /// as the data threads do. Each end of a test needs one hash pass per byte,
 /// so these bound what the check lets through on a machine this size.
-fn one_core() -> (f64, f64, f64) {
+fn one_core() -> (f64, f64, f64, f64) {
     use sha2::Digest;
     let mut buf = vec![0u8; 256 << 10];
     let n = 1024; // 256 MiB
@@ -166,8 +166,10 @@ fn one_core() -> (f64, f64, f64) {
     let b3 = rate(&mut |b| {
         h3.update(b);
     });
-    std::hint::black_box((h.finalize(), h3.finalize()));
-    (fill, sha, b3)
+    let mut hx = twox_hash::XxHash3_128::new();
+    let xx = rate(&mut |b| hx.write(b));
+    std::hint::black_box((h.finalize(), h3.finalize(), hx.finish_128()));
+    (fill, sha, b3, xx)
 }
 
 fn main() {
@@ -199,12 +201,11 @@ fn main() {
         for (what, kernel, hash) in [
             ("--kernel", true, "sha256"),
             ("--kernel --hash blake3", true, "blake3"),
+            ("--kernel --hash xxh3", true, "xxh3"),
             ("(mptun's stack)", false, "sha256"),
             ("(mptun's stack) --hash blake3", false, "blake3"),
+            ("(mptun's stack) --hash xxh3", false, "xxh3"),
         ] {
-            if label == "before" && hash == "blake3" {
-                continue; // an older build may not have --hash
-            }
             let (b, r, l, s) = (b.clone(), &runner, &lab, &secs);
             rows.push((format!("{label}: mptun send {what}"), Box::new(move || mptun(r, l, &b, kernel, hash, s))));
         }
@@ -218,7 +219,7 @@ fn main() {
         let mut first = true;
         rows.retain(|(label, _)| std::mem::take(&mut first) || label.contains(&only));
     }
-    let (fill, sha, b3) = one_core();
+    let (fill, sha, b3, xx) = one_core();
     let load0 = load();
     let mut figs: Vec<Vec<Figure>> = rows.iter().map(|_| Vec::new()).collect();
     for round in 0..runs {
@@ -233,7 +234,7 @@ fn main() {
         runner.nice.as_ref().map_or(String::new(), |n| format!(", every tool at nice {n}")),
         load()
     );
-    println!("  one core alone, GB/s: pattern {fill:.1}, SHA-256 {sha:.2}, BLAKE3 {b3:.2} (before the rounds)");
+    println!("  one core alone, GB/s: pattern {fill:.1}, SHA-256 {sha:.2}, BLAKE3 {b3:.2}, XXH3-128 {xx:.2} (before the rounds)");
     let base = median(figs[0].iter().map(|f| f.bps).collect());
     println!("  {:<52} {:>8} {:>9} {:>13} {:>10}", "", "Gbit/s", "/ iperf3", "CPU % (both)", "CPU s/GiB");
     for ((label, _), f) in rows.iter().zip(&figs) {

@@ -117,6 +117,74 @@ fn cli_sigint_to_the_server_ends_the_test_at_both_ends() {
     assert_eq!(srv.wait(Duration::from_secs(2)).code(), Some(143));
 }
 
+/// The same interrupts over kernel sockets at both ends (`--kernel`), with
+/// `--hash xxh3`, whose data is made and hashed on the I/O task itself
+/// (no data thread): SIGINT to a sending and to a receiving client, then to
+/// the server in both directions, and a timed test that ends on time. Each
+/// ends cleanly with both digests agreeing.
+#[test]
+fn cli_sigint_with_kernel_sockets_ends_the_test_cleanly() {
+    if require_netns().is_some() {
+        return;
+    }
+    let lab = Lab::new("clsgk", 1).unwrap();
+    lab.kernel_mptcp(Side::B, false).unwrap();
+    lab.kernel_mptcp(Side::A, false).unwrap();
+    let dst = lab.kernel_addr(Side::B, 1).to_string();
+    let kserver = || {
+        Running::start(
+            Some(lab.b.name()),
+            &["serve", "--kernel", "-p", "5201", "--no-progress"],
+            "Server listening",
+            Duration::from_secs(10),
+        )
+    };
+    let client = |reverse: bool, secs: &'static str| {
+        let mut args = vec!["send", &dst, "--kernel", "-t", secs, "--json", "--hash", "xxh3"];
+        if reverse {
+            args.push("-R");
+        }
+        Running::spawn(Some(lab.a.name()), &args)
+    };
+    let srv = kserver();
+    for reverse in [false, true] {
+        let c = client(reverse, "30");
+        std::thread::sleep(Duration::from_millis(2500));
+        let t0 = Instant::now();
+        c.signal(libc::SIGINT);
+        let (st, out, err) = c.finish(Duration::from_secs(8));
+        let took = t0.elapsed();
+        assert_eq!(st.code(), Some(130), "client, reverse {reverse}: exit {st}; stderr {err}; stdout {out}");
+        assert!(took < Duration::from_secs(3), "client, reverse {reverse}: took {took:?} to stop");
+        let v = parse(&out);
+        assert_eq!(v["error"], "interrupt - the client has terminated", "{v:#}");
+        assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0, "{:#}", v["end"]);
+        assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true), "reverse {reverse}: both sides agree");
+        assert_eq!(v["end"]["mptcp"]["hash"], "xxh3");
+    }
+    // A timed test ends on time, every byte accounted for.
+    let (st, out, err) = client(false, "2").finish(Duration::from_secs(15));
+    assert!(st.success(), "{err}");
+    let v = parse(&out);
+    assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true));
+    let secs = v["end"]["sum_received"]["seconds"].as_f64().unwrap();
+    assert!((1.9..3.0).contains(&secs), "a 2 s test took {secs} s");
+    drop(srv);
+    for reverse in [false, true] {
+        let srv = kserver();
+        let c = client(reverse, "30");
+        std::thread::sleep(Duration::from_millis(2500));
+        srv.signal(libc::SIGINT);
+        let (st, out, err) = c.finish(Duration::from_secs(8));
+        assert!(st.success(), "server, reverse {reverse}: the client ends normally: {st}; {err}; {out}");
+        let v = parse(&out);
+        assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0);
+        assert!(v["end"]["sum_received"]["seconds"].as_f64().unwrap() < 10.0, "ended early: {:#}", v["end"]);
+        assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true), "server, reverse {reverse}");
+        assert_eq!(srv.wait(Duration::from_secs(5)).code(), Some(130), "server, reverse {reverse}");
+    }
+}
+
 /// An address routed into the server's TUN that is not the server's own:
 /// refused at once (RST), with the cause; `--json` prints a document with
 /// `error`. And a second client while a test runs is told "busy".

@@ -128,8 +128,9 @@ pub struct SendArgs {
     /// The server sends, this side receives.
     #[arg(short = 'R', long)]
     reverse: bool,
-    /// How both ends check the data: sha256, or blake3 (several times
-    /// faster, for rates at which SHA-256 would limit the test).
+    /// How both ends check the data: sha256, blake3 (several times faster,
+    /// for rates at which SHA-256 would limit the test), or xxh3 (XXH3-128:
+    /// faster again; catches accidental damage, not deliberate tampering).
     #[arg(long, value_enum, default_value_t = HashKind::Sha256, value_name = "HASH")]
     hash: HashKind,
     /// Give up connecting after this long.

@@ -55,6 +55,8 @@ const FLAG_FILE: u8 = 2;
 const FLAG_COOKIE: u8 = 4;
 /// The data is checked with BLAKE3 instead of SHA-256.
 const FLAG_BLAKE3: u8 = 8;
+/// The data is checked with XXH3-128 instead of SHA-256.
+const FLAG_XXH3: u8 = 16;
 /// iperf3's cookie: 36 characters of `a-z2-7` naming the test at both ends.
 pub const COOKIE_LEN: usize = 36;
 const COOKIE_CHARS: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
@@ -90,12 +92,18 @@ pub enum Amount {
 
 /// The hash both ends compute over the data and compare in the trailers:
 /// SHA-256 (with SHA-NI where the CPU has it), or BLAKE3, several times
-/// faster, for tests where the hash would otherwise be the bottleneck.
+/// faster, for tests where the hash would otherwise be the bottleneck, or
+/// XXH3-128, faster again: a checksum that catches any accidental change of
+/// the stream (a lost, duplicated, reordered or corrupted byte) with
+/// probability 1 - 2^-128, but not one made on purpose to match (no
+/// cryptographic strength), for tests at rates where even BLAKE3 would take
+/// a large share of the CPU both ends share.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum HashKind {
     #[default]
     Sha256,
     Blake3,
+    Xxh3,
 }
 
 impl HashKind {
@@ -104,6 +112,7 @@ impl HashKind {
         match self {
             HashKind::Sha256 => "sha256",
             HashKind::Blake3 => "blake3",
+            HashKind::Xxh3 => "xxh3",
         }
     }
 }
@@ -134,7 +143,8 @@ impl Request {
             (u8::from(self.reverse) * FLAG_REVERSE)
                 | (u8::from(self.file.is_some()) * FLAG_FILE)
                 | (u8::from(cookie) * FLAG_COOKIE)
-                | (u8::from(self.hash == HashKind::Blake3) * FLAG_BLAKE3),
+                | (u8::from(self.hash == HashKind::Blake3) * FLAG_BLAKE3)
+                | (u8::from(self.hash == HashKind::Xxh3) * FLAG_XXH3),
         );
         b.extend_from_slice(&(name.len().min(MAX_NAME) as u16).to_be_bytes());
         let (mode, v) = match self.amount {
@@ -161,7 +171,7 @@ impl Request {
             bail!("client speaks protocol version {}, this server {VERSION}", b[4]);
         }
         let flags = b[5];
-        if flags & !(FLAG_REVERSE | FLAG_FILE | FLAG_COOKIE | FLAG_BLAKE3) != 0 {
+        if flags & !(FLAG_REVERSE | FLAG_FILE | FLAG_COOKIE | FLAG_BLAKE3 | FLAG_XXH3) != 0 {
             bail!("unknown request flags {flags:#04x}");
         }
         let name_len = usize::from(u16::from_be_bytes([b[6], b[7]]));
@@ -185,7 +195,12 @@ impl Request {
         }
         let cookie = if flags & FLAG_COOKIE != 0 { " ".repeat(COOKIE_LEN) } else { String::new() };
         let tail = name_len + cookie.len();
-        let hash = if flags & FLAG_BLAKE3 != 0 { HashKind::Blake3 } else { HashKind::Sha256 };
+        let hash = match (flags & FLAG_BLAKE3 != 0, flags & FLAG_XXH3 != 0) {
+            (false, false) => HashKind::Sha256,
+            (true, false) => HashKind::Blake3,
+            (false, true) => HashKind::Xxh3,
+            (true, true) => bail!("two hashes asked for at once"),
+        };
         Ok((Request { reverse: flags & FLAG_REVERSE != 0, amount, file: file.then(String::new), cookie, hash }, tail))
     }
 
@@ -355,6 +370,13 @@ mod tests {
                 cookie: new_cookie(),
                 hash: HashKind::Sha256,
             },
+            Request {
+                reverse: false,
+                amount: Amount::Bytes(5),
+                file: None,
+                cookie: new_cookie(),
+                hash: HashKind::Xxh3,
+            },
         ] {
             let b = r.encode();
             let (mut d, n) = Request::decode_fixed(b[..REQUEST_LEN].try_into().unwrap()).unwrap();
@@ -362,6 +384,17 @@ mod tests {
             d.set_tail(&b[REQUEST_LEN..]).unwrap();
             assert_eq!(d, r);
         }
+        // Both hash flags at once is no request.
+        let mut b = Request {
+            reverse: false,
+            amount: Amount::Bytes(1),
+            file: None,
+            cookie: String::new(),
+            hash: HashKind::Blake3,
+        }
+        .encode();
+        b[REQUEST_MAGIC.len() + 1] |= FLAG_XXH3;
+        assert!(Request::decode_fixed(b[..REQUEST_LEN].try_into().unwrap()).is_err());
         let c = new_cookie();
         assert!(c.len() == COOKIE_LEN && c.bytes().all(|x| COOKIE_CHARS.contains(&x)), "{c}");
         assert_ne!(c, new_cookie());

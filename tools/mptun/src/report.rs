@@ -310,7 +310,8 @@ pub struct MptcpEnd {
     /// Most subflows seen at once.
     pub subflows_max: usize,
     /// The hash of the `sha256_*` digests: `sha256`, what their names say,
-    /// unless the client asked for `blake3` (`send --hash blake3`).
+    /// unless the client asked for `blake3` or `xxh3` (`send --hash`; an
+    /// XXH3-128 digest fills the first 16 of the 32 bytes).
     #[serde(default = "sha256_name")]
     pub hash: String,
     pub sha256_sent: String,
@@ -536,7 +537,11 @@ pub fn end_lines(r: &Report) -> String {
         "{} with {} subflow(s); {} sent {}… received {}… ({})",
         m.mode.to_uppercase(),
         m.subflows_max,
-        if m.hash == "blake3" { "BLAKE3" } else { "SHA-256" },
+        match m.hash.as_str() {
+            "blake3" => "BLAKE3",
+            "xxh3" => "XXH3-128",
+            _ => "SHA-256",
+        },
         m.sha256_sent.get(..16).unwrap_or(&m.sha256_sent),
         m.sha256_received.get(..16).unwrap_or(&m.sha256_received),
         if m.sha256_match { "match" } else { "MISMATCH" }

@@ -28,12 +28,16 @@ use crate::report::{self, Report};
 use outcome::{assemble, start_section};
 use transfer::{recv_phase, send_phase};
 
-/// Bytes per write: twice iperf3's TCP default, so a write moves more per
-/// system call and the data thread hands over fewer, larger blocks.
-pub const BLKSIZE: usize = 256 * 1024;
+/// Bytes per write: iperf3's TCP default. A block is made, hashed and
+/// written while it is still in the core's cache; 256 KiB blocks (and
+/// 512 KiB receive buffers) moved 0.77–0.78 of iperf3's rate with XXH3 where
+/// 128 KiB moved 0.87–0.90, and 64 KiB 0.57 (more system calls)
+/// (crates/mptun/BENCH.md).
+pub const BLKSIZE: usize = 128 * 1024;
 /// Bytes a receiver's buffer holds: reads fill it until less than a
-/// quarter is left, then it goes to the hashing thread whole.
-const RECV_BUF: usize = 512 * 1024;
+/// quarter is left, then it goes to the hashing thread whole (or it is
+/// hashed after every read, see `pipeline`).
+const RECV_BUF: usize = 128 * 1024;
 /// How long the first exchange may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
