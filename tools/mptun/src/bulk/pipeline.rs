@@ -10,14 +10,17 @@
 //! duration over, a signal, the receiver's STOP) the digest is that of the
 //! bytes that went out, from the previous block's state plus the prefix.
 //!
-//! A hash as fast as XXH3 (tens of GB/s a core) costs less than the
-//! hand-over: a block made on one core and written from another, or read
-//! on one and hashed on another, crosses the caches, and the threads'
-//! wake-ups add up (measured: 0.25 CPU s/GiB more than iperf3 with XXH3 on
-//! threads). With XXH3 and a pattern source (a sender) or nothing to store
-//! (a receiver), the data is made and hashed, or hashed as soon as it is
-//! read, inline on the I/O task, in one buffer that stays in the cache as
-//! iperf3's does ([`Producer::start`] and [`Consumer::start`] choose).
+//! Only a file needs the thread, to keep disk I/O off the connection's task.
+//! Otherwise (the pattern at a sender, nothing stored at a receiver) the
+//! data is made and hashed, or hashed as soon as it is read, inline on the
+//! I/O task, in one buffer that stays in the cache as iperf3's does: the
+//! hand-over cost more than it saved. A block made on one core and written
+//! from another, or read on one and hashed on another, crosses the caches,
+//! and the threads' wake-ups stall the connection when the two cores are
+//! busy; measured on two cores (crates/mptun/BENCH.md), inline moved
+//! 1.05–1.1× as much over the kernel's MPTCP with each hash and, over
+//! mptun's own stack, 2× (BLAKE3) to 3× (SHA-256) as much
+//! ([`Producer::start`] and [`Consumer::start`] choose).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -96,17 +99,12 @@ pub(super) enum Producer {
     },
 }
 
-/// Whether a hash is cheap enough to run on the I/O task (see the module's doc).
-fn inline_hash(kind: HashKind) -> bool {
-    kind == HashKind::Xxh3
-}
-
 impl Producer {
     /// Starts making `total` bytes (`None`: until dropped) of `source` in
-    /// blocks of `block` bytes, hashed with `kind`: inline for XXH3 over the
-    /// pattern, on a thread otherwise.
+    /// blocks of `block` bytes, hashed with `kind`: inline for the pattern,
+    /// on a thread for a file.
     pub(super) fn start(source: Source, total: Option<u64>, block: usize, kind: HashKind) -> Producer {
-        if inline_hash(kind) && matches!(source, Source::Pattern(_)) {
+        if matches!(source, Source::Pattern(_)) {
             return Producer::Inline {
                 source,
                 total,
@@ -236,11 +234,11 @@ enum ConsumerMode {
 
 impl Consumer {
     /// Starts the receiving side, hashing with `kind`; reads go into
-    /// buffers of `size` bytes. Inline for XXH3 with nothing to store, on a
-    /// thread otherwise.
+    /// buffers of `size` bytes. Inline with nothing to store, on a thread
+    /// for a file.
     pub(super) fn start(sink: Sink, size: usize, kind: HashKind) -> Consumer {
         assert!(size >= 4 * TRAILER_LEN);
-        if inline_hash(kind) && matches!(sink, Sink::Discard) {
+        if matches!(sink, Sink::Discard) {
             let mode = ConsumerMode::Inline { hash: Hash::new(kind), bytes: 0 };
             return Consumer { cur: vec![0u8; size], filled: 0, mode };
         }
@@ -375,9 +373,19 @@ mod tests {
         v
     }
 
+    /// A file to store into (the threaded consumer) or nothing (inline).
+    fn sink(to_file: bool, tag: &str) -> Sink {
+        if !to_file {
+            return Sink::Discard;
+        }
+        let path = std::env::temp_dir().join(format!("mptun-pipeline-{tag}-{}", std::process::id()));
+        Sink::File(std::fs::File::create(&path).unwrap(), path)
+    }
+
     /// Feeds `s` to a consumer `chunk` bytes per read.
-    async fn consume(s: &[u8], chunk: usize, size: usize, kind: HashKind) -> (Consumed, Vec<u8>) {
-        let mut c = Consumer::start(Sink::Discard, size, kind);
+    async fn consume(s: &[u8], chunk: usize, size: usize, kind: HashKind, to_file: bool) -> (Consumed, Vec<u8>) {
+        let mut c = Consumer::start(sink(to_file, "consume"), size, kind);
+        assert_eq!(matches!(c.mode, ConsumerMode::Thread { .. }), to_file);
         for part in s.chunks(chunk) {
             let mut rest = part;
             while !rest.is_empty() {
@@ -388,7 +396,11 @@ mod tests {
                 rest = &rest[n..];
             }
         }
-        c.finish().await.unwrap()
+        let done = c.finish().await.unwrap();
+        if let Some(f) = &done.0.file {
+            std::fs::remove_file(f).unwrap();
+        }
+        done
     }
 
     fn xxh3(d: &[u8]) -> [u8; 32] {
@@ -397,7 +409,8 @@ mod tests {
         out
     }
 
-    /// On its thread (SHA-256) and inline (XXH3, nothing stored) alike.
+    /// Inline (nothing stored) and on its thread (a file) alike, with
+    /// either hash.
     #[tokio::test]
     async fn consumer_hashes_all_but_the_trailer_whatever_the_reads() {
         for len in [0, 10, TRAILER_LEN, TRAILER_LEN + 1, 4096, 300_001] {
@@ -406,25 +419,16 @@ mod tests {
             for (kind, want) in
                 [(HashKind::Sha256, <[u8; 32]>::from(Sha256::digest(&s[..cut]))), (HashKind::Xxh3, xxh3(&s[..cut]))]
             {
-                for chunk in [1, 71, 72, 73, 1000, 65536, 1 << 20] {
-                    let (c, tail) = consume(&s, chunk, 1024, kind).await;
-                    assert_eq!(c.digest, want, "{kind:?} len {len} chunk {chunk}");
-                    assert_eq!(c.bytes, cut as u64);
-                    assert_eq!(tail, &s[cut..], "{kind:?} len {len} chunk {chunk}");
+                for to_file in [false, true] {
+                    for chunk in [1, 71, 72, 73, 1000, 65536, 1 << 20] {
+                        let (c, tail) = consume(&s, chunk, 1024, kind, to_file).await;
+                        assert_eq!(c.digest, want, "{kind:?} file {to_file} len {len} chunk {chunk}");
+                        assert_eq!(c.bytes, cut as u64);
+                        assert_eq!(tail, &s[cut..], "{kind:?} file {to_file} len {len} chunk {chunk}");
+                    }
                 }
             }
         }
-    }
-
-    /// XXH3 runs inline over the pattern and with nothing to store, on a
-    /// thread otherwise.
-    #[tokio::test]
-    async fn only_xxh3_over_the_pattern_or_into_nothing_runs_inline() {
-        let p = || Source::Pattern(Pattern::new(5));
-        assert!(matches!(Producer::start(p(), Some(10), 4, HashKind::Xxh3), Producer::Inline { .. }));
-        assert!(matches!(Producer::start(p(), Some(10), 4, HashKind::Blake3), Producer::Thread { .. }));
-        assert!(matches!(Consumer::start(Sink::Discard, 1024, HashKind::Xxh3).mode, ConsumerMode::Inline { .. }));
-        assert!(matches!(Consumer::start(Sink::Discard, 1024, HashKind::Sha256).mode, ConsumerMode::Thread { .. }));
     }
 
     #[tokio::test]
@@ -453,12 +457,22 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Inline (the pattern) and on its thread (a file of the same bytes)
+    /// alike, with every hash.
     #[tokio::test]
     async fn producer_blocks_carry_the_hash_after_them() {
         let s = stream(10_000);
-        for kind in [HashKind::Sha256, HashKind::Blake3, HashKind::Xxh3] {
-            let mut p = Producer::start(Source::Pattern(Pattern::new(5)), Some(10_000), 3000, kind);
-            assert_eq!(matches!(p, Producer::Inline { .. }), kind == HashKind::Xxh3);
+        let path = std::env::temp_dir().join(format!("mptun-pipeline-src-{}", std::process::id()));
+        std::fs::write(&path, &s).unwrap();
+        for (kind, from_file) in
+            [HashKind::Sha256, HashKind::Blake3, HashKind::Xxh3].into_iter().flat_map(|k| [(k, false), (k, true)])
+        {
+            let source = match from_file {
+                false => Source::Pattern(Pattern::new(5)),
+                true => Source::File(std::fs::File::open(&path).unwrap(), path.clone()),
+            };
+            let mut p = Producer::start(source, Some(10_000), 3000, kind);
+            assert_eq!(matches!(p, Producer::Thread { .. }), from_file);
             let mut got = Vec::new();
             while let Some(b) = p.next().await.unwrap() {
                 got.extend_from_slice(&b.data);
@@ -472,6 +486,7 @@ mod tests {
             }
             assert_eq!(got, s, "exactly the pattern, in blocks of at most 3000");
         }
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[tokio::test]
