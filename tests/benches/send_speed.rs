@@ -198,6 +198,9 @@ fn main() {
         vec![("iperf3 -c (mptcpize run, kernel MPTCP)".into(), Box::new(|| iperf3(&runner, &lab, &secs)))];
     let mut add = |label: &str, b: &str| {
         let b = b.to_owned();
+        // An older build (`--before`) may lack a hash: its rows are left out.
+        let help = Command::new(&b).args(["send", "--help"]).output().map(|o| o.stdout).unwrap_or_default();
+        let help = String::from_utf8_lossy(&help).into_owned();
         for (what, kernel, hash) in [
             ("--kernel", true, "sha256"),
             ("--kernel --hash blake3", true, "blake3"),
@@ -206,6 +209,9 @@ fn main() {
             ("(mptun's stack) --hash blake3", false, "blake3"),
             ("(mptun's stack) --hash xxh3", false, "xxh3"),
         ] {
+            if hash != "sha256" && !help.contains(hash) {
+                continue;
+            }
             let (b, r, l, s) = (b.clone(), &runner, &lab, &secs);
             rows.push((format!("{label}: mptun send {what}"), Box::new(move || mptun(r, l, &b, kernel, hash, s))));
         }
