@@ -49,6 +49,40 @@ fn next_client_works(lab: &Lab, dst: &str, server: &Running) {
     println!("next client done in {:?}", t0.elapsed());
 }
 
+/// SIGINT to a client 2.5 s into its test: it exits 130 within 3 s and
+/// prints (JSON) what was measured, iperf3's interrupt `error`, and the
+/// digests of a clean end; the report and stderr.
+fn interrupt_client(ns: &str, args: &[&str]) -> (Value, String) {
+    let client = Running::spawn(Some(ns), args);
+    std::thread::sleep(Duration::from_millis(2500));
+    let t0 = Instant::now();
+    client.signal(libc::SIGINT);
+    let (st, out, err) = client.finish(Duration::from_secs(8));
+    let took = t0.elapsed();
+    assert_eq!(st.code(), Some(130), "{args:?}: exit {st}; stderr {err}; stdout {out}");
+    assert!(took < Duration::from_secs(3), "{args:?}: took {took:?} to stop");
+    let v = parse(&out);
+    assert_eq!(v["error"], "interrupt - the client has terminated", "{v:#}");
+    assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0, "{:#}", v["end"]);
+    assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true), "{args:?}: a clean end, both sides agree");
+    (v, err)
+}
+
+/// SIGINT to the server `srv` 2.5 s into a client's test: the client ends
+/// normally and early with both digests agreeing, the server exits 130.
+fn interrupt_server(ns: &str, args: &[&str], srv: Running) {
+    let client = Running::spawn(Some(ns), args);
+    std::thread::sleep(Duration::from_millis(2500));
+    srv.signal(libc::SIGINT);
+    let (st, out, err) = client.finish(Duration::from_secs(8));
+    assert!(st.success(), "{args:?}: the client ends normally: {st}; {err}; {out}");
+    let v = parse(&out);
+    assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0);
+    assert!(v["end"]["sum_received"]["seconds"].as_f64().unwrap() < 10.0, "ended early: {:#}", v["end"]);
+    assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true), "{args:?}");
+    assert_eq!(srv.wait(Duration::from_secs(5)).code(), Some(130), "{args:?}");
+}
+
 /// SIGINT to a sending client mid-transfer: summary (JSON with what was
 /// measured, and iperf3's interrupt `error`), exit 130 within a second or
 /// two, and the server takes the next client at once. Then the same for
@@ -66,19 +100,8 @@ fn cli_sigint_to_the_client_ends_the_test_cleanly() {
         if reverse {
             args.push("-R");
         }
-        let client = Running::spawn(Some(lab.a.name()), &args);
-        std::thread::sleep(Duration::from_millis(2500));
-        let t0 = Instant::now();
-        client.signal(libc::SIGINT);
-        let (st, out, err) = client.finish(Duration::from_secs(8));
-        let took = t0.elapsed();
-        assert_eq!(st.code(), Some(130), "reverse {reverse}: exit {st}; stderr {err}; stdout {out}");
-        assert!(took < Duration::from_secs(3), "reverse {reverse}: took {took:?} to stop");
-        let v = parse(&out);
-        assert_eq!(v["error"], "interrupt - the client has terminated", "{v:#}");
+        let (v, err) = interrupt_client(lab.a.name(), &args);
         assert!(!v["intervals"].as_array().unwrap().is_empty(), "intervals measured before the interrupt");
-        assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0, "{:#}", v["end"]);
-        assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true), "a clean end: both sides agree");
         assert!(err.contains("interrupt"), "{err}");
         next_client_works(&lab, &dst, &srv);
     }
@@ -95,21 +118,11 @@ fn cli_sigint_to_the_server_ends_the_test_at_both_ends() {
     let lab = Lab::new("clsgs", 1).unwrap();
     let dst = lab.mptun_addr(Side::B, 1).to_string();
     for reverse in [false, true] {
-        let srv = server(&lab, "5201");
         let mut args = vec!["send", &dst, "-t", "30", "--topology", "lab-a:1", "--json"];
         if reverse {
             args.push("-R");
         }
-        let client = Running::spawn(Some(lab.a.name()), &args);
-        std::thread::sleep(Duration::from_millis(2500));
-        srv.signal(libc::SIGINT);
-        let (st, out, err) = client.finish(Duration::from_secs(8));
-        assert!(st.success(), "reverse {reverse}: the client ends normally: {st}; {err}; {out}");
-        let v = parse(&out);
-        assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0);
-        assert!(v["end"]["sum_received"]["seconds"].as_f64().unwrap() < 10.0, "ended early: {:#}", v["end"]);
-        let st = srv.wait(Duration::from_secs(5));
-        assert_eq!(st.code(), Some(130), "reverse {reverse}");
+        interrupt_server(lab.a.name(), &args, server(&lab, "5201"));
     }
     // An idle server exits at once.
     let srv = server(&lab, "5201");
@@ -139,49 +152,28 @@ fn cli_sigint_with_kernel_sockets_ends_the_test_cleanly() {
             Duration::from_secs(10),
         )
     };
-    let client = |reverse: bool, secs: &'static str| {
-        let mut args = vec!["send", &dst, "--kernel", "-t", secs, "--json", "--hash", "xxh3"];
+    let args = |reverse: bool, secs: &'static str| {
+        let mut args = vec!["send", dst.as_str(), "--kernel", "-t", secs, "--json", "--hash", "xxh3"];
         if reverse {
             args.push("-R");
         }
-        Running::spawn(Some(lab.a.name()), &args)
+        args
     };
     let srv = kserver();
     for reverse in [false, true] {
-        let c = client(reverse, "30");
-        std::thread::sleep(Duration::from_millis(2500));
-        let t0 = Instant::now();
-        c.signal(libc::SIGINT);
-        let (st, out, err) = c.finish(Duration::from_secs(8));
-        let took = t0.elapsed();
-        assert_eq!(st.code(), Some(130), "client, reverse {reverse}: exit {st}; stderr {err}; stdout {out}");
-        assert!(took < Duration::from_secs(3), "client, reverse {reverse}: took {took:?} to stop");
-        let v = parse(&out);
-        assert_eq!(v["error"], "interrupt - the client has terminated", "{v:#}");
-        assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0, "{:#}", v["end"]);
-        assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true), "reverse {reverse}: both sides agree");
+        let (v, _) = interrupt_client(lab.a.name(), &args(reverse, "30"));
         assert_eq!(v["end"]["mptcp"]["hash"], "xxh3");
     }
     // A timed test ends on time, every byte accounted for.
-    let (st, out, err) = client(false, "2").finish(Duration::from_secs(15));
-    assert!(st.success(), "{err}");
-    let v = parse(&out);
+    let out = run(Some(lab.a.name()), &args(false, "2"), Duration::from_secs(15));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = parse(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true));
     let secs = v["end"]["sum_received"]["seconds"].as_f64().unwrap();
     assert!((1.9..3.0).contains(&secs), "a 2 s test took {secs} s");
     drop(srv);
     for reverse in [false, true] {
-        let srv = kserver();
-        let c = client(reverse, "30");
-        std::thread::sleep(Duration::from_millis(2500));
-        srv.signal(libc::SIGINT);
-        let (st, out, err) = c.finish(Duration::from_secs(8));
-        assert!(st.success(), "server, reverse {reverse}: the client ends normally: {st}; {err}; {out}");
-        let v = parse(&out);
-        assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0);
-        assert!(v["end"]["sum_received"]["seconds"].as_f64().unwrap() < 10.0, "ended early: {:#}", v["end"]);
-        assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true), "server, reverse {reverse}");
-        assert_eq!(srv.wait(Duration::from_secs(5)).code(), Some(130), "server, reverse {reverse}");
+        interrupt_server(lab.a.name(), &args(reverse, "30"), kserver());
     }
 }
 
