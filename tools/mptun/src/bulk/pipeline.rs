@@ -341,21 +341,21 @@ impl Consumer {
     pub(super) async fn finish(mut self) -> Result<(Consumed, Vec<u8>)> {
         let keep = self.filled.saturating_sub(TRAILER_LEN);
         let tail = self.cur[keep..self.filled].to_vec();
-        if let ConsumerMode::Inline { hash, bytes } = &mut self.mode {
-            hash.update(&self.cur[..keep]);
-            let bytes = *bytes + keep as u64;
-            let hash = std::mem::replace(hash, Hash::new(HashKind::Sha256));
-            return Ok((Consumed { digest: hash.finish(), bytes, file: None }, tail));
-        }
+        let (full, thread) = match &mut self.mode {
+            ConsumerMode::Inline { hash, bytes } => {
+                hash.update(&self.cur[..keep]);
+                let bytes = *bytes + keep as u64;
+                let digest = hash.clone().finish();
+                return Ok((Consumed { digest, bytes, file: None }, tail));
+            }
+            ConsumerMode::Thread { full, thread, .. } => (full, thread),
+        };
         if keep > 0 {
-            let ConsumerMode::Thread { full, .. } = &self.mode else { unreachable!("inline returned") };
             let tx = full.as_ref().expect("not finished");
-            let cur = std::mem::take(&mut self.cur);
-            if tx.send((cur, keep)).await.is_err() {
+            if tx.send((std::mem::take(&mut self.cur), keep)).await.is_err() {
                 return Err(self.failed().await);
             }
         }
-        let ConsumerMode::Thread { full, thread, .. } = &mut self.mode else { unreachable!("inline returned") };
         *full = None;
         let consumed = thread.await.map_err(|e| anyhow!("the receiving thread failed: {e}"))??;
         Ok((consumed, tail))
