@@ -93,11 +93,11 @@ pub enum Amount {
 /// The hash both ends compute over the data and compare in the trailers:
 /// SHA-256 (with SHA-NI where the CPU has it), or BLAKE3, several times
 /// faster, for tests where the hash would otherwise be the bottleneck, or
-/// XXH3-128, faster again: a checksum that catches any accidental change of
-/// the stream (a lost, duplicated, reordered or corrupted byte) with
-/// probability 1 - 2^-128, but not one made on purpose to match (no
-/// cryptographic strength), for tests at rates where even BLAKE3 would take
-/// a large share of the CPU both ends share.
+/// XXH3-128, faster again: a 128-bit checksum that catches an accidental
+/// change of the stream (a lost, duplicated, reordered or corrupted byte)
+/// but not one made on purpose to match (no cryptographic strength), for
+/// tests at rates where even BLAKE3 would take a large share of the CPU
+/// both ends share.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum HashKind {
     #[default]

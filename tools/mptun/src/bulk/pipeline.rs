@@ -1,12 +1,12 @@
-//! The data off the I/O path: a sender's blocks are made (pattern or file)
-//! and hashed on a thread of their own, a receiver's are hashed (and
-//! stored) on another, so the task that writes and reads the connection
-//! only moves buffers. Buffers circulate in a fixed pool (no allocation
-//! per block, and a hash slower than the network holds the connection back
-//! instead of queueing without bound).
+//! The data of a test: a sender's blocks are made (pattern or file) and
+//! hashed, a receiver's are hashed (and stored). With a file this happens
+//! on a thread of its own, so that the task that writes and reads the
+//! connection only moves buffers; they circulate in a fixed pool (no
+//! allocation per block, and a disk or hash slower than the network holds
+//! the connection back instead of queueing without bound).
 //!
-//! A sender's thread runs ahead of what was written: each block carries the
-//! hash state after it, so when the data ends in the middle of a block (a
+//! Each block carries the hash state after it (a sender's thread runs ahead
+//! of what was written), so when the data ends in the middle of a block (a
 //! duration over, a signal, the receiver's STOP) the digest is that of the
 //! bytes that went out, from the previous block's state plus the prefix.
 //!
