@@ -10,7 +10,7 @@ mod recv;
 mod recv_oracle;
 mod send;
 
-pub(crate) use ofo::{unpin, COPY_BELOW};
+pub(crate) use ofo::{unpin, Src, COPY_BELOW};
 #[cfg(test)]
 pub(crate) use recv::MEM_SLACK;
 pub(crate) use recv::{mem_budget, RecvBuf};

@@ -34,6 +34,10 @@ pub(crate) struct Room {
     pub pruned_chunks: usize,
     /// The segment fits now; when `false` it must be dropped.
     pub fits: bool,
+    /// What the budget has left once the segment is charged: the most
+    /// spare capacity its insert may reserve for coalescing
+    /// ([`RecvBuf::insert_within`]); 0 when it does not fit.
+    pub spare: usize,
 }
 
 /// What inserting a segment did, for the counters.
@@ -79,9 +83,6 @@ pub(crate) struct RecvBuf {
     ofo: OfoQueue,
     /// Start of the out-of-order range touched last (the first SACK block, RFC 2018).
     pub last_ofo: Option<u64>,
-    /// What [`RecvBuf::make_room`] left of the budget for the insert that
-    /// follows it: the most spare capacity that insert may allocate.
-    spare_allowance: Option<usize>,
 }
 
 impl RecvBuf {
@@ -139,7 +140,9 @@ impl RecvBuf {
             room.fits = self.mem_charged() + charge <= budget;
         }
         // Tail coalescing may reserve room, but only what the budget has left.
-        self.spare_allowance = room.fits.then(|| budget - self.mem_charged() - charge);
+        if room.fits {
+            room.spare = budget - self.mem_charged() - charge;
+        }
         room
     }
 
@@ -153,21 +156,26 @@ impl RecvBuf {
         self.ofo.range_at(off)
     }
 
-    /// Inserts `data` at stream offset `off`. The caller has trimmed it to the window.
+    /// Inserts `data` at stream offset `off`, outside any memory budget.
+    #[cfg(test)]
     pub fn insert(&mut self, off: u64, data: &[u8]) -> Insert {
-        self.insert_src(off, Src::Slice(data))
+        self.insert_within(off, Src::Slice(data), usize::MAX)
     }
 
-    /// [`RecvBuf::insert`] for data already in a `Bytes`: it is queued as
-    /// slices of it, not copied, except pieces shorter than `COPY_BELOW`
-    /// (the MPTCP layer moves subflow chunks this way, and a subflow queues
-    /// a lent super-segment's payload).
+    /// [`RecvBuf::insert`] for data already in a `Bytes`.
+    #[cfg(test)]
     pub fn insert_bytes(&mut self, off: u64, data: Bytes) -> Insert {
-        self.insert_src(off, Src::Bytes(data))
+        self.insert_within(off, Src::Bytes(data), usize::MAX)
     }
 
-    fn insert_src(&mut self, off: u64, data: Src<'_>) -> Insert {
-        let spare_max = self.spare_allowance.take().unwrap_or(usize::MAX);
+    /// Inserts a segment that [`RecvBuf::make_room`] admitted (the caller
+    /// has trimmed it to the window): tail
+    /// coalescing reserves at most `spare_max` bytes of spare capacity, the
+    /// room's [`Room::spare`], so the queue stays within the budget. A
+    /// `Src::Bytes` is queued as slices of it, not copied, except pieces
+    /// shorter than `COPY_BELOW` (the MPTCP layer moves subflow chunks this
+    /// way, and a subflow queues a lent super-segment's payload).
+    pub fn insert_within(&mut self, off: u64, data: Src<'_>, spare_max: usize) -> Insert {
         let mut res = Insert::default();
         let len = data.len();
         let end = off + len as u64;
@@ -491,19 +499,21 @@ mod tests {
         assert!(r.ofo_is_empty());
         r.check();
         // Within the budget nothing happens.
-        assert_eq!(r.make_room(1000, 1, mem_budget(1 << 20)), Room { fits: true, ..Room::default() });
+        let (budget, mem) = (mem_budget(1 << 20), r.mem_charged());
+        let spare = budget - mem - (1 + CHUNK_OVERHEAD);
+        assert_eq!(r.make_room(1000, 1, budget), Room { fits: true, spare, ..Room::default() });
     }
 
     /// `make_room`, then the insert when it fits (as both layers do); the
     /// queue never ends over its budget, whatever the segment adds.
     fn admit(r: &mut RecvBuf, off: u64, data: &[u8], budget: usize) -> bool {
-        let fits = r.make_room(off, data.len(), budget).fits;
-        if fits {
-            r.insert(off, data);
+        let room = r.make_room(off, data.len(), budget);
+        if room.fits {
+            r.insert_within(off, Src::Slice(data), room.spare);
         }
         r.check();
         assert!(r.mem_charged() <= budget, "{} > {budget} after {} bytes at {off}", r.mem_charged(), data.len());
-        fits
+        room.fits
     }
 
     /// One segment over many small holes adds a chunk for each: the budget

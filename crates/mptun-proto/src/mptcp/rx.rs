@@ -5,7 +5,7 @@
 //! middlebox strips the options, and the connection-level receive window.
 
 use super::{Connection, JoinState, Mode, RxMap, Shared, SubflowExt, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
-use crate::buf::{mem_budget, unpin, RecvBuf};
+use crate::buf::{mem_budget, unpin, RecvBuf, Src};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, Subflow};
 use bytes::Bytes;
@@ -423,12 +423,9 @@ impl Connection {
                 // does not cover it. (After a fallback the subflow's own
                 // window is the limit.)
                 sh.counters.mptcp_no_dss_in_window += 1;
-            } else if !sh.infinite && !Self::admit(sh, &mut self.rcv_buf, dsn - base, chunk.len()) {
-                // Over the memory budget even after pruning: dropped, not
-                // DATA_ACKed, so the peer sends it again.
-            } else {
+            } else if let Some(spare) = Self::admit(sh, &mut self.rcv_buf, dsn - base, chunk.len()) {
                 let off = dsn - base;
-                let ins = self.rcv_buf.insert_bytes(off, unpin(chunk));
+                let ins = self.rcv_buf.insert_within(off, Src::Bytes(unpin(chunk)), spare);
                 if ins.queued_ofo {
                     sh.counters.mptcp_ofo_queue += 1;
                     sh.counters.mptcp_ofo_queue_tail += ins.tail as u64;
@@ -445,12 +442,18 @@ impl Connection {
     /// Makes room for `len` bytes at offset `off` of the connection's receive
     /// queue within its memory budget (Linux `mptcp_rmem_schedule`): the
     /// out-of-order tail past them is pruned first (`MPTcpExtOFOPruned`);
-    /// `false` when they still do not fit and are dropped (`MPTcpExtRcvPruned`).
-    fn admit(sh: &mut Shared, rcv_buf: &mut RecvBuf, off: u64, len: usize) -> bool {
+    /// `None` when they still do not fit and are dropped (`MPTcpExtRcvPruned`:
+    /// not DATA_ACKed, so the peer sends them again), else the spare room
+    /// their insert may take ([`crate::buf::RecvBuf::insert_within`]). After
+    /// a fallback the subflow's own budget is the limit.
+    fn admit(sh: &mut Shared, rcv_buf: &mut RecvBuf, off: u64, len: usize) -> Option<usize> {
+        if sh.infinite {
+            return Some(usize::MAX);
+        }
         let room = rcv_buf.make_room(off, len, mem_budget(sh.recv_limit));
         sh.counters.mptcp_ofo_pruned += (room.pruned_chunks > 0) as u64;
         sh.counters.mptcp_rcv_pruned += !room.fits as u64;
-        room.fits
+        room.fits.then_some(room.spare)
     }
 
     /// The next bytes of the mapping `(ssn, dsn, len, checksum)`, `into`

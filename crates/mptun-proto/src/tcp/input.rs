@@ -106,18 +106,11 @@ impl Subflow {
         payload: &[u8],
         packet: Option<&Bytes>,
     ) -> Verdict {
-        self.rx_owner = packet.cloned();
-        let v = self.handle_segment_inner(now, hdr, opts, payload);
-        self.rx_owner = None;
-        v
-    }
-
-    fn handle_segment_inner(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) -> Verdict {
         self.counters.tcp_in_segs += 1;
         match self.state {
             State::Closed => Verdict::Dropped,
-            State::SynSent => self.handle_syn_sent(now, hdr, opts, payload),
-            _ => self.handle_synchronized(now, hdr, opts, payload),
+            State::SynSent => self.handle_syn_sent(now, hdr, opts, payload, packet),
+            _ => self.handle_synchronized(now, hdr, opts, payload, packet),
         }
     }
 
@@ -127,6 +120,7 @@ impl Subflow {
         hdr: &TcpHeader,
         opts: &OptionSummary,
         payload: &[u8],
+        packet: Option<&Bytes>,
     ) -> Verdict {
         let f = hdr.flags;
         let ack = Seq(hdr.ack);
@@ -165,7 +159,7 @@ impl Subflow {
             self.state = State::Established;
             self.events.push_back(Event::Connected);
             self.ack_now = true;
-            self.on_data(now, Seq(hdr.seq) + 1, payload, f.fin());
+            self.on_data(now, Seq(hdr.seq) + 1, payload, packet, f.fin());
         } else {
             // Simultaneous open (RFC 9293 figure 8): answer with SYN-ACK at
             // the next poll_transmit. It is a new segment, not a timeout's
@@ -183,6 +177,7 @@ impl Subflow {
         hdr: &TcpHeader,
         opts: &OptionSummary,
         payload: &[u8],
+        packet: Option<&Bytes>,
     ) -> Verdict {
         let f = hdr.flags;
         let seq = Seq(hdr.seq);
@@ -347,7 +342,7 @@ impl Subflow {
             // connection-level acknowledgement too (Linux runs
             // mptcp_incoming_options before the zero-window drop).
             if payload.is_empty() {
-                self.on_data(now, seq, payload, f.fin());
+                self.on_data(now, seq, payload, packet, f.fin());
             } else {
                 self.counters.tcp_ext_tcp_zero_window_drop += 1;
                 self.ack_now = true;
@@ -355,7 +350,7 @@ impl Subflow {
             return Verdict::Accepted;
         }
         if self.state.can_receive() || (self.fin_received.is_none() && matches!(self.state, State::Closing)) {
-            self.on_data(now, seq, payload, f.fin());
+            self.on_data(now, seq, payload, packet, f.fin());
         } else if f.fin() && self.state == State::TimeWait {
             // Retransmitted FIN: ACK again and restart 2MSL.
             self.ack_now = true;
@@ -443,8 +438,9 @@ impl Subflow {
         self.pending_rst = Some((seq, ack, flags));
     }
 
-    /// Accepts payload and FIN that passed the sequence check.
-    pub(super) fn on_data(&mut self, now: Instant, seq: Seq, payload: &[u8], fin: bool) {
+    /// Accepts payload and FIN that passed the sequence check; `packet`, if
+    /// given, is what `payload` is a slice of (kept, not copied).
+    pub(super) fn on_data(&mut self, now: Instant, seq: Seq, payload: &[u8], packet: Option<&Bytes>, fin: bool) {
         if payload.is_empty() && !fin {
             return;
         }
@@ -466,6 +462,7 @@ impl Subflow {
         // Nothing after a FIN already seen is data (Linux purges it).
         let limit = self.rcv_window_edge_off().min(self.fin_received.unwrap_or(u64::MAX));
         let mut trimmed = false;
+        let mut spare = 0;
         if off + data.len() as u64 > limit {
             data = &data[..limit.saturating_sub(off).min(data.len() as u64) as usize];
             trimmed = true;
@@ -475,6 +472,7 @@ impl Subflow {
             // out-of-order tail past this segment is pruned first; a segment
             // that still does not fit is dropped, never acknowledged.
             let room = self.recv_buf.make_room(off, data.len(), self.rcv_mem_budget());
+            spare = room.spare;
             self.counters.tcp_ext_prune_called += room.prune_called as u64;
             self.counters.tcp_ext_ofo_pruned += (room.pruned_chunks > 0) as u64;
             if !room.fits {
@@ -496,10 +494,11 @@ impl Subflow {
             // at once (RFC 5681 4.2; Linux queues it out of order and ACKs).
             self.ack_now = true;
         }
-        let ins = match self.rx_owner.as_ref().and_then(|p| shared_slice(p, data)) {
-            Some(b) => self.recv_buf.insert_bytes(off, b),
-            None => self.recv_buf.insert(off, data),
+        let src = match packet.and_then(|p| shared_slice(p, data)) {
+            Some(b) => Src::Bytes(b),
+            None => Src::Slice(data),
         };
+        let ins = self.recv_buf.insert_within(off, src, spare);
         if ins.queued_ofo {
             self.counters.tcp_ext_tcp_ofo_queue += 1;
             self.counters.tcp_ext_tcp_ofo_merge += ins.merged as u64;

@@ -65,7 +65,7 @@ use output::wscale_for;
 use recovery::{Acked, LossProbe, Scoreboard};
 use timers::{Timer, TimerTable};
 
-use crate::buf::{RecvBuf, SendBuf};
+use crate::buf::{RecvBuf, SendBuf, Src};
 use crate::counters::Counters;
 use crate::seq::Seq;
 use bytes::Bytes;
@@ -154,10 +154,6 @@ pub struct Subflow {
     /// `reo_wnd_steps`) instead of taking every reordering for a loss.
     dsack: Option<(Seq, Seq)>,
     recv_buf: RecvBuf,
-    /// While [`Subflow::handle_segment_in`] runs: the packet the segment's
-    /// payload is a slice of, so that the receive queue keeps slices of it
-    /// instead of copies.
-    rx_owner: Option<Bytes>,
     recv_limit: usize,
     fin_received: Option<u64>,
     ts_recent: u32,
@@ -333,7 +329,6 @@ impl Subflow {
             rcv_wnd_conn: 0,
             dsack: None,
             recv_buf: RecvBuf::default(),
-            rx_owner: None,
             recv_limit,
             fin_received: None,
             ts_recent: 0,
