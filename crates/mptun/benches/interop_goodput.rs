@@ -9,7 +9,15 @@
 //! `MPTUN_BENCH_NSTAT` (print mptun's counters and the kernel peer's
 //! `nstat` delta after each mptun run, for diagnosis), `MPTUN_BENCH_ONLY`
 //! (run only the runs whose name contains it, e.g. `mptun TCP`, for a
-//! profile of one; the others report 0).
+//! profile of one; the others report 0), `MPTUN_BENCH_CC` (the kernel's
+//! congestion control on every kernel socket of the bench, e.g. `cubic`;
+//! default: the host's `net.ipv4.tcp_congestion_control`, printed).
+//!
+//! The kernel's congestion control decides the baseline: this machine's
+//! default is BBR, which without the fq qdisc paces with its own timers
+//! and held kernel ↔ kernel to 13–18 Gbit/s, where CUBIC moved 46–62
+//! (BENCH.md). Every kernel socket gets the same one, set explicitly and
+//! read back, so a ratio names what it was measured against.
 //!
 //! The runs are interleaved over the rounds and each is reported as best and
 //! median of its rounds: on a shared two-core machine a concurrent build
@@ -56,7 +64,38 @@ enum Proto {
 
 fn socket(addr: SocketAddr, proto: Proto) -> io::Result<Socket> {
     let p = if proto == Proto::Mptcp { Protocol::from(IPPROTO_MPTCP) } else { Protocol::TCP };
-    Socket::new(Domain::for_address(addr), Type::STREAM, Some(p))
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(p))?;
+    set_cc(&s)?;
+    Ok(s)
+}
+
+/// The kernel congestion control every kernel socket of the run uses:
+/// `MPTUN_BENCH_CC`, or the server namespace's default (which a namespace
+/// inherits from the host's at creation).
+fn kernel_cc() -> &'static str {
+    static CC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CC.get_or_init(|| {
+        std::env::var("MPTUN_BENCH_CC").unwrap_or_else(|_| {
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "cubic".into())
+        })
+    })
+}
+
+/// Sets [`kernel_cc`] on a kernel socket (a listener's accepted sockets
+/// inherit it; an MPTCP socket passes it to its subflows).
+fn set_cc(s: &Socket) -> io::Result<()> {
+    s.set_tcp_congestion(kernel_cc().as_bytes())
+        .map_err(|e| io::Error::new(e.kind(), format!("TCP_CONGESTION {}: {e}", kernel_cc())))
+}
+
+/// The congestion control a connected kernel socket reports.
+fn cc_of(s: &TcpStream) -> String {
+    socket2::SockRef::from(s)
+        .tcp_congestion()
+        .map(|v| String::from_utf8_lossy(&v).trim_end_matches('\0').to_string())
+        .unwrap_or_else(|e| format!("? ({e})"))
 }
 
 fn listen(ns: &str, addr: SocketAddr, proto: Proto) -> io::Result<TcpListener> {
@@ -99,6 +138,11 @@ fn blast(s: &mut TcpStream, bytes: u64, buf: &[u8]) -> io::Result<()> {
 fn server_thread(l: TcpListener, bytes: u64, buf: Arc<Vec<u8>>) -> std::thread::JoinHandle<io::Result<Duration>> {
     std::thread::spawn(move || {
         let (mut s, _) = l.accept()?;
+        // An accepted MPTCP socket does not take its listener's choice.
+        set_cc(&socket2::SockRef::from(&s))?;
+        if cc_of(&s) != kernel_cc() {
+            return Err(io::Error::other(format!("server socket runs {}, not {}", cc_of(&s), kernel_cc())));
+        }
         s.set_read_timeout(Some(Duration::from_secs(60)))?;
         let (n, t) = drain(&mut s)?;
         if n != bytes {
@@ -152,6 +196,7 @@ fn kernel_run(topo: &Topo, name: &'static str, proto: Proto, port: u16, bytes: u
     })
     .unwrap()
     .expect("connect");
+    assert_eq!(cc_of(&c), kernel_cc(), "the kernel client's congestion control");
     blast(&mut c, bytes, buf).unwrap();
     c.shutdown(Shutdown::Write).unwrap();
     let (n, down_t) = drain(&mut c).unwrap();
@@ -307,6 +352,24 @@ async fn mptun_run(
     })
 }
 
+/// Waits until a run's TUN devices are gone. Closing a TUN unregisters
+/// it in the background, one device after the other; the next run's
+/// devices take the same addresses, and while an old one still holds its
+/// /24 the kernel routes that path's packets to it: a second subflow's
+/// SYN-ACK went there and the next MPTCP run had one subflow (seen with
+/// CUBIC, whose runs follow each other closely).
+fn wait_gone(topo: &Topo, tag: &str) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        let out = mptun_io::netns::ip(&topo.cli(), ["-o", "link", "show"]).unwrap_or_default();
+        if !(1..=2u8).any(|i| out.contains(&format!(": {tag}{i}:"))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("{tag}: TUN devices still present after 5 s");
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -320,7 +383,11 @@ fn main() {
     let topo =
         Topo::up(&prefix, &["--paths", "2", "--octet", &OCTET.to_string(), "--kernel-mptcp"]).expect("topo.sh up");
     let buf = Arc::new(mptun::pattern::Pattern::bytes(0x1234_5678_9abc_def1, CHUNK));
-    println!("interop_goodput: {mib} MiB per direction, 2 unconstrained veth paths (topo.sh --kernel-mptcp)");
+    println!(
+        "interop_goodput: {mib} MiB per direction, 2 unconstrained veth paths (topo.sh --kernel-mptcp), kernel congestion control {} ({})",
+        kernel_cc(),
+        if std::env::var("MPTUN_BENCH_CC").is_ok() { "MPTUN_BENCH_CC" } else { "the host's default" }
+    );
     let rounds: usize = std::env::var("MPTUN_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut all: Vec<Vec<Result>> = Vec::new();
@@ -358,6 +425,7 @@ fn main() {
                     r.push(Result { name, up: 0.0, down: 0.0, cpu_per_gib: 0.0, note: format!("FAILED: {e}") });
                 }
             }
+            wait_gone(&topo, &tag);
         }
         for x in &r {
             println!(
