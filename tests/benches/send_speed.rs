@@ -19,7 +19,11 @@
 //! TEXT` keeps the iperf3 row and the rows whose label has TEXT.
 //! `--nice N` runs every tool of every row under `nice -n N` (the same
 //! for all rows): on a shared machine it keeps other load from deciding
-//! which row wins. The load average is printed with the figures. Prints
+//! which row wins. `--cc NAME` sets the kernel's congestion control in
+//! both namespaces (default: the host's, inherited at their creation;
+//! printed with the figures): it decides the baseline, BBR without fq
+//! paces itself to a quarter of what CUBIC moves here (crates/mptun/BENCH.md).
+//! The load average is printed with the figures. Prints
 //! figures and ratios, asserts nothing about speed; it fails only when a
 //! transfer does (a tool erroring, or a digest mismatch).
 
@@ -192,6 +196,22 @@ fn main() {
     let lab = Lab::new(&arg("--case").unwrap_or_else(|| "send-speed".into()), 2).unwrap();
     lab.kernel_mptcp(Side::A, true).unwrap();
     lab.kernel_mptcp(Side::B, false).unwrap();
+    let cc_key = "net.ipv4.tcp_congestion_control";
+    if let Some(cc) = arg("--cc") {
+        for ns in [lab.a.name(), lab.b.name()] {
+            let ok = Command::new("ip")
+                .args(["netns", "exec", ns, "sysctl", "-qw", &format!("{cc_key}={cc}")])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "cannot set {cc_key}={cc} in {ns}");
+        }
+    }
+    let cc_of = |ns: &str| {
+        let o = Command::new("ip").args(["netns", "exec", ns, "sysctl", "-n", cc_key]).output().expect("sysctl");
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let cc = cc_of(lab.a.name());
+    assert_eq!(cc, cc_of(lab.b.name()), "both ends run the same congestion control");
     // Rows: (label, what runs it).
     type Row<'a> = (String, Box<dyn Fn() -> Figure + 'a>);
     let mut rows: Vec<Row> =
@@ -236,7 +256,7 @@ fn main() {
         }
     }
     println!(
-        "\ntwo unconstrained veth paths, {secs} s per test, median of {runs} interleaved round(s){}; load average before: {load0}, after: {}",
+        "\ntwo unconstrained veth paths, kernel congestion control {cc}, {secs} s per test, median of {runs} interleaved round(s){}; load average before: {load0}, after: {}",
         runner.nice.as_ref().map_or(String::new(), |n| format!(", every tool at nice {n}")),
         load()
     );
