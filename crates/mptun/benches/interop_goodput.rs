@@ -249,6 +249,9 @@ async fn mptun_run(
     if std::env::var("MPTUN_BENCH_NOPACE").is_ok() {
         opts.config_mut().tcp.pacer = mptun_cc::PacerKind::None;
     }
+    if let Some(m) = std::env::var("MPTUN_BENCH_SNDBUF_MIB").ok().and_then(|v| v.parse::<usize>().ok()) {
+        opts.config_mut().tcp.send_buffer = mptun_proto::tcp::BufferSize::Auto { initial: 64 * 1024, max: m << 20 };
+    }
     let s = tokio::time::timeout(Duration::from_secs(10), MptcpStream::connect_with(&stack, server, opts))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect"))??;
