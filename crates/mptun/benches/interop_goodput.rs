@@ -6,6 +6,9 @@
 //! `MPTUN_BENCH_MIB` (bytes per direction, default 512), `MPTUN_BENCH_ROUNDS`
 //! (default 3), `MPTUN_BENCH_PCAP` (a file prefix: capture the mptun runs),
 //! `MPTUN_BENCH_NOPACE` (mptun without pacing, for diagnosis),
+//! `MPTUN_BENCH_SNDBUF_MIB` (mptun's send buffer limit, default 4 MiB as
+//! Linux's `tcp_wmem`, for diagnosis: whether a run is bound by send buffer
+//! over round trip),
 //! `MPTUN_BENCH_NSTAT` (print mptun's counters and the kernel peer's
 //! `nstat` delta after each mptun run, for diagnosis), `MPTUN_BENCH_ONLY`
 //! (run only the runs whose name contains it, e.g. `mptun TCP`, for a
