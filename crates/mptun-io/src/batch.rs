@@ -62,7 +62,9 @@ pub struct PacketBatch {
     lens: Vec<usize>,
     /// Per slot: payload bytes per wire segment of a TSO super-packet, or 0.
     gso: Vec<u16>,
-    /// Per slot (received packets): the device vouched for the TCP checksum.
+    /// Per slot: the TCP checksum is the device's business. Received: the
+    /// device vouched for it. To send: it holds only the pseudo-header sum
+    /// and the device completes it ([`Self::push_swap_partial`]).
     csum_ok: Vec<bool>,
     /// Receive super-packets whole instead of split (see [`Self::set_gro`]).
     gro: bool,
@@ -244,6 +246,21 @@ impl PacketBatch {
         std::mem::swap(&mut self.slots[self.len], buf);
         self.fill_next(len, gso, false);
         Ok(())
+    }
+
+    /// [`Self::push_swap`] for a packet whose TCP checksum the device must
+    /// complete (`mptun_wire::emit_tcp_packet_offload`): only for a device
+    /// whose `PacketIo::checksum_offload` is true.
+    pub fn push_swap_partial(&mut self, buf: &mut Vec<u8>, len: usize, gso: Option<usize>) -> Result<(), PushError> {
+        self.push_swap(buf, len, gso)?;
+        self.csum_ok[self.len - 1] = true;
+        Ok(())
+    }
+
+    /// Whether the packet at `index` to send has a partial TCP checksum
+    /// for the device to complete.
+    pub fn checksum_partial(&self, index: usize) -> bool {
+        index < self.len && self.csum_ok[index]
     }
 
     /// Cuts a TSO super-packet into wire segments as a device would
@@ -429,6 +446,11 @@ impl PacketBatch {
         self.gso[self.len..self.len + n].fill(0);
         self.csum_ok[self.len..self.len + n].fill(false);
         self.len += n;
+    }
+
+    /// Whether the next unsent packet's TCP checksum is left to the device.
+    pub(crate) fn next_unsent_partial(&self) -> bool {
+        self.sent < self.len && self.csum_ok[self.sent]
     }
 
     /// TSO segment size of the next unsent packet (0: an ordinary packet).

@@ -58,6 +58,13 @@ pub trait PacketIo: Send + Sync {
     fn tso(&self) -> bool {
         false
     }
+
+    /// Whether the device completes TCP checksums left partial
+    /// ([`PacketBatch::push_swap_partial`]), as a NIC with `NETIF_F_HW_CSUM`
+    /// does: the stack then never sums a payload it sends.
+    fn checksum_offload(&self) -> bool {
+        false
+    }
 }
 
 /// Device counters, named after the kernel's `struct rtnl_link_stats64`

@@ -5,6 +5,7 @@
 //! are wall-clock (Unix epoch) so the capture lines up with a tcpdump taken
 //! on the veths at the same time.
 
+use std::borrow::Cow;
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -87,7 +88,25 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
 
     fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
         let from = batch.tapped.max(batch.len() - batch.unsent());
-        self.record(batch.iter().skip(from));
+        // A checksum left to the device is recorded completed, as the
+        // device will send it (a capture on the wire shows it so, and a
+        // dissector that verifies checksums accepts it).
+        {
+            let packets: Vec<Cow<'_, [u8]>> = batch
+                .iter()
+                .enumerate()
+                .skip(from)
+                .map(|(i, p)| {
+                    if !batch.checksum_partial(i) {
+                        return Cow::Borrowed(p);
+                    }
+                    let mut c = p.to_vec();
+                    let _ = mptun_wire::gso::complete_checksum(&mut c);
+                    Cow::Owned(c)
+                })
+                .collect();
+            self.record(packets.iter().map(|c| c.as_ref()));
+        }
         batch.tapped = batch.len();
         self.inner.poll_send_batch(cx, batch)
     }
@@ -106,6 +125,10 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
 
     fn tso(&self) -> bool {
         self.inner.tso()
+    }
+
+    fn checksum_offload(&self) -> bool {
+        self.inner.checksum_offload()
     }
 }
 

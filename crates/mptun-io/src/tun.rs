@@ -323,13 +323,25 @@ impl TunDevice {
         Ok(1)
     }
 
-    /// Writes one packet; `gso` is its TSO segment size (0: none).
-    fn write_one(&self, dev: &SyncDevice, packet_with_headroom: &mut [u8], gso: u16) -> io::Result<usize> {
+    /// Writes one packet; `gso` is its TSO segment size (0: none),
+    /// `partial` whether its TCP checksum is left for the device.
+    fn write_one(
+        &self,
+        dev: &SyncDevice,
+        packet_with_headroom: &mut [u8],
+        gso: u16,
+        partial: bool,
+    ) -> io::Result<usize> {
         if !self.offload {
+            if partial {
+                // Not ours to leave partial: complete it as a NIC would.
+                mptun_wire::gso::complete_checksum(&mut packet_with_headroom[HEADROOM..])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("partial checksum: {e}")))?;
+            }
             return dev.send(&packet_with_headroom[HEADROOM..]);
         }
         let (hdr, packet) = packet_with_headroom.split_at_mut(HEADROOM);
-        vnet_header(hdr, packet, gso)?;
+        vnet_header(hdr, packet, gso, partial)?;
         dev.send(packet_with_headroom)
     }
 }
@@ -368,28 +380,34 @@ pub(crate) fn vnet_rx(hdr: &[u8]) -> VnetRx {
 const TCP_CSUM_OFFSET: u16 = 16;
 
 /// Fills the `virtio_net_hdr` in front of an outgoing packet: all zero (no
-/// GSO, the checksum is complete) for an ordinary packet; for a TSO
-/// super-packet the kernel's segmentation request (`TCPV4`/`TCPV6`, the
-/// segment size, `NEEDS_CSUM` with the TCP checksum left partial), so the
-/// kernel forwards one 64 KiB skb and cuts it only where a device needs it.
-/// The fields are little-endian (a TUN's legacy virtio header on a
-/// little-endian host; tun-rs makes the same assumption).
-pub(crate) fn vnet_header(hdr: &mut [u8], packet: &mut [u8], gso: u16) -> io::Result<()> {
+/// GSO, the checksum is complete) for an ordinary packet with a complete
+/// checksum; `NEEDS_CSUM` (the kernel completes the TCP checksum from
+/// `csum_start`, as for a NIC's `CHECKSUM_PARTIAL`) for one the stack left
+/// `partial`; and for a TSO super-packet also the kernel's segmentation
+/// request (`TCPV4`/`TCPV6`, the segment size), so the kernel forwards one
+/// 64 KiB skb and cuts it only where a device needs it. The fields are
+/// little-endian (a TUN's legacy virtio header on a little-endian host;
+/// tun-rs makes the same assumption).
+pub(crate) fn vnet_header(hdr: &mut [u8], packet: &mut [u8], gso: u16, partial: bool) -> io::Result<()> {
     hdr.fill(0);
-    if gso == 0 {
+    if gso == 0 && !partial {
         return Ok(());
     }
     let l = mptun_wire::gso::Layout::parse(packet)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TSO super-packet: {e}")))?;
-    if l.payload_len() <= usize::from(gso) {
+    let segmented = gso != 0 && l.payload_len() > usize::from(gso);
+    if !segmented && !partial {
         // One segment: an ordinary packet, its checksum already complete.
         return Ok(());
     }
+    // A complete checksum becomes partial; a partial one stays as it is.
     mptun_wire::gso::set_partial_checksum(packet, &l);
     hdr[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
-    hdr[1] = if l.src.is_ipv6() { VIRTIO_NET_HDR_GSO_TCPV6 } else { VIRTIO_NET_HDR_GSO_TCPV4 };
-    hdr[2..4].copy_from_slice(&(l.header_len as u16).to_le_bytes());
-    hdr[4..6].copy_from_slice(&gso.to_le_bytes());
+    if segmented {
+        hdr[1] = if l.src.is_ipv6() { VIRTIO_NET_HDR_GSO_TCPV6 } else { VIRTIO_NET_HDR_GSO_TCPV4 };
+        hdr[2..4].copy_from_slice(&(l.header_len as u16).to_le_bytes());
+        hdr[4..6].copy_from_slice(&gso.to_le_bytes());
+    }
     hdr[6..8].copy_from_slice(&(l.ip_len as u16).to_le_bytes());
     hdr[8..10].copy_from_slice(&TCP_CSUM_OFFSET.to_le_bytes());
     Ok(())
@@ -459,12 +477,12 @@ impl PacketIo for TunDevice {
                 Poll::Pending => return Poll::Pending,
             };
             loop {
-                let gso = batch.next_unsent_gso();
+                let (gso, partial) = (batch.next_unsent_gso(), batch.next_unsent_partial());
                 let Some(slot) = batch.next_unsent_with_headroom() else {
                     return Poll::Ready(Ok(batch.finish_send()));
                 };
                 let len = slot.len() - HEADROOM;
-                match guard.try_io(|fd| self.write_one(fd.get_ref(), slot, gso)) {
+                match guard.try_io(|fd| self.write_one(fd.get_ref(), slot, gso, partial)) {
                     Ok(Ok(_)) => {
                         AtomicIoStats::add(&self.stats.tx_packets, 1);
                         AtomicIoStats::add(&self.stats.tx_bytes, len as u64);
@@ -520,6 +538,10 @@ impl PacketIo for TunDevice {
     fn tso(&self) -> bool {
         self.offload
     }
+
+    fn checksum_offload(&self) -> bool {
+        self.offload
+    }
 }
 
 impl AsRawFd for TunDevice {
@@ -571,7 +593,7 @@ mod tests {
             let orig = super_packet(src, dst, &payload);
             let mut pkt = orig.clone();
             let mut hdr = [0xffu8; HEADROOM];
-            vnet_header(&mut hdr, &mut pkt, 1448).unwrap();
+            vnet_header(&mut hdr, &mut pkt, 1448, false).unwrap();
             assert_eq!(hdr[0], VIRTIO_NET_HDR_F_NEEDS_CSUM);
             assert_eq!(hdr[1], gso_type);
             assert_eq!(u16::from_le_bytes([hdr[2], hdr[3]]) as usize, ip_len + 32, "hdr_len: IP + TCP with options");
@@ -591,11 +613,38 @@ mod tests {
         let mut pkt = super_packet("10.0.0.1:1", "10.0.0.2:2", &[7; 1000]);
         let orig = pkt.clone();
         let mut hdr = [0xffu8; HEADROOM];
-        vnet_header(&mut hdr, &mut pkt, 0).unwrap();
+        vnet_header(&mut hdr, &mut pkt, 0, false).unwrap();
         assert_eq!((hdr, &pkt), ([0; HEADROOM], &orig));
         // A "super-packet" of one segment needs no segmentation either.
-        vnet_header(&mut hdr, &mut pkt, 1448).unwrap();
+        vnet_header(&mut hdr, &mut pkt, 1448, false).unwrap();
         assert_eq!((hdr, &pkt), ([0; HEADROOM], &orig));
+    }
+
+    /// A packet the stack left with a partial checksum (checksum offload)
+    /// asks the kernel to complete it (`NEEDS_CSUM`, `csum_start` at the TCP
+    /// header), with a segmentation request only when it is a super-packet
+    /// of more than one segment; the kernel's completion gives the packet a
+    /// stack without offload would have built.
+    #[test]
+    fn partial_checksums_are_left_to_the_kernel() {
+        for (src, dst, ip_len) in [("10.0.0.1:1", "10.0.0.2:2", 20usize), ("[fd00::1]:1", "[fd00::2]:2", 40)] {
+            for (plen, gso, segmented) in [(1000usize, 0u16, false), (1000, 1448, false), (5001, 1448, true)] {
+                let payload: Vec<u8> = (0..plen as u32).map(|i| (i * 7) as u8).collect();
+                let full = super_packet(src, dst, &payload);
+                let mut pkt = full.clone();
+                let l = mptun_wire::gso::Layout::parse(&pkt).unwrap();
+                mptun_wire::gso::set_partial_checksum(&mut pkt, &l);
+                let mut hdr = [0xffu8; HEADROOM];
+                vnet_header(&mut hdr, &mut pkt, gso, true).unwrap();
+                assert_eq!(hdr[0], VIRTIO_NET_HDR_F_NEEDS_CSUM);
+                assert_eq!(hdr[1] != 0, segmented, "a GSO type only for a super-packet: {plen} by {gso}");
+                assert_eq!(u16::from_le_bytes([hdr[4], hdr[5]]), if segmented { gso } else { 0 });
+                assert_eq!(u16::from_le_bytes([hdr[6], hdr[7]]) as usize, ip_len);
+                assert_eq!(u16::from_le_bytes([hdr[8], hdr[9]]), 16);
+                complete_checksum(&hdr, &mut pkt);
+                assert_eq!(pkt, full);
+            }
+        }
     }
 
     #[test]
@@ -604,12 +653,13 @@ mod tests {
         let mut hdr = [0u8; HEADROOM];
         for cut in [0, 10, 30] {
             let mut p = pkt[..cut].to_vec();
-            let e = vnet_header(&mut hdr, &mut p, 1448).unwrap_err();
+            let e = vnet_header(&mut hdr, &mut p, 1448, false).unwrap_err();
             assert!(crate::packet_io::is_per_packet_error(&e), "{e}");
         }
         let mut p = pkt.clone();
         p[9] = 17; // UDP
-        assert!(vnet_header(&mut hdr, &mut p, 1448).is_err());
+        assert!(vnet_header(&mut hdr, &mut p, 1448, false).is_err());
+        assert!(vnet_header(&mut hdr, &mut p, 0, true).is_err(), "a partial checksum on what is not TCP");
     }
 
     #[test]

@@ -129,6 +129,19 @@ pub fn set_partial_checksum(pkt: &mut [u8], l: &Layout) {
     pkt[l.ip_len + TCP_CSUM_AT..l.ip_len + TCP_CSUM_AT + 2].copy_from_slice(&p.to_be_bytes());
 }
 
+/// Completes the TCP checksum of a packet whose field holds the partial
+/// sum (built by [`crate::ip::emit_tcp_packet_offload`]), as a device with
+/// checksum offload would: for a device without it, and for a capture
+/// that must show what the wire carries.
+pub fn complete_checksum(pkt: &mut [u8]) -> Result<(), Error> {
+    let l = Layout::parse(pkt)?;
+    let at = l.ip_len + TCP_CSUM_AT;
+    pkt[at..at + 2].fill(0);
+    let c = checksum::tcp_checksum(l.src, l.dst, &pkt[l.ip_len..l.total]);
+    pkt[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    Ok(())
+}
+
 /// The wire segments of a super-segment, as a device cuts them.
 ///
 /// Each call to [`Segments::next_into`] writes the next one, a complete IP

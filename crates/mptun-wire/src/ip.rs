@@ -159,6 +159,37 @@ pub fn emit_tcp_packet(
     payload: &[u8],
     out: &mut [u8],
 ) -> Result<usize, Error> {
+    emit(src, dst, ttl, tcp, payload, out, false)
+}
+
+/// [`emit_tcp_packet`] for a device with TCP checksum offload: the TCP
+/// checksum field holds only the pseudo-header sum (`CHECKSUM_PARTIAL`,
+/// virtio `NEEDS_CSUM`), as Linux leaves it for a NIC, and the device
+/// completes it. The payload is copied but never summed: on a 20 Gbit/s
+/// send path that pass was 5-6 % of the driver's time. A packet built
+/// this way must reach a device that completes it, or go through
+/// [`crate::gso::complete_checksum`] first; the IPv4 header checksum is
+/// complete either way.
+pub fn emit_tcp_packet_offload(
+    src: IpAddr,
+    dst: IpAddr,
+    ttl: u8,
+    tcp: &TcpHeader,
+    payload: &[u8],
+    out: &mut [u8],
+) -> Result<usize, Error> {
+    emit(src, dst, ttl, tcp, payload, out, true)
+}
+
+fn emit(
+    src: IpAddr,
+    dst: IpAddr,
+    ttl: u8,
+    tcp: &TcpHeader,
+    payload: &[u8],
+    out: &mut [u8],
+    partial: bool,
+) -> Result<usize, Error> {
     let iph = ip_header_len(src);
     let seg_len = tcp.header_len() + payload.len();
     let total = iph + seg_len;
@@ -202,8 +233,12 @@ pub fn emit_tcp_packet(
     let seg = &mut out[iph..total];
     let hlen = tcp.emit(seg)?;
     seg[hlen..].copy_from_slice(payload);
-    seg[16..18].fill(0);
-    let c = checksum::tcp_checksum(src, dst, seg);
+    let c = if partial {
+        checksum::pseudo_header_sum(src, dst, IPPROTO_TCP, seg_len as u32)
+    } else {
+        seg[16..18].fill(0);
+        checksum::tcp_checksum(src, dst, seg)
+    };
     seg[16..18].copy_from_slice(&c.to_be_bytes());
     Ok(total)
 }
@@ -238,6 +273,36 @@ mod tests {
             buf[n - 1] ^= 1;
             assert_eq!(parse_tcp_packet(&buf[..n]), Err(Error::BadChecksum));
             assert!(parse_tcp_packet_unverified(&buf[..n]).is_ok());
+        }
+    }
+
+    /// An offload packet differs from the complete one only in its TCP
+    /// checksum field, which holds the pseudo-header sum; completing it
+    /// gives the complete packet byte for byte, odd payload lengths too.
+    #[test]
+    fn offload_packets_complete_to_the_full_ones() {
+        let mut h = TcpHeader::new(1000, 2000, 7, 9, TcpFlags::ACK | TcpFlags::PSH, 512);
+        h.options = TcpOptions::established(Some((1, 2)), &[], &[]).unwrap();
+        for (s, d) in [
+            (v4([10, 0, 0, 1]), v4([10, 0, 0, 2])),
+            (IpAddr::V6("fd00::1".parse().unwrap()), IpAddr::V6("fd00::2".parse().unwrap())),
+        ] {
+            for plen in [0usize, 1, 7, 1448, 3001] {
+                let payload: Vec<u8> = (0..plen).map(|i| (i * 31 + 7) as u8).collect();
+                let (mut full, mut part) = (vec![0u8; 4000], vec![0u8; 4000]);
+                let n = emit_tcp_packet(s, d, 64, &h, &payload, &mut full).unwrap();
+                assert_eq!(emit_tcp_packet_offload(s, d, 64, &h, &payload, &mut part).unwrap(), n);
+                let at = ip_header_len(s) + 16;
+                assert_eq!(full[..at], part[..at]);
+                assert_eq!(full[at + 2..n], part[at + 2..n]);
+                let seg_len = (n - ip_header_len(s)) as u32;
+                let pseudo = checksum::pseudo_header_sum(s, d, IPPROTO_TCP, seg_len);
+                assert_eq!(part[at..at + 2], pseudo.to_be_bytes());
+                assert_eq!(parse_tcp_packet(&part[..n]), Err(Error::BadChecksum), "not a complete checksum");
+                crate::gso::complete_checksum(&mut part[..n]).unwrap();
+                assert_eq!(full[..n], part[..n], "{s} payload {plen}");
+                assert!(parse_tcp_packet(&part[..n]).is_ok());
+            }
         }
     }
 

@@ -45,6 +45,8 @@ struct Held {
     len: usize,
     /// TSO segment size of a super-segment.
     gso: Option<usize>,
+    /// Its TCP checksum is left for the device (settled when it was held).
+    partial: bool,
 }
 
 /// Why a packet was not queued.
@@ -85,7 +87,7 @@ impl DepartureQueue {
         device: DeviceId,
         buf: Vec<u8>,
         len: usize,
-        gso: Option<usize>,
+        (gso, partial): (Option<usize>, bool),
     ) -> Result<(), (Refused, Vec<u8>)> {
         debug_assert!(HEADROOM + len <= buf.len());
         if departure > now + HORIZON {
@@ -101,7 +103,7 @@ impl DepartureQueue {
         // predecessor (a retransmission) waits for it.
         let departure = q.back().map_or(departure, |b| b.departure.max(departure));
         let was_empty = q.is_empty();
-        q.push_back(Held { departure, device, buf, len, gso });
+        q.push_back(Held { departure, device, buf, len, gso, partial });
         if was_empty {
             self.order += 1;
             self.heads.push(Reverse((departure, self.order, flow)));
@@ -120,14 +122,15 @@ impl DepartureQueue {
     }
 
     /// The next packet due by `now` plus the slack, earliest flow head
-    /// first: (device, packet, TSO segment size), left in place.
-    pub(crate) fn peek_due(&self, now: Instant) -> Option<(DeviceId, &[u8], Option<usize>)> {
+    /// first: (device, packet, TSO segment size, checksum left for the
+    /// device), left in place.
+    pub(crate) fn peek_due(&self, now: Instant) -> Option<(DeviceId, &[u8], Option<usize>, bool)> {
         let Reverse((t, _, flow)) = self.heads.peek()?;
         if *t > now + TIMER_SLACK {
             return None;
         }
         let h = self.flows.get(flow)?.front()?;
-        Some((h.device, &h.buf[HEADROOM..HEADROOM + h.len], h.gso))
+        Some((h.device, &h.buf[HEADROOM..HEADROOM + h.len], h.gso, h.partial))
     }
 
     /// Removes the packet [`DepartureQueue::peek_due`] shows and returns its
@@ -220,7 +223,7 @@ mod tests {
         packet: &[u8],
         gso: Option<usize>,
     ) -> Result<(), Refused> {
-        q.push(now, f, at, dev, held(packet), packet.len(), gso).map_err(|(r, _)| r)
+        q.push(now, f, at, dev, held(packet), packet.len(), (gso, false)).map_err(|(r, _)| r)
     }
 
     #[test]
@@ -254,10 +257,10 @@ mod tests {
         push(&mut q, t(0), flow(1), t(50), 3, b"a", Some(1448)).unwrap();
         push(&mut q, t(0), flow(1), t(60), 3, b"b", None).unwrap();
         assert_eq!(q.peek_due(t(0)), None);
-        assert_eq!(q.peek_due(t(50)), Some((3, &b"a"[..], Some(1448))));
+        assert_eq!(q.peek_due(t(50)), Some((3, &b"a"[..], Some(1448), false)));
         let (p, len) = q.pop_due(t(50)).unwrap();
         assert_eq!(&p[HEADROOM..HEADROOM + len], b"a");
-        assert_eq!(q.peek_due(t(50)), Some((3, &b"b"[..], None)), "60 is within the slack of 50");
+        assert_eq!(q.peek_due(t(50)), Some((3, &b"b"[..], None, false)), "60 is within the slack of 50");
         assert_eq!(q.len(), 1);
     }
 

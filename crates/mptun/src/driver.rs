@@ -308,7 +308,7 @@ impl Driver {
     fn transmit(&mut self, st: &mut State, now: Instant) -> bool {
         // Held packets first: they are older than anything the endpoint
         // produces now, and a flow's packets must stay in order.
-        while let Some((dev, packet, gso)) = self.departures.peek_due(now) {
+        while let Some((dev, packet, gso, partial)) = self.departures.peek_due(now) {
             let packet_len = packet.len();
             let d = &mut self.devices[dev];
             let r = if swappable(d, gso) {
@@ -317,7 +317,12 @@ impl Driver {
                     return true;
                 }
                 let (mut buf, len) = self.departures.pop_due(now).expect("peeked");
-                let r = d.tx.push_swap(&mut buf, len, gso);
+                // Its checksum was settled for this device when it was held.
+                let r = if partial {
+                    d.tx.push_swap_partial(&mut buf, len, gso)
+                } else {
+                    d.tx.push_swap(&mut buf, len, gso)
+                };
                 self.departures.recycle(buf);
                 r
             } else {
@@ -344,10 +349,10 @@ impl Driver {
             let Some(t) = st.ep.poll_transmit(now, &mut self.scratch[HEADROOM..]) else { return false };
             made += t.len;
             st.stats.tx_packets += 1;
-            let packet = &self.scratch[HEADROOM..HEADROOM + t.len];
-            st.stats.tx_segments += t
-                .segment_size
-                .map_or(1, |size| mptun_wire::gso::Layout::parse(packet).map_or(1, |l| l.segment_count(size) as u64));
+            st.stats.tx_segments += t.segment_size.map_or(1, |size| {
+                mptun_wire::gso::Layout::parse(&self.scratch[HEADROOM..HEADROOM + t.len])
+                    .map_or(1, |l| l.segment_count(size) as u64)
+            });
             let Some(dev) = self.device_for(t.src.ip()) else {
                 st.stats.tx_no_route += 1;
                 tracing::debug!(src = %t.src, dst = %t.dst, "no path owns the source address; dropped");
@@ -355,12 +360,17 @@ impl Driver {
             };
             let flow = (t.src, t.dst);
             let d = &mut self.devices[dev];
+            let partial = settle_checksum(d, &mut self.scratch[HEADROOM..HEADROOM + t.len], &t);
             let mut full = d.tx.is_full();
             if t.departure <= now + TIMER_SLACK && !full && !self.departures.holds(&flow) {
                 self.batch_since.get_or_insert(now);
                 self.pending_bytes += t.len;
                 let r = if swappable(d, t.segment_size) {
-                    let r = d.tx.push_swap(&mut self.scratch, t.len, t.segment_size);
+                    let r = if partial {
+                        d.tx.push_swap_partial(&mut self.scratch, t.len, t.segment_size)
+                    } else {
+                        d.tx.push_swap(&mut self.scratch, t.len, t.segment_size)
+                    };
                     if self.scratch.len() < HEADROOM + SCRATCH {
                         // A slot's first buffer, MTU-sized: from now on it
                         // takes super-segments too.
@@ -368,7 +378,7 @@ impl Driver {
                     }
                     r
                 } else {
-                    push(d, packet, t.segment_size)
+                    push(d, &self.scratch[HEADROOM..HEADROOM + t.len], t.segment_size)
                 };
                 match r {
                     Ok(()) => continue,
@@ -395,7 +405,7 @@ impl Driver {
                 b[..n].copy_from_slice(&self.scratch[..n]);
                 b
             };
-            match self.departures.push(now, flow, t.departure, dev, buf, t.len, t.segment_size) {
+            match self.departures.push(now, flow, t.departure, dev, buf, t.len, (t.segment_size, partial)) {
                 Ok(()) => st.stats.tx_held += 1,
                 Err((why, buf)) => {
                     self.departures.recycle(buf);
@@ -489,7 +499,13 @@ impl Driver {
         }
         while let Some(t) = st.ep.poll_transmit(now, &mut self.scratch[HEADROOM..]) {
             if let Some(dev) = self.device_for(t.src.ip()) {
-                let _ = push(&mut self.devices[dev], &self.scratch[HEADROOM..HEADROOM + t.len], t.segment_size);
+                let d = &mut self.devices[dev];
+                let packet = &mut self.scratch[HEADROOM..HEADROOM + t.len];
+                // Copied in below, never left partial.
+                if t.checksum_partial {
+                    let _ = mptun_wire::gso::complete_checksum(packet);
+                }
+                let _ = push(d, packet, t.segment_size);
             }
         }
         wake_all(st, &mut self.wake);
@@ -530,6 +546,24 @@ impl Drop for Driver {
             w.wake();
         }
     }
+}
+
+/// Settles a new packet's checksum for the device it goes to: it stays
+/// partial (returns true) only if the stack left it so and the device
+/// completes it on the path the packet takes (moved in whole, see
+/// [`swappable`]); otherwise it is completed here, as a NIC without
+/// checksum offload needs it.
+fn settle_checksum(d: &Device, packet: &mut [u8], t: &mptun_proto::tcp::Transmit) -> bool {
+    if !t.checksum_partial {
+        return false;
+    }
+    if d.io.checksum_offload() && swappable(d, t.segment_size) {
+        return true;
+    }
+    if let Err(e) = mptun_wire::gso::complete_checksum(packet) {
+        tracing::warn!(device = d.io.name(), "could not complete a checksum: {e}");
+    }
+    false
 }
 
 /// Whether a packet can move into `d`'s batch as it is (by

@@ -183,8 +183,12 @@ impl StackBuilder {
                 })
                 .collect();
         }
-        let default_cfg = ConnConfig { tcp: self.tcp.clone(), mptcp: mptcp.clone() };
-        let mut ep = Endpoint::new(EndpointConfig { tcp: self.tcp.clone(), mptcp, limits: self.limits.clone() }, seed);
+        // Checksums are left to the devices when every one completes them
+        // (a TUN with offload): the send path then never sums a payload.
+        let mut tcp = self.tcp.clone();
+        tcp.checksum_offload = devices.iter().all(|d| d.checksum_offload());
+        let default_cfg = ConnConfig { tcp: tcp.clone(), mptcp: mptcp.clone() };
+        let mut ep = Endpoint::new(EndpointConfig { tcp, mptcp, limits: self.limits.clone() }, seed);
         // Each subflow's MSS from the MTU of the device its address lives on.
         for (local, dev) in &self.paths {
             ep.set_device_mtu(*local, u32::try_from(dev.mtu()).unwrap_or(u32::MAX));
@@ -266,6 +270,13 @@ impl Stack {
     /// Options preset with the stack's defaults, to adjust for one stream.
     pub fn stream_options(&self) -> StreamOptions {
         StreamOptions::from_config(self.inner.default_cfg.clone())
+    }
+
+    /// Whether the stack's devices complete TCP checksums (every one of
+    /// them): its connections then leave the checksum to them, whatever
+    /// options they were opened with.
+    pub fn checksum_offload(&self) -> bool {
+        self.inner.default_cfg.tcp.checksum_offload
     }
 
     /// Whether the driver sleeps on a microsecond timer (timerfd) rather

@@ -70,7 +70,9 @@ impl MptcpStream {
             ),
         };
         let shared = stack.shared().clone();
-        let cfg = options.cfg.clone();
+        let mut cfg = options.cfg.clone();
+        // A property of the devices, not of the stream.
+        cfg.tcp.checksum_offload = stack.checksum_offload();
         let scheduler = options.scheduler.clone();
         let (h, local) = shared.update(|st| {
             if st.driver_gone || st.shutdown {

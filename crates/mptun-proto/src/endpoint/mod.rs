@@ -583,8 +583,18 @@ impl Endpoint {
         if let Some((local, remote, hdr)) = self.stray_rsts.pop_front() {
             self.counters.tcp_out_rsts += hdr.flags.rst() as u64;
             self.counters.tcp_out_segs += 1;
+            // A bare RST: its checksum is computed here whatever the
+            // devices can do (no payload to save a pass over).
             if let Ok(len) = mptun_wire::emit_tcp_packet(local.ip(), remote.ip(), self.config.tcp.ttl, &hdr, &[], out) {
-                return Some(Transmit { len, departure: now, segment_size: None, src: local, dst: remote });
+                let t = Transmit {
+                    len,
+                    departure: now,
+                    segment_size: None,
+                    src: local,
+                    dst: remote,
+                    checksum_partial: false,
+                };
+                return Some(t);
             }
         }
         let n = self.conns.len();

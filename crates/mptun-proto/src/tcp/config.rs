@@ -138,6 +138,13 @@ pub struct TcpConfig {
     pub dup_thresh: u32,
     /// IP TTL / hop limit of our packets.
     pub ttl: u8,
+    /// The device completes TCP checksums (a TUN with `IFF_VNET_HDR`
+    /// offload, a NIC's `CHECKSUM_PARTIAL`): packets leave with the
+    /// pseudo-header sum in the field and [`super::Transmit::checksum_partial`]
+    /// set, and their payload is never summed here. The runtime sets it when
+    /// every device of the stack can; a packet that reaches a device
+    /// without it is completed on the way (`mptun_wire::gso::complete_checksum`).
+    pub checksum_offload: bool,
     /// Least spacing of ACKs that answer invalid segments: challenge ACKs and
     /// duplicate ACKs for bare out-of-window segments (Linux
     /// `tcp_invalid_ratelimit`, 500 ms), so that two endpoints that disagree
@@ -196,6 +203,7 @@ impl Default for TcpConfig {
             time_wait: TCP_TIMEWAIT_LEN,
             dup_thresh: TCP_REORDERING,
             ttl: IPDEFTTL,
+            checksum_offload: false,
             invalid_ratelimit: TCP_INVALID_RATELIMIT,
             challenge_ack_limit: TCP_CHALLENGE_ACK_LIMIT,
             segment_at_write_boundaries: false,

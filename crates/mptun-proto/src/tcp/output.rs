@@ -545,7 +545,9 @@ impl Subflow {
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         let payload: &[u8] = if len > 0 { self.send_buf.range(seq, len as usize, &mut scratch) } else { &[] };
-        let res = mptun_wire::ip::emit_tcp_packet(self.local.ip(), self.remote.ip(), self.cfg.ttl, &hdr, payload, out);
+        let emit =
+            if self.cfg.checksum_offload { mptun_wire::emit_tcp_packet_offload } else { mptun_wire::emit_tcp_packet };
+        let res = emit(self.local.ip(), self.remote.ip(), self.cfg.ttl, &hdr, payload, out);
         self.scratch = scratch;
         let n = match res {
             Ok(n) => n,
@@ -563,7 +565,14 @@ impl Subflow {
             self.delack.on_ack_sent();
             self.timers.stop(Timer::DelayedAck);
         }
-        Some(Transmit { len: n, departure: now, segment_size: None, src: self.local, dst: self.remote })
+        Some(Transmit {
+            len: n,
+            departure: now,
+            segment_size: None,
+            src: self.local,
+            dst: self.remote,
+            checksum_partial: self.cfg.checksum_offload,
+        })
     }
 }
 

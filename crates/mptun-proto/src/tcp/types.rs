@@ -128,6 +128,10 @@ pub struct Transmit {
     pub src: SocketAddr,
     /// The peer's address and port (the packet's destination).
     pub dst: SocketAddr,
+    /// The TCP checksum holds only the pseudo-header sum, for the device
+    /// to complete ([`super::TcpConfig::checksum_offload`]): a device that
+    /// cannot must have it completed first (`mptun_wire::gso::complete_checksum`).
+    pub checksum_partial: bool,
 }
 
 /// A snapshot like Linux's `TCP_INFO`, for reports and traces.
