@@ -28,6 +28,12 @@ pub trait Host {
     fn poll_timeout(&self) -> Option<Instant>;
 }
 
+/// Completes a TCP checksum an endpoint left to the device
+/// (`TcpConfig::checksum_offload`), as the simulated wire's device would.
+pub fn complete_checksum(packet: &mut [u8]) {
+    let _ = mptun_wire::gso::complete_checksum(packet);
+}
+
 /// Implements [`Host`] for a type that holds an `ep: Endpoint` and runs its
 /// applications in `fn pump(&mut self, now: Instant)`: feed the endpoint,
 /// then let the applications react.
@@ -47,6 +53,11 @@ macro_rules! endpoint_host {
 
             fn poll_transmit(&mut self, now: mptun_time::Instant, out: &mut [u8]) -> Option<$crate::host::Outgoing> {
                 let t = self.ep.poll_transmit(now, out)?;
+                if t.checksum_partial {
+                    // The simulated wire is a device with checksum
+                    // offload: it sends what such a device would.
+                    $crate::host::complete_checksum(&mut out[..t.len]);
+                }
                 Some($crate::host::Outgoing {
                     len: t.len,
                     src: t.src.ip(),

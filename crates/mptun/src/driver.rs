@@ -53,8 +53,8 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// devices read again. Without it one iteration built the whole send
 /// buffer (4 MiB, about a millisecond of copying) before writing any of it
 /// or reading an ACK, and the sender measured its own backlog as round
-/// trip: 1.0–1.4 ms on a veth path whose kernel side answers in 11 µs
-/// (median); with it 0.24–0.56 ms (crates/mptun/BENCH.md).
+/// trip: 0.8–1.4 ms on a veth path whose kernel side answers in 11 µs
+/// (median); with it 0.14–0.68 ms (crates/mptun/BENCH.md).
 const TX_BYTES_PER_ITERATION: usize = 256 * 1024;
 /// Longest a due packet waits in a batch for company; see step 6.
 const MAX_HOLD: Duration = Duration::from_micros(100);
@@ -256,9 +256,10 @@ impl Driver {
         // writing now would cost a syscall per packet and defeat the
         // device's TSO coalescing. So a small batch waits until the driver
         // is about to sleep, the batch fills (FLUSH_AT packets or
-        // FLUSH_BYTES), or its first packet has waited MAX_HOLD: a burst of at most MAX_HOLD of the flow's pacing rate,
-        // as Linux's TSO autosizing allows (1 ms). Packets leave late by at
-        // most that, never early.
+        // FLUSH_BYTES), or its first packet has waited MAX_HOLD: a burst of
+        // at most MAX_HOLD of the flow's pacing rate, as Linux's TSO
+        // autosizing allows (1 ms). Packets leave late by at most that,
+        // never early.
         let now2 = shared.clock.now();
         let due_soon = next.is_some_and(|t| t <= now2 + Duration::from_nanos(SPIN_BELOW.as_nanos() as u64));
         let again = received || more_tx || due_soon;
