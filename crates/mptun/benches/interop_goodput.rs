@@ -18,7 +18,7 @@
 //!
 //! The kernel's congestion control decides the baseline: this machine's
 //! default is BBR, which without the fq qdisc paces with its own timers
-//! and held kernel ↔ kernel to 13–18 Gbit/s, where CUBIC moved 46–62
+//! and held kernel ↔ kernel to 12–19 Gbit/s, where CUBIC moved 45–63
 //! (BENCH.md). Every kernel socket gets the same one, set explicitly and
 //! read back, so a ratio names what it was measured against.
 //!
@@ -73,8 +73,8 @@ fn socket(addr: SocketAddr, proto: Proto) -> io::Result<Socket> {
 }
 
 /// The kernel congestion control every kernel socket of the run uses:
-/// `MPTUN_BENCH_CC`, or the server namespace's default (which a namespace
-/// inherits from the host's at creation).
+/// `MPTUN_BENCH_CC`, or the host's default (which a namespace inherits at
+/// its creation).
 fn kernel_cc() -> &'static str {
     static CC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     CC.get_or_init(|| {
