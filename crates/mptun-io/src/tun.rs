@@ -400,8 +400,11 @@ pub(crate) fn vnet_header(hdr: &mut [u8], packet: &mut [u8], gso: u16, partial: 
         // One segment: an ordinary packet, its checksum already complete.
         return Ok(());
     }
-    // A complete checksum becomes partial; a partial one stays as it is.
-    mptun_wire::gso::set_partial_checksum(packet, &l);
+    // A complete checksum becomes partial; one the stack left partial
+    // already holds the pseudo-header sum (`emit_tcp_packet_offload`).
+    if !partial {
+        mptun_wire::gso::set_partial_checksum(packet, &l);
+    }
     hdr[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
     if segmented {
         hdr[1] = if l.src.is_ipv6() { VIRTIO_NET_HDR_GSO_TCPV6 } else { VIRTIO_NET_HDR_GSO_TCPV4 };
