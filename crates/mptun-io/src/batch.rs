@@ -179,6 +179,11 @@ impl PacketBatch {
         self.len - self.sent
     }
 
+    /// Bytes of the packets not yet written (headroom not counted).
+    pub fn unsent_bytes(&self) -> usize {
+        self.lens[self.sent..self.len].iter().sum()
+    }
+
     /// Copies `packet` into the next free slot.
     pub fn push(&mut self, packet: &[u8]) -> Result<(), PushError> {
         if packet.len() > self.max_packet_len {

@@ -8,6 +8,7 @@
 //! - [`netns`]: create/enter namespaces, run `ip -n`.
 //! - [`netstat`]: the kernel's TCP/MPTCP counters by their `nstat` names.
 //! - [`pcap`] and [`PcapTap`]: capture any device to a file Wireshark opens.
+//! - [`WriterThread`]: a device's writes on a thread of their own.
 //! - `testutil` (feature `testutil`, for tests and benches only): the
 //!   skip-or-fail rule for namespace tests, packet builders.
 //!
@@ -28,6 +29,7 @@ mod tap;
 #[cfg(any(test, feature = "testutil"))]
 pub mod testutil;
 mod tun;
+mod writer;
 
 pub use batch::{PacketBatch, PushError, HEADROOM};
 pub use channel::ChannelIo;
@@ -37,6 +39,7 @@ pub use pcap::{PcapReader, PcapWriter};
 pub use pool::POOL_MAX;
 pub use tap::{PcapTap, SharedPcap};
 pub use tun::{IfAddr, TunConfig, TunDevice};
+pub use writer::WriterThread;
 
 /// Packets per batch: tun-rs' `IDEAL_BATCH_SIZE`, also wireguard-go's.
 pub const DEFAULT_BATCH: usize = 128;

@@ -14,7 +14,14 @@
 //! (run only the runs whose name contains it, e.g. `mptun TCP`, for a
 //! profile of one; the others report 0), `MPTUN_BENCH_CC` (the kernel's
 //! congestion control on every kernel socket of the bench, e.g. `cubic`;
-//! default: the host's `net.ipv4.tcp_congestion_control`, printed).
+//! default: the host's `net.ipv4.tcp_congestion_control`, printed),
+//! `MPTUN_BENCH_WRITER` (`0`: mptun without writer threads, `1`: with,
+//! `ab`: both, as separate interleaved runs; default: the stack's default).
+//!
+//! Each run also reports the host's steal time (`/proc/stat`): the share of
+//! the CPUs the hypervisor gave to other guests during the run. On the
+//! shared VMs these figures come from it reached 15-25 % under load, and a
+//! run with a lot of it measured the neighbours as much as the stack.
 //!
 //! The kernel's congestion control decides the baseline: this machine's
 //! default is BBR, which without the fq qdisc paces with its own timers
@@ -166,7 +173,25 @@ struct Result {
     /// connection, mptun's stack or the kernel's working in its threads)
     /// per GiB moved, both directions together.
     cpu_per_gib: f64,
+    /// Host steal time over the run, percent of all CPU time.
+    steal: f64,
     note: String,
+}
+
+/// The host's total and stolen CPU time so far (`/proc/stat` `cpu` line, in
+/// clock ticks).
+fn cpu_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> =
+        stat.lines().next().unwrap_or("").split_whitespace().skip(1).take(8).filter_map(|x| x.parse().ok()).collect();
+    (v.iter().sum(), v.get(7).copied().unwrap_or(0))
+}
+
+/// Steal time since `t0` (from [`cpu_ticks`]), percent.
+fn steal_since(t0: (u64, u64)) -> f64 {
+    let t1 = cpu_ticks();
+    let total = t1.0.saturating_sub(t0.0).max(1);
+    100.0 * t1.1.saturating_sub(t0.1) as f64 / total as f64
 }
 
 /// User plus system CPU seconds of this process so far (`getrusage`).
@@ -189,6 +214,7 @@ fn gbps(bytes: u64, t: Duration) -> f64 {
 
 fn kernel_run(topo: &Topo, name: &'static str, proto: Proto, port: u16, bytes: u64, buf: &Arc<Vec<u8>>) -> Result {
     let cpu0 = cpu_seconds();
+    let ticks0 = cpu_ticks();
     let server = SocketAddr::new(IpAddr::from([10, OCTET, 1, 2]), port);
     let l = listen(&topo.srv(), server, proto).expect("listen");
     let srv = server_thread(l, bytes, buf.clone());
@@ -211,6 +237,7 @@ fn kernel_run(topo: &Topo, name: &'static str, proto: Proto, port: u16, bytes: u
         up: gbps(bytes, up_t),
         down: gbps(bytes, down_t),
         cpu_per_gib: per_gib(cpu_seconds() - cpu0, bytes),
+        steal: steal_since(ticks0),
         note: format!("server MPJoinAckRx total {}", ns.unwrap_or(0)),
     }
 }
@@ -219,6 +246,7 @@ fn nstat(ns: &str) -> Option<u64> {
     run_in_netns(ns, mptun_io::netstat::read).ok()?.ok()?.get("MPTcpExtMPJoinAckRx").copied()
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn mptun_run(
     topo: &Topo,
     name: &'static str,
@@ -227,8 +255,10 @@ async fn mptun_run(
     bytes: u64,
     buf: &Arc<Vec<u8>>,
     tag: &str,
+    writer_threads: Option<bool>,
 ) -> io::Result<Result> {
     let cpu0 = cpu_seconds();
+    let ticks0 = cpu_ticks();
     let nstat_diag = std::env::var("MPTUN_BENCH_NSTAT").is_ok();
     let peer0 = if nstat_diag { run_in_netns(&topo.srv(), mptun_io::netstat::read)?? } else { Default::default() };
     let server = SocketAddr::new(IpAddr::from([10, OCTET, 1, 2]), port);
@@ -246,6 +276,9 @@ async fn mptun_run(
     }
     if let Ok(p) = std::env::var("MPTUN_BENCH_PCAP") {
         b = b.pcap(format!("{p}.{tag}"));
+    }
+    if let Some(on) = writer_threads {
+        b = b.writer_threads(on);
     }
     let stack = b.build()?;
     let mut opts = stack.stream_options().mptcp(mptcp);
@@ -341,6 +374,7 @@ async fn mptun_run(
         up: gbps(bytes, up_t),
         down: gbps(bytes, down_t),
         cpu_per_gib: per_gib(cpu_seconds() - cpu0, bytes),
+        steal: steal_since(ticks0),
         note: format!(
             "mptcp={is_mptcp} subflows={subflows} retrans={} tun_kernel_rx={kernel_rx} tx_packets={} tx_segments={} tx_batches={} pkts/batch={:.1} rx_packets={} rx_gro={} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
             c.tcp_retrans_segs,
@@ -395,6 +429,13 @@ fn main() {
         if std::env::var("MPTUN_BENCH_CC").is_ok() { "MPTUN_BENCH_CC" } else { "the host's default" }
     );
     let rounds: usize = std::env::var("MPTUN_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
+    let writer_env = std::env::var("MPTUN_BENCH_WRITER").ok();
+    let writer_ab = writer_env.as_deref() == Some("ab");
+    let writer = match writer_env.as_deref() {
+        Some("0") | Some("ab") => Some(false),
+        Some("1") => Some(true),
+        _ => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut all: Vec<Vec<Result>> = Vec::new();
     for round in 0..rounds {
@@ -406,6 +447,7 @@ fn main() {
                 up: 0.0,
                 down: 0.0,
                 cpu_per_gib: 0.0,
+                steal: 0.0,
                 note: "skipped (MPTUN_BENCH_ONLY)".into(),
             })
         };
@@ -416,27 +458,39 @@ fn main() {
         ] {
             r.push(skip(name).unwrap_or_else(|| kernel_run(&topo, name, proto, p, bytes, &buf)));
         }
-        for (name, mptcp, p, tag) in [
-            ("mptun MPTCP  <-> kernel MPTCP", true, port + 3, format!("mb{round}m")),
-            ("mptun TCP    <-> kernel TCP", false, port + 4, format!("mb{round}t")),
-        ] {
+        let mut runs = vec![
+            ("mptun MPTCP  <-> kernel MPTCP", true, port + 3, format!("mb{round}m"), writer),
+            ("mptun TCP    <-> kernel TCP", false, port + 4, format!("mb{round}t"), writer),
+        ];
+        if writer_ab {
+            runs.push(("mptun MPTCP +tx thread", true, port + 5, format!("mb{round}mw"), Some(true)));
+            runs.push(("mptun TCP   +tx thread", false, port + 6, format!("mb{round}tw"), Some(true)));
+        }
+        for (name, mptcp, p, tag, writer_threads) in runs {
             if let Some(x) = skip(name) {
                 r.push(x);
                 continue;
             }
-            match rt.block_on(mptun_run(&topo, name, mptcp, p, bytes, &buf, &tag)) {
+            match rt.block_on(mptun_run(&topo, name, mptcp, p, bytes, &buf, &tag, writer_threads)) {
                 Ok(x) => r.push(x),
                 Err(e) => {
                     println!("{name}: FAILED: {e}");
-                    r.push(Result { name, up: 0.0, down: 0.0, cpu_per_gib: 0.0, note: format!("FAILED: {e}") });
+                    r.push(Result {
+                        name,
+                        up: 0.0,
+                        down: 0.0,
+                        cpu_per_gib: 0.0,
+                        steal: 0.0,
+                        note: format!("FAILED: {e}"),
+                    });
                 }
             }
             wait_gone(&topo, &tag);
         }
         for x in &r {
             println!(
-                "round {round}: {:<32} up {:>6.2} down {:>6.2} Gbit/s  cpu {:.2} s/GiB  {}",
-                x.name, x.up, x.down, x.cpu_per_gib, x.note
+                "round {round}: {:<32} up {:>6.2} down {:>6.2} Gbit/s  cpu {:.2} s/GiB  steal {:>4.1} %  {}",
+                x.name, x.up, x.down, x.cpu_per_gib, x.steal, x.note
             );
         }
         all.push(r);
@@ -448,18 +502,26 @@ fn main() {
         (v[v.len() - 1], v[v.len() / 2])
     };
     let mut results = Vec::new();
-    println!("{:<32} {:>16} {:>16} {:>14}", "run (best / median)", "up Gbit/s", "down Gbit/s", "CPU s/GiB med");
+    println!(
+        "{:<32} {:>16} {:>16} {:>14} {:>10}",
+        "run (best / median)", "up Gbit/s", "down Gbit/s", "CPU s/GiB med", "steal med"
+    );
     for (i, first) in all[0].iter().enumerate() {
         let (ub, um) = stat(i, |r| r.up);
         let (db, dm) = stat(i, |r| r.down);
         let (_, cm) = stat(i, |r| r.cpu_per_gib);
-        println!("{:<32} {:>7.2} / {:>6.2} {:>7.2} / {:>6.2} {:>14.2}", first.name, ub, um, db, dm, cm);
-        results.push(Result { name: first.name, up: um, down: dm, cpu_per_gib: cm, note: String::new() });
+        let (_, sm) = stat(i, |r| r.steal);
+        println!("{:<32} {:>7.2} / {:>6.2} {:>7.2} / {:>6.2} {:>14.2} {:>8.1} %", first.name, ub, um, db, dm, cm, sm);
+        results.push(Result { name: first.name, up: um, down: dm, cpu_per_gib: cm, steal: sm, note: String::new() });
     }
     println!("ratios below use the medians");
     // Each mptun run against the kernel run of its own protocol (issue 14's
     // goals: MPTCP >= 0.8, plain TCP >= 0.9).
-    for (mine, theirs, goal) in [(2, 0, 0.8), (3, 1, 0.9)] {
+    let mut pairs = vec![(2, 0, 0.8), (3, 1, 0.9)];
+    if writer_ab {
+        pairs.extend([(4, 0, 0.8), (5, 1, 0.9)]);
+    }
+    for (mine, theirs, goal) in pairs {
         let (m, k) = (&results[mine], &results[theirs]);
         println!(
             "ratio {} / {}: up {:.2}, down {:.2} (goal >= {goal})",

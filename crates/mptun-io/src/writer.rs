@@ -1,0 +1,418 @@
+//! A device whose writes happen on a thread of their own.
+//!
+//! Writing a packet into a TUN does more than copy it: the kernel receives
+//! it inside the `write(2)`, so the peer's whole receive path (IP, TCP, the
+//! wake-up of the reading application, and for an ACK the peer's next
+//! transmissions) runs on the writer's CPU. Profiled on a 2-core machine,
+//! that was a third of the driver's time in an upload (the copy 16 %, the
+//! wake-ups 21 %), while the other core sat a third idle: the driver was
+//! the bottleneck and its own writes were half of it. [`WriterThread`]
+//! moves the writes to a dedicated thread, double-buffered: the driver
+//! fills one batch while the thread writes the other, the way a NIC's
+//! transmit ring decouples a driver from the wire.
+//!
+//! The price is a hand-over per batch (a futex wake when the thread
+//! sleeps) and packets leaving up to a batch's writing time later; a
+//! batch handed over while the previous one is still being written waits
+//! (the driver sees `Pending` and is woken when the thread is free), so
+//! at most two batches are ever queued: back-pressure, not a growing
+//! queue.
+
+use std::io;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::Duration;
+
+use crate::{IoStats, PacketBatch, PacketIo};
+
+/// Batches smaller than this (ACKs, a few small segments) are written by
+/// the caller itself when the thread is idle: the receiving kernel's work
+/// for them is small, and a hand-over would delay each ACK by a thread
+/// wake-up. Measured on a download against a BBR sender, which sizes its
+/// window by the round trip it sees: handing ACKs over cost 27 % of the
+/// throughput (crates/mptun/BENCH.md).
+pub const INLINE_BELOW: usize = 16 * 1024;
+
+/// How long the thread sleeps on a device that pushed back before it
+/// polls again (a lost wake-up costs at most this).
+const PUSHBACK_RECHECK: Duration = Duration::from_millis(1);
+
+/// Wraps a device so that [`PacketIo::poll_send_batch`] hands the batch to
+/// a writer thread instead of writing it in the caller's task.
+///
+/// Everything else (receive, single-packet sends, counters, capabilities)
+/// goes straight to the inner device. A write error is reported by the
+/// next `poll_send_batch`, as a NIC reports a failed transmission late;
+/// the packets of the failed batch are lost (and counted by the inner
+/// device), which TCP recovers from.
+pub struct WriterThread {
+    inner: Arc<dyn PacketIo>,
+    name: String,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when a batch is handed over or the wrapper is dropped.
+    work: Condvar,
+}
+
+struct State {
+    /// A batch for the thread to write.
+    full: Option<PacketBatch>,
+    /// The batch the thread last emptied, waiting to be swapped in for
+    /// the next full one; `None` while the thread writes.
+    empty: Option<PacketBatch>,
+    /// The task that found the thread busy.
+    waiting: Option<Waker>,
+    /// A write error not yet reported.
+    error: Option<io::Error>,
+    shutdown: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl WriterThread {
+    /// Starts the thread for `inner`. Called inside a tokio runtime, the
+    /// thread enters it, so a device registered with that runtime's
+    /// reactor (a [`crate::TunDevice`]) can wait for write readiness.
+    pub fn new(inner: Arc<dyn PacketIo>) -> io::Result<Self> {
+        let name = inner.name().to_owned();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                full: None,
+                empty: Some(PacketBatch::for_io(&*inner)),
+                waiting: None,
+                error: None,
+                shutdown: false,
+            }),
+            work: Condvar::new(),
+        });
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let thread = {
+            let (inner, shared) = (inner.clone(), shared.clone());
+            thread::Builder::new().name(format!("tx-{name}")).spawn(move || {
+                let _rt = runtime.as_ref().map(|h| h.enter());
+                run(&*inner, &shared);
+            })?
+        };
+        Ok(WriterThread { inner, name, shared, thread: Some(thread) })
+    }
+}
+
+/// The thread: takes each full batch, writes it whole, gives it back empty.
+fn run(inner: &dyn PacketIo, shared: &Shared) {
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        let mut batch = {
+            let mut st = shared.lock();
+            loop {
+                if let Some(b) = st.full.take() {
+                    break b;
+                }
+                if st.shutdown {
+                    return;
+                }
+                st = shared.work.wait(st).unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        let error = loop {
+            match inner.poll_send_batch(&mut cx, &mut batch) {
+                Poll::Ready(Ok(_)) => break None,
+                Poll::Ready(Err(e)) => break Some(e),
+                Poll::Pending => {
+                    if shared.lock().shutdown {
+                        break None;
+                    }
+                    thread::park_timeout(PUSHBACK_RECHECK);
+                }
+            }
+        };
+        // Whatever is left (an error, a shutdown) is lost, as on a NIC.
+        batch.clear();
+        let mut st = shared.lock();
+        if error.is_some() {
+            st.error = error;
+        }
+        st.empty = Some(batch);
+        let w = st.waiting.take();
+        drop(st);
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+impl PacketIo for WriterThread {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn mtu(&self) -> usize {
+        self.inner.mtu()
+    }
+
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        self.inner.poll_recv_batch(cx, batch)
+    }
+
+    /// Hands `batch`'s packets to the thread and gives the caller an empty
+    /// batch in its place: Ready with the number handed over (the device
+    /// has not written them yet). Pending while the thread still writes
+    /// the previous batch; the caller is woken when it is done. A small
+    /// batch meeting an idle thread is written at once instead
+    /// ([`INLINE_BELOW`]), in order with everything handed over before.
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        let mut st = self.shared.lock();
+        if let Some(e) = st.error.take() {
+            return Poll::Ready(Err(e));
+        }
+        if batch.unsent() == 0 {
+            return Poll::Ready(Ok(batch.finish_send()));
+        }
+        if st.empty.is_some() && batch.unsent_bytes() < INLINE_BELOW {
+            // The thread is idle (so nothing of ours is queued before this
+            // batch) and the batch is small: written here, at once.
+            drop(st);
+            return self.inner.poll_send_batch(cx, batch);
+        }
+        let Some(mut empty) = st.empty.take() else {
+            match &st.waiting {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => st.waiting = Some(cx.waker().clone()),
+            }
+            return Poll::Pending;
+        };
+        let n = batch.unsent();
+        std::mem::swap(batch, &mut empty);
+        st.full = Some(empty);
+        drop(st);
+        self.shared.work.notify_one();
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_send(&self, cx: &mut Context<'_>, packet: &[u8]) -> Poll<io::Result<()>> {
+        self.inner.poll_send(cx, packet)
+    }
+
+    fn stats(&self) -> IoStats {
+        self.inner.stats()
+    }
+
+    fn tso(&self) -> bool {
+        self.inner.tso()
+    }
+
+    fn checksum_offload(&self) -> bool {
+        self.inner.checksum_offload()
+    }
+}
+
+impl Drop for WriterThread {
+    /// Lets the thread write what it was given, then joins it.
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.work.notify_one();
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for WriterThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterThread").field("name", &self.name).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ChannelIo;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Polls `f` on this thread until it is ready, sleeping in between.
+    fn block_on<T>(mut f: impl FnMut(&mut Context<'_>) -> Poll<T>) -> T {
+        let waker = Waker::from(Arc::new(Unpark(thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(v) = f(&mut cx) {
+                return v;
+            }
+            thread::park_timeout(Duration::from_millis(50));
+        }
+    }
+
+    /// Adds packets numbered `from..from + n` of `size` bytes each.
+    fn fill_sized(batch: &mut PacketBatch, from: u32, n: u32, size: usize) {
+        let mut p = vec![0u8; size];
+        for i in from..from + n {
+            p[..4].copy_from_slice(&i.to_be_bytes());
+            batch.push(&p).unwrap();
+        }
+    }
+
+    /// Packets big enough that a batch of 16 goes to the thread.
+    fn fill(batch: &mut PacketBatch, from: u32, n: u32) {
+        fill_sized(batch, from, n, 1200);
+    }
+
+    fn number(p: &[u8]) -> u32 {
+        u32::from_be_bytes(p[..4].try_into().unwrap())
+    }
+
+    /// Drains `rx` on a thread until `n` packets came; returns them in order.
+    fn receive(rx: ChannelIo, n: usize) -> thread::JoinHandle<Vec<u32>> {
+        thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut b = PacketBatch::new(64, 1500);
+            while got.len() < n {
+                block_on(|cx| rx.poll_recv_batch(cx, &mut b)).unwrap();
+                got.extend(b.iter().map(number));
+                b.clear();
+                // A slow reader: the writer thread meets a full queue.
+                thread::sleep(Duration::from_micros(200));
+            }
+            got
+        })
+    }
+
+    /// Batches handed over one after another arrive whole and in order,
+    /// through a device that keeps pushing back (a queue of 8 packets for
+    /// batches of 32): the caller waits while the thread is busy, nothing
+    /// is lost or reordered, and the caller always gets an empty batch back.
+    #[test]
+    fn batches_arrive_in_order_through_a_device_that_pushes_back() {
+        let (a, b) = ChannelIo::pair("a", "b", 1500, 8);
+        let w = WriterThread::new(Arc::new(a)).unwrap();
+        let rx = receive(b, 32 * 40);
+        let mut batch = PacketBatch::new(32, 1500);
+        let mut waited = 0;
+        for k in 0..40u32 {
+            fill(&mut batch, k * 32, 32);
+            let mut first = true;
+            let n = block_on(|cx| {
+                let r = w.poll_send_batch(cx, &mut batch);
+                if r.is_pending() && std::mem::take(&mut first) {
+                    waited += 1;
+                }
+                r
+            })
+            .unwrap();
+            assert_eq!(n, 32);
+            assert!(batch.is_empty(), "the caller gets an empty batch back");
+        }
+        let got = rx.join().unwrap();
+        assert_eq!(got, (0..32 * 40).collect::<Vec<_>>());
+        assert!(waited > 0, "the device never pushed back: the test did not test waiting");
+        assert_eq!(w.stats().tx_packets, 32 * 40);
+    }
+
+    /// A device whose writes fail.
+    struct Failing(AtomicUsize);
+
+    impl PacketIo for Failing {
+        fn name(&self) -> &str {
+            "failing"
+        }
+        fn mtu(&self) -> usize {
+            1500
+        }
+        fn poll_recv_batch(&self, _: &mut Context<'_>, _: &mut PacketBatch) -> Poll<io::Result<usize>> {
+            Poll::Pending
+        }
+        fn poll_send_batch(&self, _: &mut Context<'_>, _: &mut PacketBatch) -> Poll<io::Result<usize>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Poll::Ready(Err(io::Error::other("link down")))
+        }
+        fn poll_send(&self, _: &mut Context<'_>, _: &[u8]) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(io::Error::other("link down")))
+        }
+        fn stats(&self) -> IoStats {
+            IoStats::default()
+        }
+    }
+
+    /// A failed write is reported by the next hand-over (once), and the
+    /// thread keeps serving.
+    #[test]
+    fn a_write_error_is_reported_by_the_next_send() {
+        let dev = Arc::new(Failing(AtomicUsize::new(0)));
+        let w = WriterThread::new(dev.clone()).unwrap();
+        let mut batch = PacketBatch::new(16, 1500);
+        fill(&mut batch, 0, 16);
+        assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 16);
+        // Until the thread has tried, a hand-over waits or succeeds; after,
+        // the error comes back once.
+        let err = loop {
+            fill(&mut batch, 0, 16);
+            match block_on(|cx| w.poll_send_batch(cx, &mut batch)) {
+                Ok(_) => thread::sleep(Duration::from_millis(1)),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.to_string(), "link down");
+        assert!(dev.0.load(Ordering::Relaxed) >= 1);
+        // The batch the error was reported on is handed over next time.
+        assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 16);
+    }
+
+    /// Dropping the wrapper right after a hand-over still writes the batch
+    /// (as a NIC drains its ring) and ends the thread.
+    #[test]
+    fn drop_writes_what_was_handed_over() {
+        let (a, b) = ChannelIo::pair("a", "b", 1500, 64);
+        let w = WriterThread::new(Arc::new(a)).unwrap();
+        let mut batch = PacketBatch::new(16, 1500);
+        fill(&mut batch, 100, 16);
+        assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 16);
+        drop(w);
+        let mut got = PacketBatch::new(64, 1500);
+        assert_eq!(block_on(|cx| b.poll_recv_batch(cx, &mut got)).unwrap(), 16);
+        assert_eq!(number(got.get(0).unwrap()), 100);
+    }
+
+    /// A small batch meeting an idle thread is written before the call
+    /// returns (no hand-over, no wake-up); a big one is handed over.
+    #[test]
+    fn small_batches_are_written_at_once() {
+        let (a, b) = ChannelIo::pair("a", "b", 1500, 64);
+        let w = WriterThread::new(Arc::new(a)).unwrap();
+        let mut batch = PacketBatch::new(16, 1500);
+        let mut got = PacketBatch::new(64, 1500);
+        for round in 0..100u32 {
+            fill_sized(&mut batch, round, 1, 60);
+            assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 1);
+            // Already there: a poll that does not wait.
+            let waker = Waker::from(Arc::new(Unpark(thread::current())));
+            let r = b.poll_recv_batch(&mut Context::from_waker(&waker), &mut got);
+            assert!(matches!(r, Poll::Ready(Ok(1))), "round {round}: {r:?}");
+            assert_eq!(number(got.get(0).unwrap()), round);
+            got.clear();
+        }
+        assert!(batch.unsent_bytes() == 0);
+        fill(&mut batch, 0, 16);
+        assert!(batch.unsent_bytes() >= INLINE_BELOW);
+        assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 16);
+        assert_eq!(block_on(|cx| b.poll_recv_batch(cx, &mut got)).unwrap(), 16);
+    }
+}
