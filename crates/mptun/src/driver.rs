@@ -13,7 +13,8 @@
 //!    the departure queue;
 //! 5. `poll_event` until `None`, then wake the tasks whose connection became
 //!    readable, writable, connected or failed; reap closed orphans;
-//! 6. write the batches;
+//! 6. write the batches (by default a hand-over to each device's writer
+//!    thread, `mptun_io::WriterThread`, for all but small batches);
 //! 7. sleep until the earlier of the endpoint's `poll_timeout` and the
 //!    departure queue's head, or until a device or a handle wakes us.
 //!
