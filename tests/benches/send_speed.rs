@@ -204,7 +204,12 @@ fn main() {
                 .args(["netns", "exec", ns, "sh", "-c", &format!("echo {cc} > {cc_file}")])
                 .status()
                 .is_ok_and(|s| s.success());
-            assert!(ok, "cannot set {cc} in {ns}'s {cc_file}");
+            // A namespace may only pick one the host allows (EIO otherwise).
+            assert!(
+                ok,
+                "cannot set {cc} in {ns}'s {cc_file}: is it in the host's \
+                 net.ipv4.tcp_allowed_congestion_control (`cat /proc/sys/net/ipv4/tcp_allowed_congestion_control`)?"
+            );
         }
     }
     let cc_of = |ns: &str| {

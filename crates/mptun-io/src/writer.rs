@@ -63,9 +63,11 @@ struct Shared {
 struct State {
     /// A batch for the thread to write.
     full: Option<PacketBatch>,
-    /// The batch the thread last emptied, waiting to be swapped in for
-    /// the next full one; `None` while the thread writes.
-    empty: Option<PacketBatch>,
+    /// The thread has a batch (queued in `full` or being written).
+    busy: bool,
+    /// The batch the thread last emptied, swapped in for the next full
+    /// one (the caller's own earlier batch, so of the caller's shape).
+    spare: Option<PacketBatch>,
     /// The task that found the thread busy.
     waiting: Option<Waker>,
     /// A write error not yet reported.
@@ -88,7 +90,8 @@ impl WriterThread {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 full: None,
-                empty: Some(PacketBatch::for_io(&*inner)),
+                busy: false,
+                spare: None,
                 waiting: None,
                 error: None,
                 shutdown: false,
@@ -142,7 +145,8 @@ fn run(inner: &dyn PacketIo, shared: &Shared) {
         if error.is_some() {
             st.error = error;
         }
-        st.empty = Some(batch);
+        st.spare = Some(batch);
+        st.busy = false;
         let w = st.waiting.take();
         drop(st);
         if let Some(w) = w {
@@ -176,7 +180,8 @@ impl PacketIo for WriterThread {
     }
 
     /// Hands `batch`'s packets to the thread and gives the caller an empty
-    /// batch in its place: Ready with the number handed over (the device
+    /// batch of the same capacity and packet size in its place (the one
+    /// it handed over the time before): Ready with the number handed over (the device
     /// has not written them yet). Pending while the thread still writes
     /// the previous batch; the caller is woken when it is done. A small
     /// batch meeting an idle thread is written at once instead
@@ -189,22 +194,24 @@ impl PacketIo for WriterThread {
         if batch.unsent() == 0 {
             return Poll::Ready(Ok(batch.finish_send()));
         }
-        if st.empty.is_some() && batch.unsent_bytes() < INLINE_BELOW {
+        if !st.busy && batch.unsent_bytes() < INLINE_BELOW {
             // The thread is idle (so nothing of ours is queued before this
             // batch) and the batch is small: written here, at once.
             drop(st);
             return self.inner.poll_send_batch(cx, batch);
         }
-        let Some(mut empty) = st.empty.take() else {
+        if st.busy {
             match &st.waiting {
                 Some(w) if w.will_wake(cx.waker()) => {}
                 _ => st.waiting = Some(cx.waker().clone()),
             }
             return Poll::Pending;
-        };
+        }
+        let mut empty = st.spare.take().unwrap_or_else(|| PacketBatch::new(batch.capacity(), batch.max_packet_len()));
         let n = batch.unsent();
         std::mem::swap(batch, &mut empty);
         st.full = Some(empty);
+        st.busy = true;
         drop(st);
         self.shared.work.notify_one();
         Poll::Ready(Ok(n))
@@ -321,6 +328,7 @@ mod tests {
             .unwrap();
             assert_eq!(n, 32);
             assert!(batch.is_empty(), "the caller gets an empty batch back");
+            assert_eq!((batch.capacity(), batch.max_packet_len()), (32, 1500), "of its own shape");
         }
         let got = rx.join().unwrap();
         assert_eq!(got, (0..32 * 40).collect::<Vec<_>>());
