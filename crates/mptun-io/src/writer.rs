@@ -19,6 +19,8 @@
 //! queue.
 
 use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, JoinHandle, Thread};
@@ -43,10 +45,10 @@ const PUSHBACK_RECHECK: Duration = Duration::from_millis(1);
 /// a writer thread instead of writing it in the caller's task.
 ///
 /// Everything else (receive, single-packet sends, counters, capabilities)
-/// goes straight to the inner device. A write error is reported by the
-/// next `poll_send_batch`, as a NIC reports a failed transmission late;
-/// the packets of the failed batch are lost (and counted by the inner
-/// device), which TCP recovers from.
+/// goes straight to the inner device. A batch the device fails to write
+/// (an error, or a panic in its write) is lost, as on a failing NIC:
+/// logged and counted in `tx_errors` by the thread, never charged to the
+/// caller's next batch; TCP recovers the packets.
 pub struct WriterThread {
     inner: Arc<dyn PacketIo>,
     name: String,
@@ -58,6 +60,8 @@ struct Shared {
     state: Mutex<State>,
     /// Signalled when a batch is handed over or the wrapper is dropped.
     work: Condvar,
+    /// Packets of batches the thread failed to write.
+    lost: AtomicU64,
 }
 
 struct State {
@@ -70,8 +74,6 @@ struct State {
     spare: Option<PacketBatch>,
     /// The task that found the thread busy.
     waiting: Option<Waker>,
-    /// A write error not yet reported.
-    error: Option<io::Error>,
     shutdown: bool,
 }
 
@@ -88,22 +90,16 @@ impl WriterThread {
     pub fn new(inner: Arc<dyn PacketIo>) -> io::Result<Self> {
         let name = inner.name().to_owned();
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                full: None,
-                busy: false,
-                spare: None,
-                waiting: None,
-                error: None,
-                shutdown: false,
-            }),
+            state: Mutex::new(State { full: None, busy: false, spare: None, waiting: None, shutdown: false }),
             work: Condvar::new(),
+            lost: AtomicU64::new(0),
         });
         let runtime = tokio::runtime::Handle::try_current().ok();
         let thread = {
-            let (inner, shared) = (inner.clone(), shared.clone());
+            let (inner, shared, name_in_thread) = (inner.clone(), shared.clone(), name.clone());
             thread::Builder::new().name(format!("tx-{name}")).spawn(move || {
                 let _rt = runtime.as_ref().map(|h| h.enter());
-                run(&*inner, &shared);
+                run(&*inner, &shared, &name_in_thread);
             })?
         };
         Ok(WriterThread { inner, name, shared, thread: Some(thread) })
@@ -111,7 +107,7 @@ impl WriterThread {
 }
 
 /// The thread: takes each full batch, writes it whole, gives it back empty.
-fn run(inner: &dyn PacketIo, shared: &Shared) {
+fn run(inner: &dyn PacketIo, shared: &Shared, name: &str) {
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     let mut cx = Context::from_waker(&waker);
     loop {
@@ -128,10 +124,11 @@ fn run(inner: &dyn PacketIo, shared: &Shared) {
             }
         };
         let error = loop {
-            match inner.poll_send_batch(&mut cx, &mut batch) {
-                Poll::Ready(Ok(_)) => break None,
-                Poll::Ready(Err(e)) => break Some(e),
-                Poll::Pending => {
+            match catch_unwind(AssertUnwindSafe(|| inner.poll_send_batch(&mut cx, &mut batch))) {
+                Ok(Poll::Ready(Ok(_))) => break None,
+                Ok(Poll::Ready(Err(e))) => break Some(e.to_string()),
+                Err(_) => break Some("the device's write panicked".to_owned()),
+                Ok(Poll::Pending) => {
                     if shared.lock().shutdown {
                         break None;
                     }
@@ -139,12 +136,14 @@ fn run(inner: &dyn PacketIo, shared: &Shared) {
                 }
             }
         };
-        // Whatever is left (an error, a shutdown) is lost, as on a NIC.
+        // Whatever is left (a failure, a shutdown) is lost, as on a NIC.
+        if let Some(e) = error {
+            let n = batch.unsent();
+            shared.lost.fetch_add(n as u64, Relaxed);
+            tracing::warn!(device = name, "write failed, {n} packets dropped: {e}");
+        }
         batch.clear();
         let mut st = shared.lock();
-        if error.is_some() {
-            st.error = error;
-        }
         st.spare = Some(batch);
         st.busy = false;
         let w = st.waiting.take();
@@ -188,9 +187,6 @@ impl PacketIo for WriterThread {
     /// ([`INLINE_BELOW`]), in order with everything handed over before.
     fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
         let mut st = self.shared.lock();
-        if let Some(e) = st.error.take() {
-            return Poll::Ready(Err(e));
-        }
         if batch.unsent() == 0 {
             return Poll::Ready(Ok(batch.finish_send()));
         }
@@ -222,7 +218,9 @@ impl PacketIo for WriterThread {
     }
 
     fn stats(&self) -> IoStats {
-        self.inner.stats()
+        let mut s = self.inner.stats();
+        s.tx_errors += self.shared.lost.load(Relaxed);
+        s
     }
 
     fn tso(&self) -> bool {
@@ -235,7 +233,8 @@ impl PacketIo for WriterThread {
 }
 
 impl Drop for WriterThread {
-    /// Lets the thread write what it was given, then joins it.
+    /// Lets the thread write what it was given (what a device pushing
+    /// back still holds is dropped), then joins it.
     fn drop(&mut self) {
         self.shared.lock().shutdown = true;
         self.shared.work.notify_one();
@@ -256,9 +255,12 @@ impl std::fmt::Debug for WriterThread {
 mod tests {
     use super::*;
     use crate::ChannelIo;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Instant;
 
     /// Polls `f` on this thread until it is ready, sleeping in between.
+    /// Each sleep must end by a wake-up: one that is lost fails the test
+    /// (after 5 s) instead of being covered by a periodic re-poll.
     fn block_on<T>(mut f: impl FnMut(&mut Context<'_>) -> Poll<T>) -> T {
         let waker = Waker::from(Arc::new(Unpark(thread::current())));
         let mut cx = Context::from_waker(&waker);
@@ -266,7 +268,9 @@ mod tests {
             if let Poll::Ready(v) = f(&mut cx) {
                 return v;
             }
-            thread::park_timeout(Duration::from_millis(50));
+            let t0 = Instant::now();
+            thread::park_timeout(Duration::from_secs(5));
+            assert!(t0.elapsed() < Duration::from_secs(5), "Pending, and never woken");
         }
     }
 
@@ -306,19 +310,29 @@ mod tests {
 
     /// Batches handed over one after another arrive whole and in order,
     /// through a device that keeps pushing back (a queue of 8 packets for
-    /// batches of 32): the caller waits while the thread is busy, nothing
-    /// is lost or reordered, and the caller always gets an empty batch back.
+    /// batches of 32), with small batches in between that must not
+    /// overtake a big one the thread is still writing: the caller waits
+    /// while the thread is busy, nothing is lost or reordered, and the
+    /// caller always gets an empty batch of its own shape back.
     #[test]
     fn batches_arrive_in_order_through_a_device_that_pushes_back() {
         let (a, b) = ChannelIo::pair("a", "b", 1500, 8);
         let w = WriterThread::new(Arc::new(a)).unwrap();
-        let rx = receive(b, 32 * 40);
+        let rx = receive(b, 33 * 40);
         let mut batch = PacketBatch::new(32, 1500);
         let mut waited = 0;
-        for k in 0..40u32 {
-            fill(&mut batch, k * 32, 32);
+        let mut next = 0u32;
+        for k in 0..80 {
+            // Even: 32 big packets (to the thread); odd: one small one.
+            let n = if k % 2 == 0 { 32 } else { 1 };
+            if n == 32 {
+                fill(&mut batch, next, n);
+            } else {
+                fill_sized(&mut batch, next, n, 60);
+            }
+            next += n;
             let mut first = true;
-            let n = block_on(|cx| {
+            let got = block_on(|cx| {
                 let r = w.poll_send_batch(cx, &mut batch);
                 if r.is_pending() && std::mem::take(&mut first) {
                     waited += 1;
@@ -326,22 +340,26 @@ mod tests {
                 r
             })
             .unwrap();
-            assert_eq!(n, 32);
+            assert_eq!(got, n as usize);
             assert!(batch.is_empty(), "the caller gets an empty batch back");
             assert_eq!((batch.capacity(), batch.max_packet_len()), (32, 1500), "of its own shape");
         }
         let got = rx.join().unwrap();
-        assert_eq!(got, (0..32 * 40).collect::<Vec<_>>());
+        assert_eq!(got, (0..next).collect::<Vec<_>>());
         assert!(waited > 0, "the device never pushed back: the test did not test waiting");
-        assert_eq!(w.stats().tx_packets, 32 * 40);
+        assert_eq!(w.stats().tx_packets, next as u64);
     }
 
-    /// A device whose writes fail.
-    struct Failing(AtomicUsize);
+    /// A device whose writes fail (or panic) for the first `bad` batches.
+    struct Flaky {
+        calls: AtomicUsize,
+        bad: usize,
+        panic: bool,
+    }
 
-    impl PacketIo for Failing {
+    impl PacketIo for Flaky {
         fn name(&self) -> &str {
-            "failing"
+            "flaky"
         }
         fn mtu(&self) -> usize {
             1500
@@ -349,40 +367,41 @@ mod tests {
         fn poll_recv_batch(&self, _: &mut Context<'_>, _: &mut PacketBatch) -> Poll<io::Result<usize>> {
             Poll::Pending
         }
-        fn poll_send_batch(&self, _: &mut Context<'_>, _: &mut PacketBatch) -> Poll<io::Result<usize>> {
-            self.0.fetch_add(1, Ordering::Relaxed);
-            Poll::Ready(Err(io::Error::other("link down")))
+        fn poll_send_batch(&self, _: &mut Context<'_>, b: &mut PacketBatch) -> Poll<io::Result<usize>> {
+            if self.calls.fetch_add(1, Relaxed) < self.bad {
+                assert!(!self.panic, "a bug in the device");
+                return Poll::Ready(Err(io::Error::other("link down")));
+            }
+            Poll::Ready(Ok(b.finish_send()))
         }
         fn poll_send(&self, _: &mut Context<'_>, _: &[u8]) -> Poll<io::Result<()>> {
-            Poll::Ready(Err(io::Error::other("link down")))
+            Poll::Ready(Ok(()))
         }
         fn stats(&self) -> IoStats {
             IoStats::default()
         }
     }
 
-    /// A failed write is reported by the next hand-over (once), and the
-    /// thread keeps serving.
+    /// A batch the device fails to write (an error, or a panic on the
+    /// thread) is counted as lost; the caller's following batches are
+    /// handed over and written as usual, and the thread keeps serving.
     #[test]
-    fn a_write_error_is_reported_by_the_next_send() {
-        let dev = Arc::new(Failing(AtomicUsize::new(0)));
-        let w = WriterThread::new(dev.clone()).unwrap();
-        let mut batch = PacketBatch::new(16, 1500);
-        fill(&mut batch, 0, 16);
-        assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 16);
-        // Until the thread has tried, a hand-over waits or succeeds; after,
-        // the error comes back once.
-        let err = loop {
-            fill(&mut batch, 0, 16);
-            match block_on(|cx| w.poll_send_batch(cx, &mut batch)) {
-                Ok(_) => thread::sleep(Duration::from_millis(1)),
-                Err(e) => break e,
+    fn a_failed_batch_is_counted_and_the_next_ones_go_through() {
+        for panic in [false, true] {
+            let dev = Arc::new(Flaky { calls: AtomicUsize::new(0), bad: 1, panic });
+            let w = WriterThread::new(dev.clone()).unwrap();
+            let mut batch = PacketBatch::new(16, 1500);
+            for _ in 0..3 {
+                fill(&mut batch, 0, 16);
+                assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 16, "panic: {panic}");
             }
-        };
-        assert_eq!(err.to_string(), "link down");
-        assert!(dev.0.load(Ordering::Relaxed) >= 1);
-        // The batch the error was reported on is handed over next time.
-        assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 16);
+            let t0 = Instant::now();
+            while dev.calls.load(Relaxed) < 3 {
+                assert!(t0.elapsed() < Duration::from_secs(5), "a batch never reached the device");
+                thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(w.stats().tx_errors, 16, "exactly the failed batch (panic: {panic})");
+        }
     }
 
     /// Dropping the wrapper right after a hand-over still writes the batch
@@ -398,6 +417,20 @@ mod tests {
         let mut got = PacketBatch::new(64, 1500);
         assert_eq!(block_on(|cx| b.poll_recv_batch(cx, &mut got)).unwrap(), 16);
         assert_eq!(number(got.get(0).unwrap()), 100);
+    }
+
+    /// A device that never takes the batch does not hold up the drop.
+    #[test]
+    fn drop_does_not_wait_for_a_device_that_never_drains() {
+        let (a, _b) = ChannelIo::pair("a", "b", 1500, 4);
+        let w = WriterThread::new(Arc::new(a)).unwrap();
+        let mut batch = PacketBatch::new(16, 1500);
+        fill(&mut batch, 0, 16);
+        block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap();
+        thread::sleep(Duration::from_millis(20));
+        let t0 = Instant::now();
+        drop(w);
+        assert!(t0.elapsed() < Duration::from_millis(500), "drop took {:?}", t0.elapsed());
     }
 
     /// A small batch meeting an idle thread is written before the call

@@ -59,6 +59,11 @@ const FLUSH_BYTES: usize = 64 * 1024;
 const TX_BYTES_PER_ITERATION: usize = 256 * 1024;
 /// Longest a due packet waits in a batch for company; see step 6.
 const MAX_HOLD: Duration = Duration::from_micros(100);
+/// Longest the driver waits, once the stack is dropped, for its devices to
+/// take the resets it sends every connection (a writer thread still busy
+/// with the previous batch): without it the resets were dropped with the
+/// driver and the peers were left with half-open connections.
+const SHUTDOWN_DRAIN: Duration = Duration::from_millis(200);
 /// How often closed connections nobody owns are swept from the endpoint.
 const SWEEP_EVERY: Duration = Duration::from_millis(1000);
 /// Largest packet the endpoint may write (an IPv6 jumbo aside).
@@ -93,6 +98,9 @@ pub(crate) struct Driver {
     pcaps: Vec<SharedPcap>,
     /// Packets went through since the last flush.
     pcap_dirty: bool,
+    /// Set when the stack was dropped: until then the devices must have
+    /// taken the resets ([`SHUTDOWN_DRAIN`]).
+    draining_until: Option<Instant>,
 }
 
 enum Step {
@@ -137,6 +145,7 @@ impl Driver {
             pending_bytes: 0,
             pcaps,
             pcap_dirty: false,
+            draining_until: None,
         }
     }
 
@@ -173,10 +182,23 @@ impl Driver {
         let mut st = shared.lock();
         st.stats.iterations += 1;
         if st.shutdown {
-            self.shut_down(&mut st);
+            let now = shared.clock.now();
+            let deadline = match self.draining_until {
+                Some(t) => t,
+                None => {
+                    self.shut_down(&mut st);
+                    *self.draining_until.insert(now + SHUTDOWN_DRAIN)
+                }
+            };
             drop(st);
-            self.flush(cx);
-            return Step::Shutdown;
+            // A device that pushes back wakes us when it takes more.
+            if !self.flush(cx) || now >= deadline {
+                return Step::Shutdown;
+            }
+            return match self.timer.poll_until(cx, shared.clock.to_tokio(deadline)) {
+                Poll::Ready(()) => Step::Again,
+                Poll::Pending => Step::Idle,
+            };
         }
         match &st.driver_waker {
             Some(w) if w.will_wake(cx.waker()) => {}

@@ -209,6 +209,88 @@ async fn dropping_the_stack_fails_pending_operations() {
     assert!(matches!(r, Err(_) | Ok(0)), "{r:?}");
 }
 
+/// A device whose writes stall (Pending) until a given time, as a NIC
+/// whose ring is full.
+struct Stalling {
+    inner: ChannelIo,
+    until: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl PacketIo for Stalling {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn mtu(&self) -> usize {
+        self.inner.mtu()
+    }
+    fn poll_recv_batch(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        b: &mut mptun_io::PacketBatch,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.inner.poll_recv_batch(cx, b)
+    }
+    fn poll_send_batch(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        b: &mut mptun_io::PacketBatch,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if let Some(t) = *self.until.lock().unwrap() {
+            let now = std::time::Instant::now();
+            if now < t {
+                let w = cx.waker().clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(t - now);
+                    w.wake();
+                });
+                return std::task::Poll::Pending;
+            }
+        }
+        self.inner.poll_send_batch(cx, b)
+    }
+    fn poll_send(&self, cx: &mut std::task::Context<'_>, p: &[u8]) -> std::task::Poll<std::io::Result<()>> {
+        self.inner.poll_send(cx, p)
+    }
+    fn stats(&self) -> mptun_io::IoStats {
+        self.inner.stats()
+    }
+}
+
+/// A stack dropped while its device is still busy with a batch (the
+/// writer thread holding it) waits for the device before it ends, so the
+/// resets it sends every connection reach the peer: the peer's stream
+/// ends at once instead of hanging half-open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stack_dropped_while_its_device_is_busy_still_resets_its_connections() {
+    let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
+    let a = Arc::new(Stalling { inner: a, until: std::sync::Mutex::new(None) });
+    let sa = Stack::builder().path("10.0.0.1".parse().unwrap(), a.clone() as Arc<dyn PacketIo>).build().unwrap();
+    let sb = Stack::builder().path("10.0.0.2".parse().unwrap(), Arc::new(b) as Arc<dyn PacketIo>).build().unwrap();
+    let listener = MptcpListener::bind(&sb, "10.0.0.2:5004").await.unwrap();
+    let mut c = MptcpStream::connect(&sa, "10.0.0.2:5004").await.unwrap();
+    let (mut s, _) = listener.accept().await.unwrap();
+    // The device stalls for 100 ms and data goes into the stall (less than
+    // the send buffer takes, so the write returns at once): the device is
+    // still busy with it when the stack goes.
+    *a.until.lock().unwrap() = Some(std::time::Instant::now() + Duration::from_millis(100));
+    c.write_all(&[7u8; 32 * 1024]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(a.until.lock().unwrap().is_some_and(|t| std::time::Instant::now() < t), "the stall is over already");
+    drop(c);
+    drop(sa);
+    let mut buf = vec![0u8; 64 * 1024];
+    let ended = timeout(Duration::from_secs(3), async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the peer's stream hangs: the stack's last packets were dropped with it");
+}
+
 #[tokio::test]
 async fn pcap_capture_is_flushed_while_the_stack_runs() {
     let (a, b) = ChannelIo::pair("a", "b", 1500, 1024);
