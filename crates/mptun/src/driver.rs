@@ -92,8 +92,6 @@ pub(crate) struct Driver {
     wake: Vec<Waker>,
     /// When the oldest packet now waiting in a device batch was queued.
     batch_since: Option<Instant>,
-    /// Bytes moved into device batches since they were last written.
-    pending_bytes: usize,
     /// Capture files, flushed with each sweep.
     pcaps: Vec<SharedPcap>,
     /// Packets went through since the last flush.
@@ -142,7 +140,6 @@ impl Driver {
             last_sweep: Instant::ZERO,
             wake: Vec::new(),
             batch_since: None,
-            pending_bytes: 0,
             pcaps,
             pcap_dirty: false,
             draining_until: None,
@@ -292,7 +289,7 @@ impl Driver {
             && again
             && more_iterations
             && pending < FLUSH_AT
-            && self.pending_bytes < FLUSH_BYTES
+            && self.devices.iter().map(|d| d.tx.unsent_bytes()).sum::<usize>() < FLUSH_BYTES
             && !held_long
         {
             false
@@ -300,7 +297,6 @@ impl Driver {
             let b = self.flush(cx);
             if self.devices.iter().all(|d| d.tx.is_empty()) {
                 self.batch_since = None;
-                self.pending_bytes = 0;
             }
             b
         };
@@ -333,7 +329,6 @@ impl Driver {
         // Held packets first: they are older than anything the endpoint
         // produces now, and a flow's packets must stay in order.
         while let Some((dev, packet, gso, partial)) = self.departures.peek_due(now) {
-            let packet_len = packet.len();
             let d = &mut self.devices[dev];
             let r = if swappable(d, gso) {
                 // Moved, not copied: the slot's old buffer becomes a spare.
@@ -362,7 +357,6 @@ impl Driver {
             if r.is_err() {
                 st.stats.tx_oversize += 1;
             }
-            self.pending_bytes += packet_len;
             self.batch_since.get_or_insert(now);
         }
         let mut made = 0usize;
@@ -388,7 +382,6 @@ impl Driver {
             let mut full = d.tx.is_full();
             if t.departure <= now + TIMER_SLACK && !full && !self.departures.holds(&flow) {
                 self.batch_since.get_or_insert(now);
-                self.pending_bytes += t.len;
                 let r = if swappable(d, t.segment_size) {
                     let r = if partial {
                         d.tx.push_swap_partial(&mut self.scratch, t.len, t.segment_size)
