@@ -170,9 +170,12 @@ fn sender_series_reaches_the_end(dir: &std::path::Path, r: &Value) {
 /// one of three measured runs). Likewise the legacy delay exit comes at a
 /// cwnd that the host's latency noise moves (242, 530 and 1033 packets in
 /// three runs of 2026-11-30 against a BDP of 619; one run in four ran into
-/// loss instead). So the mptun run is tried up to three times and must show
-/// each variant's behaviour once. The simulator's `hystart` test asserts
-/// both exits exactly, every time.
+/// loss instead; on 2026-12-01's host 912-1548 in most runs, and the
+/// kernel's own CUBIC exited by delay instead of train in one run of
+/// seven). So the mptun run is tried up to five times and must show each
+/// variant's behaviour once, and the kernel's up to three times and must
+/// exit by train once. The simulator's `hystart` test asserts both exits
+/// exactly, every time.
 #[test]
 fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
     if !lab_ready() {
@@ -182,7 +185,7 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
     let mut bdp = 0;
     let mut fixed_by_train = false;
     let mut legacy_below_bdp = false;
-    for attempt in 1..=3 {
+    for attempt in 1..=5 {
         let (v, _) = lab_json(&["hystart"], &n, Duration::from_secs(60));
         let vars = v["variants"].as_array().expect("variants");
         let (legacy, fixed) = (&vars[0], &vars[1]);
@@ -201,19 +204,28 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
             legacy["exit_reason"], legacy["exit_cwnd"], fixed["exit_reason"], fixed["exit_cwnd"]
         );
     }
-    assert!(fixed_by_train, "the fixed round start never exited by ACK train at or above the BDP in 3 runs");
-    assert!(legacy_below_bdp, "the legacy round start never exited by delay below the BDP in 3 runs");
+    assert!(fixed_by_train, "the fixed round start never exited by ACK train at or above the BDP in 5 runs");
+    assert!(legacy_below_bdp, "the legacy round start never exited by delay below the BDP in 5 runs");
 
     // A run killed before its teardown left a namespace behind.
     let k = name("hk");
     let left = format!("{k}-mid");
     assert!(Command::new("ip").args(["netns", "add", &left]).status().unwrap().success());
-    let (v, err) = lab_json(&["hystart", "--stack", "kernel"], &k, Duration::from_secs(60));
-    assert!(err.contains("leftovers"), "{err}");
-    let kernel = &v["variants"][0];
-    assert_eq!(kernel["exit_reason"], "train", "{kernel:#}");
-    assert!(kernel["exit_cwnd"].as_u64().unwrap() >= bdp, "{kernel:#}");
-    assert!(kernel["server_counters"]["TcpExtTCPHystartTrainDetect"].as_u64() == Some(1), "{kernel:#}");
+    let mut runs = Vec::new();
+    for attempt in 1..=3 {
+        let (v, err) = lab_json(&["hystart", "--stack", "kernel"], &k, Duration::from_secs(60));
+        if attempt == 1 {
+            assert!(err.contains("leftovers"), "{err}");
+        }
+        let kernel = v["variants"][0].clone();
+        if kernel["exit_reason"] == "train" {
+            assert!(kernel["exit_cwnd"].as_u64().unwrap() >= bdp, "{kernel:#}");
+            assert!(kernel["server_counters"]["TcpExtTCPHystartTrainDetect"].as_u64() == Some(1), "{kernel:#}");
+            return;
+        }
+        runs.push(kernel);
+    }
+    panic!("the kernel's CUBIC never exited by ACK train in 3 runs: {runs:#?}");
 }
 
 /// Failover on real packets: path 1 goes down both ways at 5 s and comes
