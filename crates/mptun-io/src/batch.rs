@@ -13,6 +13,11 @@ use bytes::Bytes;
 
 use crate::pool::BufferPool;
 
+/// Most payload pieces one packet may carry behind its slot
+/// ([`PacketBatch::push_swap_gather`]): with the slot itself, eight buffers
+/// for one `writev`.
+pub const MAX_TAIL_PARTS: usize = 7;
+
 /// Bytes reserved in front of every packet: the size of `struct virtio_net_hdr`
 /// that a TUN device opened with `IFF_VNET_HDR` exchanges before each frame.
 pub const HEADROOM: usize = 10;
@@ -62,6 +67,10 @@ pub struct PacketBatch {
     lens: Vec<usize>,
     /// Per slot: payload bytes per wire segment of a TSO super-packet, or 0.
     gso: Vec<u16>,
+    /// Per slot, to send: payload pieces that follow the slot's bytes on
+    /// the wire ([`Self::push_swap_gather`]), empty for a packet that is
+    /// whole in its slot.
+    tails: Vec<Vec<Bytes>>,
     /// Per slot: the TCP checksum is the device's business. Received: the
     /// device vouched for it. To send: it holds only the pseudo-header sum
     /// and the device completes it ([`Self::push_swap_partial`]).
@@ -92,6 +101,7 @@ impl PacketBatch {
             slots: Vec::new(),
             lens: Vec::new(),
             gso: Vec::new(),
+            tails: Vec::new(),
             csum_ok: Vec::new(),
             gro: false,
             len: 0,
@@ -131,6 +141,7 @@ impl PacketBatch {
             self.slots.push(vec![0; size]);
             self.lens.push(0);
             self.gso.push(0);
+            self.tails.push(Vec::new());
             self.csum_ok.push(false);
         }
     }
@@ -166,8 +177,12 @@ impl PacketBatch {
         self.max_packet_len
     }
 
-    /// Forgets every packet but keeps the memory.
+    /// Forgets every packet but keeps the memory (and lets go of the
+    /// payload pieces the packets referred to).
     pub fn clear(&mut self) {
+        for t in &mut self.tails[..self.len] {
+            t.clear();
+        }
         self.len = 0;
         self.sent = 0;
         self.rejected = 0;
@@ -179,9 +194,11 @@ impl PacketBatch {
         self.len - self.sent
     }
 
-    /// Bytes of the packets not yet written (headroom not counted).
+    /// Bytes of the packets not yet written (headroom not counted, tails
+    /// counted).
     pub fn unsent_bytes(&self) -> usize {
-        self.lens[self.sent..self.len].iter().sum()
+        let tails: usize = self.tails[self.sent..self.len].iter().flatten().map(Bytes::len).sum();
+        self.lens[self.sent..self.len].iter().sum::<usize>() + tails
     }
 
     /// Copies `packet` into the next free slot.
@@ -230,12 +247,51 @@ impl PacketBatch {
     /// built once and then only change hands: a 64 KiB super-segment copied
     /// twice more on its way to the device cost as much as building it.
     pub fn push_swap(&mut self, buf: &mut Vec<u8>, len: usize, gso: Option<usize>) -> Result<(), PushError> {
+        self.swap_in(buf, len, 0, gso)
+    }
+
+    /// [`Self::push_swap`] for a packet whose first `len` bytes are in
+    /// `buf` (its headers) and whose payload is `tail`, pieces of memory
+    /// the device writes behind them (`writev`) instead of their being
+    /// copied in: only for a device whose `PacketIo::gather` is true. Its
+    /// TCP checksum must be partial (nothing here reads the payload), so
+    /// the device must also complete checksums.
+    pub fn push_swap_gather(
+        &mut self,
+        buf: &mut Vec<u8>,
+        len: usize,
+        tail: &[Bytes],
+        gso: Option<usize>,
+    ) -> Result<(), PushError> {
+        if tail.len() > MAX_TAIL_PARTS {
+            return Err(PushError::Malformed);
+        }
+        let tail_len = tail.iter().map(Bytes::len).sum();
+        self.swap_in(buf, len, tail_len, gso)?;
+        let i = self.len - 1;
+        self.tails[i].extend(tail.iter().filter(|b| !b.is_empty()).cloned());
+        self.csum_ok[i] = true;
+        Ok(())
+    }
+
+    /// The payload pieces that follow the packet at `index` on the wire
+    /// ([`Self::push_swap_gather`]); empty for a packet that is whole in
+    /// its slot.
+    pub fn tail(&self, index: usize) -> &[Bytes] {
+        if index < self.len {
+            &self.tails[index]
+        } else {
+            &[]
+        }
+    }
+
+    fn swap_in(&mut self, buf: &mut Vec<u8>, len: usize, tail_len: usize, gso: Option<usize>) -> Result<(), PushError> {
         let max = match gso {
             Some(_) => mptun_wire::gso::GSO_MAX_SIZE,
             None => self.max_packet_len,
         };
-        if len > max || HEADROOM + len > buf.len() {
-            return Err(PushError::TooLarge { len, max });
+        if len + tail_len > max || HEADROOM + len > buf.len() {
+            return Err(PushError::TooLarge { len: len + tail_len, max });
         }
         let gso = match gso {
             Some(size) => u16::try_from(size).ok().filter(|&s| s != 0).ok_or(PushError::Malformed)?,
@@ -350,7 +406,8 @@ impl PacketBatch {
         Ok(i)
     }
 
-    /// The packet at `index`.
+    /// The packet at `index` (for one pushed with a tail, only its head:
+    /// [`Self::tail`] holds the rest).
     pub fn get(&self, index: usize) -> Option<&[u8]> {
         (index < self.len).then(|| &self.slots[index][HEADROOM..HEADROOM + self.lens[index]])
     }
@@ -429,6 +486,9 @@ impl PacketBatch {
     fn fill_next(&mut self, n: usize, gso: u16, csum_ok: bool) {
         let i = self.len;
         self.lens[i] = n;
+        if !self.tails[i].is_empty() {
+            self.tails[i].clear();
+        }
         self.gso[i] = gso;
         self.csum_ok[i] = csum_ok;
         self.len += 1;
@@ -467,10 +527,11 @@ impl PacketBatch {
         }
     }
 
-    /// The next unsent packet, headroom included in front.
-    pub(crate) fn next_unsent_with_headroom(&mut self) -> Option<&mut [u8]> {
+    /// The next unsent packet, headroom included in front, and the payload
+    /// pieces that follow it ([`Self::push_swap_gather`]).
+    pub(crate) fn next_unsent_gathered(&mut self) -> Option<(&mut [u8], &[Bytes])> {
         let i = self.sent;
-        (i < self.len).then(|| &mut self.slots[i][..HEADROOM + self.lens[i]])
+        (i < self.len).then(|| (&mut self.slots[i][..HEADROOM + self.lens[i]], &self.tails[i][..]))
     }
 
     /// Records that `n` more packets went out.
@@ -525,6 +586,29 @@ mod tests {
         b.push(&[9]).unwrap();
         assert_eq!(b.get(0).unwrap().as_ptr(), ptr, "slot memory is recycled");
         assert_eq!(b.iter().collect::<Vec<_>>(), vec![&[9u8][..]]);
+    }
+
+    #[test]
+    fn a_gathered_packet_carries_its_tail_until_cleared() {
+        let mut b = PacketBatch::new(4, 1500);
+        let piece = Bytes::from(vec![7u8; 700]);
+        let mut buf = vec![1u8; HEADROOM + 60];
+        b.push_swap_gather(&mut buf, 60, &[piece.clone(), Bytes::new(), piece.clone()], None).unwrap();
+        assert_eq!(b.tail(0), &[piece.clone(), piece.clone()][..], "empty pieces left out");
+        assert!(b.checksum_partial(0), "a gathered payload is never summed here");
+        assert_eq!((b.get(0).unwrap().len(), b.unsent_bytes()), (60, 1460));
+        // The whole packet must fit: 60 + 1500 is over the MTU.
+        let mut buf = vec![1u8; HEADROOM + 60];
+        let big = Bytes::from(vec![0u8; 1500]);
+        assert_eq!(b.push_swap_gather(&mut buf, 60, &[big], None), Err(PushError::TooLarge { len: 1560, max: 1500 }));
+        let many = vec![Bytes::from_static(b"x"); MAX_TAIL_PARTS + 1];
+        assert_eq!(b.push_swap_gather(&mut buf, 60, &many, None), Err(PushError::Malformed));
+        // An ordinary packet in a slot that had a tail has none.
+        b.clear();
+        assert!(piece.is_unique(), "cleared: the batch let go of the pieces");
+        b.push(&[9; 100]).unwrap();
+        assert!(b.tail(0).is_empty() && !b.checksum_partial(0));
+        assert_eq!(b.unsent_bytes(), 100);
     }
 
     #[test]

@@ -59,6 +59,7 @@ pub struct ChannelIo {
     tx: Arc<Pipe>,
     rx: Arc<Pipe>,
     stats: AtomicIoStats,
+    offload: bool,
 }
 
 impl ChannelIo {
@@ -74,8 +75,22 @@ impl ChannelIo {
             tx: tx.clone(),
             rx: rx.clone(),
             stats: AtomicIoStats::default(),
+            offload: false,
         };
         (end(a, &ab, &ba), end(b, &ba, &ab))
+    }
+
+    /// This end as a device with a TUN's send offloads (`IFF_VNET_HDR`):
+    /// it says it cuts TSO super-packets ([`PacketIo::tso`]), completes
+    /// TCP checksums left partial ([`PacketIo::checksum_offload`]) and
+    /// writes gathered payloads behind their headers ([`PacketIo::gather`]),
+    /// so that the runtime's offload paths run in tests without a TUN. The
+    /// peer receives wire segments with complete checksums, as a device
+    /// puts them on the wire. (It does all that with whatever it is given;
+    /// this changes what it offers.)
+    pub fn offload(mut self, on: bool) -> Self {
+        self.offload = on;
+        self
     }
 
     /// Packets queued towards the peer and not yet received.
@@ -85,15 +100,64 @@ impl ChannelIo {
 
     /// Queues one packet; `Ok(false)` when the queue is full.
     fn enqueue(&self, q: &mut Queue, packet: &[u8]) -> io::Result<bool> {
+        self.enqueue_parts(q, packet, &[], false, 0)
+    }
+
+    /// Queues the packet `head` followed by `tail`, its TCP checksum
+    /// completed if `partial`, cut into wire segments of `gso` payload
+    /// bytes if not 0, as an offloading device puts it on the wire.
+    fn enqueue_parts(
+        &self,
+        q: &mut Queue,
+        head: &[u8],
+        tail: &[bytes::Bytes],
+        partial: bool,
+        gso: u16,
+    ) -> io::Result<bool> {
+        let invalid = |e: mptun_wire::Error| io::Error::new(io::ErrorKind::InvalidInput, format!("offload: {e}"));
         if q.rx_closed {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "peer ChannelIo dropped"));
         }
-        if q.packets.len() >= self.tx.capacity {
+        let tail_len = tail.iter().map(|t| t.len()).sum();
+        let count = match gso {
+            0 => 1,
+            size => mptun_wire::gso::Layout::parse_head(head, tail_len).map_err(invalid)?.segment_count(size.into()),
+        };
+        if q.packets.len() + count > self.tx.capacity {
             return Ok(false);
+        }
+        if gso != 0 {
+            let mut whole = head.to_vec();
+            tail.iter().for_each(|t| whole.extend_from_slice(t));
+            let mut segs = mptun_wire::gso::segments(&whole, gso.into()).map_err(invalid)?;
+            let mut out = Vec::with_capacity(count);
+            loop {
+                let mut buf = q.free.pop().unwrap_or_default();
+                buf.resize(self.mtu, 0);
+                match segs.next_into(&mut buf) {
+                    Ok(Some(n)) => {
+                        buf.truncate(n);
+                        out.push(buf);
+                    }
+                    Ok(None) => break,
+                    Err(e) => return Err(invalid(e)),
+                }
+            }
+            q.packets.extend(out);
+            return Ok(true);
         }
         let mut buf = q.free.pop().unwrap_or_else(|| Vec::with_capacity(self.mtu));
         buf.clear();
-        buf.extend_from_slice(packet);
+        buf.extend_from_slice(head);
+        for piece in tail {
+            buf.extend_from_slice(piece);
+        }
+        if partial {
+            if let Err(e) = mptun_wire::gso::complete_checksum(&mut buf) {
+                q.free.push(buf);
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("partial checksum: {e}")));
+            }
+        }
         q.packets.push_back(buf);
         Ok(true)
     }
@@ -150,18 +214,24 @@ impl PacketIo for ChannelIo {
         let mut bytes = 0usize;
         let mut errors = 0u64;
         let result = loop {
-            let Some(slot) = batch.next_unsent_with_headroom() else { break Poll::Ready(Ok(())) };
+            let (partial, gso) = (batch.next_unsent_partial(), batch.next_unsent_gso());
+            let Some((slot, tail)) = batch.next_unsent_gathered() else { break Poll::Ready(Ok(())) };
             let packet = &slot[crate::HEADROOM..];
-            if self.too_large(packet.len()) {
+            let len = packet.len() + tail.iter().map(|t| t.len()).sum::<usize>();
+            if gso == 0 && self.too_large(len) {
                 errors += 1;
                 batch.reject_one();
                 continue;
             }
-            match self.enqueue(&mut q, packet) {
+            match self.enqueue_parts(&mut q, packet, tail, partial, gso) {
                 Ok(true) => {
                     sent += 1;
-                    bytes += packet.len();
+                    bytes += len;
                     batch.advance_sent(1);
+                }
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                    errors += 1;
+                    batch.reject_one();
                 }
                 Ok(false) => {
                     q.tx_waker = Some(cx.waker().clone());
@@ -214,6 +284,18 @@ impl PacketIo for ChannelIo {
 
     fn stats(&self) -> IoStats {
         self.stats.snapshot()
+    }
+
+    fn tso(&self) -> bool {
+        self.offload
+    }
+
+    fn checksum_offload(&self) -> bool {
+        self.offload
+    }
+
+    fn gather(&self) -> bool {
+        self.offload
     }
 }
 

@@ -31,7 +31,7 @@ pub mod testutil;
 mod tun;
 mod writer;
 
-pub use batch::{PacketBatch, PushError, HEADROOM};
+pub use batch::{PacketBatch, PushError, HEADROOM, MAX_TAIL_PARTS};
 pub use channel::ChannelIo;
 pub use netns::{run_in_netns, spawn_tun_in_netns, Netns, NetnsGuard};
 pub use packet_io::{AtomicIoStats, IoStats, PacketIo, PacketIoExt};

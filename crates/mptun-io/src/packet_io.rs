@@ -65,6 +65,16 @@ pub trait PacketIo: Send + Sync {
     fn checksum_offload(&self) -> bool {
         false
     }
+
+    /// Whether the device writes a packet's tail, the payload pieces
+    /// behind its slot ([`PacketBatch::push_swap_gather`]), itself (a
+    /// gather write, `writev`), so that the stack never copies a payload
+    /// into its packet: the copy the device makes anyway is then the only
+    /// one. A device that says so must send every slot's tail behind it;
+    /// the others never get a tail.
+    fn gather(&self) -> bool {
+        false
+    }
 }
 
 /// Device counters, named after the kernel's `struct rtnl_link_stats64`
@@ -210,6 +220,9 @@ impl<T: PacketIo + ?Sized> PacketIo for std::sync::Arc<T> {
     fn checksum_offload(&self) -> bool {
         (**self).checksum_offload()
     }
+    fn gather(&self) -> bool {
+        (**self).gather()
+    }
 }
 
 #[cfg(test)]
@@ -245,6 +258,9 @@ mod tests {
         fn checksum_offload(&self) -> bool {
             true
         }
+        fn gather(&self) -> bool {
+            true
+        }
     }
 
     /// The runtime holds its devices as `Arc<dyn PacketIo>`: a capability
@@ -256,7 +272,8 @@ mod tests {
         let d: Arc<dyn PacketIo> = Arc::new(Capable);
         assert!(d.tso(), "tso");
         assert!(d.checksum_offload(), "checksum_offload");
+        assert!(d.gather(), "gather");
         let twice: Arc<Arc<dyn PacketIo>> = Arc::new(d);
-        assert!(twice.tso() && twice.checksum_offload());
+        assert!(twice.tso() && twice.checksum_offload() && twice.gather());
     }
 }

@@ -90,17 +90,21 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
         let from = batch.tapped.max(batch.len() - batch.unsent());
         // A checksum left to the device is recorded completed, as the
         // device will send it (a capture on the wire shows it so, and a
-        // dissector that verifies checksums accepts it).
+        // dissector that verifies checksums accepts it), and a gathered
+        // payload behind its headers.
         {
             let packets: Vec<Cow<'_, [u8]>> = batch
                 .iter()
                 .enumerate()
                 .skip(from)
                 .map(|(i, p)| {
-                    if !batch.checksum_partial(i) {
+                    if !batch.checksum_partial(i) && batch.tail(i).is_empty() {
                         return Cow::Borrowed(p);
                     }
                     let mut c = p.to_vec();
+                    for piece in batch.tail(i) {
+                        c.extend_from_slice(piece);
+                    }
                     let _ = mptun_wire::gso::complete_checksum(&mut c);
                     Cow::Owned(c)
                 })
@@ -129,6 +133,10 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
 
     fn checksum_offload(&self) -> bool {
         self.inner.checksum_offload()
+    }
+
+    fn gather(&self) -> bool {
+        self.inner.gather()
     }
 }
 

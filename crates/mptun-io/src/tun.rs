@@ -16,7 +16,7 @@
 //! [`crate::netns::spawn_tun_in_netns`] creates the device on a thread that
 //! entered the namespace. The fd itself works from any thread afterwards.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
@@ -26,7 +26,9 @@ use tokio::io::unix::AsyncFd;
 use tun_rs::{DeviceBuilder, SyncDevice, VIRTIO_NET_HDR_LEN};
 
 use crate::packet_io::{full_batch, is_per_packet_error, AtomicIoStats};
-use crate::{IoStats, PacketBatch, PacketIo, HEADROOM};
+use crate::{IoStats, PacketBatch, PacketIo, HEADROOM, MAX_TAIL_PARTS};
+
+use bytes::Bytes;
 
 const _: () = assert!(HEADROOM == VIRTIO_NET_HDR_LEN, "slot headroom must fit the virtio-net header");
 
@@ -323,16 +325,25 @@ impl TunDevice {
         Ok(1)
     }
 
-    /// Writes one packet; `gso` is its TSO segment size (0: none),
-    /// `partial` whether its TCP checksum is left for the device.
+    /// Writes one packet, `tail` behind the slot's bytes (a gather write,
+    /// one `writev`); `gso` is its TSO segment size (0: none), `partial`
+    /// whether its TCP checksum is left for the device.
     fn write_one(
         &self,
         dev: &SyncDevice,
         packet_with_headroom: &mut [u8],
+        tail: &[Bytes],
         gso: u16,
         partial: bool,
     ) -> io::Result<usize> {
         if !self.offload {
+            if !tail.is_empty() {
+                // Not offered (`gather` is the offload's), but not refused
+                // either: made whole, at the cost of a copy.
+                let mut whole = packet_with_headroom.to_vec();
+                tail.iter().for_each(|p| whole.extend_from_slice(p));
+                return self.write_one(dev, &mut whole, &[], gso, partial);
+            }
             if partial {
                 // Not ours to leave partial: complete it as a NIC would.
                 mptun_wire::gso::complete_checksum(&mut packet_with_headroom[HEADROOM..])
@@ -340,9 +351,21 @@ impl TunDevice {
             }
             return dev.send(&packet_with_headroom[HEADROOM..]);
         }
+        let tail_len = tail.iter().map(Bytes::len).sum();
         let (hdr, packet) = packet_with_headroom.split_at_mut(HEADROOM);
-        vnet_header(hdr, packet, gso, partial)?;
-        dev.send(packet_with_headroom)
+        vnet_header(hdr, packet, tail_len, gso, partial)?;
+        if tail.is_empty() {
+            return dev.send(packet_with_headroom);
+        }
+        let mut iov = [IoSlice::new(&[]); 1 + MAX_TAIL_PARTS];
+        if tail.len() > MAX_TAIL_PARTS {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "more tail pieces than a batch takes"));
+        }
+        iov[0] = IoSlice::new(packet_with_headroom);
+        for (v, piece) in iov[1..].iter_mut().zip(tail) {
+            *v = IoSlice::new(piece);
+        }
+        dev.send_vectored(&iov[..1 + tail.len()])
     }
 }
 
@@ -388,12 +411,18 @@ const TCP_CSUM_OFFSET: u16 = 16;
 /// 64 KiB skb and cuts it only where a device needs it. The fields are
 /// little-endian (a TUN's legacy virtio header on a little-endian host;
 /// tun-rs makes the same assumption).
-pub(crate) fn vnet_header(hdr: &mut [u8], packet: &mut [u8], gso: u16, partial: bool) -> io::Result<()> {
+pub(crate) fn vnet_header(
+    hdr: &mut [u8],
+    packet: &mut [u8],
+    tail_len: usize,
+    gso: u16,
+    partial: bool,
+) -> io::Result<()> {
     hdr.fill(0);
     if gso == 0 && !partial {
         return Ok(());
     }
-    let l = mptun_wire::gso::Layout::parse(packet)
+    let l = mptun_wire::gso::Layout::parse_head(packet, tail_len)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TSO super-packet: {e}")))?;
     let segmented = gso != 0 && l.payload_len() > usize::from(gso);
     if !segmented && !partial {
@@ -481,11 +510,11 @@ impl PacketIo for TunDevice {
             };
             loop {
                 let (gso, partial) = (batch.next_unsent_gso(), batch.next_unsent_partial());
-                let Some(slot) = batch.next_unsent_with_headroom() else {
+                let Some((slot, tail)) = batch.next_unsent_gathered() else {
                     return Poll::Ready(Ok(batch.finish_send()));
                 };
-                let len = slot.len() - HEADROOM;
-                match guard.try_io(|fd| self.write_one(fd.get_ref(), slot, gso, partial)) {
+                let len = slot.len() - HEADROOM + tail.iter().map(Bytes::len).sum::<usize>();
+                match guard.try_io(|fd| self.write_one(fd.get_ref(), slot, tail, gso, partial)) {
                     Ok(Ok(_)) => {
                         AtomicIoStats::add(&self.stats.tx_packets, 1);
                         AtomicIoStats::add(&self.stats.tx_bytes, len as u64);
@@ -545,6 +574,13 @@ impl PacketIo for TunDevice {
     fn checksum_offload(&self) -> bool {
         self.offload
     }
+
+    /// With offload: a packet and its tail go out in one `writev` behind
+    /// the virtio header, and the kernel's copy of them into its skb is
+    /// the only one the payload gets on its way out.
+    fn gather(&self) -> bool {
+        self.offload
+    }
 }
 
 impl AsRawFd for TunDevice {
@@ -596,7 +632,7 @@ mod tests {
             let orig = super_packet(src, dst, &payload);
             let mut pkt = orig.clone();
             let mut hdr = [0xffu8; HEADROOM];
-            vnet_header(&mut hdr, &mut pkt, 1448, false).unwrap();
+            vnet_header(&mut hdr, &mut pkt, 0, 1448, false).unwrap();
             assert_eq!(hdr[0], VIRTIO_NET_HDR_F_NEEDS_CSUM);
             assert_eq!(hdr[1], gso_type);
             assert_eq!(u16::from_le_bytes([hdr[2], hdr[3]]) as usize, ip_len + 32, "hdr_len: IP + TCP with options");
@@ -616,10 +652,10 @@ mod tests {
         let mut pkt = super_packet("10.0.0.1:1", "10.0.0.2:2", &[7; 1000]);
         let orig = pkt.clone();
         let mut hdr = [0xffu8; HEADROOM];
-        vnet_header(&mut hdr, &mut pkt, 0, false).unwrap();
+        vnet_header(&mut hdr, &mut pkt, 0, 0, false).unwrap();
         assert_eq!((hdr, &pkt), ([0; HEADROOM], &orig));
         // A "super-packet" of one segment needs no segmentation either.
-        vnet_header(&mut hdr, &mut pkt, 1448, false).unwrap();
+        vnet_header(&mut hdr, &mut pkt, 0, 1448, false).unwrap();
         assert_eq!((hdr, &pkt), ([0; HEADROOM], &orig));
     }
 
@@ -638,7 +674,14 @@ mod tests {
                 let l = mptun_wire::gso::Layout::parse(&pkt).unwrap();
                 mptun_wire::gso::set_partial_checksum(&mut pkt, &l);
                 let mut hdr = [0xffu8; HEADROOM];
-                vnet_header(&mut hdr, &mut pkt, gso, true).unwrap();
+                vnet_header(&mut hdr, &mut pkt, 0, gso, true).unwrap();
+                // Only the headers here, the payload gathered behind them
+                // by the write: the same virtio header.
+                let hlen = pkt.len() - plen;
+                let mut gathered = [0u8; HEADROOM];
+                vnet_header(&mut gathered, &mut pkt.clone()[..hlen], plen, gso, true).unwrap();
+                assert_eq!(gathered, hdr, "{plen} by {gso}, gathered");
+                assert!(vnet_header(&mut gathered, &mut pkt.clone()[..hlen], plen - 1, gso, true).is_err());
                 assert_eq!(hdr[0], VIRTIO_NET_HDR_F_NEEDS_CSUM);
                 assert_eq!(hdr[1] != 0, segmented, "a GSO type only for a super-packet: {plen} by {gso}");
                 assert_eq!(u16::from_le_bytes([hdr[4], hdr[5]]), if segmented { gso } else { 0 });
@@ -656,13 +699,13 @@ mod tests {
         let mut hdr = [0u8; HEADROOM];
         for cut in [0, 10, 30] {
             let mut p = pkt[..cut].to_vec();
-            let e = vnet_header(&mut hdr, &mut p, 1448, false).unwrap_err();
+            let e = vnet_header(&mut hdr, &mut p, 0, 1448, false).unwrap_err();
             assert!(crate::packet_io::is_per_packet_error(&e), "{e}");
         }
         let mut p = pkt.clone();
         p[9] = 17; // UDP
-        assert!(vnet_header(&mut hdr, &mut p, 1448, false).is_err());
-        assert!(vnet_header(&mut hdr, &mut p, 0, true).is_err(), "a partial checksum on what is not TCP");
+        assert!(vnet_header(&mut hdr, &mut p, 0, 1448, false).is_err());
+        assert!(vnet_header(&mut hdr, &mut p, 0, 0, true).is_err(), "a partial checksum on what is not TCP");
     }
 
     #[test]

@@ -230,6 +230,10 @@ impl PacketIo for WriterThread {
     fn checksum_offload(&self) -> bool {
         self.inner.checksum_offload()
     }
+
+    fn gather(&self) -> bool {
+        self.inner.gather()
+    }
 }
 
 impl Drop for WriterThread {

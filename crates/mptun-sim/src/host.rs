@@ -53,17 +53,16 @@ macro_rules! endpoint_host {
 
             fn poll_transmit(&mut self, now: mptun_time::Instant, out: &mut [u8]) -> Option<$crate::host::Outgoing> {
                 let t = self.ep.poll_transmit(now, out)?;
+                // A payload left in the send buffer (`gather_payload`) goes
+                // behind its headers, as a gathering device writes it.
+                let len = t.packet_len();
+                t.tail.copy_to(&mut out[t.len..len]);
                 if t.checksum_partial {
                     // The simulated wire is a device with checksum
                     // offload: it sends what such a device would.
-                    $crate::host::complete_checksum(&mut out[..t.len]);
+                    $crate::host::complete_checksum(&mut out[..len]);
                 }
-                Some($crate::host::Outgoing {
-                    len: t.len,
-                    src: t.src.ip(),
-                    dst: t.dst.ip(),
-                    segment_size: t.segment_size,
-                })
+                Some($crate::host::Outgoing { len, src: t.src.ip(), dst: t.dst.ip(), segment_size: t.segment_size })
             }
 
             fn poll_timeout(&self) -> Option<mptun_time::Instant> {

@@ -51,6 +51,17 @@ impl Layout {
     /// extension headers, carrying TCP, its lengths consistent. Checksums
     /// are not verified (a partially checksummed packet is valid here).
     pub fn parse(pkt: &[u8]) -> Result<Layout, Error> {
+        Self::parse_head(pkt, 0)
+    }
+
+    /// [`Self::parse`] for a packet of which only the first bytes are in
+    /// `head` (at least its IP and TCP headers) and `tail_len` more payload
+    /// bytes lie elsewhere: a packet the sender gathers from its header and
+    /// its send buffer at write time (`writev`) instead of copying the
+    /// payload behind the header.
+    pub fn parse_head(head: &[u8], tail_len: usize) -> Result<Layout, Error> {
+        let pkt = head;
+        let avail = head.len() + tail_len;
         let first = *pkt.first().ok_or(Error::Truncated)?;
         let (src, dst, ip_len, total) = match first >> 4 {
             4 => {
@@ -62,7 +73,7 @@ impl Layout {
                 if ihl < IPV4_HEADER_LEN || total < ihl {
                     return Err(Error::BadHeader);
                 }
-                if total > pkt.len() {
+                if total > avail {
                     return Err(Error::Truncated);
                 }
                 if pkt[9] != IPPROTO_TCP {
@@ -83,7 +94,7 @@ impl Layout {
                     return Err(Error::Unsupported);
                 }
                 let total = IPV6_HEADER_LEN + usize::from(u16::from_be_bytes([pkt[4], pkt[5]]));
-                if total > pkt.len() {
+                if total > avail {
                     return Err(Error::Truncated);
                 }
                 let mut s = [0u8; 16];
@@ -94,7 +105,7 @@ impl Layout {
             }
             _ => return Err(Error::BadHeader),
         };
-        if total < ip_len + 20 {
+        if total < ip_len + 20 || pkt.len() < ip_len + 20 {
             return Err(Error::Truncated);
         }
         let doff = usize::from(pkt[ip_len + 12] >> 4) * 4;
@@ -102,7 +113,7 @@ impl Layout {
             return Err(Error::BadHeader);
         }
         let header_len = ip_len + doff;
-        if header_len > total {
+        if header_len > total || header_len > pkt.len() {
             return Err(Error::Truncated);
         }
         Ok(Layout { src, dst, ip_len, header_len, total })

@@ -181,6 +181,23 @@ pub fn emit_tcp_packet_offload(
     emit(src, dst, ttl, tcp, payload, out, true)
 }
 
+/// [`emit_tcp_packet_offload`] without the payload: writes the IP and TCP
+/// headers of a packet that carries `payload_len` bytes of payload, its
+/// lengths and partial checksum counting them, and returns the header
+/// length. The payload goes out behind the headers from wherever it lies
+/// (a gather write, `writev`), never copied into `out`: on a sender moving
+/// 20 Gbit/s that copy was 7 % of the whole process's time.
+pub fn emit_tcp_headers_offload(
+    src: IpAddr,
+    dst: IpAddr,
+    ttl: u8,
+    tcp: &TcpHeader,
+    payload_len: usize,
+    out: &mut [u8],
+) -> Result<usize, Error> {
+    emit_with(src, dst, ttl, tcp, Payload::Elsewhere(payload_len), out, true)
+}
+
 fn emit(
     src: IpAddr,
     dst: IpAddr,
@@ -190,10 +207,38 @@ fn emit(
     out: &mut [u8],
     partial: bool,
 ) -> Result<usize, Error> {
+    emit_with(src, dst, ttl, tcp, Payload::Here(payload), out, partial)
+}
+
+/// Where an emitted packet's payload is.
+enum Payload<'a> {
+    /// Copied behind the headers.
+    Here(&'a [u8]),
+    /// Not written: this many bytes follow the headers from elsewhere.
+    Elsewhere(usize),
+}
+
+fn emit_with(
+    src: IpAddr,
+    dst: IpAddr,
+    ttl: u8,
+    tcp: &TcpHeader,
+    payload: Payload<'_>,
+    out: &mut [u8],
+    partial: bool,
+) -> Result<usize, Error> {
+    let payload_len = match payload {
+        Payload::Here(p) => p.len(),
+        Payload::Elsewhere(n) => n,
+    };
     let iph = ip_header_len(src);
-    let seg_len = tcp.header_len() + payload.len();
+    let seg_len = tcp.header_len() + payload_len;
     let total = iph + seg_len;
-    if out.len() < total {
+    let written = match payload {
+        Payload::Here(_) => total,
+        Payload::Elsewhere(_) => iph + tcp.header_len(),
+    };
+    if out.len() < written {
         return Err(Error::NoSpace);
     }
     match (src, dst) {
@@ -230,9 +275,11 @@ fn emit(
         }
         _ => return Err(Error::BadHeader),
     }
-    let seg = &mut out[iph..total];
+    let seg = &mut out[iph..written];
     let hlen = tcp.emit(seg)?;
-    seg[hlen..].copy_from_slice(payload);
+    if let Payload::Here(p) = payload {
+        seg[hlen..].copy_from_slice(p);
+    }
     let c = if partial {
         checksum::pseudo_header_sum(src, dst, IPPROTO_TCP, seg_len as u32)
     } else {
@@ -240,7 +287,7 @@ fn emit(
         checksum::tcp_checksum(src, dst, seg)
     };
     seg[16..18].copy_from_slice(&c.to_be_bytes());
-    Ok(total)
+    Ok(written)
 }
 
 #[cfg(test)]
@@ -302,6 +349,32 @@ mod tests {
                 crate::gso::complete_checksum(&mut part[..n]).unwrap();
                 assert_eq!(full[..n], part[..n], "{s} payload {plen}");
                 assert!(parse_tcp_packet(&part[..n]).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn headers_for_a_gathered_payload_are_the_offload_packet_s_own() {
+        let mut h = TcpHeader::new(1000, 2000, 7, 9, TcpFlags::ACK | TcpFlags::PSH, 512);
+        h.options = TcpOptions::established(Some((1, 2)), &[], &[]).unwrap();
+        for (s, d) in [
+            (v4([10, 0, 0, 1]), v4([10, 0, 0, 2])),
+            (IpAddr::V6("fd00::1".parse().unwrap()), IpAddr::V6("fd00::2".parse().unwrap())),
+        ] {
+            for plen in [1usize, 1448, 60_000] {
+                let payload: Vec<u8> = (0..plen).map(|i| (i * 31 + 7) as u8).collect();
+                let mut whole = vec![0u8; 65_535];
+                let n = emit_tcp_packet_offload(s, d, 64, &h, &payload, &mut whole).unwrap();
+                // Only room for the headers: the payload is not written.
+                let mut head = vec![0u8; n - plen];
+                let hl = emit_tcp_headers_offload(s, d, 64, &h, plen, &mut head).unwrap();
+                assert_eq!(hl, n - plen);
+                assert_eq!(head[..], whole[..hl], "{s} payload {plen}");
+                let l = crate::gso::Layout::parse_head(&head, plen).unwrap();
+                assert_eq!((l.total, l.header_len, l.payload_len()), (n, hl, plen));
+                assert_eq!(crate::gso::Layout::parse_head(&head, plen - 1), Err(Error::Truncated));
+                assert_eq!(crate::gso::Layout::parse_head(&head[..hl - 1], plen + 1), Err(Error::Truncated));
+                assert_eq!(emit_tcp_headers_offload(s, d, 64, &h, plen, &mut head[..hl - 1]), Err(Error::NoSpace));
             }
         }
     }

@@ -38,7 +38,8 @@ pub mod tcp;
 
 pub use error::Error;
 pub use ip::{
-    emit_tcp_packet, emit_tcp_packet_offload, parse_tcp_packet, parse_tcp_packet_unverified, tcp_packet_len, TcpPacket,
+    emit_tcp_headers_offload, emit_tcp_packet, emit_tcp_packet_offload, parse_tcp_packet, parse_tcp_packet_unverified,
+    tcp_packet_len, TcpPacket,
 };
 pub use mptcp::{DataAck, DssMapping, MptcpOption};
 pub use tcp::{OptionSummary, SackBlocks, TcpFlags, TcpHeader, TcpOption, TcpOptions};

@@ -16,7 +16,9 @@
 //! congestion control on every kernel socket of the bench, e.g. `cubic`;
 //! default: the host's `net.ipv4.tcp_congestion_control`, printed),
 //! `MPTUN_BENCH_WRITER` (`0`: mptun without writer threads, `1`: with,
-//! `ab`: both, as separate interleaved runs; default: the stack's default).
+//! `ab`: both, as separate interleaved runs; default: the stack's default),
+//! `MPTUN_BENCH_ZC` (the same for `StackBuilder::zero_copy_send`; `ab`
+//! adds "+zero copy" rows). One of the two may be `ab` at a time.
 //!
 //! Each run also reports the host's steal time (`/proc/stat`): the share of
 //! the CPUs the hypervisor gave to other guests during the run. On the
@@ -246,6 +248,13 @@ fn nstat(ns: &str) -> Option<u64> {
     run_in_netns(ns, mptun_io::netstat::read).ok()?.ok()?.get("MPTcpExtMPJoinAckRx").copied()
 }
 
+/// Stack options of one mptun run (`None`: the stack's default).
+#[derive(Clone, Copy)]
+struct Variant {
+    writer: Option<bool>,
+    zero_copy: Option<bool>,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn mptun_run(
     topo: &Topo,
@@ -255,7 +264,7 @@ async fn mptun_run(
     bytes: u64,
     buf: &Arc<Vec<u8>>,
     tag: &str,
-    writer_threads: Option<bool>,
+    variant: Variant,
 ) -> io::Result<Result> {
     let cpu0 = cpu_seconds();
     let ticks0 = cpu_ticks();
@@ -277,8 +286,11 @@ async fn mptun_run(
     if let Ok(p) = std::env::var("MPTUN_BENCH_PCAP") {
         b = b.pcap(format!("{p}.{tag}"));
     }
-    if let Some(on) = writer_threads {
+    if let Some(on) = variant.writer {
         b = b.writer_threads(on);
+    }
+    if let Some(on) = variant.zero_copy {
+        b = b.zero_copy_send(on);
     }
     let stack = b.build()?;
     let mut opts = stack.stream_options().mptcp(mptcp);
@@ -376,10 +388,12 @@ async fn mptun_run(
         cpu_per_gib: per_gib(cpu_seconds() - cpu0, bytes),
         steal: steal_since(ticks0),
         note: format!(
-            "mptcp={is_mptcp} subflows={subflows} retrans={} tun_kernel_rx={kernel_rx} tx_packets={} tx_segments={} tx_batches={} pkts/batch={:.1} rx_packets={} rx_gro={} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
+            "mptcp={is_mptcp} subflows={subflows} retrans={} tun_kernel_rx={kernel_rx} tx_packets={} tx_segments={} tx_gathered={} tx_tail_copied={} tx_batches={} pkts/batch={:.1} rx_packets={} rx_gro={} polls={} timer_wakeups={} app_wakeups={} iterations={}{sample}",
             c.tcp_retrans_segs,
             rs.tx_packets,
             rs.tx_segments,
+            rs.tx_gathered,
+            rs.tx_tail_copied,
             rs.tx_batches,
             rs.tx_packets as f64 / rs.tx_batches.max(1) as f64,
             rs.rx_packets,
@@ -429,13 +443,20 @@ fn main() {
         if std::env::var("MPTUN_BENCH_CC").is_ok() { "MPTUN_BENCH_CC" } else { "the host's default" }
     );
     let rounds: usize = std::env::var("MPTUN_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
-    let writer_env = std::env::var("MPTUN_BENCH_WRITER").ok();
-    let writer_ab = writer_env.as_deref() == Some("ab");
-    let writer = match writer_env.as_deref() {
-        Some("0") | Some("ab") => Some(false),
-        Some("1") => Some(true),
-        _ => None,
+    // The A/B knobs: `Some(false)` for the base rows when `ab`.
+    let knob = |var: &str| {
+        let v = std::env::var(var).ok();
+        let on = match v.as_deref() {
+            Some("0") | Some("ab") => Some(false),
+            Some("1") => Some(true),
+            _ => None,
+        };
+        (on, v.as_deref() == Some("ab"))
     };
+    let (writer, writer_ab) = knob("MPTUN_BENCH_WRITER");
+    let (zero_copy, zc_ab) = knob("MPTUN_BENCH_ZC");
+    assert!(!(writer_ab && zc_ab), "MPTUN_BENCH_WRITER and MPTUN_BENCH_ZC cannot both be ab");
+    let base = Variant { writer, zero_copy };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut all: Vec<Vec<Result>> = Vec::new();
     for round in 0..rounds {
@@ -459,19 +480,25 @@ fn main() {
             r.push(skip(name).unwrap_or_else(|| kernel_run(&topo, name, proto, p, bytes, &buf)));
         }
         let mut runs = vec![
-            ("mptun MPTCP  <-> kernel MPTCP", true, port + 3, format!("mb{round}m"), writer),
-            ("mptun TCP    <-> kernel TCP", false, port + 4, format!("mb{round}t"), writer),
+            ("mptun MPTCP  <-> kernel MPTCP", true, port + 3, format!("mb{round}m"), base),
+            ("mptun TCP    <-> kernel TCP", false, port + 4, format!("mb{round}t"), base),
         ];
         if writer_ab {
-            runs.push(("mptun MPTCP +tx thread", true, port + 5, format!("mb{round}mw"), Some(true)));
-            runs.push(("mptun TCP   +tx thread", false, port + 6, format!("mb{round}tw"), Some(true)));
+            let v = Variant { writer: Some(true), ..base };
+            runs.push(("mptun MPTCP +tx thread", true, port + 5, format!("mb{round}mw"), v));
+            runs.push(("mptun TCP   +tx thread", false, port + 6, format!("mb{round}tw"), v));
         }
-        for (name, mptcp, p, tag, writer_threads) in runs {
+        if zc_ab {
+            let v = Variant { zero_copy: Some(true), ..base };
+            runs.push(("mptun MPTCP +zero copy", true, port + 5, format!("mb{round}mz"), v));
+            runs.push(("mptun TCP   +zero copy", false, port + 6, format!("mb{round}tz"), v));
+        }
+        for (name, mptcp, p, tag, variant) in runs {
             if let Some(x) = skip(name) {
                 r.push(x);
                 continue;
             }
-            match rt.block_on(mptun_run(&topo, name, mptcp, p, bytes, &buf, &tag, writer_threads)) {
+            match rt.block_on(mptun_run(&topo, name, mptcp, p, bytes, &buf, &tag, variant)) {
                 Ok(x) => r.push(x),
                 Err(e) => {
                     println!("{name}: FAILED: {e}");
@@ -518,7 +545,7 @@ fn main() {
     // Each mptun run against the kernel run of its own protocol (issue 14's
     // goals: MPTCP >= 0.8, plain TCP >= 0.9).
     let mut pairs = vec![(2, 0, 0.8), (3, 1, 0.9)];
-    if writer_ab {
+    if writer_ab || zc_ab {
         pairs.extend([(4, 0, 0.8), (5, 1, 0.9)]);
     }
     for (mine, theirs, goal) in pairs {

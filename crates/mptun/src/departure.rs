@@ -14,6 +14,7 @@
 
 use mptun_io::paths::DeviceId;
 use mptun_io::HEADROOM;
+use mptun_proto::tcp::Tail;
 use mptun_time::{Duration, Instant};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -43,6 +44,10 @@ struct Held {
     /// into a device batch by a buffer swap, not a copy).
     buf: Vec<u8>,
     len: usize,
+    /// Its payload, still in the send buffer, when the device it goes to
+    /// gathers (`PacketIo::gather`): `buf` then holds only the headers, and
+    /// a held super-segment costs neither a copy nor 64 KiB here.
+    tail: Tail,
     /// TSO segment size of a super-segment.
     gso: Option<usize>,
     /// Its TCP checksum is left for the device (settled when it was held).
@@ -75,9 +80,10 @@ pub(crate) struct DepartureQueue {
 }
 
 impl DepartureQueue {
-    /// Holds the packet `buf[HEADROOM..HEADROOM + len]` of `flow` for
-    /// `device` until `departure` (after the flow's earlier packets). A
-    /// refused packet's buffer comes back with the reason.
+    /// Holds the packet `buf[HEADROOM..HEADROOM + len]` (followed by
+    /// `tail`) of `flow` for `device` until `departure` (after the flow's
+    /// earlier packets). A refused packet's buffer comes back with the
+    /// reason.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn push(
         &mut self,
@@ -87,6 +93,7 @@ impl DepartureQueue {
         device: DeviceId,
         buf: Vec<u8>,
         len: usize,
+        tail: Tail,
         (gso, partial): (Option<usize>, bool),
     ) -> Result<(), (Refused, Vec<u8>)> {
         debug_assert!(HEADROOM + len <= buf.len());
@@ -97,13 +104,13 @@ impl DepartureQueue {
         if self.len >= LIMIT || q.len() >= FLOW_LIMIT {
             return Err((Refused::Limit, buf));
         }
-        self.bytes += len;
+        self.bytes += len + tail.len();
         self.len += 1;
         // A flow's packets leave in order: one stamped earlier than its
         // predecessor (a retransmission) waits for it.
         let departure = q.back().map_or(departure, |b| b.departure.max(departure));
         let was_empty = q.is_empty();
-        q.push_back(Held { departure, device, buf, len, gso, partial });
+        q.push_back(Held { departure, device, buf, len, tail, gso, partial });
         if was_empty {
             self.order += 1;
             self.heads.push(Reverse((departure, self.order, flow)));
@@ -123,7 +130,7 @@ impl DepartureQueue {
 
     /// The next packet due by `now` plus the slack, earliest flow head
     /// first: (device, packet, TSO segment size, checksum left for the
-    /// device), left in place.
+    /// device), left in place. A packet with a tail shows its headers only.
     pub(crate) fn peek_due(&self, now: Instant) -> Option<(DeviceId, &[u8], Option<usize>, bool)> {
         let Reverse((t, _, flow)) = self.heads.peek()?;
         if *t > now + TIMER_SLACK {
@@ -134,9 +141,9 @@ impl DepartureQueue {
     }
 
     /// Removes the packet [`DepartureQueue::peek_due`] shows and returns its
-    /// buffer and length (the packet after [`HEADROOM`] bytes); hand spare
-    /// buffers back with [`DepartureQueue::recycle`].
-    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Vec<u8>, usize)> {
+    /// buffer and length (the packet after [`HEADROOM`] bytes) and its
+    /// tail; hand spare buffers back with [`DepartureQueue::recycle`].
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Vec<u8>, usize, Tail)> {
         let Reverse((t, _, flow)) = *self.heads.peek()?;
         if t > now + TIMER_SLACK {
             return None;
@@ -152,8 +159,8 @@ impl DepartureQueue {
             self.flows.remove(&flow);
         }
         self.len -= 1;
-        self.bytes -= h.len;
-        Some((h.buf, h.len))
+        self.bytes -= h.len + h.tail.len();
+        Some((h.buf, h.len, h.tail))
     }
 
     /// Returns a buffer for reuse.
@@ -200,7 +207,7 @@ mod tests {
     /// The next due packet's device (the flow's port in these tests) and bytes.
     fn pop(q: &mut DepartureQueue, now: Instant) -> Option<(usize, Vec<u8>)> {
         let dev = q.peek_due(now)?.0;
-        let (p, len) = q.pop_due(now)?;
+        let (p, len, _) = q.pop_due(now)?;
         let out = p[HEADROOM..HEADROOM + len].to_vec();
         q.recycle(p);
         Some((dev, out))
@@ -223,7 +230,7 @@ mod tests {
         packet: &[u8],
         gso: Option<usize>,
     ) -> Result<(), Refused> {
-        q.push(now, f, at, dev, held(packet), packet.len(), (gso, false)).map_err(|(r, _)| r)
+        q.push(now, f, at, dev, held(packet), packet.len(), Tail::default(), (gso, false)).map_err(|(r, _)| r)
     }
 
     #[test]
@@ -258,10 +265,22 @@ mod tests {
         push(&mut q, t(0), flow(1), t(60), 3, b"b", None).unwrap();
         assert_eq!(q.peek_due(t(0)), None);
         assert_eq!(q.peek_due(t(50)), Some((3, &b"a"[..], Some(1448), false)));
-        let (p, len) = q.pop_due(t(50)).unwrap();
+        let (p, len, _) = q.pop_due(t(50)).unwrap();
         assert_eq!(&p[HEADROOM..HEADROOM + len], b"a");
         assert_eq!(q.peek_due(t(50)), Some((3, &b"b"[..], None, false)), "60 is within the slack of 50");
         assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn a_tail_waits_with_its_headers_and_counts() {
+        let mut q = DepartureQueue::default();
+        let tail = Tail::gather([bytes::Bytes::from_static(b"payload"), bytes::Bytes::from_static(b"!")]).unwrap();
+        q.push(t(0), flow(1), t(50), 3, held(b"hdr"), 3, tail.clone(), (Some(1448), true)).unwrap();
+        assert_eq!(q.bytes(), 3 + 8, "the tail's bytes are held too");
+        assert_eq!(q.peek_due(t(50)), Some((3, &b"hdr"[..], Some(1448), true)));
+        let (p, len, got) = q.pop_due(t(50)).unwrap();
+        assert_eq!((&p[HEADROOM..HEADROOM + len], got), (&b"hdr"[..], tail));
+        assert_eq!((q.len(), q.bytes()), (0, 0));
     }
 
     #[test]
@@ -283,7 +302,7 @@ mod tests {
     fn buffers_are_recycled() {
         let mut q = DepartureQueue::default();
         push(&mut q, t(0), flow(1), t(1), 0, &[7; 1500], None).unwrap();
-        let (p, _) = q.pop_due(t(1)).unwrap();
+        let (p, _, _) = q.pop_due(t(1)).unwrap();
         let ptr = p.as_ptr();
         q.recycle(p);
         let b = q.take_buffer(64);

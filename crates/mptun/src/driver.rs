@@ -335,9 +335,13 @@ impl Driver {
                 if d.tx.is_full() {
                     return true;
                 }
-                let (mut buf, len) = self.departures.pop_due(now).expect("peeked");
-                // Its checksum was settled for this device when it was held.
-                let r = if partial {
+                let (mut buf, len, tail) = self.departures.pop_due(now).expect("peeked");
+                // Its checksum was settled for this device when it was held
+                // (and a tail kept only for a device that gathers).
+                let r = if !tail.is_empty() {
+                    st.stats.tx_gathered += 1;
+                    d.tx.push_swap_gather(&mut buf, len, tail.parts(), gso)
+                } else if partial {
                     d.tx.push_swap_partial(&mut buf, len, gso)
                 } else {
                     d.tx.push_swap(&mut buf, len, gso)
@@ -350,7 +354,8 @@ impl Driver {
                     // Not room for all its segments: it stays first in line.
                     return true;
                 }
-                let (buf, _) = self.departures.pop_due(now).expect("peeked");
+                let (buf, _, tail) = self.departures.pop_due(now).expect("peeked");
+                debug_assert!(tail.is_empty(), "a tail is kept only for a device that gathers");
                 self.departures.recycle(buf);
                 r
             };
@@ -365,10 +370,10 @@ impl Driver {
                 return true;
             }
             let Some(t) = st.ep.poll_transmit(now, &mut self.scratch[HEADROOM..]) else { return false };
-            made += t.len;
+            made += t.packet_len();
             st.stats.tx_packets += 1;
             st.stats.tx_segments += t.segment_size.map_or(1, |size| {
-                mptun_wire::gso::Layout::parse(&self.scratch[HEADROOM..HEADROOM + t.len])
+                mptun_wire::gso::Layout::parse_head(&self.scratch[HEADROOM..HEADROOM + t.len], t.tail.len())
                     .map_or(1, |l| l.segment_count(size) as u64)
             });
             let Some(dev) = self.device_for(t.src.ip()) else {
@@ -378,25 +383,40 @@ impl Driver {
             };
             let flow = (t.src, t.dst);
             let d = &mut self.devices[dev];
-            let partial = settle_checksum(d, &mut self.scratch[HEADROOM..HEADROOM + t.len], &t);
             let mut full = d.tx.is_full();
-            if t.departure <= now + TIMER_SLACK && !full && !self.departures.holds(&flow) {
+            let due = t.departure <= now + TIMER_SLACK && !full && !self.departures.holds(&flow);
+            // A payload left in the send buffer (`gather_payload`) stays
+            // there, now or held for later, for a device that writes it
+            // behind the headers; otherwise it is copied in here (a device
+            // that cannot gather, a super-segment cut here).
+            let gathered = !t.tail.is_empty() && t.checksum_partial && gathers(d, t.segment_size);
+            let len = if t.tail.is_empty() || gathered {
+                t.len
+            } else {
+                t.tail.copy_to(&mut self.scratch[HEADROOM + t.len..HEADROOM + t.packet_len()]);
+                st.stats.tx_tail_copied += 1;
+                t.packet_len()
+            };
+            let partial = settle_checksum(d, &mut self.scratch[HEADROOM..HEADROOM + len], &t);
+            if due {
                 self.batch_since.get_or_insert(now);
-                let r = if swappable(d, t.segment_size) {
-                    let r = if partial {
-                        d.tx.push_swap_partial(&mut self.scratch, t.len, t.segment_size)
+                let r = if gathered {
+                    st.stats.tx_gathered += 1;
+                    d.tx.push_swap_gather(&mut self.scratch, len, t.tail.parts(), t.segment_size)
+                } else if swappable(d, t.segment_size) {
+                    if partial {
+                        d.tx.push_swap_partial(&mut self.scratch, len, t.segment_size)
                     } else {
-                        d.tx.push_swap(&mut self.scratch, t.len, t.segment_size)
-                    };
-                    if self.scratch.len() < HEADROOM + SCRATCH {
-                        // A slot's first buffer, MTU-sized: from now on it
-                        // takes super-segments too.
-                        self.scratch.resize(HEADROOM + SCRATCH, 0);
+                        d.tx.push_swap(&mut self.scratch, len, t.segment_size)
                     }
-                    r
                 } else {
-                    push(d, &self.scratch[HEADROOM..HEADROOM + t.len], t.segment_size)
+                    push(d, &self.scratch[HEADROOM..HEADROOM + len], t.segment_size)
                 };
+                if self.scratch.len() < HEADROOM + SCRATCH {
+                    // A slot's first buffer, MTU-sized: from now on it
+                    // takes super-segments too.
+                    self.scratch.resize(HEADROOM + SCRATCH, 0);
+                }
                 match r {
                     Ok(()) => continue,
                     // Not room for all of a super-segment's wire segments.
@@ -413,7 +433,7 @@ impl Driver {
             // in this buffer (moved), a small packet (an ACK behind paced
             // data) copied into a small recycled buffer, so that thousands
             // held do not each keep 64 KiB.
-            let n = HEADROOM + t.len;
+            let n = HEADROOM + len;
             let buf = if n >= departure::SMALL {
                 let spare = self.departures.take_buffer(HEADROOM + SCRATCH);
                 std::mem::replace(&mut self.scratch, spare)
@@ -422,7 +442,8 @@ impl Driver {
                 b[..n].copy_from_slice(&self.scratch[..n]);
                 b
             };
-            match self.departures.push(now, flow, t.departure, dev, buf, t.len, (t.segment_size, partial)) {
+            let tail = if gathered { t.tail } else { Default::default() };
+            match self.departures.push(now, flow, t.departure, dev, buf, len, tail, (t.segment_size, partial)) {
                 Ok(()) => st.stats.tx_held += 1,
                 Err((why, buf)) => {
                     self.departures.recycle(buf);
@@ -517,7 +538,8 @@ impl Driver {
         while let Some(t) = st.ep.poll_transmit(now, &mut self.scratch[HEADROOM..]) {
             if let Some(dev) = self.device_for(t.src.ip()) {
                 let d = &mut self.devices[dev];
-                let packet = &mut self.scratch[HEADROOM..HEADROOM + t.len];
+                t.tail.copy_to(&mut self.scratch[HEADROOM + t.len..HEADROOM + t.packet_len()]);
+                let packet = &mut self.scratch[HEADROOM..HEADROOM + t.packet_len()];
                 // Copied in below, never left partial.
                 if t.checksum_partial {
                     let _ = mptun_wire::gso::complete_checksum(packet);
@@ -581,6 +603,14 @@ fn settle_checksum(d: &Device, packet: &mut [u8], t: &mptun_proto::tcp::Transmit
         tracing::warn!(device = d.io.name(), "could not complete a checksum: {e}");
     }
     false
+}
+
+/// Whether a packet can go to `d` with its payload still in the send
+/// buffer ([`PacketBatch::push_swap_gather`]): the device writes the
+/// payload behind the headers and completes the checksum, and cuts the
+/// packet itself if it is a super-segment.
+fn gathers(d: &Device, gso: Option<usize>) -> bool {
+    d.io.gather() && d.io.checksum_offload() && swappable(d, gso)
 }
 
 /// Whether a packet can move into `d`'s batch as it is (by

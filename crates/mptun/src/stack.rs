@@ -65,6 +65,7 @@ pub struct StackBuilder {
     limits: Limits,
     gro: bool,
     writer_threads: bool,
+    gather: bool,
 }
 
 impl StackBuilder {
@@ -147,6 +148,17 @@ impl StackBuilder {
         self
     }
 
+    /// Whether data segments reach devices that can take them
+    /// ([`PacketIo::gather`], a TUN with offload) with their payload still
+    /// in the send buffer, written behind the headers by the device's
+    /// `writev` (on by default): the payload is then copied once on its
+    /// way out, by the kernel, as a kernel socket's is, instead of first
+    /// into the packet here. Off: for measuring what it buys.
+    pub fn zero_copy_send(mut self, on: bool) -> Self {
+        self.gather = on;
+        self
+    }
+
     /// Starts the driver task on the current tokio runtime.
     pub fn build(self) -> io::Result<Stack> {
         if tokio::runtime::Handle::try_current().is_err() {
@@ -206,6 +218,7 @@ impl StackBuilder {
         // (a TUN with offload): the send path then never sums a payload.
         let mut tcp = self.tcp.clone();
         tcp.checksum_offload = devices.iter().all(|d| d.checksum_offload());
+        tcp.gather_payload = self.gather && tcp.checksum_offload && devices.iter().all(|d| d.gather());
         let default_cfg = ConnConfig { tcp: tcp.clone(), mptcp: mptcp.clone() };
         let mut ep = Endpoint::new(EndpointConfig { tcp, mptcp, limits: self.limits.clone() }, seed);
         // Each subflow's MSS from the MTU of the device its address lives on.
@@ -263,6 +276,7 @@ impl Stack {
             limits: Limits::default(),
             gro: true,
             writer_threads: true,
+            gather: true,
         }
     }
 
@@ -297,6 +311,12 @@ impl Stack {
     /// options they were opened with.
     pub fn checksum_offload(&self) -> bool {
         self.inner.default_cfg.tcp.checksum_offload
+    }
+
+    /// Whether the stack's connections leave payloads in their send
+    /// buffers for the devices to gather ([`StackBuilder::zero_copy_send`]).
+    pub fn zero_copy_send(&self) -> bool {
+        self.inner.default_cfg.tcp.gather_payload
     }
 
     /// Whether the driver sleeps on a microsecond timer (timerfd) rather

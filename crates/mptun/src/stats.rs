@@ -19,6 +19,15 @@ pub struct RuntimeStats {
     /// Wire segments those packets carry: more than `tx_packets` when the
     /// endpoint sends TSO super-segments.
     pub tx_segments: u64,
+    /// Packets handed to a device with their payload still in the send
+    /// buffer, for the device to write behind the headers
+    /// ([`crate::StackBuilder::zero_copy_send`]).
+    pub tx_gathered: u64,
+    /// Packets whose payload the endpoint left in the send buffer
+    /// (`TcpConfig::gather_payload`) and the driver copied behind the
+    /// headers after all: held for a later departure, or for a device
+    /// that cannot gather. The rest went to the device by reference.
+    pub tx_tail_copied: u64,
     /// Batches written to devices.
     pub tx_batches: u64,
     /// Packets that waited in the departure queue (EDT in the future, their

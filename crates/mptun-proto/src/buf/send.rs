@@ -103,19 +103,22 @@ impl SendBuf {
         debug_assert!(seq.ge(self.head) && (seq + len as u32).le(self.end()));
         let mut off = (seq - self.head) as usize;
         let mut need = len;
-        self.chunks.iter().filter_map(move |c| {
-            if need == 0 {
-                return None;
+        let mut chunks = self.chunks.iter();
+        // Stops at the last piece instead of walking the rest of the buffer.
+        std::iter::from_fn(move || {
+            while need > 0 {
+                let c = chunks.next()?;
+                if off >= c.len() {
+                    off -= c.len();
+                    continue;
+                }
+                let take = (c.len() - off).min(need);
+                let part = c.slice(off..off + take);
+                off = 0;
+                need -= take;
+                return Some(part);
             }
-            if off >= c.len() {
-                off -= c.len();
-                return None;
-            }
-            let take = (c.len() - off).min(need);
-            let part = c.slice(off..off + take);
-            off = 0;
-            need -= take;
-            Some(part)
+            None
         })
     }
 

@@ -588,6 +588,7 @@ impl Endpoint {
             if let Ok(len) = mptun_wire::emit_tcp_packet(local.ip(), remote.ip(), self.config.tcp.ttl, &hdr, &[], out) {
                 let t = Transmit {
                     len,
+                    tail: Default::default(),
                     departure: now,
                     segment_size: None,
                     src: local,

@@ -145,6 +145,15 @@ pub struct TcpConfig {
     /// every device of the stack can; a packet that reaches a device
     /// without it is completed on the way (`mptun_wire::gso::complete_checksum`).
     pub checksum_offload: bool,
+    /// Data segments leave with only their headers in the output buffer
+    /// and their payload as zero-copy pieces of the send buffer
+    /// ([`super::Transmit::tail`]), for a driver whose devices write them
+    /// behind the headers (`writev`): the payload is then copied once, by
+    /// the device, instead of twice. Only with [`Self::checksum_offload`]
+    /// (nothing here reads the payload then); a payload over more than
+    /// [`super::TAIL_PARTS`] pieces is copied in as before. The runtime
+    /// sets it when every device can; the simulator never does.
+    pub gather_payload: bool,
     /// Least spacing of ACKs that answer invalid segments: challenge ACKs and
     /// duplicate ACKs for bare out-of-window segments (Linux
     /// `tcp_invalid_ratelimit`, 500 ms), so that two endpoints that disagree
@@ -204,6 +213,7 @@ impl Default for TcpConfig {
             dup_thresh: TCP_REORDERING,
             ttl: IPDEFTTL,
             checksum_offload: false,
+            gather_payload: false,
             invalid_ratelimit: TCP_INVALID_RATELIMIT,
             challenge_ack_limit: TCP_CHALLENGE_ACK_LIMIT,
             segment_at_write_boundaries: false,

@@ -53,10 +53,12 @@ mod output;
 mod penalty;
 mod pmtu;
 mod recovery;
+mod tail;
 mod timers;
 mod types;
 
 pub use config::{BufferSize, TcpConfig};
+pub use tail::{Tail, TAIL_PARTS};
 pub use types::{Event, SegmentHook, SegmentMeta, State, TcpInfo, Transmit, Verdict};
 
 use autotune::{RcvRtt, RcvSpace};

@@ -282,7 +282,7 @@ impl Subflow {
             }
             let t = self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts);
             let t = t.map(|t| Transmit { departure, ..t });
-            self.after_data_sent(now, t);
+            self.after_data_sent(now, t.as_ref());
             return t;
         }
 
@@ -364,7 +364,7 @@ impl Subflow {
             self.counters.tcp_out_segs += u64::from(pieces - 1);
             self.data_segs_out += u64::from(pieces - 1);
         }
-        self.after_data_sent(now, t);
+        self.after_data_sent(now, t.as_ref());
         t
     }
 
@@ -400,11 +400,11 @@ impl Subflow {
         by_buf.min(by_rate).min(quota).max(1)
     }
 
-    pub(super) fn after_data_sent(&mut self, now: Instant, t: Option<Transmit>) {
+    pub(super) fn after_data_sent(&mut self, now: Instant, t: Option<&Transmit>) {
         if let Some(t) = t {
             self.schedule_tlp(now);
             self.data_segs_out += 1;
-            self.pacer.on_send(now, t.len);
+            self.pacer.on_send(now, t.packet_len());
             let limited = self.in_flight() >= self.ccs.cwnd;
             self.cwnd_validate(limited);
         }
@@ -543,12 +543,37 @@ impl Subflow {
             urgent: 0,
             options,
         };
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let payload: &[u8] = if len > 0 { self.send_buf.range(seq, len as usize, &mut scratch) } else { &[] };
-        let emit =
-            if self.cfg.checksum_offload { mptun_wire::emit_tcp_packet_offload } else { mptun_wire::emit_tcp_packet };
-        let res = emit(self.local.ip(), self.remote.ip(), self.cfg.ttl, &hdr, payload, out);
-        self.scratch = scratch;
+        // The payload as pieces of the send buffer, written behind the
+        // headers by the device, when it need not be read here.
+        let tail = if len > 0 && self.cfg.gather_payload && self.cfg.checksum_offload {
+            Tail::gather(self.send_buf.slices(seq, len as usize))
+        } else {
+            None
+        };
+        let (res, tail) = match tail {
+            Some(tail) => {
+                let (src, dst) = (self.local.ip(), self.remote.ip());
+                let res = mptun_wire::emit_tcp_headers_offload(src, dst, self.cfg.ttl, &hdr, tail.len(), out);
+                // `out` must still hold the whole packet, for a path that
+                // puts it in one piece after all.
+                (
+                    res.and_then(|n| if n + tail.len() <= out.len() { Ok(n) } else { Err(mptun_wire::Error::NoSpace) }),
+                    tail,
+                )
+            }
+            None => {
+                let mut scratch = std::mem::take(&mut self.scratch);
+                let payload: &[u8] = if len > 0 { self.send_buf.range(seq, len as usize, &mut scratch) } else { &[] };
+                let emit = if self.cfg.checksum_offload {
+                    mptun_wire::emit_tcp_packet_offload
+                } else {
+                    mptun_wire::emit_tcp_packet
+                };
+                let res = emit(self.local.ip(), self.remote.ip(), self.cfg.ttl, &hdr, payload, out);
+                self.scratch = scratch;
+                (res, Tail::default())
+            }
+        };
         let n = match res {
             Ok(n) => n,
             Err(e) => {
@@ -567,6 +592,7 @@ impl Subflow {
         }
         Some(Transmit {
             len: n,
+            tail,
             departure: now,
             segment_size: None,
             src: self.local,

@@ -108,12 +108,18 @@ impl SegmentHook for () {}
 
 /// A packet written by [`super::Subflow::poll_transmit`].
 ///
-/// The bytes are in the caller's buffer; this says how many and where they
-/// go, so the driver needs no parsing to route them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The bytes are in the caller's buffer (with [`super::TcpConfig::gather_payload`],
+/// possibly only the headers, the payload in [`Self::tail`]); this says how
+/// many and where they go, so the driver needs no parsing to route them.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
-    /// Bytes written to the output buffer (a whole IP packet).
+    /// Bytes written to the output buffer: a whole IP packet, or its
+    /// headers when [`Self::tail`] holds the payload.
     pub len: usize,
+    /// The payload not written to the buffer, to follow its `len` bytes:
+    /// the packet is `len + tail.len()` bytes long. Empty unless
+    /// [`super::TcpConfig::gather_payload`] is on.
+    pub tail: super::Tail,
     /// Earliest departure time (EDT): `now`, or for paced data up to
     /// [`super::TcpConfig::pacing_horizon`] later (the driver holds it).
     pub departure: Instant,
@@ -132,6 +138,13 @@ pub struct Transmit {
     /// to complete ([`super::TcpConfig::checksum_offload`]): a device that
     /// cannot must have it completed first (`mptun_wire::gso::complete_checksum`).
     pub checksum_partial: bool,
+}
+
+impl Transmit {
+    /// Bytes of the whole IP packet: the buffer's and the tail's.
+    pub fn packet_len(&self) -> usize {
+        self.len + self.tail.len()
+    }
 }
 
 /// A snapshot like Linux's `TCP_INFO`, for reports and traces.

@@ -274,20 +274,33 @@ impl Sf {
         self.verdict = Some(self.sf.handle_segment(self.now, &h, &o, &seg.payload));
     }
 
+    /// The next packet the subflow sends now into a buffer of `room`
+    /// bytes, as a device puts it on the wire: its tail (a gathered
+    /// payload) behind its headers, its checksum complete.
+    pub fn recv_packet(&mut self, room: usize) -> Option<(Transmit, Vec<u8>)> {
+        let mut buf = vec![0u8; room];
+        let t = self.sf.poll_transmit(self.now, &mut (), &mut buf)?;
+        let len = t.packet_len();
+        t.tail.copy_to(&mut buf[t.len..len]);
+        buf.truncate(len);
+        if t.checksum_partial {
+            mptun_wire::gso::complete_checksum(&mut buf).expect("a well-formed packet");
+        }
+        Some((t, buf))
+    }
+
     /// The next segment the subflow sends now, if any.
     pub fn recv(&mut self) -> Option<Seg> {
-        let mut buf = vec![0u8; 1600];
-        let t = self.sf.poll_transmit(self.now, &mut (), &mut buf)?;
+        let (t, pkt) = self.recv_packet(1600)?;
         assert!(t.departure <= self.now);
-        Some(Seg::from_packet(&buf[..t.len]))
+        Some(Seg::from_packet(&pkt))
     }
 
     /// The next packet the subflow sends now with room for a TSO
     /// super-segment, and the wire segments a device cuts it into.
     pub fn recv_gso(&mut self) -> Option<(Transmit, Vec<Seg>)> {
-        let mut buf = vec![0u8; mptun_wire::gso::GSO_MAX_SIZE];
-        let t = self.sf.poll_transmit(self.now, &mut (), &mut buf)?;
-        let pkt = &buf[..t.len];
+        let (t, pkt) = self.recv_packet(mptun_wire::gso::GSO_MAX_SIZE)?;
+        let pkt = &pkt[..];
         let Some(size) = t.segment_size else { return Some((t, vec![Seg::from_packet(pkt)])) };
         let mut it = mptun_wire::gso::segments(pkt, size).expect("a well-formed super-segment");
         let mut wire = vec![0u8; 1600];

@@ -48,6 +48,50 @@ fn super_segments_cut_into_exactly_the_segments_sent_without_tso() {
     }
 }
 
+#[test]
+fn a_gathered_payload_makes_the_packets_a_copied_one_does() {
+    for peer in [PLAIN, FULL] {
+        let offload = TcpConfig { checksum_offload: true, ..cfg() };
+        let mut copied = Sf::client(offload.clone(), peer);
+        let mut gathered = Sf::client(TcpConfig { gather_payload: true, ..offload }, peer);
+        // Three large writes, then more small ones than a tail has pieces.
+        let d = bytes(40 * 1460);
+        let mut cuts = vec![0, 9_000, 20_000, 30_000];
+        cuts.extend((0..12).map(|i| 30_000 + 100 * (i + 1)));
+        cuts.push(d.len());
+        for w in cuts.windows(2) {
+            copied.write(&d[w[0]..w[1]]);
+            gathered.write(&d[w[0]..w[1]]);
+        }
+        let (mut tails, mut whole, mut sent) = (0, 0, 0u32);
+        for _ in 0..20 {
+            let a = copied.recv_packet(mptun_wire::gso::GSO_MAX_SIZE);
+            let b = gathered.recv_packet(mptun_wire::gso::GSO_MAX_SIZE);
+            let (Some((ta, pa)), Some((tb, pb))) = (a, b) else {
+                // Both out of window (or done) at once: acknowledge
+                // everything sent, as the peer would.
+                for t in [&mut copied, &mut gathered] {
+                    let ts = if peer.ts { Some((PEER_TS, t.ms())) } else { None };
+                    t.send(Seg { seq: R, ack: S + sent, window: 65535, ts, ..SEG });
+                }
+                continue;
+            };
+            assert_eq!(pa, pb, "the same packet on the wire");
+            assert!(ta.tail.is_empty());
+            assert_eq!(tb.packet_len(), pb.len());
+            sent += mptun_wire::gso::Layout::parse(&pb).unwrap().payload_len() as u32;
+            if tb.tail.is_empty() {
+                whole += 1;
+            } else {
+                tails += 1;
+            }
+        }
+        assert_eq!(sent, d.len() as u32, "everything was sent");
+        assert!(tails > 0, "the payloads went out as tails");
+        assert!(whole > 0, "the one over more than {TAIL_PARTS} writes was copied");
+    }
+}
+
 /// ESTABLISHED as [`Sf::client`] with a plain peer, over a path of `rtt`.
 fn client_with_rtt(rtt: Duration) -> Sf {
     let mut t = Sf::connect(cfg());
