@@ -474,7 +474,8 @@ impl World {
                 let Some(t) = side.ep.poll_transmit(now, &mut self.buf) else { break };
                 burst += 1;
                 assert!(burst < MAX_BURST, "runaway transmitter (client={client})");
-                let bytes = self.buf[..t.len].to_vec();
+                let n = t.assemble(&mut self.buf);
+                let bytes = self.buf[..n].to_vec();
                 if trace() {
                     eprintln!("{:>10?} {} sends {}", now, if client { "client" } else { "server" }, describe(&bytes));
                 }

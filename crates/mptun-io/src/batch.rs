@@ -14,7 +14,7 @@ use bytes::Bytes;
 use crate::pool::BufferPool;
 
 /// Most payload pieces one packet may carry behind its slot
-/// ([`PacketBatch::push_swap_gather`]): with the slot itself, eight buffers
+/// ([`PacketBatch::push_gather`]): with the slot itself, eight buffers
 /// for one `writev`.
 pub const MAX_TAIL_PARTS: usize = 7;
 
@@ -68,7 +68,7 @@ pub struct PacketBatch {
     /// Per slot: payload bytes per wire segment of a TSO super-packet, or 0.
     gso: Vec<u16>,
     /// Per slot, to send: payload pieces that follow the slot's bytes on
-    /// the wire ([`Self::push_swap_gather`]), empty for a packet that is
+    /// the wire ([`Self::push_gather`]), empty for a packet that is
     /// whole in its slot.
     tails: Vec<Vec<Bytes>>,
     /// Per slot: the TCP checksum is the device's business. Received: the
@@ -238,44 +238,45 @@ impl PacketBatch {
         Ok(())
     }
 
-    /// Moves a packet into the next free slot without copying it: `buf`
-    /// holds it after [`HEADROOM`] bytes (`buf[HEADROOM..HEADROOM + len]`,
-    /// the headroom for the device's header), and is swapped with the slot's
-    /// buffer, so on return `buf` is a spare buffer to build the next packet
-    /// in. `gso` is the segment size of a TSO super-packet (only for devices
-    /// that cut them, see [`Self::push_gso`]). The send path's packets are
-    /// built once and then only change hands: a 64 KiB super-segment copied
-    /// twice more on its way to the device cost as much as building it.
-    pub fn push_swap(&mut self, buf: &mut Vec<u8>, len: usize, gso: Option<usize>) -> Result<(), PushError> {
-        self.swap_in(buf, len, 0, gso)
-    }
-
-    /// [`Self::push_swap`] for a packet whose first `len` bytes are in
-    /// `buf` (its headers) and whose payload is `tail`, pieces of memory
-    /// the device writes behind them (`writev`) instead of their being
-    /// copied in: only for a device whose `PacketIo::gather` is true. Its
-    /// TCP checksum must be partial (nothing here reads the payload), so
-    /// the device must also complete checksums.
-    pub fn push_swap_gather(
-        &mut self,
-        buf: &mut Vec<u8>,
-        len: usize,
-        tail: &[Bytes],
-        gso: Option<usize>,
-    ) -> Result<(), PushError> {
+    /// Adds a packet whose headers are `head` (copied into the next free
+    /// slot: a hundred bytes or so) and whose payload is `tail`, pieces of
+    /// memory the device writes behind them (`writev`) instead of their
+    /// being copied in. Only for a device whose `PacketIo::gather` is
+    /// true. Its TCP checksum must be partial (nothing here reads the
+    /// payload), so the device must also complete checksums. `gso` as for
+    /// [`Self::push_swap`].
+    pub fn push_gather(&mut self, head: &[u8], tail: &[Bytes], gso: Option<usize>) -> Result<(), PushError> {
         if tail.len() > MAX_TAIL_PARTS {
             return Err(PushError::Malformed);
         }
-        let tail_len = tail.iter().map(Bytes::len).sum();
-        self.swap_in(buf, len, tail_len, gso)?;
-        let i = self.len - 1;
+        let len = head.len() + tail.iter().map(Bytes::len).sum::<usize>();
+        let max = match gso {
+            Some(_) => mptun_wire::gso::GSO_MAX_SIZE,
+            None => self.max_packet_len,
+        };
+        if len > max {
+            return Err(PushError::TooLarge { len, max });
+        }
+        let gso = match gso {
+            Some(size) => u16::try_from(size).ok().filter(|&s| s != 0).ok_or(PushError::Malformed)?,
+            None => 0,
+        };
+        if self.is_full() {
+            return Err(PushError::Full);
+        }
+        let i = self.len;
+        let slot = &mut self.slots[i];
+        if slot.len() < HEADROOM + head.len() {
+            slot.resize(HEADROOM + head.len(), 0);
+        }
+        slot[HEADROOM..HEADROOM + head.len()].copy_from_slice(head);
+        self.fill_next(head.len(), gso, true);
         self.tails[i].extend(tail.iter().filter(|b| !b.is_empty()).cloned());
-        self.csum_ok[i] = true;
         Ok(())
     }
 
     /// The payload pieces that follow the packet at `index` on the wire
-    /// ([`Self::push_swap_gather`]); empty for a packet that is whole in
+    /// ([`Self::push_gather`]); empty for a packet that is whole in
     /// its slot.
     pub fn tail(&self, index: usize) -> &[Bytes] {
         if index < self.len {
@@ -285,13 +286,21 @@ impl PacketBatch {
         }
     }
 
-    fn swap_in(&mut self, buf: &mut Vec<u8>, len: usize, tail_len: usize, gso: Option<usize>) -> Result<(), PushError> {
+    /// Moves a packet into the next free slot without copying it: `buf`
+    /// holds it after [`HEADROOM`] bytes (`buf[HEADROOM..HEADROOM + len]`,
+    /// the headroom for the device's header), and is swapped with the slot's
+    /// buffer, so on return `buf` is a spare buffer to build the next packet
+    /// in. `gso` is the segment size of a TSO super-packet (only for devices
+    /// that cut them, see [`Self::push_gso`]). The send path's packets are
+    /// built once and then only change hands: a 64 KiB super-segment copied
+    /// twice more on its way to the device cost as much as building it.
+    pub fn push_swap(&mut self, buf: &mut Vec<u8>, len: usize, gso: Option<usize>) -> Result<(), PushError> {
         let max = match gso {
             Some(_) => mptun_wire::gso::GSO_MAX_SIZE,
             None => self.max_packet_len,
         };
-        if len + tail_len > max || HEADROOM + len > buf.len() {
-            return Err(PushError::TooLarge { len: len + tail_len, max });
+        if len > max || HEADROOM + len > buf.len() {
+            return Err(PushError::TooLarge { len, max });
         }
         let gso = match gso {
             Some(size) => u16::try_from(size).ok().filter(|&s| s != 0).ok_or(PushError::Malformed)?,
@@ -435,7 +444,8 @@ impl PacketBatch {
         Some(self.pool.lend(buf, HEADROOM..HEADROOM + len))
     }
 
-    /// Every packet in order.
+    /// Every packet in order (for one with a tail, only its head: see
+    /// [`Self::tail`]).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
         self.slots[..self.len].iter().zip(&self.lens).map(|(s, &l)| &s[HEADROOM..HEADROOM + l])
     }
@@ -528,7 +538,7 @@ impl PacketBatch {
     }
 
     /// The next unsent packet, headroom included in front, and the payload
-    /// pieces that follow it ([`Self::push_swap_gather`]).
+    /// pieces that follow it ([`Self::push_gather`]).
     pub(crate) fn next_unsent_gathered(&mut self) -> Option<(&mut [u8], &[Bytes])> {
         let i = self.sent;
         (i < self.len).then(|| (&mut self.slots[i][..HEADROOM + self.lens[i]], &self.tails[i][..]))
@@ -592,17 +602,18 @@ mod tests {
     fn a_gathered_packet_carries_its_tail_until_cleared() {
         let mut b = PacketBatch::new(4, 1500);
         let piece = Bytes::from(vec![7u8; 700]);
-        let mut buf = vec![1u8; HEADROOM + 60];
-        b.push_swap_gather(&mut buf, 60, &[piece.clone(), Bytes::new(), piece.clone()], None).unwrap();
+        let head = [1u8; 60];
+        b.push_gather(&head, &[piece.clone(), Bytes::new(), piece.clone()], None).unwrap();
         assert_eq!(b.tail(0), &[piece.clone(), piece.clone()][..], "empty pieces left out");
         assert!(b.checksum_partial(0), "a gathered payload is never summed here");
         assert_eq!((b.get(0).unwrap().len(), b.unsent_bytes()), (60, 1460));
         // The whole packet must fit: 60 + 1500 is over the MTU.
-        let mut buf = vec![1u8; HEADROOM + 60];
         let big = Bytes::from(vec![0u8; 1500]);
-        assert_eq!(b.push_swap_gather(&mut buf, 60, &[big], None), Err(PushError::TooLarge { len: 1560, max: 1500 }));
+        assert_eq!(b.push_gather(&head, &[big], None), Err(PushError::TooLarge { len: 1560, max: 1500 }));
         let many = vec![Bytes::from_static(b"x"); MAX_TAIL_PARTS + 1];
-        assert_eq!(b.push_swap_gather(&mut buf, 60, &many, None), Err(PushError::Malformed));
+        assert_eq!(b.push_gather(&head, &many, None), Err(PushError::Malformed));
+        assert_eq!(b.get(0), Some(&head[..]), "the headers copied in");
+        assert_eq!(b.len(), 1);
         // An ordinary packet in a slot that had a tail has none.
         b.clear();
         assert!(piece.is_unique(), "cleared: the batch let go of the pieces");

@@ -123,6 +123,10 @@ impl ChannelIo {
             0 => 1,
             size => mptun_wire::gso::Layout::parse_head(head, tail_len).map_err(invalid)?.segment_count(size.into()),
         };
+        if count > self.tx.capacity {
+            // Would never fit: refused rather than waited for for ever.
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "more wire segments than the queue holds"));
+        }
         if q.packets.len() + count > self.tx.capacity {
             return Ok(false);
         }

@@ -67,7 +67,7 @@ pub trait PacketIo: Send + Sync {
     }
 
     /// Whether the device writes a packet's tail, the payload pieces
-    /// behind its slot ([`PacketBatch::push_swap_gather`]), itself (a
+    /// behind its slot ([`PacketBatch::push_gather`]), itself (a
     /// gather write, `writev`), so that the stack never copies a payload
     /// into its packet: the copy the device makes anyway is then the only
     /// one. A device that says so must send every slot's tail behind it;

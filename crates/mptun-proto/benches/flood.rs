@@ -111,7 +111,8 @@ fn drain(ep: &mut Endpoint, now: Instant, link: &mut Link, to: IpAddr, buf: &mut
     while let Some(t) = ep.poll_transmit(now, buf) {
         n += 1;
         if t.dst.ip() == to {
-            link.send(now, buf[..t.len].to_vec());
+            let n = t.assemble(buf);
+            link.send(now, buf[..n].to_vec());
         }
     }
     n
@@ -234,10 +235,12 @@ fn main() {
     for _ in 0..10 {
         let (mut pa, mut pb) = (Vec::new(), Vec::new());
         while let Some(t) = a.poll_transmit(now, &mut buf) {
-            pa.push(buf[..t.len].to_vec());
+            let n = t.assemble(&mut buf);
+            pa.push(buf[..n].to_vec());
         }
         while let Some(t) = b.poll_transmit(now, &mut buf) {
-            pb.push(buf[..t.len].to_vec());
+            let n = t.assemble(&mut buf);
+            pb.push(buf[..n].to_vec());
         }
         now += Duration::from_millis(1);
         pa.iter().for_each(|p| b.handle_packet(now, p));

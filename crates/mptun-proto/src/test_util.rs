@@ -28,7 +28,7 @@ impl Host for Subflow {
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         let t = self.poll_transmit(now, &mut (), buf)?;
         assert!(t.departure <= now, "EDT in the future was released");
-        Some(t.len)
+        Some(t.assemble(buf))
     }
     fn receive(&mut self, now: Instant, pkt: &[u8]) {
         let p = parse_tcp_packet(pkt).expect("stack emits valid packets");
@@ -50,7 +50,8 @@ impl Host for Subflow {
 
 impl Host for Endpoint {
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        self.poll_transmit(now, buf).map(|t| t.len)
+        let t = self.poll_transmit(now, buf)?;
+        Some(t.assemble(buf))
     }
     fn receive(&mut self, now: Instant, pkt: &[u8]) {
         self.handle_packet(now, pkt);

@@ -137,7 +137,8 @@ impl Net {
         let mut out = vec![0u8; 65536];
         for i in 0..2 {
             while let Some(t) = self.ep[i].poll_transmit(self.now, &mut out) {
-                let mut p = out[..t.len].to_vec();
+                let n = t.assemble(&mut out);
+                let mut p = out[..n].to_vec();
                 let l = Layout::parse(&p).expect("the stack emits valid packets");
                 let segs = match t.segment_size {
                     Some(size) => l.segment_count(size) as u64,

@@ -188,7 +188,8 @@ impl Net {
             loop {
                 let ep = if from_c { &mut self.c } else { &mut self.s };
                 let Some(t) = ep.poll_transmit(self.now, &mut buf) else { break };
-                let p = buf[..t.len].to_vec();
+                let n = t.assemble(&mut buf);
+                let p = buf[..n].to_vec();
                 let pkt = parse_tcp_packet(&p).expect("the stack emits valid packets");
                 let key = (SocketAddr::new(pkt.src, pkt.tcp.src_port), SocketAddr::new(pkt.dst, pkt.tcp.dst_port));
                 let f = pkt.tcp.flags;

@@ -148,15 +148,16 @@ impl Net {
                 // The sending host's device cuts TSO super-segments into
                 // wire segments before they meet the path.
                 let mut wire = Vec::new();
+                let n = t.assemble(&mut buf);
                 match t.segment_size {
                     Some(size) => {
-                        let mut segs = mptun_wire::gso::segments(&buf[..t.len], size).expect("a valid super-segment");
+                        let mut segs = mptun_wire::gso::segments(&buf[..n], size).expect("a valid super-segment");
                         let mut seg = vec![0u8; 65536];
                         while let Some(n) = segs.next_into(&mut seg).unwrap() {
                             wire.push(seg[..n].to_vec());
                         }
                     }
-                    None => wire.push(buf[..t.len].to_vec()),
+                    None => wire.push(buf[..n].to_vec()),
                 }
                 for p in wire {
                     self.on_wire(from_c, p);

@@ -55,8 +55,7 @@ macro_rules! endpoint_host {
                 let t = self.ep.poll_transmit(now, out)?;
                 // A payload left in the send buffer (`gather_payload`) goes
                 // behind its headers, as a gathering device writes it.
-                let len = t.packet_len();
-                t.tail.copy_to(&mut out[t.len..len]);
+                let len = t.assemble(out);
                 if t.checksum_partial {
                     // The simulated wire is a device with checksum
                     // offload: it sends what such a device would.

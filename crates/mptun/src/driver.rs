@@ -339,8 +339,9 @@ impl Driver {
                 // Its checksum was settled for this device when it was held
                 // (and a tail kept only for a device that gathers).
                 let r = if !tail.is_empty() {
-                    st.stats.tx_gathered += 1;
-                    d.tx.push_swap_gather(&mut buf, len, tail.parts(), gso)
+                    let r = d.tx.push_gather(&buf[HEADROOM..HEADROOM + len], tail.parts(), gso);
+                    st.stats.tx_gathered += r.is_ok() as u64;
+                    r
                 } else if partial {
                     d.tx.push_swap_partial(&mut buf, len, gso)
                 } else {
@@ -355,6 +356,9 @@ impl Driver {
                     return true;
                 }
                 let (buf, _, tail) = self.departures.pop_due(now).expect("peeked");
+                // A tail is held only for a device that gathers, which
+                // takes super-segments whole (`gathers`); capabilities are
+                // fixed for a device's life.
                 debug_assert!(tail.is_empty(), "a tail is kept only for a device that gathers");
                 self.departures.recycle(buf);
                 r
@@ -393,16 +397,17 @@ impl Driver {
             let len = if t.tail.is_empty() || gathered {
                 t.len
             } else {
-                t.tail.copy_to(&mut self.scratch[HEADROOM + t.len..HEADROOM + t.packet_len()]);
                 st.stats.tx_tail_copied += 1;
-                t.packet_len()
+                t.assemble(&mut self.scratch[HEADROOM..])
             };
             let partial = settle_checksum(d, &mut self.scratch[HEADROOM..HEADROOM + len], &t);
             if due {
                 self.batch_since.get_or_insert(now);
                 let r = if gathered {
-                    st.stats.tx_gathered += 1;
-                    d.tx.push_swap_gather(&mut self.scratch, len, t.tail.parts(), t.segment_size)
+                    // Only the headers are copied; the scratch buffer stays.
+                    let r = d.tx.push_gather(&self.scratch[HEADROOM..HEADROOM + len], t.tail.parts(), t.segment_size);
+                    st.stats.tx_gathered += r.is_ok() as u64;
+                    r
                 } else if swappable(d, t.segment_size) {
                     if partial {
                         d.tx.push_swap_partial(&mut self.scratch, len, t.segment_size)
@@ -538,8 +543,8 @@ impl Driver {
         while let Some(t) = st.ep.poll_transmit(now, &mut self.scratch[HEADROOM..]) {
             if let Some(dev) = self.device_for(t.src.ip()) {
                 let d = &mut self.devices[dev];
-                t.tail.copy_to(&mut self.scratch[HEADROOM + t.len..HEADROOM + t.packet_len()]);
-                let packet = &mut self.scratch[HEADROOM..HEADROOM + t.packet_len()];
+                let len = t.assemble(&mut self.scratch[HEADROOM..]);
+                let packet = &mut self.scratch[HEADROOM..HEADROOM + len];
                 // Copied in below, never left partial.
                 if t.checksum_partial {
                     let _ = mptun_wire::gso::complete_checksum(packet);
@@ -606,7 +611,7 @@ fn settle_checksum(d: &Device, packet: &mut [u8], t: &mptun_proto::tcp::Transmit
 }
 
 /// Whether a packet can go to `d` with its payload still in the send
-/// buffer ([`PacketBatch::push_swap_gather`]): the device writes the
+/// buffer ([`PacketBatch::push_gather`]): the device writes the
 /// payload behind the headers and completes the checksum, and cuts the
 /// packet itself if it is a super-segment.
 fn gathers(d: &Device, gso: Option<usize>) -> bool {

@@ -145,6 +145,16 @@ impl Transmit {
     pub fn packet_len(&self) -> usize {
         self.len + self.tail.len()
     }
+
+    /// Copies the tail behind the headers in `out`, the buffer
+    /// `poll_transmit` wrote into (it has room: a packet is emitted only
+    /// into a buffer that would hold it whole), and returns the whole
+    /// packet's length: for a consumer that wants the packet in one piece.
+    pub fn assemble(&self, out: &mut [u8]) -> usize {
+        let n = self.packet_len();
+        self.tail.copy_to(&mut out[self.len..n]);
+        n
+    }
 }
 
 /// A snapshot like Linux's `TCP_INFO`, for reports and traces.

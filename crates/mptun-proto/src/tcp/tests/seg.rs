@@ -280,8 +280,7 @@ impl Sf {
     pub fn recv_packet(&mut self, room: usize) -> Option<(Transmit, Vec<u8>)> {
         let mut buf = vec![0u8; room];
         let t = self.sf.poll_transmit(self.now, &mut (), &mut buf)?;
-        let len = t.packet_len();
-        t.tail.copy_to(&mut buf[t.len..len]);
+        let len = t.assemble(&mut buf);
         buf.truncate(len);
         if t.checksum_partial {
             mptun_wire::gso::complete_checksum(&mut buf).expect("a well-formed packet");
