@@ -12,6 +12,7 @@
 //! `MPTUN_RR_MTU` (veths and TUN, default 4000), `MPTUN_RR_PACERS`
 //! (comma-separated runs, default `edt,quantum,none,kernel`),
 //! `MPTUN_RR_PEER_CAP` (`0`: the kernel peer unpaced, for diagnosis),
+//! `MPTUN_RR_ZC` (`0`: without `StackBuilder::zero_copy_send`),
 //! `MPTUN_RR_BOOST` (`1`: run at nice -20, the session's autogroup too, see
 //! `Boost`), `MPTUN_RR_RUNTIME` (`multi`: the CLI's two-worker tokio
 //! runtime instead of the default single thread, which is netperf's shape),
@@ -207,7 +208,10 @@ async fn mptun_rr(topo: &Topo, pacer: PacerKind, rate: u64, mtu: u16, n: u64, po
     let srv = server_thread(listen(&topo.srv(), server, peer_rate(rate))?, peer_rate(rate));
     let cfg = TunConfig::new(tag).address(IpAddr::from([10, OCTET, 101, 1]), 24)?.mtu(mtu).tx_queue_len(10_000);
     let tun: Arc<dyn PacketIo> = Arc::new(spawn_tun_in_netns(&topo.cli(), &cfg)?);
-    let stack = Stack::builder().path(IpAddr::from([10, OCTET, 101, 2]), tun).build()?;
+    // `MPTUN_RR_ZC=0`: payloads copied into their packets (for an A/B of
+    // `StackBuilder::zero_copy_send`).
+    let zero_copy = !std::env::var("MPTUN_RR_ZC").is_ok_and(|v| v == "0");
+    let stack = Stack::builder().path(IpAddr::from([10, OCTET, 101, 2]), tun).zero_copy_send(zero_copy).build()?;
     let opts = stack.stream_options().mptcp(false).pacer(pacer).max_pacing_rate(Some(rate));
     let mut s = tokio::time::timeout(Duration::from_secs(10), MptcpStream::connect_with(&stack, server, opts))
         .await

@@ -10,7 +10,9 @@
 //! 3. dispatch accepted connections to listeners;
 //! 4. move due packets out of the departure queue, then `poll_transmit`
 //!    until `None`: due packets go into their device's batch, later ones into
-//!    the departure queue;
+//!    the departure queue; for a device that gathers, a data packet's
+//!    payload stays in the send buffer all the way (`Transmit::tail`,
+//!    `PacketBatch::push_gather`) and only its headers are copied;
 //! 5. `poll_event` until `None`, then wake the tasks whose connection became
 //!    readable, writable, connected or failed; reap closed orphans;
 //! 6. write the batches (by default a hand-over to each device's writer
@@ -85,7 +87,9 @@ pub(crate) struct Driver {
     departures: DepartureQueue,
     /// Where the endpoint builds the next packet, after [`HEADROOM`] bytes:
     /// it then moves into a device batch or the departure queue by a
-    /// buffer swap, never a copy, and a spare buffer takes its place.
+    /// buffer swap, never a copy, and a spare buffer takes its place (a
+    /// packet whose payload stays in the send buffer has only its headers
+    /// here, and they are copied instead: the buffer stays).
     scratch: Vec<u8>,
     timer: HrTimer,
     last_sweep: Instant,
