@@ -440,8 +440,9 @@ impl Driver {
             // Its time has not come (EDT), its flow has packets waiting, or
             // the device's batch is full: the fq holds it, a super-segment
             // in this buffer (moved), a small packet (an ACK behind paced
-            // data) copied into a small recycled buffer, so that thousands
-            // held do not each keep 64 KiB.
+            // data, or the headers of a gathered one, its tail beside them)
+            // copied into a small recycled buffer, so that thousands held
+            // do not each keep 64 KiB.
             let n = HEADROOM + len;
             let buf = if n >= departure::SMALL {
                 let spare = self.departures.take_buffer(HEADROOM + SCRATCH);
