@@ -221,21 +221,23 @@ impl PacketBatch {
         if packet.len() > mptun_wire::gso::GSO_MAX_SIZE {
             return Err(PushError::TooLarge { len: packet.len(), max: mptun_wire::gso::GSO_MAX_SIZE });
         }
-        let size = u16::try_from(segment_size).map_err(|_| PushError::Malformed)?;
-        if size == 0 {
-            return Err(PushError::Malformed);
-        }
+        let size = gso_field(Some(segment_size))?;
         if self.is_full() {
             return Err(PushError::Full);
         }
-        let i = self.len;
-        let slot = &mut self.slots[i];
+        self.copy_into_next(packet, size, false);
+        Ok(())
+    }
+
+    /// Copies `packet` into the next slot (a caller checked it is free),
+    /// growing it if needed, and records it.
+    fn copy_into_next(&mut self, packet: &[u8], gso: u16, csum_ok: bool) {
+        let slot = &mut self.slots[self.len];
         if slot.len() < HEADROOM + packet.len() {
             slot.resize(HEADROOM + packet.len(), 0);
         }
         slot[HEADROOM..HEADROOM + packet.len()].copy_from_slice(packet);
-        self.fill_next(packet.len(), size, false);
-        Ok(())
+        self.fill_next(packet.len(), gso, csum_ok);
     }
 
     /// Adds a packet whose headers are `head` (copied into the next free
@@ -257,20 +259,12 @@ impl PacketBatch {
         if len > max {
             return Err(PushError::TooLarge { len, max });
         }
-        let gso = match gso {
-            Some(size) => u16::try_from(size).ok().filter(|&s| s != 0).ok_or(PushError::Malformed)?,
-            None => 0,
-        };
+        let gso = gso_field(gso)?;
         if self.is_full() {
             return Err(PushError::Full);
         }
         let i = self.len;
-        let slot = &mut self.slots[i];
-        if slot.len() < HEADROOM + head.len() {
-            slot.resize(HEADROOM + head.len(), 0);
-        }
-        slot[HEADROOM..HEADROOM + head.len()].copy_from_slice(head);
-        self.fill_next(head.len(), gso, true);
+        self.copy_into_next(head, gso, true);
         self.tails[i].extend(tail.iter().filter(|b| !b.is_empty()).cloned());
         Ok(())
     }
@@ -302,10 +296,7 @@ impl PacketBatch {
         if len > max || HEADROOM + len > buf.len() {
             return Err(PushError::TooLarge { len, max });
         }
-        let gso = match gso {
-            Some(size) => u16::try_from(size).ok().filter(|&s| s != 0).ok_or(PushError::Malformed)?,
-            None => 0,
-        };
+        let gso = gso_field(gso)?;
         if self.is_full() {
             return Err(PushError::Full);
         }
@@ -563,6 +554,15 @@ impl PacketBatch {
         let accepted = self.sent - self.rejected;
         self.clear();
         accepted
+    }
+}
+
+/// A super-packet's segment size as a slot records it (0: an ordinary
+/// packet); a size of 0 or over 64 KiB is malformed.
+fn gso_field(segment_size: Option<usize>) -> Result<u16, PushError> {
+    match segment_size {
+        Some(size) => u16::try_from(size).ok().filter(|&s| s != 0).ok_or(PushError::Malformed),
+        None => Ok(0),
     }
 }
 
