@@ -338,11 +338,9 @@ impl TunDevice {
     ) -> io::Result<usize> {
         if !self.offload {
             if !tail.is_empty() {
-                // Not offered (`gather` is the offload's), but not refused
-                // either: made whole, at the cost of a copy.
-                let mut whole = packet_with_headroom.to_vec();
-                tail.iter().for_each(|p| whole.extend_from_slice(p));
-                return self.write_one(dev, &mut whole, &[], gso, partial);
+                // `gather` is the offload's: the driver never gives this
+                // device a tail.
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "a gathered packet on a TUN without offload"));
             }
             if partial {
                 // Not ours to leave partial: complete it as a NIC would.
