@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 /// fq's `timer_slack`: packets due this soon leave with the current batch.
 pub(crate) const TIMER_SLACK: Duration = Duration::from_micros(10);
 /// fq's `horizon`: a departure further out than this is refused.
-const HORIZON: Duration = Duration::from_secs(10);
+pub(crate) const HORIZON: Duration = Duration::from_secs(10);
 /// fq's `limit`: packets held in all.
 const LIMIT: usize = 10_000;
 /// fq's `flow_limit`: packets held per flow (super-segments count one).

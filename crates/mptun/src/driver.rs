@@ -62,9 +62,10 @@ const TX_BYTES_PER_ITERATION: usize = 256 * 1024;
 /// Longest a due packet waits in a batch for company; see step 6.
 const MAX_HOLD: Duration = Duration::from_micros(100);
 /// Longest the driver waits, once the stack is dropped, for its devices to
-/// take the resets it sends every connection (a writer thread still busy
-/// with the previous batch): without it the resets were dropped with the
-/// driver and the peers were left with half-open connections.
+/// take what it still held and the resets it sends every connection (a
+/// writer thread still busy with the previous batch): without it the
+/// resets were dropped with the driver and the peers were left with
+/// half-open connections.
 const SHUTDOWN_DRAIN: Duration = Duration::from_millis(200);
 /// How often closed connections nobody owns are swept from the endpoint.
 const SWEEP_EVERY: Duration = Duration::from_millis(1000);
@@ -191,10 +192,19 @@ impl Driver {
                     *self.draining_until.insert(now + SHUTDOWN_DRAIN)
                 }
             };
+            // What the fq still holds leaves now, each flow's packets in
+            // order and its reset behind them: a reset sent ahead of data
+            // it counts (its sequence number past what the peer has seen)
+            // only draws a challenge ACK, and the peer stays half-open.
+            let more = self.transmit(&mut st, now, now + 2 * departure::HORIZON);
             drop(st);
             // A device that pushes back wakes us when it takes more.
-            if !self.flush(cx) || now >= deadline {
+            let blocked = self.flush(cx);
+            if now >= deadline || (!blocked && !more) {
                 return Step::Shutdown;
+            }
+            if !blocked {
+                return Step::Again;
             }
             return match self.timer.poll_until(cx, shared.clock.to_tokio(deadline)) {
                 Poll::Ready(()) => Step::Again,
@@ -240,7 +250,7 @@ impl Driver {
         }
 
         // 4. Transmit.
-        let more_tx = self.transmit(&mut st, now);
+        let more_tx = self.transmit(&mut st, now, now);
 
         // 5. Events and wake-ups.
         while let Some((h, ev)) = st.ep.poll_event() {
@@ -328,18 +338,20 @@ impl Driver {
 
     /// Moves due packets into device batches and asks the endpoint for more.
     /// Returns whether it stopped early (a batch filled up, or the
-    /// per-iteration budget ran out) with more possibly left.
-    fn transmit(&mut self, st: &mut State, now: Instant) -> bool {
+    /// per-iteration budget ran out) with more possibly left. Packets
+    /// stamped to leave by `due_by` are due: `now` while the stack runs,
+    /// everything held once it shuts down.
+    fn transmit(&mut self, st: &mut State, now: Instant, due_by: Instant) -> bool {
         // Held packets first: they are older than anything the endpoint
         // produces now, and a flow's packets must stay in order.
-        while let Some((dev, packet, gso, partial)) = self.departures.peek_due(now) {
+        while let Some((dev, packet, gso, partial)) = self.departures.peek_due(due_by) {
             let d = &mut self.devices[dev];
             let r = if swappable(d, gso) {
                 // Moved, not copied: the slot's old buffer becomes a spare.
                 if d.tx.is_full() {
                     return true;
                 }
-                let (mut buf, len, tail) = self.departures.pop_due(now).expect("peeked");
+                let (mut buf, len, tail) = self.departures.pop_due(due_by).expect("peeked");
                 // Its checksum was settled for this device when it was held
                 // (and a tail kept only for a device that gathers).
                 let r = if !tail.is_empty() {
@@ -359,7 +371,7 @@ impl Driver {
                     // Not room for all its segments: it stays first in line.
                     return true;
                 }
-                let (buf, _, tail) = self.departures.pop_due(now).expect("peeked");
+                let (buf, _, tail) = self.departures.pop_due(due_by).expect("peeked");
                 // A tail is held only for a device that gathers, which
                 // takes super-segments whole (`gathers`); capabilities are
                 // fixed for a device's life.
@@ -392,7 +404,7 @@ impl Driver {
             let flow = (t.src, t.dst);
             let d = &mut self.devices[dev];
             let mut full = d.tx.is_full();
-            let due = t.departure <= now + TIMER_SLACK && !full && !self.departures.holds(&flow);
+            let due = t.departure <= due_by + TIMER_SLACK && !full && !self.departures.holds(&flow);
             // A payload left in the send buffer (`gather_payload`) stays
             // there, now or held for later, for a device that writes it
             // behind the headers; otherwise it is copied in here (a device
@@ -539,24 +551,12 @@ impl Driver {
     /// and fail every waiting task.
     fn shut_down(&mut self, st: &mut State) {
         let handles: Vec<_> = st.ep.handles().collect();
-        let now = self.shared.clock.now();
         for h in handles {
             if !st.ep.is_closed(h) {
                 st.ep.abort(h);
             }
         }
-        while let Some(t) = st.ep.poll_transmit(now, &mut self.scratch[HEADROOM..]) {
-            if let Some(dev) = self.device_for(t.src.ip()) {
-                let d = &mut self.devices[dev];
-                let len = t.assemble(&mut self.scratch[HEADROOM..]);
-                let packet = &mut self.scratch[HEADROOM..HEADROOM + len];
-                // Copied in below, never left partial.
-                if t.checksum_partial {
-                    let _ = mptun_wire::gso::complete_checksum(packet);
-                }
-                let _ = push(d, packet, t.segment_size);
-            }
-        }
+        // The resets leave with the drain (`transmit`), behind what is held.
         wake_all(st, &mut self.wake);
         for w in self.wake.drain(..) {
             w.wake();
@@ -586,6 +586,15 @@ impl Drop for Driver {
     /// However the task ends (the stack dropped, the runtime shut down, a
     /// panic), handles must not wait forever.
     fn drop(&mut self) {
+        // The devices first: where the driver held the last handle, a
+        // writer thread writes what it was given and a capture is flushed
+        // (their own drops), before anyone is told the driver is gone.
+        self.devices.clear();
+        for p in &self.pcaps {
+            if let Err(e) = p.lock().unwrap_or_else(std::sync::PoisonError::into_inner).flush() {
+                tracing::warn!("pcap flush failed: {e}");
+            }
+        }
         let mut st = self.shared.lock();
         st.driver_gone = true;
         let mut wake = Vec::new();
@@ -594,6 +603,7 @@ impl Drop for Driver {
         for w in wake {
             w.wake();
         }
+        self.shared.driver_done.notify_waiters();
     }
 }
 

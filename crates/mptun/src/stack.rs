@@ -280,6 +280,28 @@ impl Stack {
         }
     }
 
+    /// Ends the stack now, for every handle, and returns once its driver
+    /// has stopped: every connection reset as when the last handle is
+    /// dropped, what the devices still held written or dropped (within
+    /// the same short drain), and, where this was the last handle, the
+    /// devices released, so a writer thread has finished and a capture is
+    /// complete on disk. Dropping the stack does the same without the
+    /// wait, for a program that must not block on it; a test or a tool
+    /// that reads its capture next needs the wait. Streams and listeners
+    /// still held see the stack gone.
+    pub async fn shutdown(self) {
+        let shared = self.inner.shared.clone();
+        let mut done = std::pin::pin!(shared.driver_done.notified());
+        // Registered before the check: a driver ending in between still
+        // wakes this waiter.
+        done.as_mut().enable();
+        shared.update(|st| st.shutdown = true);
+        drop(self);
+        if !shared.lock().driver_gone {
+            done.await;
+        }
+    }
+
     /// Protocol counters of every connection, past and present, with the
     /// kernel's `nstat` names ([`Counters::to_nstat`] prints them like nstat).
     pub fn counters(&self) -> Counters {

@@ -23,11 +23,14 @@ use crate::stats::RuntimeStats;
 pub(crate) struct Shared {
     state: Mutex<State>,
     pub(crate) clock: Clock,
+    /// Told when the driver is gone (its devices released), for
+    /// [`crate::Stack::shutdown`].
+    pub(crate) driver_done: tokio::sync::Notify,
 }
 
 impl Shared {
     pub(crate) fn new(state: State, clock: Clock) -> Self {
-        Shared { state: Mutex::new(state), clock }
+        Shared { state: Mutex::new(state), clock, driver_done: tokio::sync::Notify::new() }
     }
 
     /// Locks the state. A panic while holding the lock cannot leave the

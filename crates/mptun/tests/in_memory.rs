@@ -114,7 +114,10 @@ async fn payloads_gathered_by_the_device_arrive_intact() {
         assert_eq!(rs.tx_tail_copied, 0, "held ones too: {rs:?}");
         assert_eq!((rs.tx_oversize, rs.tx_errors), (0, 0), "{rs:?}");
     }
-    drop(sa);
+    // Waits for the capture to be complete (the driver and the writer
+    // thread gone, the tap flushed): reading it right after a plain drop
+    // raced them and met a record half written.
+    timeout(Duration::from_secs(5), sa.shutdown()).await.expect("the driver stops within its drain");
     // Every captured packet is whole and valid: the payload behind its
     // headers, the checksum completed.
     let mut r = mptun_io::PcapReader::open(&file).unwrap();
@@ -369,6 +372,73 @@ async fn pcap_capture_is_flushed_while_the_stack_runs() {
     assert!(saw_payload);
     drop((c, s, sa));
     let _ = std::fs::remove_file(&file);
+}
+
+/// `Stack::shutdown` returns only once the stack has ended: the reset of
+/// a connection it still had is on the wire and in the capture, on disk,
+/// although the driver flushes captures only once a second and a writer
+/// thread stands between it and the device (a plain drop and an immediate
+/// read of the capture find no reset). The peer accepts the reset and its
+/// stream ends although the fq still held data when the stack went (the
+/// device stalled, its batch full): that data leaves first, or the reset's
+/// sequence number would be past what the peer has seen and draw only a
+/// challenge ACK, the peer left half-open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_with_the_last_packets_sent_and_captured() {
+    let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
+    let a = Arc::new(Stalling { inner: a, until: std::sync::Mutex::new(None) });
+    let file = std::env::temp_dir().join(format!("mptun-shutdown-{}.pcap", std::process::id()));
+    let sa =
+        Stack::builder().path("10.0.0.1".parse().unwrap(), a.clone() as Arc<dyn PacketIo>).pcap(&file).build().unwrap();
+    let sb = Stack::builder().path("10.0.0.2".parse().unwrap(), Arc::new(b) as Arc<dyn PacketIo>).build().unwrap();
+    let l = MptcpListener::bind(&sb, "10.0.0.2:9").await.unwrap();
+    let mut c = MptcpStream::connect(&sa, "10.0.0.2:9").await.unwrap();
+    let (mut s, _) = l.accept().await.unwrap();
+    let got = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reader = tokio::spawn({
+        let got = got.clone();
+        async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) => return Ok(()),
+                    Err(e) => return Err(e),
+                    Ok(n) => got.fetch_add(n, std::sync::atomic::Ordering::Relaxed),
+                };
+            }
+        }
+    });
+    // A window's worth first, so the sender's cwnd is wide open.
+    const WARM: usize = 8 << 20;
+    c.write_all(&vec![5u8; WARM]).await.unwrap();
+    timeout(Duration::from_secs(10), async {
+        while got.load(std::sync::atomic::Ordering::Relaxed) < WARM {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap();
+    // Then the device stalls: the batch fills and the fq holds the rest.
+    *a.until.lock().unwrap() = Some(std::time::Instant::now() + Duration::from_millis(100));
+    c.write_all(&vec![6u8; 1 << 20]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(sa.runtime_stats().held_packets > 0, "{:?}", sa.runtime_stats());
+    // The connection still has data to send when the stack goes, so it
+    // ends with a reset, not a FIN.
+    drop(c);
+    timeout(Duration::from_secs(5), sa.shutdown()).await.expect("the driver stops within its drain");
+    let mut r = mptun_io::PcapReader::open(&file).unwrap();
+    let mut resets = 0;
+    while let Some(rec) = r.next_record().unwrap() {
+        let p = mptun_wire::parse_tcp_packet(&rec.data).expect("a whole packet");
+        resets += (p.src == "10.0.0.1".parse::<std::net::IpAddr>().unwrap() && p.tcp.flags.rst()) as usize;
+    }
+    let _ = std::fs::remove_file(&file);
+    assert!(resets > 0, "the shutdown's reset is in the capture");
+    let ended = timeout(Duration::from_secs(3), reader).await.expect("the peer's stream ends").unwrap();
+    assert_eq!(ended.expect_err("a reset, not an end of stream").kind(), std::io::ErrorKind::ConnectionReset);
+    let nstat = sb.counters().to_nstat();
+    assert!(!nstat.contains("TcpExtTCPChallengeACK"), "{nstat}");
 }
 
 /// `set_nodelay` works at any time, as on a kernel socket: `nodelay()` reads
