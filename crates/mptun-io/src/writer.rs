@@ -434,7 +434,7 @@ mod tests {
         thread::sleep(Duration::from_millis(20));
         let t0 = Instant::now();
         drop(w);
-        assert!(t0.elapsed() < Duration::from_millis(500), "drop took {:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(5), "drop took {:?}", t0.elapsed());
     }
 
     /// A small batch meeting an idle thread is written before the call
