@@ -64,6 +64,10 @@ async fn run(a: Args) -> std::io::Result<()> {
         });
     }
     print!("{}", stack.counters().to_nstat());
+    // Resets the connections still open and waits until the capture is
+    // complete on disk, rather than leaving both to the runtime's teardown.
+    drop(listener);
+    stack.shutdown().await;
     Ok(())
 }
 
