@@ -18,7 +18,9 @@
 //! `MPTUN_BENCH_WRITER` (`0`: mptun without writer threads, `1`: with,
 //! `ab`: both, as separate interleaved runs; default: the stack's default),
 //! `MPTUN_BENCH_ZC` (the same for `StackBuilder::zero_copy_send`; `ab`
-//! adds "+zero copy" rows). One of the two may be `ab` at a time.
+//! adds "+zero copy" rows), `MPTUN_BENCH_READ` (`1`: mptun's download read
+//! with `read_chunk`, the zero-copy read, instead of `read`; `ab` adds
+//! "+chunk read" rows). One of the three may be `ab` at a time.
 //!
 //! Each run also reports the host's steal time (`/proc/stat`): the share of
 //! the CPUs the hypervisor gave to other guests during the run. On the
@@ -253,6 +255,7 @@ fn nstat(ns: &str) -> Option<u64> {
 struct Variant {
     writer: Option<bool>,
     zero_copy: Option<bool>,
+    chunk_read: Option<bool>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -335,10 +338,17 @@ async fn mptun_run(
     let mut rb = vec![0u8; CHUNK];
     let mut n = 0u64;
     let mut start = None;
+    let stalled = |_| io::Error::new(io::ErrorKind::TimedOut, "download stalled");
     loop {
-        let k = tokio::time::timeout(Duration::from_secs(30), r.read(&mut rb))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "download stalled"))??;
+        // The byte count is the check either way: the kernel client's
+        // `read` delivers the bytes into its memory once, and so does
+        // mptun's device read under `read_chunk`.
+        let k = if variant.chunk_read == Some(true) {
+            let p = tokio::time::timeout(Duration::from_secs(30), r.read_chunk(CHUNK)).await.map_err(stalled)??;
+            p.map_or(0, |p| p.len())
+        } else {
+            tokio::time::timeout(Duration::from_secs(30), r.read(&mut rb)).await.map_err(stalled)??
+        };
         if k == 0 {
             break;
         }
@@ -455,8 +465,12 @@ fn main() {
     };
     let (writer, writer_ab) = knob("MPTUN_BENCH_WRITER");
     let (zero_copy, zc_ab) = knob("MPTUN_BENCH_ZC");
-    assert!(!(writer_ab && zc_ab), "MPTUN_BENCH_WRITER and MPTUN_BENCH_ZC cannot both be ab");
-    let base = Variant { writer, zero_copy };
+    let (chunk_read, read_ab) = knob("MPTUN_BENCH_READ");
+    assert!(
+        [writer_ab, zc_ab, read_ab].iter().filter(|&&x| x).count() <= 1,
+        "only one of MPTUN_BENCH_WRITER, MPTUN_BENCH_ZC and MPTUN_BENCH_READ may be ab"
+    );
+    let base = Variant { writer, zero_copy, chunk_read };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut all: Vec<Vec<Result>> = Vec::new();
     for round in 0..rounds {
@@ -487,6 +501,11 @@ fn main() {
             let v = Variant { writer: Some(true), ..base };
             runs.push(("mptun MPTCP +tx thread", true, port + 5, format!("mb{round}mw"), v));
             runs.push(("mptun TCP   +tx thread", false, port + 6, format!("mb{round}tw"), v));
+        }
+        if read_ab {
+            let v = Variant { chunk_read: Some(true), ..base };
+            runs.push(("mptun MPTCP +chunk read", true, port + 5, format!("mb{round}mr"), v));
+            runs.push(("mptun TCP   +chunk read", false, port + 6, format!("mb{round}tr"), v));
         }
         if zc_ab {
             let v = Variant { zero_copy: Some(true), ..base };
@@ -545,7 +564,7 @@ fn main() {
     // Each mptun run against the kernel run of its own protocol (issue 14's
     // goals: MPTCP >= 0.8, plain TCP >= 0.9).
     let mut pairs = vec![(2, 0, 0.8), (3, 1, 0.9)];
-    if writer_ab || zc_ab {
+    if writer_ab || zc_ab || read_ab {
         pairs.extend([(4, 0, 0.8), (5, 1, 0.9)]);
     }
     for (mine, theirs, goal) in pairs {

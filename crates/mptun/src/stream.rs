@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use mptun_proto::{ConnectError, ConnectionHandle};
 use tokio::io::ReadBuf;
 use tokio::net::ToSocketAddrs;
@@ -215,20 +216,48 @@ impl StreamInner {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
+        let r =
+            self.poll_recv(cx, |ep, h, now| ep.recv(h, now, buf.initialize_unfilled()).map(|n| (n > 0).then_some(n)));
+        r.map_ok(|got| {
+            if let Some(n) = got {
+                buf.advance(n);
+            }
+        })
+    }
+
+    /// The next piece of the stream as it arrived, at most `max` bytes,
+    /// not copied; `None` at its end.
+    pub(crate) fn poll_read_chunk(&self, cx: &mut Context<'_>, max: usize) -> Poll<io::Result<Option<Bytes>>> {
+        if max == 0 {
+            return Poll::Ready(Ok(Some(Bytes::new())));
+        }
+        self.poll_recv(cx, |ep, h, now| ep.recv_piece(h, now, max))
+    }
+
+    /// A read of either kind: `take` returns what it took (`None`:
+    /// nothing ready). Ready with `None` at the end of the stream.
+    fn poll_recv<T>(
+        &self,
+        cx: &mut Context<'_>,
+        take: impl FnOnce(
+            &mut mptun_proto::Endpoint,
+            ConnectionHandle,
+            mptun_time::Instant,
+        ) -> Result<Option<T>, mptun_proto::RecvError>,
+    ) -> Poll<io::Result<Option<T>>> {
         let shared = self.stack.shared();
         let mut guard = shared.lock();
         let st = &mut *guard;
         let now = shared.clock.now();
-        let r = st.ep.recv(self.h, now, buf.initialize_unfilled());
-        if let Ok(n @ 1..) = r {
-            buf.advance(n);
+        let r = take(&mut st.ep, self.h, now);
+        if let Ok(Some(got)) = r {
             // Reading may open the window enough for a window update.
             let w = st.driver_waker.take();
             drop(guard);
             if let Some(w) = w {
                 w.wake();
             }
-            return Poll::Ready(Ok(()));
+            return Poll::Ready(Ok(Some(got)));
         }
         let Some(cs) = st.conns.get_mut(&self.h) else { return Poll::Ready(Err(State::gone_error())) };
         if let Some(kind) = cs.error {
@@ -238,7 +267,7 @@ impl StreamInner {
             // The peer's orderly end, or a close without one that left no
             // error to report: end of stream either way, as a kernel socket
             // reads 0 once it is closed.
-            return Poll::Ready(Ok(()));
+            return Poll::Ready(Ok(None));
         }
         if st.driver_gone {
             return Poll::Ready(Err(State::gone_error()));
@@ -304,9 +333,35 @@ impl Drop for StreamInner {
     }
 }
 
-/// `AsyncRead` for a handle of a [`StreamInner`] (the stream, its read half).
+/// `AsyncRead` for a handle of a [`StreamInner`] (the stream, its read
+/// half), and its zero-copy read.
 macro_rules! forward_read {
     ($t:ty) => {
+        impl $t {
+            /// Reads the next piece of the stream as it arrived, at most
+            /// `max` bytes, without copying it out of the buffer the device
+            /// read it into (quinn's `read_chunk`): the application gets
+            /// the bytes in its memory with one copy in all (the device's),
+            /// where `AsyncRead` makes a second. `Ok(None)` at the end of
+            /// the stream; `max` of 0 gives an empty piece at once. A piece
+            /// keeps the receive buffer it is a slice of (up to 64 KiB)
+            /// alive until it is dropped, so an application that holds on
+            /// to data should copy what it keeps. Reads of both kinds may
+            /// be mixed; the window opens as with `read`.
+            pub async fn read_chunk(&mut self, max: usize) -> std::io::Result<Option<bytes::Bytes>> {
+                std::future::poll_fn(|cx| self.inner.poll_read_chunk(cx, max)).await
+            }
+
+            /// [`Self::read_chunk`] as a poll function, for hand-written futures.
+            pub fn poll_read_chunk(
+                &mut self,
+                cx: &mut std::task::Context<'_>,
+                max: usize,
+            ) -> std::task::Poll<std::io::Result<Option<bytes::Bytes>>> {
+                self.inner.poll_read_chunk(cx, max)
+            }
+        }
+
         impl tokio::io::AsyncRead for $t {
             fn poll_read(
                 self: std::pin::Pin<&mut Self>,

@@ -131,6 +131,55 @@ async fn payloads_gathered_by_the_device_arrive_intact() {
     let _ = std::fs::remove_file(&file);
 }
 
+/// `read_chunk`, the zero-copy read, carries whole streams (MPTCP and
+/// plain), alone or mixed with `read`: pieces of at most the size asked,
+/// the bytes in order, `None` at the end and after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_chunk_carries_the_stream() {
+    for (mptcp, port) in [(true, 5010), (false, 5011)] {
+        let (sa, sb) = pair();
+        let l = MptcpListener::bind(&sb, ("10.0.0.2", port)).await.unwrap();
+        let opts = sa.stream_options().mptcp(mptcp);
+        let mut c = MptcpStream::connect_with(&sa, ("10.0.0.2", port), opts).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        assert_eq!(s.info().unwrap().is_mptcp(), mptcp);
+        const N: usize = 4 << 20;
+        const MAX: usize = 32 * 1024;
+        let data = Pattern::bytes(5, N);
+        let sum = Sha256::digest(&data);
+        let writer = tokio::spawn(async move {
+            for ch in data.chunks(100_000) {
+                c.write_all(ch).await.unwrap();
+            }
+            c.shutdown().await.unwrap();
+            c
+        });
+        let (mut r, _w) = s.into_split();
+        let mut h = Sha256::new();
+        let (mut n, mut turn) = (0, 0);
+        loop {
+            turn += 1;
+            let piece = if turn % 3 == 0 {
+                let mut buf = [0u8; 3000];
+                let m = timeout(Duration::from_secs(10), r.read(&mut buf)).await.unwrap().unwrap();
+                (m > 0).then(|| bytes::Bytes::copy_from_slice(&buf[..m]))
+            } else {
+                let p = timeout(Duration::from_secs(10), r.read_chunk(MAX)).await.unwrap().unwrap();
+                assert!(p.as_ref().is_none_or(|p| !p.is_empty() && p.len() <= MAX), "{:?}", p.map(|p| p.len()));
+                p
+            };
+            let Some(p) = piece else { break };
+            h.update(&p);
+            n += p.len();
+        }
+        assert_eq!(n, N, "mptcp {mptcp}");
+        assert_eq!(h.finalize(), sum, "mptcp {mptcp}");
+        assert_eq!(r.read_chunk(MAX).await.unwrap(), None, "still the end");
+        assert_eq!(r.read_chunk(0).await.unwrap(), Some(bytes::Bytes::new()));
+        writer.await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn connect_to_a_closed_port_is_refused() {
     let (sa, _sb) = pair();

@@ -21,6 +21,7 @@ use crate::counters::Counters;
 use crate::error::{ConnectError, RecvError, SendError};
 use crate::mptcp::{ConnConfig, Connection, MptcpConfig};
 use crate::tcp::{Event, TcpConfig, Transmit};
+use bytes::Bytes;
 use mptun_time::Instant;
 use mptun_wire::crypto;
 use rand::{Rng, SeedableRng};
@@ -398,6 +399,12 @@ impl Endpoint {
     /// [`RecvError::InvalidState`] a connection gone without that end.
     pub fn recv(&mut self, h: ConnectionHandle, now: Instant, out: &mut [u8]) -> Result<usize, RecvError> {
         self.conn_mut(h).ok_or(RecvError::InvalidState)?.recv(now, out)
+    }
+
+    /// Takes the next piece of received data without copying it
+    /// ([`Connection::recv_piece`]): `Ok(None)` means nothing is ready yet.
+    pub fn recv_piece(&mut self, h: ConnectionHandle, now: Instant, max: usize) -> Result<Option<Bytes>, RecvError> {
+        self.conn_mut(h).ok_or(RecvError::InvalidState)?.recv_piece(now, max)
     }
 
     /// Bytes ready to read.

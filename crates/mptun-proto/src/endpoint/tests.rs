@@ -94,7 +94,9 @@ fn read_all(ep: &mut Endpoint, h: ConnectionHandle, now: Instant) -> (Vec<u8>, R
     }
 }
 
-fn send_recv_errors(mptcp: bool) {
+/// A client (`a`) connected to the server (`b`), with MPTCP offered or not:
+/// the net, the client's handle and the server's.
+fn connected(mptcp: bool) -> (Net, ConnectionHandle, ConnectionHandle) {
     let mut c = EndpointConfig::default();
     c.mptcp.enabled = mptcp;
     let mut n = net_with(c, EndpointConfig::default());
@@ -102,6 +104,11 @@ fn send_recv_errors(mptcp: bool) {
     n.run(Duration::from_millis(50), &mut pass());
     let sh = n.b.accept().expect("accepted");
     assert_eq!(n.b.conn(sh).unwrap().mode() == crate::mptcp::Mode::Mptcp, mptcp);
+    (n, h, sh)
+}
+
+fn send_recv_errors(mptcp: bool) {
+    let (mut n, h, sh) = connected(mptcp);
     // Nothing yet is not an error.
     assert_eq!(n.b.recv(sh, n.now, &mut [0u8; 16]), Ok(0));
     assert_eq!(n.a.send(h, b"hello"), Ok(5));
@@ -132,6 +139,75 @@ fn send_and_recv_tell_later_from_never_mptcp() {
 #[test]
 fn send_and_recv_tell_later_from_never_plain() {
     send_recv_errors(false);
+}
+
+/// The zero-copy read carries a whole stream: pieces of at most `max`
+/// bytes, in order, the window reopening as they are taken (3 MiB is
+/// several receive buffers), and the same ends as `recv`.
+fn pieces_carry_the_stream(mptcp: bool) {
+    let (mut n, h, sh) = connected(mptcp);
+    assert_eq!(n.b.recv_piece(sh, n.now, 1000), Ok(None), "nothing yet");
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + i / 1000) as u8).collect();
+    let (mut sent, mut got) = (0, Vec::new());
+    const MAX: usize = 10_000;
+    // Not reading until the sender stops: the window is closed.
+    let mut last = usize::MAX;
+    while sent != last {
+        last = sent;
+        sent += n.a.send(h, &data[sent..]).unwrap();
+        n.run(Duration::from_millis(50), &mut pass());
+    }
+    assert!(n.b.recv_ready(sh) > 64 * 1024, "{} bytes buffered", n.b.recv_ready(sh));
+    assert!(n.b.poll_transmit(n.now, &mut [0u8; 1600]).is_none(), "nothing to say yet");
+    // Taking what is buffered announces the open window at once.
+    while let Ok(Some(p)) = n.b.recv_piece(sh, n.now, MAX) {
+        got.extend_from_slice(&p);
+    }
+    assert!(n.b.poll_transmit(n.now, &mut [0u8; 1600]).is_some(), "a window update");
+    let mut pieces = 0;
+    for _ in 0..20_000 {
+        if sent < data.len() {
+            sent += n.a.send(h, &data[sent..]).unwrap();
+            if sent == data.len() {
+                n.a.close(h);
+            }
+        }
+        n.run(Duration::from_millis(1), &mut pass());
+        // Every other round one piece only, so the buffer fills and the
+        // window must reopen as pieces are taken.
+        loop {
+            match n.b.recv_piece(sh, n.now, MAX) {
+                Ok(Some(p)) => {
+                    assert!(!p.is_empty() && p.len() <= MAX, "{} bytes", p.len());
+                    got.extend_from_slice(&p);
+                    pieces += 1;
+                    if pieces % 2 == 0 {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    assert_eq!(e, RecvError::Finished);
+                    assert_eq!(got.len(), data.len());
+                    assert!(got == data, "the stream's bytes, in order");
+                    assert_eq!(n.b.recv_piece(sh, n.now, MAX), Err(RecvError::Finished));
+                    assert_eq!(n.b.recv(sh, n.now, &mut [0u8; 4]), Err(RecvError::Finished));
+                    return;
+                }
+            }
+        }
+    }
+    panic!("stalled: {} of {} bytes read", got.len(), data.len());
+}
+
+#[test]
+fn pieces_carry_the_stream_mptcp() {
+    pieces_carry_the_stream(true);
+}
+
+#[test]
+fn pieces_carry_the_stream_plain() {
+    pieces_carry_the_stream(false);
 }
 
 // ------------------------------------------------------------------

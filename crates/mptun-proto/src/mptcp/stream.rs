@@ -86,16 +86,51 @@ impl Connection {
             self.initial().map_or(0, |s| s.recv(now, out))
         } else {
             let n = self.rcv_buf.read(out);
-            if n > 0 {
-                self.rcvq_space.on_read(n);
-                self.rcv_space_adjust(now);
-                self.maybe_window_update();
-            }
+            self.after_app_read(now, n);
             n
         };
         if n > 0 || out.is_empty() {
             return Ok(n);
         }
+        self.recv_end().map(|()| 0)
+    }
+
+    /// Takes the next piece of in-order data (at most `max` bytes, `max` >
+    /// 0) as it arrived, never copying it: the application's zero-copy
+    /// read (quinn's `read_chunk`), with [`Connection::recv`]'s window
+    /// accounting. A piece pins the receive buffer it is a slice of
+    /// (typically a device read of up to 64 KiB) until dropped.
+    ///
+    /// `Ok(None)`: nothing yet (or `max` is 0); the errors as `recv`'s.
+    pub fn recv_piece(&mut self, now: Instant, max: usize) -> Result<Option<Bytes>, RecvError> {
+        if max == 0 {
+            return Ok(None);
+        }
+        let b = if self.plain() {
+            self.initial().and_then(|s| s.recv_piece(now, max))
+        } else {
+            let b = self.rcv_buf.read_piece(max);
+            self.after_app_read(now, b.as_ref().map_or(0, Bytes::len));
+            b
+        };
+        if b.is_some() {
+            return Ok(b);
+        }
+        self.recv_end().map(|()| None)
+    }
+
+    /// After the application took `n` bytes (MPTCP mode): the connection
+    /// level's receive-buffer autotuning and window update.
+    fn after_app_read(&mut self, now: Instant, n: usize) {
+        if n > 0 {
+            self.rcvq_space.on_read(n);
+            self.rcv_space_adjust(now);
+            self.maybe_window_update();
+        }
+    }
+
+    /// Nothing to read: why, if it is for good.
+    fn recv_end(&self) -> Result<(), RecvError> {
         // An orderly end only: a plain subflow that was reset is closed but
         // never received the FIN.
         let finished = match self.shared.mode {
@@ -108,7 +143,7 @@ impl Connection {
         if self.is_closed() {
             return Err(RecvError::InvalidState);
         }
-        Ok(0)
+        Ok(())
     }
 
     /// The peer closed its direction (DATA_FIN, or FIN in plain mode) and

@@ -668,6 +668,14 @@ impl Subflow {
         Some(b)
     }
 
+    /// Takes the next received piece (at most `max` bytes) as it arrived,
+    /// never copying it: the application's zero-copy read.
+    pub fn recv_piece(&mut self, now: Instant, max: usize) -> Option<Bytes> {
+        let b = self.recv_buf.read_piece(max)?;
+        self.after_read(now, b.len());
+        Some(b)
+    }
+
     /// The peer has closed its direction and everything before its FIN was
     /// received and read. A FIN that came beyond a hole is remembered
     /// (`fin_received`) but ends nothing until the hole is filled.
