@@ -40,6 +40,11 @@ pub const INLINE_BELOW: usize = 16 * 1024;
 /// How long the thread sleeps on a device that pushed back before it
 /// polls again (a lost wake-up costs at most this).
 const PUSHBACK_RECHECK: Duration = Duration::from_millis(1);
+/// Longest the thread keeps offering its last batch to a device that
+/// pushes back once the writer is dropped: the stack's last packets (the
+/// resets of its connections) are in it, and the stack's own drain allows
+/// as long.
+const DRAIN_ON_DROP: Duration = Duration::from_millis(200);
 
 /// Wraps a device so that [`PacketIo::poll_send_batch`] hands the batch to
 /// a writer thread instead of writing it in the caller's task.
@@ -123,6 +128,7 @@ fn run(inner: &dyn PacketIo, shared: &Shared, name: &str) {
                 st = shared.work.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
         };
+        let mut give_up: Option<std::time::Instant> = None;
         let error = loop {
             match catch_unwind(AssertUnwindSafe(|| inner.poll_send_batch(&mut cx, &mut batch))) {
                 Ok(Poll::Ready(Ok(_))) => break None,
@@ -130,7 +136,10 @@ fn run(inner: &dyn PacketIo, shared: &Shared, name: &str) {
                 Err(_) => break Some("the device's write panicked".to_owned()),
                 Ok(Poll::Pending) => {
                     if shared.lock().shutdown {
-                        break None;
+                        let now = std::time::Instant::now();
+                        if now >= *give_up.get_or_insert(now + DRAIN_ON_DROP) {
+                            break Some("the writer was dropped and the device still pushes back".to_owned());
+                        }
                     }
                     thread::park_timeout(PUSHBACK_RECHECK);
                 }
@@ -237,8 +246,9 @@ impl PacketIo for WriterThread {
 }
 
 impl Drop for WriterThread {
-    /// Lets the thread write what it was given (what a device pushing
-    /// back still holds is dropped), then joins it.
+    /// Lets the thread write what it was given (what a device still
+    /// pushes back after [`DRAIN_ON_DROP`] is dropped and counted lost),
+    /// then joins it.
     fn drop(&mut self) {
         self.shared.lock().shutdown = true;
         self.shared.work.notify_one();
@@ -423,7 +433,51 @@ mod tests {
         assert_eq!(number(got.get(0).unwrap()), 100);
     }
 
-    /// A device that never takes the batch does not hold up the drop.
+    /// A device that pushes back when the writer is dropped still gets the
+    /// last batch (a stack's resets are in it) once it takes packets again
+    /// within the drain: the drop waits for it instead of dropping the rest.
+    #[test]
+    fn drop_gives_a_device_pushing_back_time_to_take_the_last_batch() {
+        let (a, b) = ChannelIo::pair("a", "b", 1500, 4);
+        let w = WriterThread::new(Arc::new(a)).unwrap();
+        let mut batch = PacketBatch::new(16, 1500);
+        fill(&mut batch, 0, 16);
+        block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap();
+        thread::sleep(Duration::from_millis(20));
+        // The channel holds 4: the thread is stuck on the rest when the
+        // writer goes; the reader makes room 50 ms later.
+        let reader = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(50));
+            let mut got = Vec::new();
+            let t0 = Instant::now();
+            while got.len() < 16 && t0.elapsed() < Duration::from_secs(5) {
+                let mut rx = PacketBatch::new(16, 1500);
+                if let Poll::Ready(Ok(_)) = block_on_timeout(|cx| b.poll_recv_batch(cx, &mut rx)) {
+                    got.extend((0..rx.len()).map(|i| number(rx.get(i).unwrap())));
+                }
+            }
+            got
+        });
+        drop(w);
+        assert_eq!(reader.join().unwrap(), (0..16).collect::<Vec<_>>(), "every packet of the last batch, in order");
+    }
+
+    /// Polls once, or again after a short sleep if pending (a bounded
+    /// `block_on` for a reader that must give up).
+    fn block_on_timeout<T>(mut f: impl FnMut(&mut Context<'_>) -> Poll<T>) -> Poll<T> {
+        let waker = Waker::from(Arc::new(Unpark(thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        match f(&mut cx) {
+            Poll::Pending => {
+                thread::park_timeout(Duration::from_millis(5));
+                f(&mut cx)
+            }
+            r => r,
+        }
+    }
+
+    /// A device that never takes the batch holds up the drop no longer
+    /// than the drain.
     #[test]
     fn drop_does_not_wait_for_a_device_that_never_drains() {
         let (a, _b) = ChannelIo::pair("a", "b", 1500, 4);

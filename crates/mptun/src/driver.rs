@@ -586,6 +586,23 @@ impl Drop for Driver {
     /// However the task ends (the stack dropped, the runtime shut down, a
     /// panic), handles must not wait forever.
     fn drop(&mut self) {
+        /// Tells every handle the driver is gone when dropped, after the
+        /// devices below, or while unwinding from a device's own drop.
+        struct Gone<'a>(&'a Shared);
+        impl Drop for Gone<'_> {
+            fn drop(&mut self) {
+                let mut st = self.0.lock();
+                st.driver_gone = true;
+                let mut wake = Vec::new();
+                wake_all(&mut st, &mut wake);
+                drop(st);
+                for w in wake {
+                    w.wake();
+                }
+                self.0.driver_done.notify_waiters();
+            }
+        }
+        let _gone = Gone(&self.shared);
         // The devices first: where the driver held the last handle, a
         // writer thread writes what it was given and a capture is flushed
         // (their own drops), before anyone is told the driver is gone.
@@ -595,15 +612,6 @@ impl Drop for Driver {
                 tracing::warn!("pcap flush failed: {e}");
             }
         }
-        let mut st = self.shared.lock();
-        st.driver_gone = true;
-        let mut wake = Vec::new();
-        wake_all(&mut st, &mut wake);
-        drop(st);
-        for w in wake {
-            w.wake();
-        }
-        self.shared.driver_done.notify_waiters();
     }
 }
 

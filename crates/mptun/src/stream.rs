@@ -229,7 +229,8 @@ impl StreamInner {
     /// not copied; `None` at its end.
     pub(crate) fn poll_read_chunk(&self, cx: &mut Context<'_>, max: usize) -> Poll<io::Result<Option<Bytes>>> {
         if max == 0 {
-            return Poll::Ready(Ok(Some(Bytes::new())));
+            // As `read` into an empty buffer returns 0 at once.
+            return Poll::Ready(Ok(None));
         }
         self.poll_recv(cx, |ep, h, now| ep.recv_piece(h, now, max))
     }
@@ -263,7 +264,13 @@ impl StreamInner {
         if let Some(kind) = cs.error {
             return Poll::Ready(Err(kind.into()));
         }
-        if r.is_err() {
+        if let Err(e) = r {
+            // Ended by the stack itself (`Stack::shutdown` with this stream
+            // still held): an error, never an end of stream that would pass
+            // a cut-off transfer for a whole one.
+            if e == mptun_proto::RecvError::InvalidState && (st.shutdown || st.driver_gone) {
+                return Poll::Ready(Err(State::gone_error()));
+            }
             // The peer's orderly end, or a close without one that left no
             // error to report: end of stream either way, as a kernel socket
             // reads 0 once it is closed.
@@ -343,7 +350,8 @@ macro_rules! forward_read {
             /// read it into (quinn's `read_chunk`): the application gets
             /// the bytes in its memory with one copy in all (the device's),
             /// where `AsyncRead` makes a second. `Ok(None)` at the end of
-            /// the stream; `max` of 0 gives an empty piece at once. A piece
+            /// the stream, and at once for a `max` of 0 (as `read` into an
+            /// empty buffer returns 0). A piece
             /// keeps the receive buffer it is a slice of (up to 64 KiB)
             /// alive until it is dropped, so an application that holds on
             /// to data should copy what it keeps. Reads of both kinds may

@@ -175,7 +175,7 @@ async fn read_chunk_carries_the_stream() {
         assert_eq!(n, N, "mptcp {mptcp}");
         assert_eq!(h.finalize(), sum, "mptcp {mptcp}");
         assert_eq!(r.read_chunk(MAX).await.unwrap(), None, "still the end");
-        assert_eq!(r.read_chunk(0).await.unwrap(), Some(bytes::Bytes::new()));
+        assert_eq!(r.read_chunk(0).await.unwrap(), None);
         writer.await.unwrap();
     }
 }
@@ -488,6 +488,84 @@ async fn shutdown_returns_with_the_last_packets_sent_and_captured() {
     assert_eq!(ended.expect_err("a reset, not an end of stream").kind(), std::io::ErrorKind::ConnectionReset);
     let nstat = sb.counters().to_nstat();
     assert!(!nstat.contains("TcpExtTCPChallengeACK"), "{nstat}");
+}
+
+/// A stream still held when its stack is shut down reads an error, never
+/// an end of stream that would pass a cut-off transfer for a whole one;
+/// the zero-copy read too, MPTCP or plain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_held_across_shutdown_reads_an_error() {
+    for (mptcp, port) in [(true, 5012), (false, 5013)] {
+        let (sa, sb) = pair();
+        let l = MptcpListener::bind(&sb, ("10.0.0.2", port)).await.unwrap();
+        let opts = sa.stream_options().mptcp(mptcp);
+        let c = MptcpStream::connect_with(&sa, ("10.0.0.2", port), opts).await.unwrap();
+        let (mut s, _) = l.accept().await.unwrap();
+        s.write_all(b"first").await.unwrap();
+        let (mut r, _w) = c.into_split();
+        let mut buf = [0u8; 5];
+        r.read_exact(&mut buf).await.unwrap();
+        let parked = tokio::spawn(async move {
+            let mut buf = [0u8; 16];
+            let read = r.read(&mut buf).await;
+            let chunk = r.read_chunk(16).await;
+            (read.map_err(|e| e.to_string()), chunk.map_err(|e| e.to_string()))
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        timeout(Duration::from_secs(5), sa.clone().shutdown()).await.unwrap();
+        let (read, chunk) = timeout(Duration::from_secs(5), parked).await.unwrap().unwrap();
+        assert!(read.is_err(), "mptcp {mptcp}: read gave {read:?}");
+        assert!(chunk.is_err(), "mptcp {mptcp}: read_chunk gave {chunk:?}");
+        // The peer was reset.
+        let e = timeout(Duration::from_secs(5), s.read(&mut buf)).await.unwrap().unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "mptcp {mptcp}");
+    }
+}
+
+/// A device whose drop panics (a user's device) still lets every handle
+/// learn that the driver is gone: `shutdown` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_panicking_in_its_drop_does_not_hang_shutdown() {
+    struct PanicOnDrop(ChannelIo);
+    impl Drop for PanicOnDrop {
+        fn drop(&mut self) {
+            panic!("a device's drop panicked (on purpose)");
+        }
+    }
+    impl PacketIo for PanicOnDrop {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn mtu(&self) -> usize {
+            self.0.mtu()
+        }
+        fn poll_recv_batch(
+            &self,
+            cx: &mut std::task::Context<'_>,
+            b: &mut mptun_io::PacketBatch,
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.0.poll_recv_batch(cx, b)
+        }
+        fn poll_send_batch(
+            &self,
+            cx: &mut std::task::Context<'_>,
+            b: &mut mptun_io::PacketBatch,
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.0.poll_send_batch(cx, b)
+        }
+        fn poll_send(&self, cx: &mut std::task::Context<'_>, p: &[u8]) -> std::task::Poll<std::io::Result<()>> {
+            self.0.poll_send(cx, p)
+        }
+        fn stats(&self) -> mptun_io::IoStats {
+            self.0.stats()
+        }
+    }
+    let (a, _b) = ChannelIo::pair("a", "b", 1500, 64);
+    let sa = Stack::builder()
+        .path("10.0.0.1".parse().unwrap(), Arc::new(PanicOnDrop(a)) as Arc<dyn PacketIo>)
+        .build()
+        .unwrap();
+    timeout(Duration::from_secs(5), sa.shutdown()).await.expect("shutdown returns although the device's drop panicked");
 }
 
 /// `set_nodelay` works at any time, as on a kernel socket: `nodelay()` reads
