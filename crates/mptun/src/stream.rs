@@ -351,11 +351,12 @@ macro_rules! forward_read {
             /// the bytes in its memory with one copy in all (the device's),
             /// where `AsyncRead` makes a second. `Ok(None)` at the end of
             /// the stream, and at once for a `max` of 0 (as `read` into an
-            /// empty buffer returns 0). A piece
-            /// keeps the receive buffer it is a slice of (up to 64 KiB)
-            /// alive until it is dropped, so an application that holds on
-            /// to data should copy what it keeps. Reads of both kinds may
-            /// be mixed; the window opens as with `read`.
+            /// empty buffer returns 0). A piece keeps the receive buffer it
+            /// is a slice of (up to 64 KiB) alive until it is dropped, so
+            /// an application that holds on to data should copy what it
+            /// keeps. Reads of both kinds may be mixed; the window opens as
+            /// with `read`. A piece is often one received segment: to hash
+            /// or parse in large blocks, gather pieces or use `read`.
             pub async fn read_chunk(&mut self, max: usize) -> std::io::Result<Option<bytes::Bytes>> {
                 std::future::poll_fn(|cx| self.inner.poll_read_chunk(cx, max)).await
             }
