@@ -27,6 +27,19 @@ pub(crate) fn recv(ep: &mut Endpoint, h: ConnectionHandle, now: Instant, out: &m
     ep.recv(h, now, out).unwrap_or(0)
 }
 
+/// Takes the next received piece without a copy (the runtime's
+/// `read_chunk`), at most `max` bytes, into `out`; its length (0: nothing
+/// ready, or finished, or gone).
+pub(crate) fn recv_piece(ep: &mut Endpoint, h: ConnectionHandle, now: Instant, out: &mut [u8]) -> usize {
+    match ep.recv_piece(h, now, out.len()) {
+        Ok(Some(p)) => {
+            out[..p.len()].copy_from_slice(&p);
+            p.len()
+        }
+        _ => 0,
+    }
+}
+
 /// The next connection a listener accepted.
 pub(crate) fn accept(ep: &mut Endpoint) -> Option<ConnectionHandle> {
     ep.accept()

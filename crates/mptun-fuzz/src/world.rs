@@ -447,7 +447,14 @@ impl World {
                     api::close(&mut side.ep, app.h);
                 }
                 while side.reading {
-                    let k = api::recv(&mut side.ep, app.h, now, &mut self.buf);
+                    // The client takes pieces as they arrived (zero-copy
+                    // reads), the server copies: both read paths of the
+                    // core under the hostile wire.
+                    let k = if side.client {
+                        api::recv_piece(&mut side.ep, app.h, now, &mut self.buf)
+                    } else {
+                        api::recv(&mut side.ep, app.h, now, &mut self.buf)
+                    };
                     if k == 0 {
                         break;
                     }
