@@ -445,9 +445,10 @@ mod tests {
         block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap();
         thread::sleep(Duration::from_millis(20));
         // The channel holds 4: the thread is stuck on the rest when the
-        // writer goes; the reader makes room 50 ms later.
+        // writer goes; the reader makes room 10 ms later (well inside the
+        // drain, even on a loaded machine).
         let reader = thread::spawn(move || {
-            thread::sleep(Duration::from_millis(50));
+            thread::sleep(Duration::from_millis(10));
             let mut got = Vec::new();
             let t0 = Instant::now();
             while got.len() < 16 && t0.elapsed() < Duration::from_secs(5) {
