@@ -39,7 +39,7 @@ pub use pcap::{PcapReader, PcapWriter};
 pub use pool::POOL_MAX;
 pub use tap::{PcapTap, SharedPcap};
 pub use tun::{IfAddr, TunConfig, TunDevice};
-pub use writer::{WriterThread, INLINE_BELOW};
+pub use writer::{WriterThread, DRAIN_ON_DROP, INLINE_BELOW};
 
 /// Packets per batch: tun-rs' `IDEAL_BATCH_SIZE`, also wireguard-go's.
 pub const DEFAULT_BATCH: usize = 128;

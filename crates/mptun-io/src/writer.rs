@@ -41,10 +41,10 @@ pub const INLINE_BELOW: usize = 16 * 1024;
 /// polls again (a lost wake-up costs at most this).
 const PUSHBACK_RECHECK: Duration = Duration::from_millis(1);
 /// Longest the thread keeps offering its last batch to a device that
-/// pushes back once the writer is dropped: the stack's last packets (the
-/// resets of its connections) are in it, and the stack's own drain allows
-/// as long.
-const DRAIN_ON_DROP: Duration = Duration::from_millis(200);
+/// pushes back once the writer is dropped: a stack's last packets (the
+/// resets of its connections) are in it. The stack drains for as long
+/// before it drops its writers.
+pub const DRAIN_ON_DROP: Duration = Duration::from_millis(200);
 
 /// Wraps a device so that [`PacketIo::poll_send_batch`] hands the batch to
 /// a writer thread instead of writing it in the caller's task.

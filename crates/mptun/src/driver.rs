@@ -65,8 +65,9 @@ const MAX_HOLD: Duration = Duration::from_micros(100);
 /// take what it still held and the resets it sends every connection (a
 /// writer thread still busy with the previous batch): without it the
 /// resets were dropped with the driver and the peers were left with
-/// half-open connections.
-const SHUTDOWN_DRAIN: Duration = Duration::from_millis(200);
+/// half-open connections. The writer threads then give a device that
+/// still pushes back as long again for their last batch.
+const SHUTDOWN_DRAIN: Duration = mptun_io::DRAIN_ON_DROP;
 /// How often closed connections nobody owns are swept from the endpoint.
 const SWEEP_EVERY: Duration = Duration::from_millis(1000);
 /// Largest packet the endpoint may write (an IPv6 jumbo aside).
@@ -196,6 +197,7 @@ impl Driver {
             // order and its reset behind them: a reset sent ahead of data
             // it counts (its sequence number past what the peer has seen)
             // only draws a challenge ACK, and the peer stays half-open.
+            // (Nothing is held past `now + HORIZON`: `push` refuses it.)
             let more = self.transmit(&mut st, now, now + 2 * departure::HORIZON);
             drop(st);
             // A device that pushes back wakes us when it takes more.
