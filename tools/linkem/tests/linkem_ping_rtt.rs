@@ -1,7 +1,10 @@
 //! ping through linkem with 20 ms configured each way: the RTT must be 40 ms, not 41-42 ms as a
-//! millisecond timer would make it, and stable. Stability is judged on the 90th percentile: the
-//! tail above it measures the host's scheduling latency (a CI machine busy with other tests
-//! delays a userspace forwarder by milliseconds now and then), not linkem's timer.
+//! millisecond timer would make it, and never less. The timer is judged where a loaded host cannot
+//! move it: the shortest RTT (noise only ever adds delay), the median RTT, and the median of
+//! linkem's own release error (how late each packet left against its due time). The tail is the
+//! host's scheduling latency, not linkem's timer: a CI machine busy with other tests once showed a
+//! release error of 340 µs at the 90th percentile and 1.7 ms at the 99th with a median of 1 µs, and
+//! a ping p90 of 41.7 ms. So the tail is bounded only against gross stalls.
 
 mod common;
 use common::{netns_available, quantile, Topo};
@@ -35,8 +38,14 @@ fn linkem_ping_rtt_is_the_configured_delay() {
         st["a2b"]["release_error_us"],
         st["b2a"]["release_error_us"]
     );
+    let min = quantile(&mut rtts, 0.0);
+    assert!(min >= 39.95, "a packet left early: min RTT {min} ms");
     assert!((p50 - 40.0).abs() <= 1.0, "p50 {p50} ms");
-    assert!(p90 <= 41.0, "p90 {p90} ms");
+    for dir in ["a2b", "b2a"] {
+        let late = st[dir]["release_error_us"]["p50"].as_f64().unwrap();
+        assert!(late <= 200.0, "{dir}: median release error {late} µs: a coarse timer");
+    }
+    assert!(p90 <= 45.0, "p90 {p90} ms: stalls beyond a loaded host's scheduling latency");
     assert_eq!(st["a2b"]["dropped"]["rx_kernel"], 0);
 
     // The same path carries IPv6.
