@@ -164,20 +164,21 @@ fn sender_series_reaches_the_end(dir: &std::path::Path, r: &Value) {
 /// the patch); a crashed run's leftover namespace of the same name does not
 /// stop the kernel's run, whose CUBIC (with the fix) also exits by train.
 ///
-/// The ACK train needs ACKs no more than 2 ms apart (`hystart_ack_delta`);
-/// a userspace stack on a loaded shared host sometimes sees a longer gap
-/// within the round and the train is found late or not at all (docs/lab.md:
-/// one of three measured runs). Likewise the legacy delay exit comes at a
-/// cwnd that the host's latency noise moves (242, 530 and 1033 packets in
-/// three runs of 2026-11-30 against a BDP of 619; one run in four ran into
-/// loss instead; on 2026-12-01's host 912-1548 in most runs, and the
-/// kernel's own CUBIC exited by delay instead of train in one run of
-/// seven). So the mptun run is tried up to five times and must show each
-/// variant's behaviour once, and the kernel's up to three times and must
-/// exit by train once. The simulator's `hystart` test asserts both exits
-/// exactly, every time.
+/// The ACK train needs ACKs no more than 2 ms apart (`hystart_ack_delta`),
+/// and the ACKs reach the sender through linkem, a userspace forwarder: on a
+/// shared VM its release lateness reached 2-10 ms at the maximum in every run
+/// of 2026-12-01 (the report's `emulator_release_error_us`; steal time 4 %),
+/// with the kernel at both ends too (max 2.7-4.2 ms). A late ACK breaks the
+/// train, and the fix then leaves slow start by loss: about half of that
+/// day's mptun runs (and one in seven of the kernel's). Likewise the legacy
+/// delay exit comes at a cwnd that the latency noise moves (below the BDP of
+/// 619 in about 60 % of runs). So the mptun run is tried up to eight times
+/// and must show each variant's behaviour once, and the kernel's up to four
+/// times and must exit by train once. The simulator's `hystart` test asserts
+/// both exits exactly, every time.
 #[test]
 fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
+    const MPTUN_ATTEMPTS: u32 = 8;
     if !lab_ready() {
         return;
     }
@@ -185,7 +186,7 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
     let mut bdp = 0;
     let mut fixed_by_train = false;
     let mut legacy_below_bdp = false;
-    for attempt in 1..=5 {
+    for attempt in 1..=MPTUN_ATTEMPTS {
         let (v, _) = lab_json(&["hystart"], &n, Duration::from_secs(60));
         let vars = v["variants"].as_array().expect("variants");
         let (legacy, fixed) = (&vars[0], &vars[1]);
@@ -200,19 +201,26 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
             break;
         }
         println!(
-            "attempt {attempt}: legacy exited by {} at cwnd {}, fixed by {} at cwnd {}",
-            legacy["exit_reason"], legacy["exit_cwnd"], fixed["exit_reason"], fixed["exit_cwnd"]
+            "attempt {attempt}: legacy exited by {} at cwnd {}, fixed by {} at cwnd {}; linkem's ACK release lateness {}",
+            legacy["exit_reason"],
+            legacy["exit_cwnd"],
+            fixed["exit_reason"],
+            fixed["exit_cwnd"],
+            v["emulator_release_error_us"]["acks"]
         );
     }
-    assert!(fixed_by_train, "the fixed round start never exited by ACK train at or above the BDP in 5 runs");
-    assert!(legacy_below_bdp, "the legacy round start never exited by delay below the BDP in 5 runs");
+    assert!(
+        fixed_by_train,
+        "the fixed round start never exited by ACK train at or above the BDP in {MPTUN_ATTEMPTS} runs (lateness above)"
+    );
+    assert!(legacy_below_bdp, "the legacy round start never exited by delay below the BDP in {MPTUN_ATTEMPTS} runs");
 
     // A run killed before its teardown left a namespace behind.
     let k = name("hk");
     let left = format!("{k}-mid");
     assert!(Command::new("ip").args(["netns", "add", &left]).status().unwrap().success());
     let mut runs = Vec::new();
-    for attempt in 1..=3 {
+    for attempt in 1..=4 {
         let (v, err) = lab_json(&["hystart", "--stack", "kernel"], &k, Duration::from_secs(60));
         if attempt == 1 {
             assert!(err.contains("leftovers"), "{err}");
@@ -223,9 +231,9 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
             assert!(kernel["server_counters"]["TcpExtTCPHystartTrainDetect"].as_u64() == Some(1), "{kernel:#}");
             return;
         }
-        runs.push(kernel);
+        runs.push((kernel, v["emulator_release_error_us"].clone()));
     }
-    panic!("the kernel's CUBIC never exited by ACK train in 3 runs: {runs:#?}");
+    panic!("the kernel's CUBIC never exited by ACK train in 4 runs: {runs:#?}");
 }
 
 /// Failover on real packets: path 1 goes down both ways at 5 s and comes

@@ -49,7 +49,7 @@ fn next_client_works(lab: &Lab, dst: &str, server: &Running) {
     println!("next client done in {:?}", t0.elapsed());
 }
 
-/// SIGINT to a client 2.5 s into its test: it exits 130 within 3 s and
+/// SIGINT to a client 2.5 s into its test: it exits 130 within 5 s and
 /// prints (JSON) what was measured, iperf3's interrupt `error`, and the
 /// digests of a clean end; the report and stderr.
 fn interrupt_client(ns: &str, args: &[&str]) -> (Value, String) {
@@ -60,7 +60,9 @@ fn interrupt_client(ns: &str, args: &[&str]) -> (Value, String) {
     let (st, out, err) = client.finish(Duration::from_secs(8));
     let took = t0.elapsed();
     assert_eq!(st.code(), Some(130), "{args:?}: exit {st}; stderr {err}; stdout {out}");
-    assert!(took < Duration::from_secs(3), "{args:?}: took {took:?} to stop");
+    // A stop that waited for a timeout would take the 30 s test's length; 5 s leaves a loaded
+    // host room and still tells the two apart.
+    assert!(took < Duration::from_secs(5), "{args:?}: took {took:?} to stop");
     let v = parse(&out);
     assert_eq!(v["error"], "interrupt - the client has terminated", "{v:#}");
     assert!(v["end"]["sum_received"]["bytes"].as_u64().unwrap() > 0, "{:#}", v["end"]);
@@ -169,8 +171,12 @@ fn cli_sigint_with_kernel_sockets_ends_the_test_cleanly() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v = parse(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(v["end"]["mptcp"]["sha256_match"], Value::Bool(true));
-    let secs = v["end"]["sum_received"]["seconds"].as_f64().unwrap();
-    assert!((1.9..3.0).contains(&secs), "a 2 s test took {secs} s");
+    // The sender enforces -t on its own clock; the receiver's span starts at its first read,
+    // which a loaded host may delay, so it is only bounded by the sender's.
+    let sent = v["end"]["sum_sent"]["seconds"].as_f64().unwrap();
+    let received = v["end"]["sum_received"]["seconds"].as_f64().unwrap();
+    assert!((2.0..5.0).contains(&sent), "a 2 s test sent for {sent} s");
+    assert!(received > 0.5 && received <= sent + 1.0, "received for {received} s, sent for {sent} s");
     drop(srv);
     for reverse in [false, true] {
         interrupt_server(lab.a.name(), &args(reverse, "30"), kserver());
@@ -190,7 +196,7 @@ fn cli_refused_and_busy_are_reported_at_once() {
     // mptun B owns 10.201.0.2 on a TUN whose subnet is 10.201.0.0/24.
     let other = "10.201.0.99";
     for json in [false, true] {
-        let mut args = vec!["send", other, "-n", "1M", "--topology", "lab-a:1"];
+        let mut args = vec!["send", other, "-n", "1M", "--topology", "lab-a:1", "--connect-timeout", "30"];
         if json {
             args.push("--json");
         }
@@ -200,7 +206,7 @@ fn cli_refused_and_busy_are_reported_at_once() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains("connection refused"), "{err}");
-        assert!(took < Duration::from_secs(2), "refused at once, not after a timeout: {took:?}");
+        assert!(took < Duration::from_secs(10), "refused at once, not after the 30 s connect timeout: {took:?}");
         if json {
             let v = parse(&String::from_utf8_lossy(&out.stdout));
             let e = v["error"].as_str().expect("error");
@@ -211,8 +217,14 @@ fn cli_refused_and_busy_are_reported_at_once() {
         }
     }
     let dst = lab.mptun_addr(Side::B, 1).to_string();
-    let first = Running::spawn(Some(lab.a.name()), &["send", &dst, "-t", "4", "--topology", "lab-a:1"]);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Connected (iperf3's "connected to" line) before the second client starts, and long enough
+    // that the second one's start-up on a loaded host still meets it running.
+    let first = Running::spawn_ready(
+        Some(lab.a.name()),
+        &["send", &dst, "-t", "8", "--topology", "lab-a:1"],
+        "connected to",
+        Duration::from_secs(15),
+    );
     let out = run(Some(lab.a.name()), &["send", &dst, "-n", "1M", "--topology", "lab-a:1"], Duration::from_secs(15));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("busy"), "{err}");
@@ -262,10 +274,10 @@ fn cli_totals_are_sums_and_dead_subflows_do_not_count() {
     lab.link_down(Side::A, 2).unwrap();
     let dst = lab.mptun_addr(Side::B, 1).to_string();
     let mut rx_segs = Vec::new();
-    for _ in 0..2 {
+    for size in ["8M", "64K"] {
         let out = run(
             Some(lab.a.name()),
-            &["send", &dst, "-n", "8M", "--topology", "lab-a:2", "--json"],
+            &["send", &dst, "-n", size, "--topology", "lab-a:2", "--json"],
             Duration::from_secs(30),
         );
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -279,7 +291,10 @@ fn cli_totals_are_sums_and_dead_subflows_do_not_count() {
         assert!(dead.iter().all(|s| s["bytes"] == 0), "{dead:?}");
         rx_segs.push(v["end"]["mptcp"]["peer_counters"]["TcpInSegs"].as_u64().unwrap_or(0));
     }
-    // Per-test deltas: the second test's counters are not the first's plus its own.
-    assert!(rx_segs[0] > 0 && rx_segs[1] < rx_segs[0] * 3 / 2, "server counters per test: {rx_segs:?}");
+    // Per-test deltas: the second test's counters are not the first's plus its own. The server
+    // takes GRO super-packets of up to 64 KiB, so 8 MiB is at least 128 received segments however
+    // the data batched, and 64 KiB well under 128 (at most 45 wire segments and the handshakes);
+    // lifetime counters would make the second figure the larger.
+    assert!(rx_segs[0] >= 128 && rx_segs[1] < rx_segs[0], "server counters per test: {rx_segs:?}");
     drop(srv);
 }

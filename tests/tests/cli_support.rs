@@ -86,6 +86,8 @@ pub struct Running {
     child: Option<Child>,
     what: String,
     lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The threads reading its pipes: they end at EOF, once it exited.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Running {
@@ -113,7 +115,7 @@ impl Running {
                 }
             });
         }
-        let r = Running { child: Some(child), what: what.to_owned(), lines: Default::default() };
+        let r = Running { child: Some(child), what: what.to_owned(), lines: Default::default(), readers: Vec::new() };
         let deadline = Instant::now() + limit;
         let mut seen = Vec::new();
         loop {
@@ -141,17 +143,17 @@ impl Running {
         let mut c = command(ns, args);
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = c.spawn().expect("spawn mptun");
-        let mut r = Running { child: None, what: args.join(" "), lines: Default::default() };
+        let mut r = Running { child: None, what: args.join(" "), lines: Default::default(), readers: Vec::new() };
         for (pipe, tag) in [
             (Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>, ""),
             (Box::new(child.stderr.take().expect("stderr")) as Box<dyn std::io::Read + Send>, STDERR_TAG),
         ] {
             let l2 = r.lines.clone();
-            std::thread::spawn(move || {
+            r.readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                     l2.lock().map(|mut v| v.push(format!("{tag}{line}"))).ok();
                 }
-            });
+            }));
         }
         r.child = Some(child);
         r
@@ -180,11 +182,16 @@ impl Running {
 
     /// Waits for the exit within `limit` of a process started with
     /// [`Running::spawn`]; its status, stdout and stderr.
-    pub fn finish(self, limit: Duration) -> (std::process::ExitStatus, String, String) {
+    pub fn finish(mut self, limit: Duration) -> (std::process::ExitStatus, String, String) {
         let lines = self.lines.clone();
+        let readers = std::mem::take(&mut self.readers);
         let st = self.wait(limit);
-        // Let the reader threads take the last lines.
-        std::thread::sleep(Duration::from_millis(200));
+        // The reader threads have the last lines once they reach EOF; a child process of its
+        // own that kept the pipes open would hold them, hence the bound.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while readers.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let all = lines.lock().map(|v| v.clone()).unwrap_or_default();
         let (err, out): (Vec<String>, Vec<String>) = all.into_iter().partition(|l| l.starts_with(STDERR_TAG));
         let err: Vec<&str> = err.iter().map(|l| &l[STDERR_TAG.len()..]).collect();

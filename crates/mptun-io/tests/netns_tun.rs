@@ -197,11 +197,14 @@ async fn batching_drains_a_burst_in_few_wakeups() {
     let sock = lab.peer_socket(false);
     const N: usize = 200;
     let dst: SocketAddr = "10.201.0.2:7".parse().unwrap();
-    // Queue the whole burst before the first read.
+    // Queue the whole burst before the first read. The TUN's own counters
+    // move only as it is read, so this waits: 200 ms, not the 1 ms the
+    // kernel takes on a quiet host, for a loaded one whose softirq work
+    // went to ksoftirqd.
     for i in 0..N {
         sock.send_to(&(i as u32).to_be_bytes(), dst).await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut batch = PacketBatch::new(64, tun.mtu());
     let mut out = PacketBatch::new(64, tun.mtu());
     let mut seen = Vec::new();

@@ -310,11 +310,30 @@ async fn dropping_the_stack_fails_pending_operations() {
     assert!(matches!(r, Err(_) | Ok(0)), "{r:?}");
 }
 
-/// A device whose writes stall (Pending) until a given time, as a NIC
+/// A device whose writes stall (Pending) while the test holds it closed, as a NIC
 /// whose ring is full.
 struct Stalling {
     inner: ChannelIo,
-    until: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Closed: every send batch is refused (Pending) until the test opens it.
+    closed: std::sync::Mutex<(bool, Vec<std::task::Waker>)>,
+}
+
+impl Stalling {
+    fn new(inner: ChannelIo) -> Arc<Self> {
+        Arc::new(Stalling { inner, closed: std::sync::Mutex::new((false, Vec::new())) })
+    }
+    fn close(&self) {
+        self.closed.lock().unwrap().0 = true;
+    }
+    /// Opens the gate and wakes whoever a closed gate sent away.
+    fn open(&self) {
+        let wakers = {
+            let mut g = self.closed.lock().unwrap();
+            g.0 = false;
+            std::mem::take(&mut g.1)
+        };
+        wakers.into_iter().for_each(|w| w.wake());
+    }
 }
 
 impl PacketIo for Stalling {
@@ -336,14 +355,10 @@ impl PacketIo for Stalling {
         cx: &mut std::task::Context<'_>,
         b: &mut mptun_io::PacketBatch,
     ) -> std::task::Poll<std::io::Result<usize>> {
-        if let Some(t) = *self.until.lock().unwrap() {
-            let now = std::time::Instant::now();
-            if now < t {
-                let w = cx.waker().clone();
-                std::thread::spawn(move || {
-                    std::thread::sleep(t - now);
-                    w.wake();
-                });
+        {
+            let mut g = self.closed.lock().unwrap();
+            if g.0 {
+                g.1.push(cx.waker().clone());
                 return std::task::Poll::Pending;
             }
         }
@@ -364,21 +379,22 @@ impl PacketIo for Stalling {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stack_dropped_while_its_device_is_busy_still_resets_its_connections() {
     let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
-    let a = Arc::new(Stalling { inner: a, until: std::sync::Mutex::new(None) });
+    let a = Stalling::new(a);
     let sa = Stack::builder().path("10.0.0.1".parse().unwrap(), a.clone() as Arc<dyn PacketIo>).build().unwrap();
     let sb = Stack::builder().path("10.0.0.2".parse().unwrap(), Arc::new(b) as Arc<dyn PacketIo>).build().unwrap();
     let listener = MptcpListener::bind(&sb, "10.0.0.2:5004").await.unwrap();
     let mut c = MptcpStream::connect(&sa, "10.0.0.2:5004").await.unwrap();
     let (mut s, _) = listener.accept().await.unwrap();
-    // The device stalls for 100 ms and data goes into the stall (less than
-    // the send buffer takes, so the write returns at once): the device is
-    // still busy with it when the stack goes.
-    *a.until.lock().unwrap() = Some(std::time::Instant::now() + Duration::from_millis(100));
+    // The device stalls and data goes into the stall (less than the send
+    // buffer takes, so the write returns at once): the device is still busy
+    // with it when the stack goes, and takes it again within the drain.
+    a.close();
     c.write_all(&[7u8; 32 * 1024]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(a.until.lock().unwrap().is_some_and(|t| std::time::Instant::now() < t), "the stall is over already");
     drop(c);
     drop(sa);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    a.open();
     let mut buf = vec![0u8; 64 * 1024];
     let ended = timeout(Duration::from_secs(3), async {
         loop {
@@ -408,17 +424,29 @@ async fn pcap_capture_is_flushed_while_the_stack_runs() {
     c.write_all(b"captured").await.unwrap();
     let mut got = [0u8; 8];
     s.read_exact(&mut got).await.unwrap();
-    // Idle now; the driver must still flush within about a second.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut r = mptun_io::PcapReader::open(&file).unwrap();
-    let mut packets = 0;
-    let mut saw_payload = false;
-    while let Some(rec) = r.next_record().unwrap() {
-        packets += 1;
-        saw_payload |= rec.data.windows(8).any(|w| w == b"captured");
-    }
+    // Idle now; the driver must still flush (about once a second) while the
+    // stack runs: the capture is read, not waited for with a drop. A record
+    // read mid-write is not counted, only whole ones (nor a header not yet
+    // written out).
+    let read = || {
+        let Ok(mut r) = mptun_io::PcapReader::open(&file) else { return (0, false) };
+        let (mut packets, mut saw_payload) = (0, false);
+        while let Ok(Some(rec)) = r.next_record() {
+            packets += 1;
+            saw_payload |= rec.data.windows(8).any(|w| w == b"captured");
+        }
+        (packets, saw_payload)
+    };
+    let t0 = std::time::Instant::now();
+    let (packets, saw_payload) = loop {
+        let (packets, saw) = read();
+        if (packets >= 4 && saw) || t0.elapsed() > Duration::from_secs(10) {
+            break (packets, saw);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(packets >= 4, "handshake and data in the capture, got {packets}");
-    assert!(saw_payload);
+    assert!(saw_payload, "the payload in the capture within 10 s");
     drop((c, s, sa));
     let _ = std::fs::remove_file(&file);
 }
@@ -435,7 +463,7 @@ async fn pcap_capture_is_flushed_while_the_stack_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_returns_with_the_last_packets_sent_and_captured() {
     let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
-    let a = Arc::new(Stalling { inner: a, until: std::sync::Mutex::new(None) });
+    let a = Stalling::new(a);
     let file = std::env::temp_dir().join(format!("mptun-shutdown-{}.pcap", std::process::id()));
     let sa =
         Stack::builder().path("10.0.0.1".parse().unwrap(), a.clone() as Arc<dyn PacketIo>).pcap(&file).build().unwrap();
@@ -468,14 +496,28 @@ async fn shutdown_returns_with_the_last_packets_sent_and_captured() {
     .await
     .unwrap();
     // Then the device stalls: the batch fills and the fq holds the rest.
-    *a.until.lock().unwrap() = Some(std::time::Instant::now() + Duration::from_millis(100));
+    a.close();
     c.write_all(&vec![6u8; 1 << 20]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(sa.runtime_stats().held_packets > 0, "{:?}", sa.runtime_stats());
+    timeout(Duration::from_secs(10), async {
+        while sa.runtime_stats().held_packets == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the fq holds packets behind the stalled device");
     // The connection still has data to send when the stack goes, so it
-    // ends with a reset, not a FIN.
+    // ends with a reset, not a FIN. The device takes packets again inside
+    // the shutdown's 200 ms drain.
     drop(c);
+    let opener = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            a.open();
+        })
+    };
     timeout(Duration::from_secs(5), sa.shutdown()).await.expect("the driver stops within its drain");
+    opener.join().unwrap();
     let mut r = mptun_io::PcapReader::open(&file).unwrap();
     let mut resets = 0;
     while let Some(rec) = r.next_record().unwrap() {

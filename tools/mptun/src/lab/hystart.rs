@@ -71,6 +71,12 @@ struct LabReport {
     /// fixed − legacy (mptun).
     #[serde(skip_serializing_if = "Option::is_none")]
     delivered_gain_bytes: Option<i64>,
+    /// How late linkem released frames against their due instants over the whole run (its
+    /// `release_error_us`), per direction: `acks` (client → server) and `data`. HyStart's ACK
+    /// train needs ACKs no more than 2 ms apart, so a late emulator breaks the train the
+    /// controller is judged on: this says whether the emulator, not the stack, moved a result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    emulator_release_error_us: Option<serde_json::Value>,
     sim: hystart::Report,
 }
 
@@ -178,6 +184,11 @@ pub fn run(a: HystartArgs) -> Result<()> {
     for (i, n) in names.iter().enumerate() {
         variants.push(variant(&topo, &a, &p, n, 5301 + i as u16)?);
     }
+    let emulator = topo
+        .ctl(1, &["stats"])
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .map(|v| serde_json::json!({"acks": v["a2b"]["release_error_us"], "data": v["b2a"]["release_error_us"]}));
     drop(topo);
     let sim = hystart::run(&p);
     for v in &mut variants {
@@ -194,6 +205,7 @@ pub fn run(a: HystartArgs) -> Result<()> {
         duration_s: a.duration,
         variants,
         delivered_gain_bytes: gain,
+        emulator_release_error_us: emulator,
         sim,
     };
     super::emit(a.common.json.json, &r, || {
@@ -218,6 +230,16 @@ pub fn run(a: HystartArgs) -> Result<()> {
                 if v.bottleneck_saturated { " (saturated)" } else { "" }
             );
             print!("{}", super::vs_sim_table(&v.vs_sim));
+        }
+        if let Some(e) = &r.emulator_release_error_us {
+            let f = |d: &str, k: &str| e[d][k].as_f64().unwrap_or(f64::NAN) / 1e3;
+            println!(
+                "  linkem release lateness: ACKs p99 {:.2} ms, max {:.2} ms; data p99 {:.2} ms, max {:.2} ms",
+                f("acks", "p99"),
+                f("acks", "max"),
+                f("data", "p99"),
+                f("data", "max")
+            );
         }
     })?;
     Ok(())
