@@ -51,7 +51,8 @@ pub fn run(ns: Option<&str>, args: &[&str], limit: Duration) -> Output {
     };
     let out = drain(Box::new(child.stdout.take().expect("stdout")));
     let err = drain(Box::new(child.stderr.take().expect("stderr")));
-    let mut guard = Running { child: Some(child), what: args.join(" "), lines: Default::default() };
+    let mut guard =
+        Running { child: Some(child), what: args.join(" "), lines: Default::default(), readers: Vec::new() };
     let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(status) = guard.child.as_mut().and_then(|ch| ch.try_wait().expect("wait")) {

@@ -214,5 +214,8 @@ fn cli_mptun_and_kernel_interwork() {
     assert_eq!(v["start"]["mptun"]["stack"], "kernel");
     assert_eq!(v["end"]["mptcp"]["mode"], "mptcp");
     assert!(f64_at(&v, "/end/sum_received/bits_per_second") > 0.0);
-    assert!(f64_at(&v, "/end/sum_received/seconds") >= 1.5, "a 2 s test lasts about 2 s");
+    // The receiver's span starts at its first read, which a loaded host may delay: bounded
+    // loosely, the sender's -t is what ends the test.
+    let secs = f64_at(&v, "/end/sum_received/seconds");
+    assert!((1.0..5.0).contains(&secs), "a 2 s test lasts about 2 s: {secs} s");
 }
