@@ -103,20 +103,22 @@ impl Running {
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
         let (tx, rx) = mpsc::channel::<String>();
+        let mut readers = Vec::new();
         for pipe in [
             Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
             Box::new(child.stderr.take().expect("stderr")) as Box<dyn std::io::Read + Send>,
         ] {
             let tx = tx.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(pipe).lines().map_while(Result::ok) {
                     if tx.send(line).is_err() {
                         break;
                     }
                 }
-            });
+            }));
         }
-        let r = Running { child: Some(child), what: what.to_owned(), lines: Default::default(), readers: Vec::new() };
+        drop(tx);
+        let mut r = Running { child: Some(child), what: what.to_owned(), lines: Default::default(), readers };
         let deadline = Instant::now() + limit;
         let mut seen = Vec::new();
         loop {
@@ -130,11 +132,12 @@ impl Running {
         // Keep draining the pipes so the server never blocks on a full one.
         *r.lines.lock().expect("lines") = seen;
         let l2 = r.lines.clone();
-        std::thread::spawn(move || {
+        // Ends once both pipe readers have (their senders gone).
+        r.readers.push(std::thread::spawn(move || {
             while let Ok(line) = rx.recv() {
                 l2.lock().map(|mut v| v.push(line)).ok();
             }
-        });
+        }));
         r
     }
 
