@@ -55,6 +55,17 @@ pub fn mtu(ifname: &str) -> io::Result<usize> {
     s.trim().parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "unreadable mtu"))
 }
 
+/// Sets a receive buffer of `bytes` on `fd`: `SO_RCVBUFFORCE` passes `net.core.rmem_max` when
+/// we are privileged, else the capped `SO_RCVBUF`. A forwarder (or a test's receiver) that the
+/// host deschedules for milliseconds must not drop at its socket what the link model delivered.
+pub fn force_recv_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let want = bytes.min(i32::MAX as usize) as libc::c_int;
+    if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, want)?;
+    }
+    Ok(())
+}
+
 fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
     // SAFETY: passes a pointer to a live c_int and its exact size.
     cvt(unsafe {
@@ -109,11 +120,7 @@ impl PacketSocket {
                 size_of::<libc::packet_mreq>() as _,
             )
         })?;
-        let want = rcvbuf.min(i32::MAX as usize) as libc::c_int;
-        // SO_RCVBUFFORCE passes rmem_max when we are privileged; fall back to the capped option.
-        if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
-            setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, want)?;
-        }
+        force_recv_buffer(fd, rcvbuf)?;
         // SAFETY: fcntl on our own descriptor.
         let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
         // SAFETY: as above.

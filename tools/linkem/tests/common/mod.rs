@@ -167,7 +167,10 @@ pub fn udp_collect(ns: &str, bind: SocketAddr, idle: Duration) -> std::thread::J
             None,
         )
         .unwrap();
-        force_recv_buffer(&s, 16 << 20);
+        // Plain SO_RCVBUF is capped near 416 KB, some 10 ms of these datagrams at 40,000 a
+        // second: a receiver descheduled that long would drop at its socket what the link
+        // model delivered, and the test would count it as the model's loss.
+        linkem::packet::force_recv_buffer(std::os::fd::AsRawFd::as_raw_fd(&s), 16 << 20).unwrap();
         s.bind(&bind.into()).unwrap();
         let s: UdpSocket = s.into();
         tx.send(()).unwrap();
@@ -185,28 +188,6 @@ pub fn udp_collect(ns: &str, bind: SocketAddr, idle: Duration) -> std::thread::J
     });
     rx.recv().expect("receiver bound");
     h
-}
-
-/// A receive buffer of `bytes` past `net.core.rmem_max` (`SO_RCVBUFFORCE`, as root): plain
-/// `SO_RCVBUF` is capped at about 416 KB, which holds some 10 ms of 64-byte datagrams at 40,000 a
-/// second, so a loaded host descheduling the receiver that long would drop datagrams at its
-/// socket and a test would count them as the link model's.
-fn force_recv_buffer(s: &socket2::Socket, bytes: usize) {
-    use std::os::fd::AsRawFd;
-    let v = bytes as libc::c_int;
-    // SAFETY: a valid socket fd and a c_int option value of the stated size.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        let _ = s.set_recv_buffer_size(bytes);
-    }
 }
 
 /// Packets that arrived after one with a higher sequence number.
