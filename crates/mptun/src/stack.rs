@@ -39,6 +39,11 @@ pub(crate) struct StackInner {
 
 impl Drop for StackInner {
     fn drop(&mut self) {
+        // The device handles before the flag: the driver keeps its own until
+        // it ends, so it, not the thread dropping the stack, drops the last
+        // of them (a writer thread's join, a capture's flush, a user
+        // device's own drop, which may panic).
+        drop(std::mem::take(&mut self.devices));
         self.shared.update(|st| st.shutdown = true);
     }
 }
@@ -295,8 +300,10 @@ impl Stack {
         // Registered before the check: a driver ending in between still
         // wakes this waiter.
         done.as_mut().enable();
-        shared.update(|st| st.shutdown = true);
+        // This handle first, the flag after: the driver then drops the last
+        // device handles (see `StackInner`'s drop), not this task.
         drop(self);
+        shared.update(|st| st.shutdown = true);
         if !shared.lock().driver_gone {
             done.await;
         }

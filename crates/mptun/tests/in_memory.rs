@@ -358,7 +358,9 @@ impl PacketIo for Stalling {
         {
             let mut g = self.closed.lock().unwrap();
             if g.0 {
-                g.1.push(cx.waker().clone());
+                if !g.1.iter().any(|w| w.will_wake(cx.waker())) {
+                    g.1.push(cx.waker().clone());
+                }
                 return std::task::Poll::Pending;
             }
         }
