@@ -21,6 +21,12 @@
 //! adds "+zero copy" rows), `MPTUN_BENCH_READ` (`1`: mptun's download read
 //! with `read_chunk`, the zero-copy read, instead of `read`; `ab` adds
 //! "+chunk read" rows). One of the three may be `ab` at a time.
+//! `MPTUN_BENCH_RT` (the tokio runtime of the mptun runs' application
+//! task and stack driver: `current`, the default, one thread for both as
+//! in the CLI's `send` and `serve`; `one`, a multi-thread runtime with one
+//! worker, the application on the bench's thread; `two`, two workers),
+//! to see what wake-ups between threads cost: on two cores a two-worker
+//! runtime moved a fifth to a half less (BENCH.md).
 //!
 //! Each run also reports the host's steal time (`/proc/stat`): the share of
 //! the CPUs the hypervisor gave to other guests during the run. On the
@@ -391,6 +397,11 @@ async fn mptun_run(
         println!("{name}: mptun counters:\n{}", c.to_nstat());
         println!("{name}: kernel peer nstat delta: {}", delta.join(" "));
     }
+    // Until its driver has stopped the stack holds its TUN devices, and on
+    // a current-thread runtime nothing polls that driver once this
+    // `block_on` returns: end it here.
+    drop((r, w));
+    stack.shutdown().await;
     Ok(Result {
         name,
         up: gbps(bytes, up_t),
@@ -471,7 +482,15 @@ fn main() {
         "only one of MPTUN_BENCH_WRITER, MPTUN_BENCH_ZC and MPTUN_BENCH_READ may be ab"
     );
     let base = Variant { writer, zero_copy, chunk_read };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = match std::env::var("MPTUN_BENCH_RT").as_deref() {
+        Ok("current") | Err(_) => tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+        Ok("one") => tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap(),
+        Ok("two") => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap(),
+        Ok(other) => panic!("MPTUN_BENCH_RT: {other}? (two, one or current)"),
+    };
+    if let Ok(v) = std::env::var("MPTUN_BENCH_RT") {
+        println!("mptun runs on the runtime {v:?} (MPTUN_BENCH_RT)");
+    }
     let mut all: Vec<Vec<Result>> = Vec::new();
     for round in 0..rounds {
         let port = 5400 + (round as u16) * 10;

@@ -365,14 +365,21 @@ impl Plan {
     }
 }
 
-/// The tokio runtime every network command runs on (two workers: the
-/// stack's driver and the application side).
+/// The tokio runtime `send` and `serve` run on: one thread, where the
+/// test's I/O task and mptun's stack driver take turns (a file's disk I/O
+/// and hashing run on a thread of their own, `bulk::pipeline`).
+///
+/// On a runtime with two workers the two tasks sat on different threads,
+/// or moved between them, and every hand-over between them (data written,
+/// data arrived, window opened) and every device readiness woke the other
+/// worker: a futex or eventfd wake-up and an IPI each. Measured on two
+/// cores (crates/mptun/BENCH.md, "One thread for the application and its
+/// stack"): `mptun send` over mptun's own stack 2.86 -> 6.04 Gbit/s with
+/// SHA-256, 3.91 -> 7.98 with BLAKE3, 9.23 -> 11.16 with XXH3, at less CPU
+/// per GiB; over the kernel's MPTCP the same or better. iperf3 is single
+/// threaded for the same reason.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }
 
 fn emit(r: &Report, json: bool) -> Result<()> {

@@ -27,11 +27,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use clap::{Args, Subcommand};
 use mptun::Stack;
 
-use crate::cli_xfer::{parse_path, parse_secs, runtime};
+use crate::cli_xfer::{parse_path, parse_secs};
+
+/// The proxies' runtime: two workers. A proxy relays many connections at
+/// once; one thread suits a single bulk transfer (`cli_xfer::runtime`),
+/// and no proxy workload has been measured on both.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
 use crate::conn::Conn;
 use crate::pathspec::{self, PathSpec};
 use crate::signals;
