@@ -38,6 +38,16 @@
 //!   examples, and the TUN devices it describes.
 //! - [`pattern`]: the deterministic test data the CLI and the interop tests
 //!   both send, so either can check what the other received.
+//!
+//! **Which runtime.** The stack's driver is a task on the runtime that
+//! builds the [`Stack`]. For bulk transfers run the application's task on
+//! the same thread (a current-thread runtime, or a `LocalSet`): each
+//! hand-over between the application and the driver (data written, data
+//! arrived, window opened) then costs no thread wake-up. On two cores a
+//! two-worker runtime moved as much or less in every case measured (down to
+//! half as much), at the same or more CPU per byte
+//! (`crates/mptun/BENCH.md`, "One thread for the application and its
+//! stack"); the CLI's `send` and `serve` run on one thread for that reason.
 
 #![deny(missing_docs)]
 
