@@ -382,6 +382,16 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }
 
+/// Ends an mptun stack before its `block_on` returns: on the one-thread
+/// runtime nothing polls the stack's driver afterwards, so what it still
+/// holds (a last ACK, the resets of connections left open) would never
+/// leave, and a peer's stack would wait for it.
+async fn end_stack(stack: Option<mptun::Stack>) {
+    if let Some(s) = stack {
+        s.shutdown().await;
+    }
+}
+
 fn emit(r: &Report, json: bool) -> Result<()> {
     report::emit(r, json)?;
     Ok(())
@@ -480,7 +490,10 @@ pub fn run_send(a: SendArgs) -> Result<()> {
     let report = rt.block_on(async move {
         let to = resolve(&host, port).await?;
         let (conn, counters) = connect(&plan, to, a.connect_timeout).await?;
-        bulk::run_client(conn, ClientTest { request, source, sink }, plan.settings.clone(), counters).await
+        let stack = counters.stack();
+        let r = bulk::run_client(conn, ClientTest { request, source, sink }, plan.settings.clone(), counters).await;
+        end_stack(stack).await;
+        r
     })?;
     let mut report = report;
     let interrupted = signals::received().is_some();
@@ -566,58 +579,68 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
                 }
             })
         }
-        loop {
-            let counters = match &listener {
-                L::K(_) => CounterSource::kernel(),
-                L::M(_, stack) => CounterSource::mptun(stack.clone()),
-            };
-            let (conn, peer) = tokio::select! {
-                r = accept(&listener) => r?,
-                _ = signals::wait() => bail!("interrupt - the server has terminated"),
-            };
-            if !json {
-                println!("Accepted connection from {}, port {}", peer.ip(), peer.port());
-            }
-            // One test at a time, as iperf3: a client arriving meanwhile
-            // is told the server is busy, not queued in silence.
-            let test = bulk::run_server(conn, &cfg, plan.settings.clone(), counters);
-            tokio::pin!(test);
-            let result = loop {
-                tokio::select! {
-                    r = &mut test => break r,
-                    r = accept(&listener) => {
-                        if let Ok((other, from)) = r {
-                            eprintln!("mptun: {from} refused: the server is busy running a test");
-                            tokio::spawn(bulk::refuse(other, "the server is busy running a test"));
+        let stack = match &listener {
+            L::M(_, stack) => Some(stack.clone()),
+            L::K(_) => None,
+        };
+        let served = async {
+            loop {
+                let counters = match &listener {
+                    L::K(_) => CounterSource::kernel(),
+                    L::M(_, stack) => CounterSource::mptun(stack.clone()),
+                };
+                let (conn, peer) = tokio::select! {
+                    r = accept(&listener) => r?,
+                    _ = signals::wait() => bail!("interrupt - the server has terminated"),
+                };
+                if !json {
+                    println!("Accepted connection from {}, port {}", peer.ip(), peer.port());
+                }
+                // One test at a time, as iperf3: a client arriving meanwhile
+                // is told the server is busy, not queued in silence.
+                let test = bulk::run_server(conn, &cfg, plan.settings.clone(), counters);
+                tokio::pin!(test);
+                let result = loop {
+                    tokio::select! {
+                        r = &mut test => break r,
+                        r = accept(&listener) => {
+                            if let Ok((other, from)) = r {
+                                eprintln!("mptun: {from} refused: the server is busy running a test");
+                                tokio::spawn(bulk::refuse(other, "the server is busy running a test"));
+                            }
                         }
                     }
-                }
-            };
-            let interrupted = signals::received().is_some();
-            match result {
-                Ok(mut r) => {
-                    if interrupted {
-                        r.error = Some("interrupt - the server has terminated".into());
+                };
+                let interrupted = signals::received().is_some();
+                match result {
+                    Ok(mut r) => {
+                        if interrupted {
+                            r.error = Some("interrupt - the server has terminated".into());
+                        }
+                        emit(&r, json)?;
+                        if !r.end.mptcp.sha256_match && a.one_off {
+                            bail!("integrity check failed");
+                        }
                     }
-                    emit(&r, json)?;
-                    if !r.end.mptcp.sha256_match && a.one_off {
-                        bail!("integrity check failed");
-                    }
+                    Err(e) if a.one_off || interrupted => return Err(e),
+                    Err(e) => eprintln!("mptun: test with {peer} failed: {e:#}"),
                 }
-                Err(e) if a.one_off || interrupted => return Err(e),
-                Err(e) => eprintln!("mptun: test with {peer} failed: {e:#}"),
-            }
-            if interrupted {
-                bail!("interrupt - the server has terminated");
-            }
-            if a.one_off {
-                return Ok(());
-            }
-            if !json {
-                println!("-----------------------------------------------------------");
-                println!("Server listening on {bind} ({what})");
+                if interrupted {
+                    bail!("interrupt - the server has terminated");
+                }
+                if a.one_off {
+                    return Ok(());
+                }
+                if !json {
+                    println!("-----------------------------------------------------------");
+                    println!("Server listening on {bind} ({what})");
+                }
             }
         }
+        .await;
+        drop(listener);
+        end_stack(stack).await;
+        served
     })
 }
 

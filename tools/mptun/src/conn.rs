@@ -212,6 +212,14 @@ impl CounterSource {
         CounterSource::Mptun(stack, base)
     }
 
+    /// The mptun stack counted, to end it when the test is over.
+    pub fn stack(&self) -> Option<mptun::Stack> {
+        match self {
+            CounterSource::Mptun(s, _) => Some(s.clone()),
+            CounterSource::Kernel(_) => None,
+        }
+    }
+
     /// The counters that grew since the baseline, with their increase.
     pub fn read(&self) -> BTreeMap<String, u64> {
         match self {
