@@ -26,7 +26,7 @@
 //! in the CLI's `send` and `serve`; `one`, a multi-thread runtime with one
 //! worker, the application on the bench's thread; `two`, two workers),
 //! to see what wake-ups between threads cost: on two cores a two-worker
-//! runtime moved a fifth to a half less (BENCH.md).
+//! runtime moved as much or less, down to two thirds (BENCH.md).
 //!
 //! Each run also reports the host's steal time (`/proc/stat`): the share of
 //! the CPUs the hypervisor gave to other guests during the run. On the

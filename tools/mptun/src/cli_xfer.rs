@@ -376,16 +376,17 @@ impl Plan {
 /// cores (crates/mptun/BENCH.md, "One thread for the application and its
 /// stack"): `mptun send` over mptun's own stack 2.86 -> 6.04 Gbit/s with
 /// SHA-256, 3.91 -> 7.98 with BLAKE3, 9.23 -> 11.16 with XXH3, at less CPU
-/// per GiB; over the kernel's MPTCP the same or better. iperf3 is single
-/// threaded for the same reason.
+/// per GiB; over the kernel's MPTCP the same or better. (iperf3, before
+/// 3.16, is single threaded too.)
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }
 
 /// Ends an mptun stack before its `block_on` returns: on the one-thread
 /// runtime nothing polls the stack's driver afterwards, so what it still
-/// holds (a last ACK, the resets of connections left open) would never
-/// leave, and a peer's stack would wait for it.
+/// holds (packets in its departure queue, the resets of connections left
+/// open after an error) would never leave, and the peer would wait for
+/// them.
 async fn end_stack(stack: Option<mptun::Stack>) {
     if let Some(s) = stack {
         s.shutdown().await;
