@@ -385,9 +385,9 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 /// Ends an mptun stack before its `block_on` returns: on the one-thread
 /// runtime nothing polls the stack's driver afterwards, so what it still
 /// holds (packets in its departure queue, the resets of connections left
-/// open after an error) would never leave, and the peer would wait for
-/// them.
-async fn end_stack(stack: Option<mptun::Stack>) {
+/// open after an error, or of a proxy's relays still open after its stop)
+/// would never leave, and the peer would wait for them.
+pub(crate) async fn end_stack(stack: Option<mptun::Stack>) {
     if let Some(s) = stack {
         s.shutdown().await;
     }

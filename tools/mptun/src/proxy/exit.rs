@@ -74,16 +74,16 @@ pub fn run(a: ExitArgs) -> Result<()> {
     }
     let plan = a.carrier.check()?;
     runtime()?.block_on(async move {
-        let (listener, what) = match &plan {
+        let (listener, what, stack) = match &plan {
             Stackish::Mptun(paths) => {
                 let stack = super::build_stack(paths)?;
                 let l = MptcpListener::bind(&stack, a.listen).await.map_err(|e| anyhow!("listen {}: {e}", a.listen))?;
                 let what = format!("{} (mptun, {} path(s))", a.listen, paths.len());
-                (Listener::Mptun(l), what)
+                (Listener::Mptun(l), what, Some(stack))
             }
             Stackish::Kernel => {
                 let l = kernel::listen(a.listen, &KernelOptions { mptcp: true, ..Default::default() })?;
-                (Listener::Kernel(l), format!("{} (kernel MPTCP)", a.listen))
+                (Listener::Kernel(l), format!("{} (kernel MPTCP)", a.listen), None)
             }
         };
         let reporter = Reporter::new("exit", a.carrier.json);
@@ -96,13 +96,16 @@ pub fn run(a: ExitArgs) -> Result<()> {
             connect_timeout: a.carrier.connect_timeout,
             reporter: reporter.clone(),
         });
-        serve_loop(
+        let served = serve_loop(
             reporter,
             &a.carrier,
             || listener.accept(),
             |c, peer, id, stop| serve(ctx.clone(), c, peer, id, stop),
         )
-        .await
+        .await;
+        drop(listener);
+        super::end_stack(stack).await;
+        served
     })
 }
 

@@ -87,6 +87,10 @@ pub fn run(a: LocalArgs) -> Result<()> {
             Stackish::Mptun(paths) => Dialer::Mptun(super::build_stack(paths)?),
             Stackish::Kernel => Dialer::Kernel,
         };
+        let stack = match &dialer {
+            Dialer::Mptun(s) => Some(s.clone()),
+            Dialer::Kernel => None,
+        };
         let listener = tokio::net::TcpListener::bind(a.listen).await.map_err(|e| anyhow!("listen {}: {e}", a.listen))?;
         let reporter = Reporter::new("local", a.carrier.json);
         let via = match &plan {
@@ -106,8 +110,11 @@ pub fn run(a: LocalArgs) -> Result<()> {
             connect_timeout: a.carrier.connect_timeout,
             reporter: reporter.clone(),
         });
-        serve_loop(reporter, &a.carrier, || listener.accept(), |s, peer, id, stop| serve(ctx.clone(), s, peer, id, stop))
-            .await
+        let served =
+            serve_loop(reporter, &a.carrier, || listener.accept(), |s, peer, id, stop| serve(ctx.clone(), s, peer, id, stop))
+                .await;
+        super::end_stack(stack).await;
+        served
     })
 }
 
