@@ -365,9 +365,11 @@ impl Plan {
     }
 }
 
-/// The tokio runtime `send` and `serve` run on: one thread, where the
-/// test's I/O task and mptun's stack driver take turns (a file's disk I/O
-/// and hashing run on a thread of their own, `bulk::pipeline`).
+/// The tokio runtime `send`, `serve` and the proxies run on: one thread,
+/// where the test's I/O task (a proxy's relays) and mptun's stack driver
+/// take turns (a file's disk I/O and hashing run on a thread of their own,
+/// `bulk::pipeline`). The stack's driver is one task whatever the runtime,
+/// so a proxy's many connections share it either way.
 ///
 /// On a runtime with two workers the two tasks sat on different threads,
 /// or moved between them, and every hand-over between them (data written,
@@ -376,8 +378,10 @@ impl Plan {
 /// cores (crates/mptun/BENCH.md, "One thread for the application and its
 /// stack"): `mptun send` over mptun's own stack 2.86 -> 6.04 Gbit/s with
 /// SHA-256, 3.91 -> 7.98 with BLAKE3, 9.23 -> 11.16 with XXH3, at less CPU
-/// per GiB; over the kernel's MPTCP the same or better. (iperf3, before
-/// 3.16, is single threaded too.)
+/// per GiB; over the kernel's MPTCP the same or better. One download
+/// through the proxy pair (`--bench proxy`): 4453 and 4563 Mbit/s with two
+/// workers, 5814 and 5701 with one thread. (iperf3, before 3.16, is single
+/// threaded too.)
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }

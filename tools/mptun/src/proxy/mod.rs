@@ -27,23 +27,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context as _, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use mptun::Stack;
 
-use crate::cli_xfer::{end_stack, parse_path, parse_secs};
-
-/// The proxies' runtime: one thread, the relays and mptun's stack driver
-/// taking turns on it, as `send` and `serve` (`cli_xfer::runtime`): with
-/// two workers each hand-over between a relay and the driver woke the
-/// other thread. `cargo bench -p mptun-tests --bench proxy -- --bytes 512M
-/// --runs 3`, one bulk download through the pair, 2 vCPUs: 4453 and 4563
-/// Mbit/s with two workers, 5814 and 5701 with one thread (medians of 3).
-/// The stack's driver is one task whatever the runtime, so many relayed
-/// connections share it either way.
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
-}
+use crate::cli_xfer::{end_stack, parse_path, parse_secs, runtime};
 use crate::conn::Conn;
 use crate::pathspec::{self, PathSpec};
 use crate::signals;
