@@ -482,15 +482,14 @@ fn main() {
         "only one of MPTUN_BENCH_WRITER, MPTUN_BENCH_ZC and MPTUN_BENCH_READ may be ab"
     );
     let base = Variant { writer, zero_copy, chunk_read };
-    let rt = match std::env::var("MPTUN_BENCH_RT").as_deref() {
-        Ok("current") | Err(_) => tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
-        Ok("one") => tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap(),
-        Ok("two") => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap(),
-        Ok(other) => panic!("MPTUN_BENCH_RT: {other}? (two, one or current)"),
+    let rt_kind = std::env::var("MPTUN_BENCH_RT").unwrap_or_else(|_| "current".into());
+    let rt = match rt_kind.as_str() {
+        "current" => tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+        "one" => tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap(),
+        "two" => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap(),
+        other => panic!("MPTUN_BENCH_RT: {other}? (current, one or two)"),
     };
-    if let Ok(v) = std::env::var("MPTUN_BENCH_RT") {
-        println!("mptun runs on the runtime {v:?} (MPTUN_BENCH_RT)");
-    }
+    println!("mptun's application and stack driver on the tokio runtime {rt_kind:?} (MPTUN_BENCH_RT)");
     let mut all: Vec<Vec<Result>> = Vec::new();
     for round in 0..rounds {
         let port = 5400 + (round as u16) * 10;
