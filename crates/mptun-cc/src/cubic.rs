@@ -24,7 +24,9 @@
 
 use crate::hystart::{Hystart, HystartInput, HystartParams, HystartRoundStart, HYSTART_ACK_TRAIN, HYSTART_DELAY};
 use crate::reno::{tcp_cong_avoid_ai, tcp_slow_start};
-use crate::{AckSample, CaEvent, CaState, CcCounters, CcState, CongestionControl, Instant};
+use crate::{
+    AckSample, CaEvent, CaState, CcCounters, CcState, CongestionControl, Instant, SlowStartExit, SlowStartExitReason,
+};
 
 /// `BICTCP_BETA_SCALE`: beta is a fraction of 1024.
 pub const BICTCP_BETA_SCALE: u32 = 1024;
@@ -147,7 +149,7 @@ pub struct Cubic {
     pacing_rate: u64,
     paced: bool,
     counters: CcCounters,
-    exit: Option<(&'static str, u32)>,
+    exit: Option<SlowStartExit>,
 }
 
 impl Cubic {
@@ -359,14 +361,14 @@ impl Cubic {
             self.counters.tcp_ext_tcp_hystart_train_detect += 1;
             self.counters.tcp_ext_tcp_hystart_train_cwnd += u64::from(state.cwnd);
             state.ssthresh = state.cwnd;
-            self.exit = Some(("train", state.cwnd));
+            self.exit = Some(SlowStartExit { reason: SlowStartExitReason::AckTrain, cwnd: state.cwnd });
         }
         if d.delay {
             self.found = true;
             self.counters.tcp_ext_tcp_hystart_delay_detect += 1;
             self.counters.tcp_ext_tcp_hystart_delay_cwnd += u64::from(state.cwnd);
             state.ssthresh = state.cwnd;
-            self.exit = Some(("delay", state.cwnd));
+            self.exit = Some(SlowStartExit { reason: SlowStartExitReason::Delay, cwnd: state.cwnd });
         }
     }
 }
@@ -494,7 +496,7 @@ impl CongestionControl for Cubic {
         self.counters
     }
 
-    fn slow_start_exit(&self) -> Option<(&'static str, u32)> {
+    fn slow_start_exit(&self) -> Option<SlowStartExit> {
         self.exit
     }
 }

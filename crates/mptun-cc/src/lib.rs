@@ -115,6 +115,47 @@ pub struct AckSample {
     pub in_flight: u32,
 }
 
+/// How far a window reduction asked from outside the controller goes
+/// ([`CongestionControl::reduce_window`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WindowCut {
+    /// cwnd halved; ssthresh halved too once the flow is past slow start,
+    /// so that a flow still probing keeps probing from the smaller window.
+    Halve,
+    /// cwnd and ssthresh halved, in slow start too (the out-of-tree
+    /// multipath-tcp.org kernel's cut), so that the flow grows back linearly.
+    HalveWithSsthresh,
+}
+
+/// Why a controller ended slow start by its own decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SlowStartExitReason {
+    /// HyStart's ACK-train detection (`TcpExtTCPHystartTrainDetect`).
+    AckTrain,
+    /// HyStart's delay-increase detection (`TcpExtTCPHystartDelayDetect`).
+    Delay,
+}
+
+impl SlowStartExitReason {
+    /// The short name reports print (`"train"`, `"delay"`), as the kernel's
+    /// counter names abbreviate them.
+    pub fn name(self) -> &'static str {
+        match self {
+            SlowStartExitReason::AckTrain => "train",
+            SlowStartExitReason::Delay => "delay",
+        }
+    }
+}
+
+/// The end of slow start a controller decided ([`CongestionControl::slow_start_exit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SlowStartExit {
+    /// What ended it.
+    pub reason: SlowStartExitReason,
+    /// cwnd at that moment, packets.
+    pub cwnd: u32,
+}
+
 /// Counters a controller maintains, with the kernel's names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CcCounters {
@@ -148,18 +189,17 @@ pub trait CongestionControl: Send + core::fmt::Debug {
     fn set_state(&mut self, state: &mut CcState, new: CaState, now: Instant);
     /// An event the controller may care about (`cwnd_event`).
     fn cwnd_event(&mut self, state: &mut CcState, event: CaEvent, now: Instant);
-    /// An MPTCP scheduler penalises this subflow for holding up the
-    /// connection (the "penalisation" of Raiciu et al., NSDI 2012, and the
-    /// out-of-tree multipath-tcp.org kernel): cwnd is halved, and ssthresh
-    /// with it when the flow is past slow start (or always, with
-    /// `always_ssthresh`, as multipath-tcp.org does). It goes through the
-    /// controller so that a controller with its own window model can
-    /// override it; the provided method is the plain halving.
-    fn penalise(&mut self, state: &mut CcState, always_ssthresh: bool) {
+    /// A layer above the subflow asks for a smaller window, outside any loss
+    /// (a multipath scheduler that finds this subflow holding the others up,
+    /// for one). It goes through the controller so that a controller with its
+    /// own window model can answer it its own way; the provided method is the
+    /// plain halving that [`WindowCut`] describes.
+    fn reduce_window(&mut self, state: &mut CcState, cut: WindowCut) {
         let old = state.cwnd;
         state.cwnd = (old / 2).max(1);
         state.cwnd_cnt = 0;
-        if always_ssthresh || (state.ssthresh != u32::MAX && old >= state.ssthresh) {
+        let past_slow_start = state.ssthresh != u32::MAX && old >= state.ssthresh;
+        if cut == WindowCut::HalveWithSsthresh || past_slow_start {
             state.ssthresh = (state.ssthresh.min(old) / 2).max(2);
         }
     }
@@ -179,8 +219,8 @@ pub trait CongestionControl: Send + core::fmt::Debug {
         CcCounters::default()
     }
     /// Why slow start ended, if it did by the controller's own decision
-    /// (HyStart: `"train"` or `"delay"`), with the cwnd at that moment.
-    fn slow_start_exit(&self) -> Option<(&'static str, u32)> {
+    /// (HyStart), with the cwnd at that moment.
+    fn slow_start_exit(&self) -> Option<SlowStartExit> {
         None
     }
 }
@@ -209,8 +249,8 @@ impl<C: CongestionControl + ?Sized> CongestionControl for Box<C> {
     fn cwnd_event(&mut self, state: &mut CcState, event: CaEvent, now: Instant) {
         (**self).cwnd_event(state, event, now)
     }
-    fn penalise(&mut self, state: &mut CcState, always_ssthresh: bool) {
-        (**self).penalise(state, always_ssthresh)
+    fn reduce_window(&mut self, state: &mut CcState, cut: WindowCut) {
+        (**self).reduce_window(state, cut)
     }
     fn data_sent(&mut self, now: Instant) {
         (**self).data_sent(now)
@@ -221,7 +261,7 @@ impl<C: CongestionControl + ?Sized> CongestionControl for Box<C> {
     fn counters(&self) -> CcCounters {
         (**self).counters()
     }
-    fn slow_start_exit(&self) -> Option<(&'static str, u32)> {
+    fn slow_start_exit(&self) -> Option<SlowStartExit> {
         (**self).slow_start_exit()
     }
 }

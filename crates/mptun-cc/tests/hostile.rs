@@ -4,7 +4,7 @@
 
 use mptun_cc::{
     new_controller_with, new_pacer, AckSample, Algorithm, CaEvent, CaState, CcState, CubicConfig, Duration,
-    HystartRoundStart, Instant, PacerKind, PacingRateConfig, RttEstimator,
+    HystartRoundStart, Instant, PacerKind, PacingRateConfig, RttEstimator, WindowCut,
 };
 use proptest::prelude::*;
 
@@ -83,7 +83,7 @@ proptest! {
             }
         }
         let _ = cc.counters();
-        cc.penalise(&mut st, cwnd % 2 == 0);
+        cc.reduce_window(&mut st, if cwnd % 2 == 0 { WindowCut::HalveWithSsthresh } else { WindowCut::Halve });
         prop_assert!(st.cwnd >= 1);
     }
 

@@ -6,7 +6,10 @@
 mod common;
 
 use common::{Path, TestSender};
-use mptun_cc::{CcCounters, CongestionControl, Cubic, CubicConfig, Duration, HystartRoundStart, Instant};
+use mptun_cc::{
+    CcCounters, CongestionControl, Cubic, CubicConfig, Duration, HystartRoundStart, Instant, SlowStartExit,
+    SlowStartExitReason,
+};
 
 const DEADLINE: Instant = Instant::from_millis(30_000);
 
@@ -25,8 +28,8 @@ fn ack_train_ends_slow_start_when_the_pipe_is_full() {
     // 50 Mbit/s, 40 ms: BDP ≈ 165 packets; ACKs 0.24 ms apart form trains.
     let path = Path::with_bottleneck(Duration::from_millis(40), 50, 1500);
     let mut s = run_slow_start(CubicConfig::default(), path);
-    let (how, cwnd) = s.cc.slow_start_exit().expect("HyStart must fire");
-    assert_eq!(how, "train");
+    let SlowStartExit { reason, cwnd } = s.cc.slow_start_exit().expect("HyStart must fire");
+    assert_eq!(reason, SlowStartExitReason::AckTrain);
     assert_eq!(s.state.ssthresh, cwnd);
     let c = s.cc.counters();
     assert_eq!(
@@ -52,8 +55,8 @@ fn delay_increase_ends_slow_start_when_acks_are_too_sparse_for_trains() {
     // 4 Mbit/s: ACKs 3 ms apart (> hystart_ack_delta_us), BDP ≈ 13 packets.
     let path = Path::with_bottleneck(Duration::from_millis(40), 4, 1500);
     let s = run_slow_start(CubicConfig::default(), path);
-    let (how, cwnd) = s.cc.slow_start_exit().expect("HyStart must fire");
-    assert_eq!(how, "delay");
+    let SlowStartExit { reason, cwnd } = s.cc.slow_start_exit().expect("HyStart must fire");
+    assert_eq!(reason, SlowStartExitReason::Delay);
     assert_eq!(s.state.ssthresh, cwnd);
     assert!(cwnd >= 16);
     assert_eq!(
@@ -75,13 +78,13 @@ fn no_exit_below_the_low_window() {
     // flight's ACK train is long enough by its 5th ACK (7.6 ms), at cwnd 14.
     let path = Path { base_rtt: Duration::from_millis(10), serialization: Duration::from_micros(1900) };
     let ungated = run_slow_start(CubicConfig { hystart_low_window: 2, ..CubicConfig::default() }, path);
-    assert_eq!(ungated.cc.slow_start_exit(), Some(("train", 14)));
+    assert_eq!(ungated.cc.slow_start_exit(), Some(SlowStartExit { reason: SlowStartExitReason::AckTrain, cwnd: 14 }));
     // With the default low window nothing may fire below cwnd 16. Below it
     // `last_ack` is not refreshed either, so the first flight's train is
     // broken; the next round's train is long enough at its 5th ACK, when
     // cwnd is 20 + 4.
     let gated = run_slow_start(CubicConfig::default(), path);
-    assert_eq!(gated.cc.slow_start_exit(), Some(("train", 24)));
+    assert_eq!(gated.cc.slow_start_exit(), Some(SlowStartExit { reason: SlowStartExitReason::AckTrain, cwnd: 24 }));
     assert_eq!(gated.cc.counters().tcp_ext_tcp_hystart_train_cwnd, 24);
 }
 
@@ -106,8 +109,10 @@ fn round_start_fix_changes_the_exit_as_reported() {
 
     let fixed = run_slow_start(CubicConfig::default(), path);
     let legacy = run_slow_start(CubicConfig { round_start: HystartRoundStart::Legacy, ..CubicConfig::default() }, path);
-    let (fixed_how, fixed_cwnd) = fixed.cc.slow_start_exit().unwrap();
-    let (legacy_how, legacy_cwnd) = legacy.cc.slow_start_exit().unwrap();
+    let fixed_exit = fixed.cc.slow_start_exit().unwrap();
+    let legacy_exit = legacy.cc.slow_start_exit().unwrap();
+    let (fixed_how, fixed_cwnd) = (fixed_exit.reason.name(), fixed_exit.cwnd);
+    let (legacy_how, legacy_cwnd) = (legacy_exit.reason.name(), legacy_exit.cwnd);
     println!("fixed: {fixed_how} at {fixed_cwnd}, legacy: {legacy_how} at {legacy_cwnd}, BDP {bdp:.0}");
 
     // Fixed: rounds start at the first ACK of each flight, so the train is

@@ -4,6 +4,7 @@
 //! (`docs/mptcp.md`, "Limits").
 
 use super::IP_LOCAL_PORT_RANGE;
+use crate::mptcp::JoinLimits;
 use core::ops::RangeInclusive;
 
 /// Endpoint-wide limits.
@@ -60,14 +61,8 @@ impl Default for Limits {
     }
 }
 
-/// The per-connection part of [`Limits`], what `Connection::accept_join` checks.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct JoinLimits {
-    pub max_half_open: u8,
-    pub max_syn_per_sec: u32,
-}
-
 impl Limits {
+    /// The per-connection part, what `Connection::accept_join` checks.
     pub(crate) fn join_limits(&self) -> JoinLimits {
         JoinLimits { max_half_open: self.max_half_open_joins, max_syn_per_sec: self.max_join_syn_per_sec }
     }

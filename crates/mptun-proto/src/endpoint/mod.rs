@@ -13,7 +13,6 @@ mod limits;
 mod ports;
 mod timers;
 
-pub(crate) use limits::JoinLimits;
 pub use limits::Limits;
 pub use ports::IP_LOCAL_PORT_RANGE;
 
@@ -511,7 +510,7 @@ impl Endpoint {
     /// segment: `poll_transmit`.)
     fn post_conn(&mut self, now: Instant, h: ConnectionHandle) {
         let Some(s) = self.slot_mut(h) else { return };
-        let joins = std::mem::take(&mut s.conn.pending_joins);
+        let joins = s.conn.take_pending_joins();
         if !joins.is_empty() {
             // Their SYNs are output.
             self.ready.insert(h.0);

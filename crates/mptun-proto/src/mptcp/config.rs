@@ -3,8 +3,10 @@
 
 use crate::pm::PmConfig;
 use crate::sched::{PenaltyConfig, Policy};
+use crate::seq::DataSeq;
 use crate::tcp::{BufferSize, TcpConfig};
 use mptun_time::Duration;
+use mptun_wire::crypto;
 
 /// Connection-level MPTCP settings.
 #[derive(Clone, Debug)]
@@ -70,4 +72,32 @@ pub struct ConnConfig {
     pub tcp: TcpConfig,
     /// Connection-level MPTCP settings.
     pub mptcp: MptcpConfig,
+}
+
+/// Where a connection's sequence spaces start: as the protocol says, or in
+/// tests just before they wrap ([`MptcpConfig::wrap_early`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SeqSpace {
+    wrap_early: Option<u32>,
+}
+
+impl SeqSpace {
+    pub fn new(cfg: &MptcpConfig) -> Self {
+        SeqSpace { wrap_early: cfg.wrap_early }
+    }
+
+    /// What relative subflow sequence numbers are offset by (0 but in tests).
+    pub fn ssn_off(self) -> u32 {
+        self.wrap_early.map_or(0, |n| 0u32.wrapping_sub(n))
+    }
+
+    /// The IDSN of `key`'s owner: the low 64 bits of SHA-256 of the key
+    /// (RFC 8684 3.1), or in tests a number just before 2^64.
+    pub fn idsn(self, key: u64) -> DataSeq {
+        let idsn = crypto::idsn(key);
+        DataSeq(match self.wrap_early {
+            Some(n) => 0u64.wrapping_sub(2 * n as u64 + idsn % 4096),
+            None => idsn,
+        })
+    }
 }

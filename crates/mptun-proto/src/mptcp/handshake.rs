@@ -3,14 +3,15 @@
 //! the whole connection is derived from, and MP_JOIN, which authenticates
 //! each further subflow with HMACs of those keys before it may carry data.
 //!
-//! The handshake options of a segment are looked at *before* the subflow
-//! processes it: they decide whether the subflow may go on at all.
+//! The handshake options of a segment are looked at once the subflow has
+//! accepted it: they decide whether the subflow may go on at all.
 
-use super::{ConnConfig, Connection, JoinState, Mode, Shared, SubflowExt, MPTCP_RST_EMPTCP};
-use crate::endpoint::JoinLimits;
+use super::fallback::{ConnMode, FallbackReason, Resume};
+use super::paths::JoinLimits;
+use super::slot::{JoinState, SubflowMp, SubflowSlot};
+use super::timers::Timer;
+use super::{ConnConfig, Connection, MPTCP_RST_EMPTCP};
 use crate::pm::JoinRequest;
-use crate::seq::DataSeq;
-use crate::tcp::config::TCP_RTO_MIN;
 use crate::tcp::{BufferSize, Subflow, TcpConfig};
 use core::ops::ControlFlow;
 use mptun_time::{Duration, Instant};
@@ -26,6 +27,56 @@ use std::net::SocketAddr;
 /// subflow's RTO; this is a conservative first guess before an RTT is known.
 pub(crate) const JOIN_ACK_RTO_INIT: Duration = Duration::from_millis(500);
 
+/// The keys and what each side has shown of them.
+#[derive(Debug)]
+pub(super) struct Handshake {
+    pub server: bool,
+    pub local_key: u64,
+    pub remote_key: Option<u64>,
+    /// We ask for DSS checksums.
+    pub csum_request: bool,
+    /// DSS checksums are in use (either side asked).
+    pub csum: bool,
+    /// Both keys are known to both sides: joins can be accepted and
+    /// addresses announced.
+    pub fully_established: bool,
+    /// Client: our MP_CAPABLE third ACK (both keys) has gone out at least
+    /// once. Until it has, no other form may replace it: a server that gets
+    /// a first ACK without MP_CAPABLE falls back (MPCapableFallbackACK).
+    pub cap_ack_sent: bool,
+    /// We have seen a DATA_ACK in the peer's DSS: it holds our key and is
+    /// fully established (Linux `check_fully_established`), so a data
+    /// segment may leave an unchanged DATA_ACK off. Until then every DSS
+    /// carries one: a Linux peer that is not yet fully established falls
+    /// back to TCP on a segment with neither MP_CAPABLE nor a DATA_ACK.
+    pub peer_data_ack_seen: bool,
+    /// The peer set the MP_CAPABLE C flag: no subflow may be opened to its
+    /// initial address (RFC 8684 3.1).
+    pub peer_no_src_addr: bool,
+}
+
+impl Handshake {
+    pub fn new(server: bool, local_key: u64, csum_request: bool) -> Self {
+        Handshake {
+            server,
+            local_key,
+            remote_key: None,
+            csum_request,
+            csum: csum_request,
+            fully_established: false,
+            cap_ack_sent: false,
+            peer_data_ack_seen: false,
+            peer_no_src_addr: false,
+        }
+    }
+
+    /// The peer's MP_CAPABLE flags, in its SYN (server) or SYN-ACK (client).
+    fn take_peer_flags(&mut self, flags: u8) {
+        self.csum |= flags & cap_flags::CHECKSUM != 0;
+        self.peer_no_src_addr = flags & cap_flags::NO_SRC_ADDR != 0;
+    }
+}
+
 impl Connection {
     pub(super) fn subflow_cfg(cfg: &ConnConfig, mptcp: bool) -> TcpConfig {
         let mut t = cfg.tcp.clone();
@@ -36,6 +87,11 @@ impl Connection {
             t.recv_buffer = BufferSize::Fixed(cfg.mptcp.recv_buffer.max().max(t.recv_buffer.max()));
         }
         t
+    }
+
+    /// MPTCP state of a new subflow of this connection.
+    fn subflow_mp(&self, join: JoinState, local_id: u8, remote_id: u8, backup: bool) -> SubflowMp {
+        SubflowMp::new(join, local_id, remote_id, backup, self.space.ssn_off())
     }
 
     /// Active open. `mptcp` offers MP_CAPABLE.
@@ -50,11 +106,13 @@ impl Connection {
     ) -> Self {
         let mptcp = cfg.mptcp.enabled;
         let sfcfg = Self::subflow_cfg(&cfg, mptcp);
-        let mut c = Connection::new(cfg, if mptcp { Mode::Pending } else { Mode::Plain }, false, key, now);
-        let sf = Subflow::connect(now, sfcfg, local, remote, iss, ts_offset);
-        c.subflows.push(Some((sf, SubflowExt::new(JoinState::Initial, 0, 0, false))));
+        let mut c =
+            Connection::new(cfg, if mptcp { ConnMode::Pending } else { ConnMode::Plain(None) }, false, key, now);
+        let tcp = Subflow::connect(now, sfcfg, local, remote, iss, ts_offset);
+        let mp = c.subflow_mp(JoinState::Initial, 0, 0, false);
+        c.subflows.place(SubflowSlot { tcp, mp });
         if mptcp {
-            c.shared.counters.mptcp_mp_capable_syn_tx += 1;
+            c.counters.mptcp_mp_capable_syn_tx += 1;
         }
         c
     }
@@ -75,15 +133,17 @@ impl Connection {
     ) -> Self {
         let mptcp = mpc && cfg.mptcp.enabled;
         let sfcfg = Self::subflow_cfg(&cfg, mptcp);
-        let mut c = Connection::new(cfg, if mptcp { Mode::Mptcp } else { Mode::Plain }, true, key, now);
+        let mode = if mptcp { ConnMode::Mptcp { infinite_ok: true } } else { ConnMode::Plain(None) };
+        let mut c = Connection::new(cfg, mode, true, key, now);
         if mpc {
-            c.shared.counters.mptcp_mp_capable_syn_rx += 1;
+            c.counters.mptcp_mp_capable_syn_rx += 1;
         }
         if !mptcp && mpc {
-            c.shared.counters.mptcp_mp_capable_fallback_ack += 1;
+            c.counters.mptcp_mp_capable_fallback_ack += 1;
         }
-        let sf = Subflow::accept(now, sfcfg, local, remote, syn, opts, iss, ts_offset);
-        c.subflows.push(Some((sf, SubflowExt::new(JoinState::Initial, 0, 0, false))));
+        let tcp = Subflow::accept(now, sfcfg, local, remote, syn, opts, iss, ts_offset);
+        let mp = c.subflow_mp(JoinState::Initial, 0, 0, false);
+        c.subflows.place(SubflowSlot { tcp, mp });
         // Checksums are on if the client asked (A flag) or we do; the C flag
         // keeps our path manager from joining to the client's address.
         let flags = opts.mptcp.iter().find_map(|o| match o {
@@ -91,8 +151,7 @@ impl Connection {
             _ => None,
         });
         if let Some(flags) = flags.filter(|_| mptcp) {
-            c.shared.csum |= flags & cap_flags::CHECKSUM != 0;
-            c.shared.peer_no_src_addr = flags & cap_flags::NO_SRC_ADDR != 0;
+            c.hs.take_peer_flags(flags);
         }
         c
     }
@@ -113,56 +172,36 @@ impl Connection {
         ts_offset: u32,
         lim: JoinLimits,
     ) -> Option<usize> {
-        // Rate first: a flood of joins costs a comparison each, not a scan.
-        if now.saturating_duration_since(self.join_window.0) >= Duration::from_secs(1) {
-            self.join_window = (now, 0);
-        }
-        if self.join_window.1 >= lim.max_syn_per_sec {
-            self.shared.counters.mptun_mp_join_rate_limited += 1;
+        if !self.paths.take_join_syn(now, &lim) {
+            self.counters.mptun_mp_join_rate_limited += 1;
             return None;
         }
-        self.join_window.1 += 1;
-        let live = self.subflows.iter().flatten().count();
-        let sh = &self.shared;
-        if live > self.cfg.mptcp.pm.max_subflows as usize || !sh.fully_established || sh.joins_closed() {
-            self.shared.counters.mptcp_mp_join_rejected += 1;
+        let live = self.subflows.count();
+        if live > self.cfg.mptcp.pm.max_subflows as usize || !self.hs.fully_established || self.joins_closed() {
+            self.counters.mptcp_mp_join_rejected += 1;
             return None;
         }
-        let half_open =
-            self.subflows.iter().flatten().filter(|(_, e)| matches!(e.join, JoinState::ServerSynRcvd { .. })).count();
+        let half_open = self.subflows.live().filter(|s| matches!(s.mp.join, JoinState::ServerSynRcvd { .. })).count();
         if half_open >= lim.max_half_open as usize {
-            self.shared.counters.mptun_mp_join_half_open_limit += 1;
+            self.counters.mptun_mp_join_half_open_limit += 1;
             return None;
         }
-        self.shared.counters.mptcp_mp_join_syn_rx += 1;
+        self.counters.mptcp_mp_join_syn_rx += 1;
         let sfcfg = Self::subflow_cfg(&self.cfg, true);
-        let sf = Subflow::accept(now, sfcfg, local, remote, syn, opts, iss, ts_offset);
+        let tcp = Subflow::accept(now, sfcfg, local, remote, syn, opts, iss, ts_offset);
         // Backup if the peer asks (its SYN's B flag) or our endpoint for
         // the address joined is a `backup` one (Linux: `request_bkup`,
         // sent in the SYN/ACK's B flag).
         let ours = self.cfg.mptcp.pm.endpoints.iter().any(|e| e.addr == local.ip() && e.flags.backup);
-        let ext = SubflowExt::new(JoinState::ServerSynRcvd { nonce, peer_nonce }, 0, addr_id, backup || ours);
-        Some(self.place_subflow(sf, ext))
+        let mp = self.subflow_mp(JoinState::ServerSynRcvd { nonce, peer_nonce }, 0, addr_id, backup || ours);
+        Some(self.place_subflow(SubflowSlot { tcp, mp }))
     }
 
-    /// Puts a new subflow in the lowest free slot after the initial
-    /// subflow's (slot 0 stays the initial subflow's: plain mode and
-    /// `addresses` read it), so the slots of a connection are bounded by the
-    /// subflows it has at once, not by every join ever tried. A slot is free
-    /// only once its subflow was taken out and the scheduler forgot it; the
-    /// endpoint checks a pair's subflow before it delivers to a slot, so a
-    /// reused slot never gets its predecessor's packets.
-    fn place_subflow(&mut self, sf: Subflow, ext: SubflowExt) -> usize {
-        match self.subflows.iter().skip(1).position(Option::is_none) {
-            Some(i) => {
-                self.subflows[i + 1] = Some((sf, ext));
-                i + 1
-            }
-            None => {
-                self.subflows.push(Some((sf, ext)));
-                self.subflows.len() - 1
-            }
-        }
+    /// Puts a new subflow in the table, its slot's timers clear.
+    fn place_subflow(&mut self, slot: SubflowSlot) -> usize {
+        let i = self.subflows.place(slot);
+        self.timers.stop(Timer::JoinAck(i));
+        i
     }
 
     /// Adds a subflow we open with MP_JOIN (the endpoint picked its port).
@@ -176,9 +215,9 @@ impl Connection {
         ts_offset: u32,
     ) -> usize {
         let sfcfg = Self::subflow_cfg(&self.cfg, true);
-        let sf = Subflow::connect(now, sfcfg, local, SocketAddr::new(req.remote, req.remote_port), iss, ts_offset);
-        let ext = SubflowExt::new(JoinState::ClientSynSent { nonce }, req.local_id, 0, req.backup);
-        self.place_subflow(sf, ext)
+        let tcp = Subflow::connect(now, sfcfg, local, SocketAddr::new(req.remote, req.remote_port), iss, ts_offset);
+        let mp = self.subflow_mp(JoinState::ClientSynSent { nonce }, req.local_id, 0, req.backup);
+        self.place_subflow(SubflowSlot { tcp, mp })
     }
 
     /// The handshake options of a segment the subflow `idx` has accepted (a
@@ -194,14 +233,13 @@ impl Connection {
         hdr: &TcpHeader,
         opts: &OptionSummary,
     ) -> ControlFlow<()> {
-        let Some((_, ext)) = self.subflows.get(idx).and_then(|s| s.as_ref()) else { return ControlFlow::Break(()) };
-        let sh = &self.shared;
+        let Some(slot) = self.subflows.get(idx) else { return ControlFlow::Break(()) };
         let f = hdr.flags;
-        match ext.join {
-            JoinState::Initial if sh.mode == Mode::Pending && f.syn() && f.ack() => {
+        match slot.mp.join {
+            JoinState::Initial if self.mode == ConnMode::Pending && f.syn() && f.ack() => {
                 self.on_mp_capable_synack(idx, hdr, opts);
             }
-            JoinState::Initial if sh.mode == Mode::Mptcp && sh.server && sh.remote_key.is_none() && f.ack() => {
+            JoinState::Initial if self.mode.is_mptcp() && self.hs.server && self.hs.remote_key.is_none() && f.ack() => {
                 self.on_mp_capable_ack(idx, hdr, opts);
             }
             JoinState::ClientSynSent { nonce } if f.syn() && f.ack() => {
@@ -219,9 +257,8 @@ impl Connection {
     /// Client: the SYN-ACK says whether the server speaks MPTCP (its key in
     /// MP_CAPABLE) or not (then the connection is plain TCP from here on).
     fn on_mp_capable_synack(&mut self, idx: usize, hdr: &TcpHeader, opts: &OptionSummary) {
-        let Some((sf, _)) = self.subflows.get(idx).and_then(|s| s.as_ref()) else { return };
-        let sh = &mut self.shared;
-        let own = sh.local_key;
+        let Some(slot) = self.subflows.get(idx) else { return };
+        let own = self.hs.local_key;
         // An MP_CAPABLE without H (HMAC-SHA256) or with B (an extension we
         // do not know) is ignored (RFC 8684 3.1, Linux mptcp_parse_option).
         // So is one that claims our own key: no peer picks it (one chance
@@ -235,48 +272,43 @@ impl Connection {
             }
             _ => None,
         });
-        match key {
-            Some((k, flags)) => {
-                sh.csum |= flags & cap_flags::CHECKSUM != 0;
-                sh.peer_no_src_addr = flags & cap_flags::NO_SRC_ADDR != 0;
-                sh.mode = Mode::Mptcp;
-                sh.remote_key = Some(k);
-                sh.set_rx_base(k, sf.syn_window());
-                // Until the first DATA_ACK, the window is relative to our IDSN + 1.
-                sh.wnd_end = sh.tx_base + hdr.window as u64;
-                sh.counters.mptcp_mp_capable_synack_rx += 1;
-            }
-            None => {
-                sh.mode = Mode::Plain;
-                sh.counters.mptcp_mp_capable_fallback_synack += 1;
-            }
-        }
+        let Some((k, flags)) = key else {
+            self.fall_back(idx, FallbackReason::SynAck, Resume::AfterMapped);
+            return;
+        };
+        let syn_window = slot.tcp.syn_window();
+        self.hs.take_peer_flags(flags);
+        self.mode.confirm_mptcp();
+        self.hs.remote_key = Some(k);
+        self.rx.set_base(self.space.idsn(k) + 1, syn_window);
+        // Until the first DATA_ACK, the window is relative to our IDSN + 1.
+        self.tx.wnd_end = self.tx.base + hdr.window as u64;
+        self.counters.mptcp_mp_capable_synack_rx += 1;
     }
 
     /// Server: the third ACK echoes our key with the client's; from it on the
     /// connection is fully established. A third ACK without MP_CAPABLE makes
     /// the connection plain TCP (Linux: `MPCapableFallbackACK`).
     fn on_mp_capable_ack(&mut self, idx: usize, hdr: &TcpHeader, opts: &OptionSummary) {
-        let Some((sf, _)) = self.subflows.get(idx).and_then(|s| s.as_ref()) else { return };
-        let sh = &mut self.shared;
+        let Some(slot) = self.subflows.get(idx) else { return };
         let has_mpc = opts.mptcp.iter().any(
             |o| matches!(o, MptcpOption::MpCapable { sender_key: Some(_), flags, .. } if usable_cap_flags(*flags)),
         );
         if !has_mpc {
-            sh.mode = Mode::Plain;
-            sh.counters.mptcp_mp_capable_fallback_ack += 1;
+            self.fall_back(idx, FallbackReason::ThirdAck, Resume::AfterMapped);
             return;
         }
+        let (syn_window, wscale) = (slot.tcp.syn_window(), slot.tcp.snd_wscale());
         for o in &opts.mptcp {
             if let MptcpOption::MpCapable { receiver_key: Some(rk), sender_key: Some(k), .. } = o {
                 // The client's key must not be ours (see on_mp_capable_synack):
                 // a forged third ACK claiming it made the connection join itself.
-                if *rk == sh.local_key && *k != sh.local_key {
-                    sh.remote_key = Some(*k);
-                    sh.set_rx_base(*k, sf.syn_window());
-                    sh.fully_established = true;
-                    sh.wnd_end = sh.wnd_end.max(sh.tx_base + ((hdr.window as u64) << sf.snd_wscale()));
-                    sh.counters.mptcp_mp_capable_ack_rx += 1;
+                if *rk == self.hs.local_key && *k != self.hs.local_key {
+                    self.hs.remote_key = Some(*k);
+                    self.rx.set_base(self.space.idsn(*k) + 1, syn_window);
+                    self.hs.fully_established = true;
+                    self.tx.wnd_end = self.tx.wnd_end.max(self.tx.base + ((hdr.window as u64) << wscale));
+                    self.counters.mptcp_mp_capable_ack_rx += 1;
                 }
             }
         }
@@ -285,34 +317,31 @@ impl Connection {
     /// Client of a join: the SYN-ACK's HMAC proves the server knows both
     /// keys; without it the subflow is reset (MP_TCPRST "MPTCP error").
     fn on_join_synack(&mut self, now: Instant, idx: usize, nonce: u32, opts: &OptionSummary) -> ControlFlow<()> {
-        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else {
-            return ControlFlow::Break(());
-        };
-        let sh = &mut self.shared;
+        let Some(slot) = self.subflows.get_mut(idx) else { return ControlFlow::Break(()) };
+        let hs = &self.hs;
         let ok = opts.mptcp.iter().find_map(|o| match o {
             MptcpOption::MpJoinSynAck { backup, addr_id, hmac, nonce: peer_nonce } => {
                 Some((*backup, *addr_id, *hmac, *peer_nonce))
             }
             _ => None,
         });
-        let expect = |pn| sh.remote_key.map(|rk| crypto::join_synack_hmac(rk, sh.local_key, pn, nonce));
+        let expect = |pn| hs.remote_key.map(|rk| crypto::join_synack_hmac(rk, hs.local_key, pn, nonce));
         match ok {
             Some((backup, addr_id, hmac, pn)) if expect(pn) == Some(hmac) => {
-                ext.remote_id = addr_id;
-                ext.backup |= backup;
-                ext.join = JoinState::ClientAwaitAck { nonce, peer_nonce: pn };
-                ext.join_ack_retx = Some(now + JOIN_ACK_RTO_INIT);
-                sh.counters.mptcp_mp_join_synack_rx += 1;
+                slot.mp.remote_id = addr_id;
+                slot.mp.backup |= backup;
+                slot.mp.join = JoinState::ClientAwaitAck { nonce, peer_nonce: pn };
+                self.timers.set(Timer::JoinAck(idx), now + JOIN_ACK_RTO_INIT);
+                self.counters.mptcp_mp_join_synack_rx += 1;
                 ControlFlow::Continue(())
             }
             _ => {
                 if ok.is_some() {
-                    sh.counters.mptcp_mp_join_synack_hmac_failure += 1;
+                    self.counters.mptcp_mp_join_synack_hmac_failure += 1;
                 }
-                sh.counters.mptcp_mp_rst_tx += 1;
-                ext.rst_reason = Some(MPTCP_RST_EMPTCP);
+                self.counters.mptcp_mp_rst_tx += 1;
                 // The subflow has taken the SYN-ACK: reset it.
-                sf.abort();
+                slot.reset_with(MPTCP_RST_EMPTCP);
                 ControlFlow::Break(())
             }
         }
@@ -328,28 +357,24 @@ impl Connection {
         (nonce, peer_nonce): (u32, u32),
         opts: &OptionSummary,
     ) -> ControlFlow<()> {
-        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else {
-            return ControlFlow::Break(());
-        };
-        let sh = &mut self.shared;
+        let Some(slot) = self.subflows.get_mut(idx) else { return ControlFlow::Break(()) };
         let hmac = opts.mptcp.iter().find_map(|o| match o {
             MptcpOption::MpJoinAck { hmac } => Some(*hmac),
             _ => None,
         });
-        let expect = sh.remote_key.map(|rk| crypto::join_ack_hmac(rk, sh.local_key, peer_nonce, nonce));
+        let expect = self.hs.remote_key.map(|rk| crypto::join_ack_hmac(rk, self.hs.local_key, peer_nonce, nonce));
         if hmac.is_some() && hmac == expect {
-            ext.join = JoinState::Joined;
-            sh.counters.mptcp_mp_join_ack_rx += 1;
-            sf.request_ack(); // the fourth ACK
+            slot.mp.join = JoinState::Joined;
+            self.counters.mptcp_mp_join_ack_rx += 1;
+            slot.tcp.request_ack(); // the fourth ACK
             self.after_input(now, idx);
             return ControlFlow::Break(());
         }
         if hmac.is_some() {
-            sh.counters.mptcp_mp_join_ack_hmac_failure += 1;
+            self.counters.mptcp_mp_join_ack_hmac_failure += 1;
         }
-        sh.counters.mptcp_mp_rst_tx += 1;
-        ext.rst_reason = Some(MPTCP_RST_EMPTCP);
-        sf.abort();
+        self.counters.mptcp_mp_rst_tx += 1;
+        slot.reset_with(MPTCP_RST_EMPTCP);
         ControlFlow::Break(())
     }
 
@@ -367,17 +392,9 @@ impl Connection {
         if !fourth {
             return;
         }
-        let Some((_, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
-        ext.join = JoinState::Joined;
-        ext.join_ack_retx = None;
-    }
-
-    /// Resends the MP_JOIN third ACK of subflow `idx` if its timer expired.
-    pub(super) fn join_ack_retransmit(sf: &mut Subflow, ext: &mut SubflowExt, now: Instant) {
-        if ext.join_ack_retx.is_some_and(|t| t <= now) {
-            ext.join_ack_retx = Some(now + sf.info().rto.max(TCP_RTO_MIN));
-            sf.request_ack();
-        }
+        let Some(slot) = self.subflows.get_mut(idx) else { return };
+        slot.mp.join = JoinState::Joined;
+        self.timers.stop(Timer::JoinAck(idx));
     }
 }
 
@@ -385,20 +402,4 @@ impl Connection {
 /// (extensibility) clear.
 pub(crate) fn usable_cap_flags(flags: u8) -> bool {
     flags & cap_flags::HMAC_SHA256 != 0 && flags & cap_flags::EXTENSIBILITY == 0
-}
-
-impl Shared {
-    /// The peer's key is known: its data starts at its IDSN + 1, and it may
-    /// send the `syn_window` bytes our SYN (or SYN-ACK) offered before any
-    /// connection-level window of ours reaches it.
-    fn set_rx_base(&mut self, remote_key: u64, syn_window: u64) {
-        let base = self.idsn(remote_key) + 1;
-        self.rx_base = Some(base);
-        self.rcv_nxt = base;
-        // Until now `rcv_wnd_end` was 0 or a window edge counted from 0 (a
-        // segment sent before the key came): it enters the data sequence
-        // space as the later of the two in plain order, so that the modular
-        // order from here on never sees a number 2^63 away.
-        self.rcv_wnd_end = DataSeq(self.rcv_wnd_end.0.max(base.0)).max(base + syn_window);
-    }
 }

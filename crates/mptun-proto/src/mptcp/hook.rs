@@ -1,11 +1,19 @@
 //! The per-segment MPTCP option writer: what each segment of a subflow
 //! carries (MP_CAPABLE, MP_JOIN, DSS with DATA_ACK and mapping, DATA_FIN,
-//! ADD_ADDR) and the connection-level window it advertises.
+//! ADD_ADDR) and the connection-level window it advertises; and the policy
+//! that decides which data segments may leave an unchanged DATA_ACK off.
 
-use super::{dss_checksum, JoinState, Mode, Shared, SubflowExt};
+use super::fallback::ConnMode;
+use super::handshake::Handshake;
+use super::paths::{Paths, ADD_ADDR_RETRANS_MAX};
+use super::rx::DataRx;
+use super::slot::{InfiniteMapTx, JoinState, SubflowMp, SubflowTx};
+use super::tx::DataTx;
+use crate::counters::Counters;
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{SegmentHook, SegmentMeta};
 use mptun_time::{Duration, Instant};
+use mptun_wire::checksum::dss_checksum;
 use mptun_wire::mptcp::{cap_flags, DataAck, DssMapping};
 use mptun_wire::{crypto, MptcpOption, TcpOption, TcpOptions};
 
@@ -19,78 +27,37 @@ const DSS_ACK: usize = 12;
 pub(super) const DSS_MAP: usize = 20;
 /// MP_FAIL (RFC 8684 3.7).
 const MP_FAIL_LEN: usize = 12;
-/// Retransmissions of an unechoed ADD_ADDR before it is given up (Linux
-/// `ADD_ADDR_RETRANS_MAX`), each `MptcpConfig::add_addr_timeout` apart.
-pub(crate) const ADD_ADDR_RETRANS_MAX: u8 = 3;
 /// Retry of an ADD_ADDR that found no option room on a segment.
 const ADD_ADDR_NO_ROOM_RETRY: Duration = Duration::from_millis(10);
 /// An unchanged DATA_ACK is still repeated on every this many mappings, so
 /// a lost segment cannot hide it for long.
 const ACK_REFRESH_MAPS: u32 = 4;
 
-pub(crate) struct Hook<'a> {
-    pub sh: &'a mut Shared,
-    pub ext: &'a mut SubflowExt,
-    pub now: Instant,
-    pub iss: Seq,
-    /// Relative subflow sequence number of the next new data byte.
-    pub next_ssn: u32,
-    /// Free space of the connection receive buffer.
-    pub recv_window: u64,
+/// What decides whether a data segment carries the DATA_ACK: the
+/// acknowledgement a segment sent now would announce, and what the peer
+/// has shown.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AckView {
+    /// (DATA_ACK, window edge) a segment sent now would announce.
+    info: (DataSeq, DataSeq),
+    /// The peer's key is known: there is a DATA_ACK to send at all.
+    keyed: bool,
+    /// The peer sent a DATA_ACK of its own (see `Handshake::peer_data_ack_seen`).
+    peer_seen: bool,
 }
 
-fn push(opts: &mut TcpOptions, o: MptcpOption) -> bool {
-    opts.push_aligned(&TcpOption::Mptcp(o)).is_ok()
-}
-
-impl Hook<'_> {
-    /// MP_CAPABLE flags: HMAC-SHA256, plus A when we ask for or agreed to checksums.
-    fn cap_flags(&self, agreed: bool) -> u8 {
-        let a = if (agreed && self.sh.csum) || self.sh.csum_request { cap_flags::CHECKSUM } else { 0 };
-        cap_flags::HMAC_SHA256 | a
-    }
-
-    /// MP_CAPABLE in the form the handshake step needs: no key (SYN), our
-    /// key (SYN-ACK), both keys (third ACK), and a data length (first data).
-    fn mp_capable(&self, syn: bool, receiver_key: Option<u64>, data: Option<&DssMapping>) -> MptcpOption {
-        MptcpOption::MpCapable {
-            version: VERSION,
-            flags: self.cap_flags(!syn),
-            sender_key: (!syn).then_some(self.sh.local_key),
-            receiver_key,
-            data_len: data.map(|m| m.len),
-            checksum: data.and_then(|m| m.checksum),
+impl AckView {
+    /// The view with `recv_window` bytes free in the receive buffer.
+    pub fn new(rx: &DataRx, hs: &Handshake, recv_window: u64) -> Self {
+        AckView {
+            info: (rx.nxt, rx.wnd_end.max(rx.nxt + recv_window)),
+            keyed: rx.base.is_some(),
+            peer_seen: hs.peer_data_ack_seen,
         }
     }
+}
 
-    fn data_ack(&self) -> Option<DataAck> {
-        self.sh.rx_base.map(|_| DataAck { ack: self.sh.rcv_nxt.0, ack64: true })
-    }
-
-    /// The connection-level window, relative to the DATA_ACK, never shrinking.
-    fn window(&mut self) -> u64 {
-        let edge = self.sh.rcv_nxt + self.recv_window;
-        self.sh.rcv_wnd_end = self.sh.rcv_wnd_end.max(edge);
-        self.sh.rcv_wnd_end - self.sh.rcv_nxt
-    }
-
-    fn mapping_for(&self, meta: &SegmentMeta) -> Option<DssMapping> {
-        let ssn = meta.seq - self.iss;
-        self.ext.tx_maps.iter().find(|m| m.contains(ssn)).map(|m| DssMapping {
-            dsn: m.dsn.0,
-            dsn64: true,
-            ssn: m.ssn,
-            len: m.len as u16,
-            checksum: self.sh.csum.then_some(m.csum),
-        })
-    }
-
-    /// (DATA_ACK, window edge) a segment sent now would announce.
-    fn ack_info(&self) -> (DataSeq, DataSeq) {
-        let edge = self.sh.rcv_wnd_end.max(self.sh.rcv_nxt + self.recv_window);
-        (self.sh.rcv_nxt, edge)
-    }
-
+impl SubflowTx {
     /// Whether a data segment must carry the DATA_ACK: it (or the window
     /// edge) changed since this subflow last sent it, or it is time to repeat
     /// it. RFC 8684 3.3 makes the DATA_ACK optional per segment; with a one-way
@@ -98,25 +65,13 @@ impl Hook<'_> {
     /// Until the peer has shown with a DATA_ACK of its own that it is fully
     /// established, every DSS carries the DATA_ACK (a Linux peer falls back
     /// on a first segment with neither MP_CAPABLE nor a DATA_ACK).
-    fn data_ack_due(&self) -> bool {
-        self.sh.rx_base.is_some()
-            && (!self.sh.peer_data_ack_seen
-                || self.ext.last_ack_sent != Some(self.ack_info())
-                || self.ext.maps_without_ack >= ACK_REFRESH_MAPS)
+    fn data_ack_due(&self, v: &AckView) -> bool {
+        v.keyed && (!v.peer_seen || self.last_ack_sent != Some(v.info) || self.maps_without_ack >= ACK_REFRESH_MAPS)
     }
 
     /// The mapping holding relative subflow sequence `ssn`.
-    fn map_index(&self, ssn: u32) -> Option<usize> {
-        self.ext.tx_maps.iter().position(|m| m.contains(ssn))
-    }
-
-    /// Whether the segments of the mapping holding `ssn` carry the DATA_ACK,
-    /// without deciding it.
-    fn peek_with_ack(&self, ssn: u32) -> bool {
-        match self.map_index(ssn) {
-            None => ssn == self.first_data_ssn() || self.data_ack_due(),
-            Some(i) => self.ext.tx_maps[i].with_ack.unwrap_or_else(|| self.ack_needed(i)),
-        }
+    fn map_index(&self, ssn: Seq) -> Option<usize> {
+        self.maps.iter().position(|m| m.contains(ssn))
     }
 
     /// Whether mapping `i`, not decided yet, must carry the DATA_ACK. The
@@ -126,63 +81,156 @@ impl Hook<'_> {
     /// DATA_ACK): the first mapping always carries it, whatever the peer
     /// showed before. A peer's own DATA_ACK does not prove it is fully
     /// established (a Linux client sends one from its second data segment on).
-    fn ack_needed(&self, i: usize) -> bool {
-        self.ext.tx_maps[i].contains(self.first_data_ssn()) || self.data_ack_due()
+    fn ack_needed(&self, i: usize, first: Seq, v: &AckView) -> bool {
+        self.maps[i].contains(first) || self.data_ack_due(v)
     }
 
-    /// Relative subflow sequence number of the subflow's first data byte
-    /// (the SYN takes the ISN; tests may shift the relative numbers).
-    fn first_data_ssn(&self) -> u32 {
-        1u32.wrapping_add(self.sh.ssn_off())
+    /// Whether the segments of the mapping holding `ssn` carry the DATA_ACK,
+    /// without deciding it (`first`: the subflow's first data ssn).
+    fn peek_with_ack(&self, ssn: Seq, first: Seq, v: &AckView) -> bool {
+        match self.map_index(ssn) {
+            None => ssn == first || self.data_ack_due(v),
+            Some(i) => self.maps[i].with_ack.unwrap_or_else(|| self.ack_needed(i, first, v)),
+        }
     }
 
     /// Decides (once per mapping) whether its segments carry the DATA_ACK.
-    fn with_ack(&mut self, ssn: u32) -> bool {
-        let Some(i) = self.map_index(ssn) else { return ssn == self.first_data_ssn() || self.data_ack_due() };
-        if let Some(d) = self.ext.tx_maps[i].with_ack {
+    fn with_ack(&mut self, ssn: Seq, first: Seq, v: &AckView) -> bool {
+        let Some(i) = self.map_index(ssn) else { return ssn == first || self.data_ack_due(v) };
+        if let Some(d) = self.maps[i].with_ack {
             return d;
         }
-        let d = self.ack_needed(i);
-        self.ext.tx_maps[i].with_ack = Some(d);
-        self.note_ack_decision(d);
+        let d = self.ack_needed(i, first, v);
+        self.maps[i].with_ack = Some(d);
+        self.note_ack_decision(d, v);
         d
     }
 
     /// Whether a mapping made now from relative subflow sequence `ssn` must
-    /// carry the DATA_ACK: the push decides it as it makes the mapping, so
-    /// that the mapping is cut to whole segments of the size the option
-    /// leaves (8 bytes less with the DATA_ACK); [`Hook::note_ack_decision`]
-    /// records it once the mapping exists.
-    pub(super) fn new_map_needs_ack(&self, ssn: u32) -> bool {
-        ssn == self.first_data_ssn() || self.data_ack_due()
+    /// carry the DATA_ACK (`first`: the subflow's first data ssn): the push
+    /// decides it as it makes the mapping, so that the mapping is cut to
+    /// whole segments of the size the option leaves (8 bytes less with the
+    /// DATA_ACK); [`SubflowTx::note_ack_decision`] records it once the
+    /// mapping exists.
+    pub(super) fn new_map_needs_ack(&self, ssn: Seq, first: Seq, v: &AckView) -> bool {
+        ssn == first || self.data_ack_due(v)
     }
 
     /// A mapping's DATA_ACK decision, for the next one's.
-    pub(super) fn note_ack_decision(&mut self, with_ack: bool) {
+    pub(super) fn note_ack_decision(&mut self, with_ack: bool, v: &AckView) {
         if with_ack {
-            self.ext.last_ack_sent = Some(self.ack_info());
-            self.ext.maps_without_ack = 0;
+            self.last_ack_sent = Some(v.info);
+            self.maps_without_ack = 0;
         } else {
-            self.ext.maps_without_ack += 1;
+            self.maps_without_ack += 1;
         }
+    }
+}
+
+/// The [`SegmentHook`] of one subflow for one `poll_transmit`: the parts of
+/// the connection its options are made of.
+pub(crate) struct Hook<'a> {
+    pub mode: ConnMode,
+    pub hs: &'a mut Handshake,
+    pub tx: &'a mut DataTx,
+    pub rx: &'a mut DataRx,
+    pub paths: &'a mut Paths,
+    pub counters: &'a mut Counters,
+    pub mp: &'a mut SubflowMp,
+    pub now: Instant,
+    /// What the subflow's absolute sequence numbers are counted from.
+    pub base: Seq,
+    /// Relative subflow sequence number of the next new data byte.
+    pub next_ssn: Seq,
+    /// Free space of the connection receive buffer.
+    pub recv_window: u64,
+}
+
+fn push(opts: &mut TcpOptions, o: MptcpOption) -> bool {
+    opts.push_aligned(&TcpOption::Mptcp(o)).is_ok()
+}
+
+impl Hook<'_> {
+    /// Relative subflow sequence number of absolute `seq`.
+    fn rel(&self, seq: Seq) -> Seq {
+        Seq(seq - self.base)
+    }
+
+    fn acks(&self) -> AckView {
+        AckView::new(self.rx, self.hs, self.recv_window)
+    }
+
+    fn first(&self) -> Seq {
+        self.mp.first_data_ssn()
+    }
+
+    /// MP_CAPABLE flags: HMAC-SHA256, plus A when we ask for or agreed to checksums.
+    fn cap_flags(&self, agreed: bool) -> u8 {
+        let a = if (agreed && self.hs.csum) || self.hs.csum_request { cap_flags::CHECKSUM } else { 0 };
+        cap_flags::HMAC_SHA256 | a
+    }
+
+    /// MP_CAPABLE in the form the handshake step needs: no key (SYN), our
+    /// key (SYN-ACK), both keys (third ACK), and a data length (first data).
+    fn mp_capable(&self, syn: bool, receiver_key: Option<u64>, data: Option<&DssMapping>) -> MptcpOption {
+        MptcpOption::MpCapable {
+            version: VERSION,
+            flags: self.cap_flags(!syn),
+            sender_key: (!syn).then_some(self.hs.local_key),
+            receiver_key,
+            data_len: data.map(|m| m.len),
+            checksum: data.and_then(|m| m.checksum),
+        }
+    }
+
+    fn data_ack(&self) -> Option<DataAck> {
+        self.rx.base.map(|_| DataAck { ack: self.rx.nxt.0, ack64: true })
+    }
+
+    /// The connection-level window, relative to the DATA_ACK, never shrinking.
+    fn window(&mut self) -> u64 {
+        let edge = self.rx.nxt + self.recv_window;
+        self.rx.wnd_end = self.rx.wnd_end.max(edge);
+        self.rx.wnd_end - self.rx.nxt
+    }
+
+    fn mapping_for(&self, meta: &SegmentMeta) -> Option<DssMapping> {
+        let ssn = self.rel(meta.seq);
+        self.mp.tx.maps.iter().find(|m| m.contains(ssn)).map(|m| DssMapping {
+            dsn: m.dsn.0,
+            dsn64: true,
+            ssn: m.ssn.0,
+            len: m.len as u16,
+            checksum: self.hs.csum.then_some(m.csum),
+        })
+    }
+
+    /// Whether the data segment at relative `ssn` carries the DATA_ACK, decided once per mapping.
+    fn with_ack(&mut self, ssn: Seq) -> bool {
+        let (first, acks) = (self.first(), self.acks());
+        self.mp.tx.with_ack(ssn, first, &acks)
+    }
+
+    fn peek_with_ack(&self, ssn: Seq) -> bool {
+        self.mp.tx.peek_with_ack(ssn, self.first(), &self.acks())
     }
 
     fn dss(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) {
         let data_ack = self.data_ack();
         if meta.len > 0 {
             let mapping = self.mapping_for(meta);
-            let with_ack = self.with_ack(meta.seq - self.iss);
+            let with_ack = self.with_ack(self.rel(meta.seq));
             push(opts, MptcpOption::Dss { data_ack: data_ack.filter(|_| with_ack), mapping, data_fin: false });
             return;
         }
-        self.ext.last_ack_sent = Some(self.ack_info());
-        self.ext.maps_without_ack = 0;
-        if self.sh.data_fin_due {
-            if let Some(fin) = self.sh.data_fin_seq {
-                let checksum = self.sh.csum.then(|| dss_checksum(fin.0, 0, 1, &[]));
+        self.mp.tx.last_ack_sent = Some(self.acks().info);
+        self.mp.tx.maps_without_ack = 0;
+        if self.tx.fin.due {
+            if let Some(fin) = self.tx.fin.seq {
+                let checksum = self.hs.csum.then(|| dss_checksum(fin.0, 0, 1, &[]));
                 let m = DssMapping { dsn: fin.0, dsn64: true, ssn: 0, len: 1, checksum };
                 if push(opts, MptcpOption::Dss { data_ack, mapping: Some(m), data_fin: true }) {
-                    self.sh.data_fin_due = false;
+                    self.tx.fin.due = false;
                 }
                 return;
             }
@@ -193,9 +241,9 @@ impl Hook<'_> {
         if data_ack.is_some() {
             push(opts, MptcpOption::Dss { data_ack, mapping: None, data_fin: false });
         }
-        if let Some(backup) = self.ext.prio_pending {
+        if let Some(backup) = self.mp.signals.prio {
             if push(opts, MptcpOption::MpPrio { backup }) {
-                self.ext.prio_pending = None;
+                self.mp.signals.prio = None;
             }
         }
     }
@@ -209,27 +257,23 @@ impl Hook<'_> {
     /// extension: a lost one must not leave the peer with unmapped data.
     /// Its checksum field is 0 (Linux writes 0 and checks none).
     fn infinite_mapping(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) -> bool {
-        let ssn = meta.seq - self.iss;
-        let at = match self.ext.infinite_map_at {
-            Some((at_ssn, dsn)) if at_ssn == ssn => Some((ssn, dsn)),
-            Some(_) => None,
-            None if self.ext.infinite_map_due && !meta.retransmit => self
-                .ext
-                .tx_maps
-                .iter()
-                .find(|m| m.contains(ssn))
-                .map(|m| (ssn, (m.dsn + u64::from(Seq(ssn) - Seq(m.ssn))).0)),
-            None => None,
+        let ssn = self.rel(meta.seq);
+        let at = match self.mp.signals.infinite_map {
+            InfiniteMapTx::Sent { ssn: at_ssn, dsn } if at_ssn == ssn => Some((ssn, dsn)),
+            InfiniteMapTx::Sent { .. } | InfiniteMapTx::None => None,
+            InfiniteMapTx::Due if meta.retransmit => None,
+            InfiniteMapTx::Due => {
+                self.mp.tx.maps.iter().find(|m| m.contains(ssn)).map(|m| (ssn, m.dsn + u64::from(ssn - m.ssn)))
+            }
         };
         let Some((ssn, dsn)) = at else { return false };
-        let mapping = DssMapping { dsn, dsn64: true, ssn, len: 0, checksum: self.sh.csum.then_some(0) };
+        let mapping = DssMapping { dsn: dsn.0, dsn64: true, ssn: ssn.0, len: 0, checksum: self.hs.csum.then_some(0) };
         if !push(opts, MptcpOption::Dss { data_ack: self.data_ack(), mapping: Some(mapping), data_fin: false }) {
             return false;
         }
-        if self.ext.infinite_map_at.is_none() {
-            self.ext.infinite_map_at = Some((ssn, dsn));
-            self.ext.infinite_map_due = false;
-            self.sh.counters.mptcp_infinite_map_tx += 1;
+        if self.mp.signals.infinite_map == InfiniteMapTx::Due {
+            self.mp.signals.infinite_map = InfiniteMapTx::Sent { ssn, dsn };
+            self.counters.mptcp_infinite_map_tx += 1;
         }
         true
     }
@@ -241,67 +285,64 @@ impl Hook<'_> {
     /// is out, pure ACKs keep the DATA_ACK (the peer has not fallen back yet,
     /// Linux falls back when it sends its infinite mapping).
     fn fallback_option_space(&self, data: bool) -> usize {
-        let fail = self.ext.mp_fail.map_or(0, |_| MP_FAIL_LEN);
+        let fail = self.mp.signals.mp_fail.map_or(0, |_| MP_FAIL_LEN);
+        let due = self.mp.signals.infinite_map == InfiniteMapTx::Due;
         if data {
-            if self.ext.infinite_map_due {
+            if due {
                 DSS_FULL
             } else {
                 fail
             }
         } else {
-            fail + if self.ext.infinite_map_due { DSS_ACK } else { 0 }
+            fail + if due { DSS_ACK } else { 0 }
         }
     }
 
     /// ADD_ADDR (or its echo) on a pure ACK, when one is due and fits.
     fn announce(&mut self, opts: &mut TcpOptions) {
         let now = self.now;
-        let Some(i) = self.sh.announce.iter().position(|a| a.at <= now) else { return };
-        let a = self.sh.announce[i];
-        let Some(rk) = self.sh.remote_key else { return };
-        let hmac = (!a.echo).then(|| crypto::add_addr_hmac(self.sh.local_key, rk, a.id, a.addr, a.port));
+        let ann = &mut self.paths.announce;
+        let Some(i) = ann.iter().position(|a| a.at <= now) else { return };
+        let a = ann[i];
+        let Some(rk) = self.hs.remote_key else { return };
+        let hmac = (!a.echo).then(|| crypto::add_addr_hmac(self.hs.local_key, rk, a.id, a.addr, a.port));
         let o = MptcpOption::AddAddr { echo: a.echo, addr_id: a.id, addr: a.addr, port: a.port, hmac };
-        if push(opts, o) {
-            if a.echo {
-                self.sh.announce.remove(i);
-            } else {
-                self.sh.counters.mptcp_add_addr_tx += 1;
-                // Retransmitted every add_addr_timeout until echoed, at most
-                // ADD_ADDR_RETRANS_MAX times (Linux mptcp_pm_add_timer).
-                let ann = &mut self.sh.announce[i];
-                ann.sent = ann.sent.saturating_add(1);
-                if ann.sent > ADD_ADDR_RETRANS_MAX {
-                    self.sh.announce.remove(i);
-                } else {
-                    ann.at = now + self.sh.add_addr_timeout;
-                }
-            }
-        } else {
+        if !push(opts, o) {
             // No room on this segment (SACK blocks took it): try again shortly
             // rather than asking for an ACK at once, forever.
-            self.sh.announce[i].at = now + ADD_ADDR_NO_ROOM_RETRY;
+            ann[i].at = now + ADD_ADDR_NO_ROOM_RETRY;
+            return;
         }
+        if a.echo {
+            ann.remove(i);
+            return;
+        }
+        self.counters.mptcp_add_addr_tx += 1;
+        // Retransmitted every add_addr_timeout until echoed, at most
+        // ADD_ADDR_RETRANS_MAX times (Linux mptcp_pm_add_timer).
+        ann[i].sent = ann[i].sent.saturating_add(1);
+        if ann[i].sent > ADD_ADDR_RETRANS_MAX {
+            ann.remove(i);
+        } else {
+            ann[i].at = now + self.paths.add_addr_timeout;
+        }
+    }
+
+    /// Whether this subflow's handshake (the connection's, or its join) is over.
+    fn joined(&self) -> bool {
+        self.hs.fully_established && self.mp.join.usable()
     }
 }
 
 impl SegmentHook for Hook<'_> {
     fn option_space(&self, data: bool) -> usize {
-        match self.sh.mode {
-            Mode::Plain => 0,
-            _ if self.sh.infinite => self.fallback_option_space(data),
-            Mode::Mptcp
-                if data
-                    && self.sh.fully_established
-                    && matches!(self.ext.join, JoinState::Joined | JoinState::Initial)
-                    && !self.peek_with_ack(self.next_ssn) =>
-            {
-                DSS_MAP
-            }
+        match self.mode {
+            ConnMode::Plain(_) => 0,
+            ConnMode::Infinite(_) => self.fallback_option_space(data),
+            ConnMode::Mptcp { .. } if data && self.joined() && !self.peek_with_ack(self.next_ssn) => DSS_MAP,
             _ if data => DSS_FULL,
             _ => {
-                let handshake =
-                    !self.sh.fully_established || !matches!(self.ext.join, JoinState::Joined | JoinState::Initial);
-                if handshake || !self.sh.announce.is_empty() || self.sh.data_fin_due {
+                if !self.joined() || !self.paths.announce.is_empty() || self.tx.fin.due {
                     DSS_FULL
                 } else {
                     DSS_ACK
@@ -311,20 +352,14 @@ impl SegmentHook for Hook<'_> {
     }
 
     fn option_space_at(&self, seq: Seq) -> usize {
-        match self.sh.mode {
-            Mode::Plain => 0,
+        match self.mode {
+            ConnMode::Plain(_) => 0,
             // A copy of the segment that carried the infinite mapping carries it again.
-            _ if self.sh.infinite => match self.ext.infinite_map_at {
-                Some((ssn, _)) if ssn == seq - self.iss => DSS_FULL,
+            ConnMode::Infinite(_) => match self.mp.signals.infinite_map {
+                InfiniteMapTx::Sent { ssn, .. } if ssn == self.rel(seq) => DSS_FULL,
                 _ => 0,
             },
-            Mode::Mptcp
-                if self.sh.fully_established
-                    && matches!(self.ext.join, JoinState::Joined | JoinState::Initial)
-                    && !self.peek_with_ack(seq - self.iss) =>
-            {
-                DSS_MAP
-            }
+            ConnMode::Mptcp { .. } if self.joined() && !self.peek_with_ack(self.rel(seq)) => DSS_MAP,
             _ => DSS_FULL,
         }
     }
@@ -332,41 +367,47 @@ impl SegmentHook for Hook<'_> {
     fn on_emit(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) -> Option<u64> {
         let (syn, ack) = (meta.flags.syn(), meta.flags.ack());
         if meta.flags.rst() {
-            if self.ext.fastclose {
-                if let Some(rk) = self.sh.remote_key {
+            let sig = &self.mp.signals;
+            if sig.fastclose {
+                if let Some(rk) = self.hs.remote_key {
                     push(opts, MptcpOption::MpFastclose { receiver_key: rk });
                 }
             }
-            if let Some(reason) = self.ext.rst_reason {
+            if let Some(reason) = sig.rst_reason {
                 push(opts, MptcpOption::MpTcpRst { flags: 0, reason });
             }
-            if let Some(dsn) = self.ext.mp_fail {
+            if let Some(dsn) = sig.mp_fail {
                 push(opts, MptcpOption::MpFail { dsn: dsn.0 });
             }
             return None;
         }
-        if self.sh.mode == Mode::Plain || self.sh.infinite {
-            if self.sh.mode == Mode::Plain || !ack {
+        match self.mode {
+            ConnMode::Plain(_) => return None,
+            ConnMode::Infinite(_) => {
+                if !ack {
+                    return None;
+                }
+                // What `fallback_option_space` made room for: on data, the
+                // infinite mapping, else the MP_FAIL on new data only (a copy
+                // was cut before, without room for it); on a pure ACK the
+                // MP_FAIL and, until the infinite mapping is out, the DATA_ACK.
+                let mapped = meta.len > 0 && self.infinite_mapping(meta, opts);
+                let fail = self.mp.signals.mp_fail.filter(|_| !mapped && (meta.len == 0 || !meta.retransmit));
+                if let Some(dsn) = fail {
+                    if push(opts, MptcpOption::MpFail { dsn: dsn.0 }) {
+                        self.mp.signals.mp_fail = None;
+                    }
+                }
+                if meta.len == 0 && self.mp.signals.infinite_map == InfiniteMapTx::Due {
+                    if let Some(data_ack) = self.data_ack() {
+                        push(opts, MptcpOption::Dss { data_ack: Some(data_ack), mapping: None, data_fin: false });
+                    }
+                }
                 return None;
             }
-            // What `fallback_option_space` made room for: on data, the
-            // infinite mapping, else the MP_FAIL on new data only (a copy was
-            // cut before, without room for it); on a pure ACK the MP_FAIL and,
-            // until the infinite mapping is out, the DATA_ACK.
-            let mapped = meta.len > 0 && self.infinite_mapping(meta, opts);
-            if let Some(dsn) = self.ext.mp_fail.filter(|_| !mapped && (meta.len == 0 || !meta.retransmit)) {
-                if push(opts, MptcpOption::MpFail { dsn: dsn.0 }) {
-                    self.ext.mp_fail = None;
-                }
-            }
-            if meta.len == 0 && self.ext.infinite_map_due {
-                if let Some(data_ack) = self.data_ack() {
-                    push(opts, MptcpOption::Dss { data_ack: Some(data_ack), mapping: None, data_fin: false });
-                }
-            }
-            return None;
+            ConnMode::Pending | ConnMode::Mptcp { .. } => {}
         }
-        match self.ext.join {
+        match self.mp.join {
             JoinState::Initial => {
                 if syn && !ack {
                     push(opts, self.mp_capable(true, None, None));
@@ -376,23 +417,22 @@ impl SegmentHook for Hook<'_> {
                     push(opts, self.mp_capable(false, None, None));
                     return None;
                 }
-                if self.sh.mode != Mode::Mptcp {
+                if !self.mode.is_mptcp() {
                     return None;
                 }
-                if !self.sh.server && !self.sh.fully_established {
+                if !self.hs.server && !self.hs.fully_established {
                     // Third ACK and first data: repeat our key until the server shows it has it.
-                    let first = self
-                        .mapping_for(meta)
-                        .filter(|m| m.dsn == self.sh.tx_base.0 && m.ssn == 1u32.wrapping_add(self.sh.ssn_off()));
+                    let first =
+                        self.mapping_for(meta).filter(|m| m.dsn == self.tx.base.0 && Seq(m.ssn) == self.first());
                     // A due DATA_FIN goes in a DSS at once (Linux leaves
                     // MP_CAPABLE off once `snd_data_fin_enable` is set).
                     // Never before the third ACK itself has gone out.
-                    let data_fin = meta.len == 0 && self.sh.data_fin_due && self.sh.cap_ack_sent;
+                    let data_fin = meta.len == 0 && self.tx.fin.due && self.hs.cap_ack_sent;
                     if (meta.len > 0 && first.is_none()) || data_fin {
                         self.dss(meta, opts);
                     } else {
-                        push(opts, self.mp_capable(false, self.sh.remote_key, first.as_ref()));
-                        self.sh.cap_ack_sent = true;
+                        push(opts, self.mp_capable(false, self.hs.remote_key, first.as_ref()));
+                        self.hs.cap_ack_sent = true;
                     }
                 } else {
                     self.dss(meta, opts);
@@ -400,38 +440,26 @@ impl SegmentHook for Hook<'_> {
             }
             JoinState::ClientSynSent { nonce } => {
                 if syn {
-                    let token = self.sh.remote_key.map(crypto::token).unwrap_or(0);
-                    push(
-                        opts,
-                        MptcpOption::MpJoinSyn { backup: self.ext.backup, addr_id: self.ext.local_id, token, nonce },
-                    );
+                    let token = self.hs.remote_key.map(crypto::token).unwrap_or(0);
+                    let (backup, addr_id) = (self.mp.backup, self.mp.local_id);
+                    push(opts, MptcpOption::MpJoinSyn { backup, addr_id, token, nonce });
                 }
                 return None;
             }
             JoinState::ServerSynRcvd { nonce, peer_nonce } => {
                 if syn {
-                    let rk = self.sh.remote_key.unwrap_or(0);
-                    push(
-                        opts,
-                        MptcpOption::MpJoinSynAck {
-                            backup: self.ext.backup,
-                            addr_id: self.ext.local_id,
-                            hmac: crypto::join_synack_hmac(self.sh.local_key, rk, nonce, peer_nonce),
-                            nonce,
-                        },
-                    );
+                    let rk = self.hs.remote_key.unwrap_or(0);
+                    let hmac = crypto::join_synack_hmac(self.hs.local_key, rk, nonce, peer_nonce);
+                    let (backup, addr_id) = (self.mp.backup, self.mp.local_id);
+                    push(opts, MptcpOption::MpJoinSynAck { backup, addr_id, hmac, nonce });
                     return None;
                 }
             }
             JoinState::ClientAwaitAck { nonce, peer_nonce } => {
                 if !syn && meta.len == 0 {
-                    let rk = self.sh.remote_key.unwrap_or(0);
-                    push(
-                        opts,
-                        MptcpOption::MpJoinAck {
-                            hmac: crypto::join_ack_hmac(self.sh.local_key, rk, nonce, peer_nonce),
-                        },
-                    );
+                    let rk = self.hs.remote_key.unwrap_or(0);
+                    let hmac = crypto::join_ack_hmac(self.hs.local_key, rk, nonce, peer_nonce);
+                    push(opts, MptcpOption::MpJoinAck { hmac });
                 }
             }
             JoinState::Joined => self.dss(meta, opts),

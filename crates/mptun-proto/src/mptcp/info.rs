@@ -2,7 +2,8 @@
 //! reports and the runtime read, the counters of the connection and its
 //! subflows, and a one-line dump of the internal state for debugging.
 
-use super::{Connection, JoinState, Mode};
+use super::fallback::Mode;
+use super::Connection;
 use crate::counters::Counters;
 use crate::seq::DataSeq;
 use std::net::SocketAddr;
@@ -59,15 +60,16 @@ impl Connection {
     /// twice the receive buffer plus a fixed slack for the connection and for
     /// each subflow (see `buf::mem_budget`).
     pub fn recv_mem(&self) -> usize {
-        self.rcv_buf.mem_charged() + self.subflows.iter().flatten().map(|(sf, _)| sf.recv_mem()).sum::<usize>()
+        self.rx.buf.mem_charged() + self.subflows.live().map(|s| s.tcp.recv_mem()).sum::<usize>()
     }
 
     /// Counters of the connection and all its subflows.
     pub fn counters(&self) -> Counters {
-        let mut c = self.shared.counters;
-        for (sf, _) in self.subflows.iter().flatten() {
-            c.add(&sf.counters());
+        let mut c = self.counters;
+        for s in self.subflows.live() {
+            c.add(&s.tcp.counters());
         }
+        self.sched.add_counters(&mut c);
         c
     }
 
@@ -75,27 +77,25 @@ impl Connection {
     /// runtime's `MPTCP_INFO`-like query.
     pub fn info(&self) -> ConnectionInfo {
         ConnectionInfo {
-            mode: self.shared.mode,
-            fully_established: self.shared.fully_established,
+            mode: self.mode(),
+            fully_established: self.hs.fully_established,
             local_token: self.local_token(),
             remote_token: self.remote_token(),
-            bytes_acked: self.shared.snd_una - self.shared.tx_base,
-            bytes_received: self.rcv_buf.next(),
+            bytes_acked: self.tx.una - self.tx.base,
+            bytes_received: self.rx.buf.next(),
             subflows: self
                 .subflows
                 .iter()
-                .enumerate()
-                .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
-                .map(|(i, (sf, ext))| SubflowInfo {
+                .map(|(i, s)| SubflowInfo {
                     id: i,
-                    local: sf.local(),
-                    remote: sf.remote(),
-                    backup: ext.backup,
-                    stale: ext.stale,
-                    joined: matches!(ext.join, JoinState::Joined | JoinState::Initial),
-                    tcp: sf.info(),
+                    local: s.tcp.local(),
+                    remote: s.tcp.remote(),
+                    backup: s.mp.backup,
+                    stale: s.mp.stale,
+                    joined: s.mp.join.usable(),
+                    tcp: s.tcp.info(),
                     avg_pacing_rate: self.sched.avg_pacing_rate(i),
-                    penalized: ext.penalized,
+                    penalized: s.mp.penalized,
                 })
                 .collect(),
         }
@@ -105,38 +105,37 @@ impl Connection {
     pub fn debug_state(&self) -> String {
         let maps: Vec<_> = self
             .subflows
-            .iter()
-            .flatten()
-            .map(|(sf, e)| {
+            .live()
+            .map(|s| {
                 format!(
                     "join={:?} stale={} tx_maps={} rx_map={:?} rx_ahead={:?} queued={} recv_ready={} recv_off={}",
-                    e.join,
-                    e.stale,
-                    e.tx_maps.len(),
-                    e.rx_map,
-                    e.rx_ahead.iter().take(4).collect::<Vec<_>>(),
-                    sf.send_queued(),
-                    sf.recv_ready(),
-                    sf.recv_offset()
+                    s.mp.join,
+                    s.mp.stale,
+                    s.mp.tx.maps.len(),
+                    s.mp.rx.map,
+                    s.mp.rx.ahead.iter().take(4).collect::<Vec<_>>(),
+                    s.tcp.send_queued(),
+                    s.tcp.recv_ready(),
+                    s.tcp.recv_offset()
                 )
             })
             .collect();
         format!(
             "snd_una={} snd_nxt={} write_seq={} wnd_end={} rcv_nxt={} rx_base={:?} ofo={} ready={} recv_limit={} send_limit={} reinject={:?} fin={:?}/{} peer_fin={:?} {:?}",
-            self.shared.snd_una - self.shared.tx_base,
-            self.shared.snd_nxt - self.shared.tx_base,
-            self.shared.write_seq - self.shared.tx_base,
-            self.shared.wnd_end.saturating_sub(self.shared.tx_base),
-            self.shared.rcv_nxt - self.shared.rx_base.unwrap_or(DataSeq(0)),
-            self.shared.rx_base.is_some(),
-            self.rcv_buf.ofo_len(),
-            self.rcv_buf.ready_len(),
-            self.shared.recv_limit,
-            self.send_limit,
-            self.reinject,
-            self.shared.data_fin_seq.map(|f| f - self.shared.tx_base),
-            self.shared.data_fin_acked,
-            self.shared.peer_data_fin,
+            self.tx.una - self.tx.base,
+            self.tx.nxt - self.tx.base,
+            self.tx.write_seq - self.tx.base,
+            self.tx.wnd_end.saturating_sub(self.tx.base),
+            self.rx.nxt - self.rx.base.unwrap_or(DataSeq(0)),
+            self.rx.base.is_some(),
+            self.rx.buf.ofo_len(),
+            self.rx.buf.ready_len(),
+            self.rx.limit,
+            self.tx.limit,
+            self.tx.reinject,
+            self.tx.fin.seq.map(|f| f - self.tx.base),
+            self.tx.fin.acked,
+            self.rx.peer_fin,
             maps
         )
     }

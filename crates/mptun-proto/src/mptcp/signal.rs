@@ -1,23 +1,23 @@
 //! Connection-level signalling (the signalling half of Linux `options.c`
-//! and `pm.c`): DATA_ACK, ADD_ADDR, RM_ADDR, MP_PRIO, MP_FASTCLOSE and
-//! MP_TCPRST as they arrive, one function per option's effect, and the path
-//! manager's announcements once the connection is fully established.
+//! and `pm.c`): DATA_ACK, ADD_ADDR, RM_ADDR, MP_PRIO, MP_FASTCLOSE, MP_FAIL
+//! and MP_TCPRST as they arrive, one function per option's effect, and the
+//! path manager's announcements once the connection is fully established.
 
-use super::SubflowExt;
-use super::{AddrAnnounce, Connection, JoinState, Shared};
-use crate::pm::{JoinRequest, PmConfig, PmState};
-use crate::tcp::{Event, Subflow};
+use super::fallback::{FallbackReason, Resume};
+use super::slot::{InfiniteMapTx, JoinState, SubflowSlot};
+use super::{Connection, MPTCP_RST_EMPTCP};
+use crate::seq::{DataSeq, Seq};
+use crate::tcp::Event;
 use core::ops::ControlFlow;
 use mptun_time::{Duration, Instant};
-use mptun_wire::mptcp::DataAck;
+use mptun_wire::mptcp::{DataAck, DssMapping};
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::{crypto, MptcpOption};
 use std::net::IpAddr;
 
 use super::rx::expand32;
-use crate::seq::{DataSeq, Seq};
 
-impl Shared {
+impl Connection {
     /// No subflow may be added: the connection fell back to TCP (or never
     /// spoke MPTCP), or it is closing in both directions (both DATA_FINs
     /// sent or received), when a new path has nothing left to carry. A
@@ -25,16 +25,9 @@ impl Shared {
     /// to send (Linux refuses joins outside ESTABLISHED, which would keep a
     /// receiver that shut its sending side down on one path).
     pub(super) fn joins_closed(&self) -> bool {
-        self.infinite
-            || self.mode != super::Mode::Mptcp
-            || (self.data_fin_seq.is_some() && self.peer_data_fin.is_some())
+        !self.mode.is_mapped() || (self.tx.fin.seq.is_some() && self.rx.peer_fin.is_some())
     }
-}
 
-/// How long a due announcement waits when no subflow can carry it.
-const ANNOUNCE_NO_SUBFLOW_RETRY: Duration = Duration::from_millis(200);
-
-impl Connection {
     /// The MPTCP options of a segment the subflow `idx` has processed, in
     /// the order they came, then what they imply together: subflows to
     /// withdrawn addresses close, and a client learns it is fully
@@ -56,16 +49,16 @@ impl Connection {
         // HMAC, computed with our key, verifies. Not any other option: one
         // forged ADD_ADDR would make a client whose third ACK was lost (its
         // server fell back to TCP) take a plain-TCP peer for an MPTCP one.
-        let sh = &mut self.shared;
+        let hs = &mut self.hs;
         let proves = |o: &MptcpOption| match *o {
             MptcpOption::Dss { .. } => true,
-            MptcpOption::AddAddr { echo: false, addr_id, addr, port, hmac } => sh
+            MptcpOption::AddAddr { echo: false, addr_id, addr, port, hmac } => hs
                 .remote_key
-                .is_some_and(|rk| hmac == Some(crypto::add_addr_hmac(rk, sh.local_key, addr_id, addr, port))),
+                .is_some_and(|rk| hmac == Some(crypto::add_addr_hmac(rk, hs.local_key, addr_id, addr, port))),
             _ => false,
         };
-        if !sh.server && !sh.fully_established && opts.mptcp.iter().any(proves) {
-            sh.fully_established = true;
+        if !hs.server && !hs.fully_established && opts.mptcp.iter().any(proves) {
+            hs.fully_established = true;
         }
         ControlFlow::Continue(())
     }
@@ -80,103 +73,94 @@ impl Connection {
         wnd: u64,
         rm_ids: &mut Vec<u8>,
     ) -> ControlFlow<()> {
-        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else {
-            return ControlFlow::Continue(());
-        };
-        let sh = &mut self.shared;
+        let Some(slot) = self.subflows.get_mut(idx) else { return ControlFlow::Continue(()) };
         match o {
             MptcpOption::Dss { data_ack, mapping, data_fin } => {
                 if let Some(a) = data_ack {
-                    sh.peer_data_ack_seen = true;
-                    Self::on_data_ack(sh, a, wnd);
+                    self.hs.peer_data_ack_seen = true;
+                    self.on_data_ack(a, wnd);
                 }
                 if let Some(m) = mapping {
-                    if sh.csum && m.checksum.is_none() {
-                        // Checksums were negotiated: a mapping without one
-                        // is invalid (RFC 8684 3.3; Linux's get_mapping_status
-                        // resets the subflow).
-                        sh.counters.mptcp_dss_not_matching += 1;
-                        sh.counters.mptcp_mp_rst_tx += 1;
-                        ext.rst_reason = Some(super::MPTCP_RST_EMPTCP);
-                        sf.abort();
-                        // Handled like a refused join: the RST (with its
-                        // reason) leaves before the subflow is reaped.
-                        return ControlFlow::Break(());
-                    } else if sh.infinite && Self::contradicts_infinite(sh, ext, m, *data_fin) {
-                        // Reset before the drain reads the copy as the stream.
-                        Self::mapping_error(sh, sf, ext);
-                        return ControlFlow::Break(());
-                    } else if m.len == 0 && !*data_fin {
-                        self.on_infinite_mapping(idx, m);
-                    } else {
-                        Self::on_mapping(sh, sf, ext, m, *data_fin);
-                    }
+                    return self.on_dss_mapping(idx, m, *data_fin);
                 }
             }
             MptcpOption::MpCapable { sender_key: Some(_), data_len: Some(len), checksum, .. }
-                if sh.server && ext.join == JoinState::Initial =>
+                if self.hs.server && slot.mp.join == JoinState::Initial =>
             {
-                Self::on_capable_mapping(sh, sf, ext, *len, *checksum);
+                self.on_capable_mapping(idx, *len, *checksum);
             }
             MptcpOption::AddAddr { echo, addr_id, addr, port, hmac } => {
-                let (local0, port0) = (sf.local().ip(), sf.remote().port());
-                let joins_allowed = !sh.joins_closed();
-                let mut joins = Vec::new();
-                Self::on_add_addr(
-                    sh,
-                    &mut self.pm,
-                    &self.cfg.mptcp.pm,
-                    &mut joins,
-                    now,
-                    local0,
-                    port0,
-                    (*echo, *addr_id, *addr, *port, *hmac),
-                );
-                if joins_allowed {
-                    self.pending_joins.extend(joins);
-                }
+                let (local0, port0) = (slot.tcp.local().ip(), slot.tcp.remote().port());
+                self.on_add_addr(now, local0, port0, (*echo, *addr_id, *addr, *port, *hmac));
             }
             MptcpOption::RmAddr { ids } => {
-                sh.counters.mptcp_rm_addr += 1;
+                self.counters.mptcp_rm_addr += 1;
                 rm_ids.extend(ids.iter().copied());
             }
-            MptcpOption::MpPrio { backup } => Self::on_mp_prio(sh, ext, *backup),
-            MptcpOption::MpFastclose { receiver_key } if *receiver_key == sh.local_key => {
+            MptcpOption::MpPrio { backup } => {
+                self.counters.mptcp_mp_prio_rx += 1;
+                slot.mp.backup = *backup;
+            }
+            MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key => {
                 self.on_fastclose();
                 return ControlFlow::Break(());
             }
-            MptcpOption::MpTcpRst { .. } => sh.counters.mptcp_mp_rst_rx += 1,
-            MptcpOption::MpFail { dsn } => {
-                sh.counters.mptcp_mp_fail_rx += 1;
-                // The peer's checksum failed on our only subflow and it fell
-                // back (RFC 8684 3.7): so do we, and answer as Linux's
-                // `mptcp_pm_mp_fail_received` does: MP_FAIL echoed on the next
-                // ACK (a Linux receiver resets the subflow when no answer
-                // comes) and the infinite mapping on the next new data segment.
-                // An MP_FAIL after our own fallback is the peer's answer to
-                // ours. With other subflows the peer resets this one
-                // instead, and the MP_FAIL is only counted.
-                let alone = self.subflows.iter().flatten().count() == 1;
-                let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else {
-                    return ControlFlow::Continue(());
-                };
-                let sh = &mut self.shared;
-                if alone
-                    && sh.csum
-                    && !sh.infinite
-                    && sh.allow_infinite_fallback
-                    && sh.mode == super::Mode::Mptcp
-                    && ext.join == JoinState::Initial
-                {
-                    Self::fall_back(sh, sf, ext);
-                    ext.mp_fail = Some(DataSeq(*dsn));
-                    ext.infinite_map_due = true;
-                    sf.request_ack();
-                }
-            }
+            MptcpOption::MpTcpRst { .. } => self.counters.mptcp_mp_rst_rx += 1,
+            MptcpOption::MpFail { dsn } => self.on_mp_fail(idx, DataSeq(*dsn)),
             _ => {}
         }
         ControlFlow::Continue(())
+    }
+
+    /// The mapping of a received DSS. `Break` when it reset the subflow
+    /// before anything of the segment is read.
+    fn on_dss_mapping(&mut self, idx: usize, m: &DssMapping, data_fin: bool) -> ControlFlow<()> {
+        let dsn = self.rx.expand(m);
+        let Some(slot) = self.subflows.get_mut(idx) else { return ControlFlow::Continue(()) };
+        if self.hs.csum && m.checksum.is_none() {
+            // Checksums were negotiated: a mapping without one is invalid
+            // (RFC 8684 3.3; Linux's get_mapping_status resets the subflow).
+            self.counters.mptcp_dss_not_matching += 1;
+            self.counters.mptcp_mp_rst_tx += 1;
+            slot.reset_with(MPTCP_RST_EMPTCP);
+            // Handled like a refused join: the RST (with its reason) leaves
+            // before the subflow is reaped.
+            return ControlFlow::Break(());
+        }
+        if self.mode.infinite() && slot.contradicts_infinite(dsn, m, data_fin) {
+            // Reset before the drain reads the copy as the stream.
+            Self::mapping_error(&mut self.counters, slot);
+            return ControlFlow::Break(());
+        }
+        if m.len == 0 && !data_fin {
+            self.on_infinite_mapping(idx, m);
+        } else {
+            self.on_mapping(idx, m, data_fin);
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// MP_FAIL: the peer's checksum failed on our only subflow and it fell
+    /// back (RFC 8684 3.7): so do we, and answer as Linux's
+    /// `mptcp_pm_mp_fail_received` does: MP_FAIL echoed on the next ACK (a
+    /// Linux receiver resets the subflow when no answer comes) and the
+    /// infinite mapping on the next new data segment. An MP_FAIL after our
+    /// own fallback is the peer's answer to ours. With other subflows the
+    /// peer resets this one instead, and the MP_FAIL is only counted.
+    fn on_mp_fail(&mut self, idx: usize, dsn: DataSeq) {
+        self.counters.mptcp_mp_fail_rx += 1;
+        let alone = self.subflows.count() == 1;
+        let Some(slot) = self.subflows.get(idx) else { return };
+        if !(alone && self.hs.csum && self.mode.is_mapped() && self.mode.infinite_ok())
+            || slot.mp.join != JoinState::Initial
+        {
+            return;
+        }
+        self.fall_back(idx, FallbackReason::MpFailReceived, Resume::AfterMapped);
+        let Some(slot) = self.subflows.get_mut(idx) else { return };
+        slot.mp.signals.mp_fail = Some(dsn);
+        slot.mp.signals.infinite_map = InfiniteMapTx::Due;
+        slot.tcp.request_ack();
     }
 
     /// The options of an acceptable RST: its reason is counted, and an
@@ -185,8 +169,8 @@ impl Connection {
     pub(super) fn reset_options(&mut self, opts: &OptionSummary) -> ControlFlow<()> {
         for o in &opts.mptcp {
             match o {
-                MptcpOption::MpTcpRst { .. } => self.shared.counters.mptcp_mp_rst_rx += 1,
-                MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.shared.local_key => {
+                MptcpOption::MpTcpRst { .. } => self.counters.mptcp_mp_rst_rx += 1,
+                MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key => {
                     self.on_fastclose();
                     return ControlFlow::Break(());
                 }
@@ -199,55 +183,57 @@ impl Connection {
     /// DATA_ACK: the peer holds our data up to it (in its receive buffer,
     /// not just some subflow's), so it can be released; it also moves the
     /// connection-level send window's right edge.
-    pub(super) fn on_data_ack(sh: &mut Shared, a: &DataAck, wnd: u64) {
-        let ack = DataSeq(if a.ack64 { a.ack } else { expand32(a.ack, sh.snd_una.0) });
-        let max = sh.snd_nxt + sh.data_fin_seq.is_some_and(|f| f == sh.snd_nxt) as u64;
-        if ack.lt(sh.snd_una) || ack.gt(max) {
+    fn on_data_ack(&mut self, a: &DataAck, wnd: u64) {
+        let tx = &mut self.tx;
+        let ack = DataSeq(if a.ack64 { a.ack } else { expand32(a.ack, tx.una.0) });
+        let max = tx.nxt + tx.fin.seq.is_some_and(|f| f == tx.nxt) as u64;
+        if ack.lt(tx.una) || ack.gt(max) {
             return;
         }
-        sh.snd_una = ack;
-        sh.wnd_end = sh.wnd_end.max(ack + wnd);
-        if sh.data_fin_seq.is_some_and(|f| ack.gt(f)) {
-            sh.data_fin_acked = true;
-            sh.data_fin_due = false;
+        tx.una = ack;
+        tx.wnd_end = tx.wnd_end.max(ack + wnd);
+        if tx.fin.seq.is_some_and(|f| ack.gt(f)) {
+            tx.fin.acked = true;
+            tx.fin.due = false;
         }
     }
 
     /// ADD_ADDR: an echo stops our retransmissions of that announcement; a
     /// genuine one (HMAC with both keys) is echoed and handed to the path
-    /// manager, which may open a subflow to it.
-    #[allow(clippy::too_many_arguments)]
+    /// manager, which may open a subflow to it (not once joins are closed).
     fn on_add_addr(
-        sh: &mut Shared,
-        pm: &mut PmState,
-        pmcfg: &PmConfig,
-        joins: &mut Vec<JoinRequest>,
+        &mut self,
         now: Instant,
         local0: IpAddr,
         port0: u16,
         (echo, id, addr, port, hmac): (bool, u8, IpAddr, Option<u16>, Option<u64>),
     ) {
+        let joins_allowed = !self.joins_closed();
+        let c = &mut self.counters;
+        let paths = &mut self.paths;
         if echo {
-            sh.counters.mptcp_echo_add += 1;
-            sh.announce.retain(|a| a.echo || a.id != id);
+            c.mptcp_echo_add += 1;
+            paths.announce.retain(|a| a.echo || a.id != id);
             return;
         }
-        let Some(rk) = sh.remote_key else { return };
-        if hmac != Some(crypto::add_addr_hmac(rk, sh.local_key, id, addr, port)) {
-            sh.counters.mptcp_add_addr_drop += 1;
+        let Some(rk) = self.hs.remote_key else { return };
+        if hmac != Some(crypto::add_addr_hmac(rk, self.hs.local_key, id, addr, port)) {
+            c.mptcp_add_addr_drop += 1;
             return;
         }
-        sh.counters.mptcp_add_addr += 1;
-        if !sh.announce.iter().any(|a| a.echo && a.id == id) {
-            sh.announce.push(AddrAnnounce { id, addr, port, echo: true, at: now, sent: 0 });
+        c.mptcp_add_addr += 1;
+        if !paths.announce.iter().any(|a| a.echo && a.id == id) {
+            paths.queue(id, addr, port, true, now);
         }
+        let pmcfg = &self.cfg.mptcp.pm;
         if !crate::pm::joinable(pmcfg, local0, addr) {
-            sh.counters.mptcp_add_addr_drop += 1;
+            c.mptcp_add_addr_drop += 1;
             return;
         }
-        match pm.on_add_addr(pmcfg, local0, addr, port.unwrap_or(port0), false) {
-            Some(j) => joins.push(j),
-            None => sh.counters.mptcp_add_addr_drop += 1,
+        match paths.pm.on_add_addr(pmcfg, local0, addr, port.unwrap_or(port0), false) {
+            Some(j) if joins_allowed => paths.pending_joins.push(j),
+            Some(_) => {}
+            None => c.mptcp_add_addr_drop += 1,
         }
     }
 
@@ -258,49 +244,33 @@ impl Connection {
     /// MPTCP option is sent any more. With other subflows alive it is a
     /// protocol error that resets this subflow (Linux: an infinite mapping is
     /// valid only when the connection can fall back).
-    fn on_infinite_mapping(&mut self, idx: usize, m: &mptun_wire::mptcp::DssMapping) {
-        let single = self.subflows.iter().flatten().count() == 1;
-        let Some((sf, ext)) = self.subflows.get_mut(idx).and_then(|s| s.as_mut()) else { return };
-        let sh = &mut self.shared;
-        sh.counters.mptcp_infinite_map_rx += 1;
-        if sh.infinite {
+    fn on_infinite_mapping(&mut self, idx: usize, m: &DssMapping) {
+        let single = self.subflows.count() == 1;
+        let dsn = self.rx.expand(m);
+        let Some(slot) = self.subflows.get_mut(idx) else { return };
+        self.counters.mptcp_infinite_map_rx += 1;
+        if self.mode.infinite() {
             // The answer to our MP_FAIL: we fell back at the failed mapping
             // already, and the mapping agrees with it (checked before).
             return;
         }
-        if !single || ext.join != JoinState::Initial || sh.rx_base.is_none() || !sh.allow_infinite_fallback {
-            sh.counters.mptcp_mp_rst_tx += 1;
-            ext.rst_reason = Some(super::MPTCP_RST_EMPTCP);
-            sf.abort();
+        if !single || slot.mp.join != JoinState::Initial || self.rx.base.is_none() || !self.mode.infinite_ok() {
+            self.counters.mptcp_mp_rst_tx += 1;
+            slot.reset_with(MPTCP_RST_EMPTCP);
             return;
         }
-        let dsn = DataSeq(if m.dsn64 { m.dsn } else { expand32(m.dsn, sh.rcv_nxt.0) });
         // The mapping starts at its subflow sequence number (0 when the
         // sender left it out: then at the subflow's next unread byte).
-        let next = Self::next_ssn(sh, sf);
-        let ssn = if m.ssn != 0 { Seq(m.ssn) } else { next };
-        sh.infinite = true;
-        sh.counters.mptcp_dss_fallback += 1;
-        // Mappings before it still hold; from `ssn` on, the subflow's bytes
-        // continue the data sequence at `dsn` (what `current_map` reads in
-        // fallback mode once the known mappings are used up).
-        ext.rx_ahead.retain(|x| x.ssn.lt(ssn));
-        ext.rx_last_end = Some((ssn, dsn));
-        ext.rx_infinite_at = Some((ssn, dsn));
-    }
-
-    /// MP_PRIO: the peer marks the subflow it arrived on backup (or not).
-    fn on_mp_prio(sh: &mut Shared, ext: &mut SubflowExt, backup: bool) {
-        sh.counters.mptcp_mp_prio_rx += 1;
-        ext.backup = backup;
+        let ssn = if m.ssn != 0 { Seq(m.ssn) } else { slot.next_rx_ssn() };
+        self.fall_back(idx, FallbackReason::InfiniteMapping, Resume::At(ssn, dsn));
     }
 
     /// MP_FASTCLOSE with our key: the peer aborted the whole connection;
     /// reset every subflow at once (RFC 8684 3.5).
     fn on_fastclose(&mut self) {
-        self.shared.counters.mptcp_mp_fastclose_rx += 1;
-        for (s, _) in self.subflows.iter_mut().flatten() {
-            s.abort();
+        self.counters.mptcp_mp_fastclose_rx += 1;
+        for s in self.subflows.live_mut() {
+            s.tcp.abort();
         }
         self.events.push_back(Event::Reset);
     }
@@ -308,73 +278,45 @@ impl Connection {
     /// The peer withdrew addresses: close our subflows to them (Linux
     /// mptcp_pm_nl_rm_subflow_received); their data is reinjected.
     fn close_removed(&mut self, rm_ids: &[u8]) {
-        for (s2, e2) in self.subflows.iter_mut().flatten() {
-            if e2.join != JoinState::Initial && rm_ids.contains(&e2.remote_id) {
-                s2.close();
+        for s in self.subflows.live_mut() {
+            if s.mp.join != JoinState::Initial && rm_ids.contains(&s.mp.remote_id) {
+                s.tcp.close();
             }
         }
     }
 
     /// Path manager, once fully established: announce our addresses and
-    /// open the subflows it wants; then ask for a pure ACK to carry an
-    /// ADD_ADDR that is due.
+    /// open the subflows it wants (the announcement timer then asks a pure
+    /// ACK to carry them).
     ///
     /// No subflow is opened once the connection fell back or is closing
-    /// (see [`Shared::joins_closed`]), nor to the peer's initial address
+    /// (see [`Connection::joins_closed`]), nor to the peer's initial address
     /// when its MP_CAPABLE had the C flag.
     pub(super) fn pm_progress(&mut self, now: Instant) {
-        if self.shared.joins_closed() {
-            self.pending_joins.clear();
+        if self.joins_closed() {
+            self.paths.pending_joins.clear();
         }
-        if self.shared.fully_established && !self.pm.announced {
+        if self.hs.fully_established && !self.paths.pm.announced {
             if let Some((l, r)) = self.addresses() {
-                let (ann, mut joins) = self.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
-                let sh = &self.shared;
-                if sh.joins_closed() || sh.peer_no_src_addr {
+                let (ann, mut joins) = self.paths.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
+                if self.joins_closed() || self.hs.peer_no_src_addr {
                     joins.clear();
                 }
                 for e in ann {
-                    self.shared.announce.push(AddrAnnounce {
-                        id: e.id,
-                        addr: e.addr,
-                        port: None,
-                        echo: false,
-                        at: now,
-                        sent: 0,
-                    });
+                    self.paths.queue(e.id, e.addr, None, false, now);
                 }
-                self.pending_joins.extend(joins);
+                self.paths.pending_joins.extend(joins);
             }
         }
-        if self.shared.infinite || self.shared.mode != super::Mode::Mptcp {
+        if !self.mode.is_mapped() {
             // No options go out any more: nothing can carry them.
-            self.shared.announce.clear();
-        }
-        if self.shared.announce.iter().any(|a| a.at <= now) {
-            if let Some((sf, _)) = self.best_ack_subflow() {
-                sf.request_ack();
-            } else {
-                // No subflow can carry them now: look again later instead of
-                // leaving a due deadline that a driver would poll forever.
-                for a in self.shared.announce.iter_mut().filter(|a| a.at <= now) {
-                    a.at = now + ANNOUNCE_NO_SUBFLOW_RETRY;
-                }
-            }
+            self.paths.announce.clear();
         }
     }
 
     /// The subflow to carry a connection-level signal (window update,
     /// DATA_FIN, ADD_ADDR): a usable one with the lowest RTT.
-    pub(super) fn best_ack_subflow(&mut self) -> Option<&mut (Subflow, SubflowExt)> {
-        self.subflows
-            .iter_mut()
-            .flatten()
-            .filter(|(s, e)| {
-                s.state().is_synchronized()
-                    && !s.is_closed()
-                    && !e.stale
-                    && matches!(e.join, JoinState::Initial | JoinState::Joined)
-            })
-            .min_by_key(|(s, _)| s.srtt().unwrap_or(Duration::MAX))
+    pub(super) fn best_ack_subflow(&mut self) -> Option<&mut SubflowSlot> {
+        self.subflows.live_mut().filter(|s| s.can_signal()).min_by_key(|s| s.tcp.srtt().unwrap_or(Duration::MAX))
     }
 }

@@ -4,7 +4,8 @@
 //! subflow; in MPTCP mode to the connection-level buffers, with the DATA_FIN
 //! standing in for the FIN and MP_FASTCLOSE for the RST.
 
-use super::{Connection, Mode};
+use super::fallback::{ConnMode, Mode};
+use super::Connection;
 use crate::error::{RecvError, SendError};
 use crate::tcp::Subflow;
 use bytes::Bytes;
@@ -19,13 +20,10 @@ impl Connection {
         }
         // Until the SYN-ACK tells whether the peer speaks MPTCP, data has no
         // home: it would go to the connection if MPTCP, to the subflow if not.
-        if self.shared.mode == Mode::Pending
-            || self.shared.data_fin_seq.is_some()
-            || self.subflows.iter().flatten().next().is_none()
-        {
+        if self.mode == ConnMode::Pending || self.tx.fin.seq.is_some() || self.subflows.count() == 0 {
             return 0;
         }
-        self.send_limit.saturating_sub(self.snd_buf.len())
+        self.tx.limit.saturating_sub(self.tx.buf.len())
     }
 
     /// Queues as much of `data` as fits and returns how much; like a
@@ -41,8 +39,8 @@ impl Connection {
         }
         let n = data.len().min(self.send_space());
         if n > 0 {
-            self.snd_buf.push(Bytes::copy_from_slice(&data[..n]));
-            self.shared.write_seq += n as u64;
+            self.tx.buf.push(Bytes::copy_from_slice(&data[..n]));
+            self.tx.write_seq += n as u64;
             self.progress(self.last_now);
         }
         Ok(n)
@@ -56,12 +54,10 @@ impl Connection {
         let open = |s: &Subflow| {
             matches!(s.state(), State::SynSent | State::SynReceived | State::Established | State::CloseWait)
         };
-        match self.shared.mode {
+        match self.mode() {
             Mode::Plain | Mode::Pending => self.subflow(0).is_some_and(open),
             Mode::Mptcp => {
-                self.shared.data_fin_seq.is_none()
-                    && !self.closed_event_sent
-                    && self.subflows.iter().flatten().any(|(s, _)| !s.is_closed())
+                self.tx.fin.seq.is_none() && !self.closed_event_sent && self.subflows.live().any(|s| !s.tcp.is_closed())
             }
         }
     }
@@ -71,7 +67,7 @@ impl Connection {
         if self.plain() {
             return self.subflow(0).map_or(0, |s| s.recv_ready());
         }
-        self.rcv_buf.ready_len()
+        self.rx.buf.ready_len()
     }
 
     /// Reads in-order data into `out`. `now` drives receive-buffer
@@ -85,7 +81,7 @@ impl Connection {
         let n = if self.plain() {
             self.initial().map_or(0, |s| s.recv(now, out))
         } else {
-            let n = self.rcv_buf.read(out);
+            let n = self.rx.buf.read(out);
             self.after_app_read(now, n);
             n
         };
@@ -109,7 +105,7 @@ impl Connection {
         let b = if self.plain() {
             self.initial().and_then(|s| s.recv_piece(now, max))
         } else {
-            let b = self.rcv_buf.read_piece(max);
+            let b = self.rx.buf.read_piece(max);
             self.after_app_read(now, b.as_ref().map_or(0, Bytes::len));
             b
         };
@@ -123,7 +119,7 @@ impl Connection {
     /// level's receive-buffer autotuning and window update.
     fn after_app_read(&mut self, now: Instant, n: usize) {
         if n > 0 {
-            self.rcvq_space.on_read(n);
+            self.rx.space.on_read(n);
             self.rcv_space_adjust(now);
             self.maybe_window_update();
         }
@@ -133,7 +129,7 @@ impl Connection {
     fn recv_end(&self) -> Result<(), RecvError> {
         // An orderly end only: a plain subflow that was reset is closed but
         // never received the FIN.
-        let finished = match self.shared.mode {
+        let finished = match self.mode() {
             Mode::Mptcp => self.recv_finished(),
             Mode::Plain | Mode::Pending => self.subflow(0).is_some_and(|s| s.recv_finished()),
         };
@@ -152,14 +148,14 @@ impl Connection {
         if self.plain() {
             return self.subflow(0).is_none_or(|s| s.recv_finished() || s.is_closed());
         }
-        self.shared.peer_data_fin_done && self.rcv_buf.ready_len() == 0
+        self.rx.peer_fin_done && self.rx.buf.ready_len() == 0
     }
 
     /// `TCP_NODELAY` for every subflow, present and future.
     pub fn set_nodelay(&mut self, nodelay: bool) {
         self.cfg.tcp.nagle = !nodelay;
-        for (sf, _) in self.subflows.iter_mut().flatten() {
-            sf.set_nagle(!nodelay);
+        for slot in self.subflows.live_mut() {
+            slot.tcp.set_nagle(!nodelay);
         }
     }
 
@@ -170,14 +166,14 @@ impl Connection {
 
     /// Orderly close: DATA_FIN after the queued data (FIN in plain mode).
     pub fn close(&mut self) {
-        if self.plain() || self.shared.mode == Mode::Pending {
+        if self.plain() || self.mode == ConnMode::Pending {
             if let Some(sf) = self.initial() {
                 sf.close();
             }
             return;
         }
-        if self.shared.data_fin_seq.is_none() {
-            self.shared.data_fin_seq = Some(self.shared.write_seq);
+        if self.tx.fin.seq.is_none() {
+            self.tx.fin.seq = Some(self.tx.write_seq);
             self.progress(self.last_now);
         }
     }
@@ -191,32 +187,32 @@ impl Connection {
     /// finished (TIME_WAIT) is left alone, as the kernel leaves a timewait
     /// socket when its process exits.
     pub fn abort(&mut self) {
-        let done = self.shared.data_fin_acked && self.shared.peer_data_fin_done;
-        let fastclose = self.shared.mode == Mode::Mptcp && self.shared.remote_key.is_some() && !done;
-        for (sf, ext) in self.subflows.iter_mut().flatten() {
-            if sf.state() == crate::tcp::State::TimeWait {
+        let done = self.tx.fin.acked && self.rx.peer_fin_done;
+        let fastclose = self.mode.is_mptcp() && self.hs.remote_key.is_some() && !done;
+        for slot in self.subflows.live_mut() {
+            if slot.tcp.state() == crate::tcp::State::TimeWait {
                 continue;
             }
-            ext.fastclose = fastclose;
-            sf.abort();
+            slot.mp.signals.fastclose = fastclose;
+            slot.tcp.abort();
         }
         if fastclose {
-            self.shared.counters.mptcp_mp_fastclose_tx += 1;
+            self.counters.mptcp_mp_fastclose_tx += 1;
         }
     }
 
     /// Data can flow: the handshake completed (in MPTCP mode, on at least
     /// one subflow).
     pub fn is_established(&self) -> bool {
-        match self.shared.mode {
+        match self.mode() {
             Mode::Plain => self.subflow(0).is_some_and(|s| s.state().is_synchronized() && !s.is_closed()),
             Mode::Pending => false,
-            Mode::Mptcp => self.subflows.iter().flatten().any(|(s, _)| s.state().is_synchronized()),
+            Mode::Mptcp => self.subflows.live().any(|s| s.tcp.state().is_synchronized()),
         }
     }
 
     /// Every subflow is closed: the endpoint may reap the connection.
     pub fn is_closed(&self) -> bool {
-        self.subflows.iter().flatten().all(|(s, _)| s.is_closed())
+        self.subflows.live().all(|s| s.tcp.is_closed())
     }
 }

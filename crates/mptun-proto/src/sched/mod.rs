@@ -9,13 +9,19 @@
 //! weighted by bytes, exactly as the kernel does.
 //!
 //! Schedulers see [`SubflowView`]s, not subflows, so they are unit-testable
-//! with synthetic states and cannot reach into protocol state.
+//! with synthetic states and cannot reach into protocol state. Besides a
+//! pick, a scheduler may ask the connection for [`Request`]s (a window cut,
+//! a reinjection), which is how the penalty policies of [`penalise`] are
+//! written. [`registry`] builds the shipped ones by name.
 
 pub mod penalise;
+pub mod registry;
 
-pub use penalise::{new_scheduler, PenaltyConfig, PenaltyDecision, Policy};
+pub use penalise::{PenaltyConfig, PenaltyScheduler};
+pub use registry::{new_scheduler, Policy};
 
-use mptun_cc::CaState;
+use crate::counters::Counters;
+use mptun_cc::{CaState, WindowCut};
 use mptun_time::{Duration, Instant};
 
 /// What a scheduler may know about one subflow.
@@ -67,6 +73,27 @@ pub struct Pick {
     pub max_burst: usize,
 }
 
+/// What a scheduler asks of the connection besides its pick, carried out
+/// before the picked burst is pushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Shrink subflow `id`'s congestion window, through its controller,
+    /// from the subflow's own push path (counted as `MPTcpExtCwndPenalized`).
+    ReduceWindow {
+        /// The subflow's index in the connection.
+        id: usize,
+        /// How far.
+        cut: WindowCut,
+    },
+    /// Send the oldest data of subflow `id` that the peer has not
+    /// DATA_ACKed again, at most one MSS, on whichever subflow is picked
+    /// next (opportunistic retransmission), ahead of new data.
+    ReinjectHead {
+        /// The subflow whose data goes again.
+        id: usize,
+    },
+}
+
 /// Linux `MPTCP_SEND_BURST_SIZE`.
 pub const SEND_BURST_SIZE: usize = 64 * 1024;
 
@@ -85,11 +112,14 @@ pub trait Scheduler: Send + core::fmt::Debug {
     fn avg_pacing_rate(&self, _id: usize) -> Option<u64> {
         None
     }
-    /// Called once a subflow was picked: a policy may flag a slow subflow
-    /// for a cwnd halving (applied in that subflow's push path).
-    fn after_pick(&mut self, _picked: usize, _subflows: &[SubflowView], _conn: &ConnView) -> PenaltyDecision {
-        PenaltyDecision::default()
+    /// The next request the last [`Scheduler::select`] made besides its
+    /// pick; the connection takes them all right after a pick.
+    fn poll_request(&mut self) -> Option<Request> {
+        None
     }
+    /// Adds what the scheduler counted (with the kernel's names) into `c`,
+    /// the connection's counters.
+    fn add_counters(&self, _c: &mut Counters) {}
 }
 
 /// Linux's default scheduler (`mptcp_subflow_get_send`).

@@ -16,64 +16,18 @@
 //!   limited; halve cwnd (min 1) and ssthresh (min 2) once per srtt and
 //!   reinject the head of the slow subflow's data on the fast one.
 //!
+//! Each is a scheduler like any other: it picks as the default does and
+//! asks the connection for the halving ([`Request::ReduceWindow`]) and, for
+//! `mptcp-org`, the reinjection ([`Request::ReinjectHead`]).
+//!
 //! Counters: `MPTcpExtPenalCandidate` each time a slow subflow qualified
 //! (before the guard), `MPTcpExtCwndPenalized` each halving applied.
 
-use super::{ConnView, DefaultScheduler, Pick, Scheduler, SubflowView};
-use mptun_cc::CaState;
+use super::{ConnView, DefaultScheduler, Pick, Policy, Request, Scheduler, SubflowView};
+use crate::counters::Counters;
+use mptun_cc::{CaState, WindowCut};
 use mptun_time::{Duration, Instant};
-use std::fmt;
-use std::str::FromStr;
-
-/// Which scheduler policy a connection runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Policy {
-    /// Kernel default scheduler, no penalty.
-    #[default]
-    Default,
-    /// Raiciu et al. (NSDI 2012) opportunistic retransmission and
-    /// penalisation: when the fast subflow is blocked by the slow one's
-    /// unacknowledged data, reinject that data and halve the slow cwnd.
-    Penalise,
-    /// [`Policy::Penalise`] with guards (at most once per slow RTT, only a
-    /// cwnd-limited fast subflow, a slow one in CA Open) so that it does not
-    /// starve a subflow that is merely a little slower.
-    PenaliseGuarded,
-    /// The out-of-tree multipath-tcp.org kernel's variant: ssthresh is
-    /// halved too, always.
-    MptcpOrg,
-}
-
-impl Policy {
-    /// Every policy, for sweeps (the `penalise` simulator scenario).
-    pub const ALL: [Policy; 4] = [Policy::Default, Policy::Penalise, Policy::PenaliseGuarded, Policy::MptcpOrg];
-
-    /// Name on the command line and in reports (what [`FromStr`] parses).
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Default => "default",
-            Policy::Penalise => "penalise",
-            Policy::PenaliseGuarded => "penalise-guarded",
-            Policy::MptcpOrg => "mptcp-org",
-        }
-    }
-}
-
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Policy::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown scheduler policy '{s}' (default, penalise, penalise-guarded, mptcp-org)"))
-    }
-}
+use std::collections::VecDeque;
 
 /// Tunables of the penalty.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -92,13 +46,13 @@ impl Default for PenaltyConfig {
 
 /// What the policy decided after a pick.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PenaltyDecision {
+struct PenaltyDecision {
     /// A slow subflow qualified (`MPTcpExtPenalCandidate`).
-    pub candidate: bool,
+    candidate: bool,
     /// Halve this subflow's cwnd in its push path.
-    pub penalise: Option<usize>,
+    penalise: Option<usize>,
     /// mptcp-org: reinject the head of this (slow) subflow's data on `fast`.
-    pub reinject_head: Option<(usize, usize)>,
+    reinject_head: Option<(usize, usize)>,
 }
 
 /// The default scheduler plus a penalty policy.
@@ -109,12 +63,23 @@ pub struct PenaltyScheduler {
     cfg: PenaltyConfig,
     /// Last time each subflow was penalised.
     last: Vec<Option<Instant>>,
+    /// What the last pick asks of the connection.
+    requests: VecDeque<Request>,
+    /// `MPTcpExtPenalCandidate`.
+    penal_candidate: u64,
 }
 
 impl PenaltyScheduler {
     /// The default scheduler with `policy`'s penalty decisions on top.
     pub fn new(policy: Policy, cfg: PenaltyConfig) -> Self {
-        PenaltyScheduler { inner: DefaultScheduler::new(), policy, cfg, last: Vec::new() }
+        PenaltyScheduler {
+            inner: DefaultScheduler::new(),
+            policy,
+            cfg,
+            last: Vec::new(),
+            requests: VecDeque::new(),
+            penal_candidate: 0,
+        }
     }
 
     /// The policy it runs, for reports.
@@ -181,13 +146,44 @@ impl PenaltyScheduler {
     }
 }
 
+impl PenaltyScheduler {
+    /// The policy's decision once a subflow was picked.
+    fn decide(&mut self, subflows: &[SubflowView], conn: &ConnView) -> PenaltyDecision {
+        match self.policy {
+            Policy::Default => PenaltyDecision::default(),
+            Policy::Penalise => self.rate_trigger(subflows, conn, false),
+            Policy::PenaliseGuarded => self.rate_trigger(subflows, conn, true),
+            Policy::MptcpOrg => self.mptcp_org(subflows, conn),
+        }
+    }
+
+    /// How far a halving goes: the out-of-tree kernel halves ssthresh
+    /// always, the reference series only past slow start.
+    fn cut(&self) -> WindowCut {
+        if self.policy == Policy::MptcpOrg {
+            WindowCut::HalveWithSsthresh
+        } else {
+            WindowCut::Halve
+        }
+    }
+}
+
 impl Scheduler for PenaltyScheduler {
     fn name(&self) -> &'static str {
         self.policy.name()
     }
 
     fn select(&mut self, subflows: &[SubflowView], conn: &ConnView) -> Option<Pick> {
-        self.inner.select(subflows, conn)
+        let pick = self.inner.select(subflows, conn)?;
+        let d = self.decide(subflows, conn);
+        self.penal_candidate += d.candidate as u64;
+        if let Some(id) = d.penalise {
+            self.requests.push_back(Request::ReduceWindow { id, cut: self.cut() });
+        }
+        if let Some((slow, _fast)) = d.reinject_head {
+            self.requests.push_back(Request::ReinjectHead { id: slow });
+        }
+        Some(pick)
     }
 
     fn on_pushed(&mut self, id: usize, bytes: usize, subflows: &[SubflowView]) {
@@ -205,21 +201,12 @@ impl Scheduler for PenaltyScheduler {
         }
     }
 
-    fn after_pick(&mut self, _picked: usize, subflows: &[SubflowView], conn: &ConnView) -> PenaltyDecision {
-        match self.policy {
-            Policy::Default => PenaltyDecision::default(),
-            Policy::Penalise => self.rate_trigger(subflows, conn, false),
-            Policy::PenaliseGuarded => self.rate_trigger(subflows, conn, true),
-            Policy::MptcpOrg => self.mptcp_org(subflows, conn),
-        }
+    fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front()
     }
-}
 
-/// Builds the scheduler for a policy.
-pub fn new_scheduler(policy: Policy, cfg: PenaltyConfig) -> Box<dyn Scheduler> {
-    match policy {
-        Policy::Default => Box::new(DefaultScheduler::new()),
-        p => Box::new(PenaltyScheduler::new(p, cfg)),
+    fn add_counters(&self, c: &mut Counters) {
+        c.mptcp_penal_candidate += self.penal_candidate;
     }
 }
 
@@ -259,7 +246,7 @@ mod tests {
     #[test]
     fn slow_subflow_below_half_the_fastest_is_penalised() {
         let mut s = sched(Policy::Penalise);
-        let d = s.after_pick(0, &pair(), &conn(0, false));
+        let d = s.decide(&pair(), &conn(0, false));
         assert_eq!(d, PenaltyDecision { candidate: true, penalise: Some(1), reinject_head: None });
     }
 
@@ -267,10 +254,10 @@ mod tests {
     fn no_penalty_above_the_factor() {
         let mut s = sched(Policy::Penalise);
         let v = [view(0, 1_250_000, 20), view(1, 700_000, 50)];
-        assert_eq!(s.after_pick(0, &v, &conn(0, false)), PenaltyDecision::default());
+        assert_eq!(s.decide(&v, &conn(0, false)), PenaltyDecision::default());
         // A tunable factor: at 0.6 the same pair qualifies.
         let mut s = PenaltyScheduler::new(Policy::Penalise, PenaltyConfig { factor: 0.6, ..Default::default() });
-        assert!(s.after_pick(0, &v, &conn(0, false)).candidate);
+        assert!(s.decide(&v, &conn(0, false)).candidate);
     }
 
     #[test]
@@ -278,7 +265,7 @@ mod tests {
         let mut s = sched(Policy::Penalise);
         let mut v = pair();
         v[0].cwnd_limited = false;
-        assert_eq!(s.after_pick(0, &v, &conn(0, false)), PenaltyDecision::default());
+        assert_eq!(s.decide(&v, &conn(0, false)), PenaltyDecision::default());
     }
 
     #[test]
@@ -287,41 +274,41 @@ mod tests {
             let mut s = sched(Policy::Penalise);
             let mut v = pair();
             v[1].ca_state = st;
-            assert_eq!(s.after_pick(0, &v, &conn(0, false)), PenaltyDecision::default(), "{st:?}");
+            assert_eq!(s.decide(&v, &conn(0, false)), PenaltyDecision::default(), "{st:?}");
         }
     }
 
     #[test]
     fn at_most_once_per_rtt_of_the_slow_subflow() {
         let mut s = sched(Policy::Penalise);
-        assert!(s.after_pick(0, &pair(), &conn(0, false)).penalise.is_some());
+        assert!(s.decide(&pair(), &conn(0, false)).penalise.is_some());
         // Slow subflow's srtt is 50 ms.
-        assert_eq!(s.after_pick(0, &pair(), &conn(49, false)), PenaltyDecision::default());
-        assert!(s.after_pick(0, &pair(), &conn(50, false)).penalise.is_some());
+        assert_eq!(s.decide(&pair(), &conn(49, false)), PenaltyDecision::default());
+        assert!(s.decide(&pair(), &conn(50, false)).penalise.is_some());
         let mut s = PenaltyScheduler::new(Policy::Penalise, PenaltyConfig { interval_rtts: 2.0, ..Default::default() });
-        s.after_pick(0, &pair(), &conn(0, false));
-        assert!(s.after_pick(0, &pair(), &conn(99, false)).penalise.is_none());
-        assert!(s.after_pick(0, &pair(), &conn(100, false)).penalise.is_some());
+        s.decide(&pair(), &conn(0, false));
+        assert!(s.decide(&pair(), &conn(99, false)).penalise.is_none());
+        assert!(s.decide(&pair(), &conn(100, false)).penalise.is_some());
     }
 
     #[test]
     fn guard_holds_back_while_receive_window_limited_but_counts_the_candidate() {
         let mut g = sched(Policy::PenaliseGuarded);
         assert_eq!(
-            g.after_pick(0, &pair(), &conn(0, true)),
+            g.decide(&pair(), &conn(0, true)),
             PenaltyDecision { candidate: true, penalise: None, reinject_head: None }
         );
         // Not window-limited: the guarded policy acts like the unguarded one.
-        assert_eq!(g.after_pick(0, &pair(), &conn(0, false)).penalise, Some(1));
+        assert_eq!(g.decide(&pair(), &conn(0, false)).penalise, Some(1));
         // The unguarded policy ignores the window.
         let mut u = sched(Policy::Penalise);
-        assert_eq!(u.after_pick(0, &pair(), &conn(0, true)).penalise, Some(1));
+        assert_eq!(u.decide(&pair(), &conn(0, true)).penalise, Some(1));
     }
 
     #[test]
     fn default_policy_never_penalises() {
         let mut s = sched(Policy::Default);
-        assert_eq!(s.after_pick(0, &pair(), &conn(0, false)), PenaltyDecision::default());
+        assert_eq!(s.decide(&pair(), &conn(0, false)), PenaltyDecision::default());
     }
 
     #[test]
@@ -329,10 +316,10 @@ mod tests {
         let mut s = sched(Policy::Penalise);
         let mut v = pair();
         v[1].backup = true;
-        assert_eq!(s.after_pick(0, &v, &conn(0, false)), PenaltyDecision::default());
+        assert_eq!(s.decide(&v, &conn(0, false)), PenaltyDecision::default());
         let mut v = pair();
         v[1].available = false;
-        assert_eq!(s.after_pick(0, &v, &conn(0, false)), PenaltyDecision::default());
+        assert_eq!(s.decide(&v, &conn(0, false)), PenaltyDecision::default());
     }
 
     #[test]
@@ -340,17 +327,9 @@ mod tests {
         let mut s = sched(Policy::MptcpOrg);
         // Equal rates, unequal delay: slow by RTT.
         let v = [view(0, 1_000_000, 20), view(1, 1_000_000, 60)];
-        assert_eq!(s.after_pick(0, &v, &conn(0, false)), PenaltyDecision::default());
-        let d = s.after_pick(0, &v, &conn(0, true));
+        assert_eq!(s.decide(&v, &conn(0, false)), PenaltyDecision::default());
+        let d = s.decide(&v, &conn(0, true));
         assert_eq!(d, PenaltyDecision { candidate: true, penalise: Some(1), reinject_head: Some((1, 0)) });
-        assert_eq!(s.after_pick(0, &v, &conn(59, true)), PenaltyDecision::default());
-    }
-
-    #[test]
-    fn policy_names_round_trip() {
-        for p in Policy::ALL {
-            assert_eq!(p.name().parse::<Policy>().unwrap(), p);
-        }
-        assert!("fastest".parse::<Policy>().is_err());
+        assert_eq!(s.decide(&v, &conn(59, true)), PenaltyDecision::default());
     }
 }

@@ -50,7 +50,6 @@ pub(crate) mod autotune;
 pub mod config;
 mod input;
 mod output;
-mod penalty;
 mod pmtu;
 mod recovery;
 mod tail;
@@ -429,6 +428,15 @@ impl Subflow {
     /// Controller counters (HyStart) and why slow start ended, if it did.
     pub fn cc(&self) -> &dyn CongestionControl {
         &*self.cc
+    }
+
+    /// Shrinks the window on the request of a layer above (the MPTCP
+    /// scheduler), through the controller's
+    /// [`CongestionControl::reduce_window`] rather than by writing its window
+    /// state behind its back. The connection calls it from the subflow's own
+    /// push path, as Linux applies such a cut under the subflow socket lock.
+    pub(crate) fn reduce_window(&mut self, cut: mptun_cc::WindowCut) {
+        self.cc.reduce_window(&mut self.ccs, cut);
     }
 
     /// `snd_una`.

@@ -212,11 +212,11 @@ pub struct TcpInfo {
     pub recv_buffer: usize,
     /// The last window was limited by cwnd, not by the application or rwnd.
     pub cwnd_limited: bool,
-    /// Why slow start ended by the controller's own decision (HyStart:
-    /// `"train"`/`"delay"`) and the cwnd then: what Linux reports only as
+    /// Why slow start ended by the controller's own decision (HyStart's
+    /// ACK train or delay) and the cwnd then: what Linux reports only as
     /// `TcpExtTCPHystart*` counters, here per subflow so a real-packet run
     /// (`mptun lab hystart`) can tell the exits apart as the simulator does.
-    pub slow_start_exit: Option<(&'static str, u32)>,
+    pub slow_start_exit: Option<mptun_cc::SlowStartExit>,
 }
 
 /// What a subflow made of one incoming segment

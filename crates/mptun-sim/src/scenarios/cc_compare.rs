@@ -277,7 +277,7 @@ pub fn run(p: &Params) -> Report {
             recoveries: counters.tcp_ext_tcp_sack_recovery + counters.tcp_ext_tcp_reno_recovery,
             final_cwnd: info.map_or(0, |i| i.cwnd),
             final_ssthresh: info.map_or(0, |i| i.ssthresh),
-            slow_start_exit: sub.and_then(|s| s.cc().slow_start_exit()),
+            slow_start_exit: sub.and_then(|s| s.cc().slow_start_exit()).map(|e| (e.reason.name(), e.cwnd)),
         }
     };
     let cubic_report = flow_report(&cubic, cb, sc);

@@ -257,8 +257,8 @@ pub fn run_variant(p: &Params, round_start: HystartRoundStart) -> VariantReport 
                 w.delivered = s.a.inner.apps.get(&h).map_or(0, |app| app.received);
                 if let Some(c) = s.b.ep.conn(sh).and_then(|c| c.subflow(0)).filter(|_| w.exit.is_none()) {
                     let i = c.info();
-                    if let Some((reason, cwnd)) = c.cc().slow_start_exit() {
-                        w.exit = Some((reason, cwnd, now));
+                    if let Some(e) = c.cc().slow_start_exit() {
+                        w.exit = Some((e.reason.name(), e.cwnd, now));
                     } else if i.ssthresh != u32::MAX || !matches!(i.ca_state, CaState::Open | CaState::Disorder) {
                         w.exit = Some(("loss", w.last_ss_cwnd, now));
                     } else {

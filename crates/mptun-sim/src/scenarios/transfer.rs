@@ -222,7 +222,7 @@ pub fn run_traced(spec: &TransferSpec, trace_server: bool, gso: bool) -> Traced 
     let sc = sim.b.ep.counters();
     let initial = sim.a.ep.conn(h).and_then(|c| c.subflow(0));
     let info = initial.map(|c| c.info());
-    let slow_start_exit = initial.and_then(|c| c.cc().slow_start_exit());
+    let slow_start_exit = initial.and_then(|c| c.cc().slow_start_exit()).map(|e| (e.reason.name(), e.cwnd));
     let result = TransferResult {
         sha256_match: completed && sha_ok,
         completed,

@@ -290,7 +290,12 @@ fn first_subflow(conn: &Conn) -> Option<SlowStartState> {
         Conn::Mptun(s) => {
             let i = s.info().ok()?;
             let t = i.conn.subflows.first()?.tcp;
-            Some((t.cwnd, t.ssthresh, matches!(t.ca_state, CaState::Open | CaState::Disorder), t.slow_start_exit))
+            Some((
+                t.cwnd,
+                t.ssthresh,
+                matches!(t.ca_state, CaState::Open | CaState::Disorder),
+                t.slow_start_exit.map(|e| (e.reason.name(), e.cwnd)),
+            ))
         }
         Conn::Kernel(s) => {
             let (cwnd, ssthresh, ca_state) = tcp_info_cwnd(s.as_raw_fd())?;

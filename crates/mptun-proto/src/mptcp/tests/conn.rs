@@ -93,7 +93,7 @@ fn data_ack_reaches_a_client_not_yet_fully_established(request: &[usize]) {
         n.run(Duration::from_micros(1500), &mut |a, p| tamper(a, p, &mut held));
     }
     if request.len() > 1 {
-        assert!(n.b.conn(sh).unwrap().shared.peer_data_ack_seen, "the client's later part must carry a DATA_ACK");
+        assert!(n.b.conn(sh).unwrap().hs.peer_data_ack_seen, "the client's later part must carry a DATA_ACK");
     }
     let mut buf = vec![0u8; 65536];
     assert_eq!(n.read_b(sh, &mut buf), vec![1u8; request_len]);
@@ -312,7 +312,7 @@ fn first_data_reordered_ahead_of_the_third_ack() {
     for c in [n.a.counters(), n.b.counters()] {
         assert_eq!(c.mptcp_dss_fallback + c.mptcp_mp_capable_fallback_ack, 0, "{}", c.to_nstat());
     }
-    assert!(!n.a.conn(h).unwrap().shared.infinite && !n.b.conn(sh).unwrap().shared.infinite);
+    assert!(!n.a.conn(h).unwrap().mode.infinite() && !n.b.conn(sh).unwrap().mode.infinite());
 }
 
 /// Issue 12.5: an MP_CAPABLE without H or with B is ignored (fallback to
@@ -587,7 +587,7 @@ fn no_join_after_a_fallback() {
     n.run(Duration::from_millis(50), &mut |_, p| Some(super::strip_mptcp(&p)));
     let mut buf = vec![0u8; 65536];
     assert_eq!(n.read_b(sh, &mut buf), data);
-    assert!(n.a.conn(h).unwrap().shared.infinite && n.b.conn(sh).unwrap().shared.infinite, "both fell back");
+    assert!(n.a.conn(h).unwrap().mode.infinite() && n.b.conn(sh).unwrap().mode.infinite(), "both fell back");
     assert_eq!(release_and_count_join_syns(&mut n, held), 0);
     assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 1);
 }
@@ -935,7 +935,7 @@ fn a_peer_key_equal_to_our_own_is_not_taken() {
     // The client side: a SYN-ACK carrying the client's own key.
     let mut n = net(EndpointConfig::default(), EndpointConfig::default());
     let h = n.connect();
-    let client_key = n.a.conn(h).unwrap().shared.local_key;
+    let client_key = n.a.conn(h).unwrap().hs.local_key;
     let mut mirror = |from_a: bool, p: Vec<u8>| -> Option<Vec<u8>> {
         Some(rewrite(&p, &mut |m| {
             if let MptcpOption::MpCapable { sender_key: Some(sk), receiver_key: None, .. } = m {

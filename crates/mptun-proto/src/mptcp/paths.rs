@@ -1,0 +1,95 @@
+//! The connection's path-manager state (Linux keeps it in `mptcp_pm_data`):
+//! the addresses we owe the peer an ADD_ADDR (or an echo) for, the
+//! subflows the path manager wants opened, and the bounds on the joins the
+//! connection takes. The decisions themselves are the [`crate::pm`]
+//! module's; `signal.rs` carries them out.
+
+use crate::pm::{JoinRequest, PmState};
+use mptun_time::{Duration, Instant};
+use std::net::IpAddr;
+
+/// Retransmissions of an unechoed ADD_ADDR before it is given up (Linux
+/// `ADD_ADDR_RETRANS_MAX`), each `MptcpConfig::add_addr_timeout` apart.
+pub(crate) const ADD_ADDR_RETRANS_MAX: u8 = 3;
+
+/// How many joins a connection takes at once and per second (from the
+/// endpoint's [`crate::Limits`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct JoinLimits {
+    /// MP_JOIN SYNs answered and not yet completed, at most.
+    pub max_half_open: u8,
+    /// MP_JOIN SYNs taken per second, at most.
+    pub max_syn_per_sec: u32,
+}
+
+/// An announcement we owe the peer, or an echo.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AddrAnnounce {
+    pub id: u8,
+    pub addr: IpAddr,
+    pub port: Option<u16>,
+    pub echo: bool,
+    /// Next (re)transmission.
+    pub at: Instant,
+    /// Transmissions so far: the first and at most `ADD_ADDR_RETRANS_MAX`
+    /// retransmissions, as Linux.
+    pub sent: u8,
+}
+
+/// Path-manager state of one connection.
+#[derive(Debug)]
+pub(super) struct Paths {
+    /// What the PM decided so far (subflows opened, announcements accepted).
+    pub pm: PmState,
+    /// ADD_ADDRs and echoes owed, each with its next (re)transmission.
+    pub announce: Vec<AddrAnnounce>,
+    /// Retransmission interval of an unechoed ADD_ADDR (`add_addr_timeout`).
+    pub add_addr_timeout: Duration,
+    /// Subflows the PM wants opened; the endpoint creates them.
+    pub pending_joins: Vec<JoinRequest>,
+    /// MP_JOIN SYNs taken in the current one-second window: (window start, count).
+    pub join_window: (Instant, u32),
+}
+
+impl Paths {
+    pub fn new(now: Instant, add_addr_timeout: Duration) -> Self {
+        Paths {
+            pm: PmState::default(),
+            announce: Vec::new(),
+            add_addr_timeout,
+            pending_joins: Vec::new(),
+            join_window: (now, 0),
+        }
+    }
+
+    /// When the earliest announcement is due.
+    pub fn next_announce(&self) -> Option<Instant> {
+        self.announce.iter().map(|a| a.at).min()
+    }
+
+    /// Queues an announcement (or echo) due at `now`.
+    pub fn queue(&mut self, id: u8, addr: IpAddr, port: Option<u16>, echo: bool, now: Instant) {
+        self.announce.push(AddrAnnounce { id, addr, port, echo, at: now, sent: 0 });
+    }
+
+    /// Moves every announcement due at `now` out by `by`.
+    pub fn postpone_due(&mut self, now: Instant, by: Duration) {
+        for a in self.announce.iter_mut().filter(|a| a.at <= now) {
+            a.at = now + by;
+        }
+    }
+
+    /// Counts an MP_JOIN SYN against the per-second bound; `false` when it
+    /// is over it.
+    pub fn take_join_syn(&mut self, now: Instant, lim: &JoinLimits) -> bool {
+        // Rate first: a flood of joins costs a comparison each, not a scan.
+        if now.saturating_duration_since(self.join_window.0) >= Duration::from_secs(1) {
+            self.join_window = (now, 0);
+        }
+        if self.join_window.1 >= lim.max_syn_per_sec {
+            return false;
+        }
+        self.join_window.1 += 1;
+        true
+    }
+}

@@ -1,0 +1,371 @@
+//! One subflow as the connection holds it: the TCP state machine
+//! ([`Subflow`]) beside what MPTCP keeps about it (Linux's
+//! `mptcp_subflow_context`): how it joined, its address ids and priority,
+//! the mappings it sent and received, and the signals it owes the peer.
+//!
+//! [`Subflows`] is the connection's table of them, by index; an index is
+//! stable for a subflow's life and may be reused once it is gone.
+
+use crate::seq::{DataSeq, Seq};
+use crate::tcp::{State, Subflow};
+use mptun_cc::WindowCut;
+use std::collections::VecDeque;
+
+/// How a subflow came to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JoinState {
+    /// The initial subflow (MP_CAPABLE).
+    Initial,
+    /// We sent MP_JOIN SYN with `nonce`.
+    ClientSynSent { nonce: u32 },
+    /// We verified the SYN-ACK and send the third ACK until the fourth arrives.
+    ClientAwaitAck { nonce: u32, peer_nonce: u32 },
+    /// We answered an MP_JOIN SYN.
+    ServerSynRcvd { nonce: u32, peer_nonce: u32 },
+    /// Usable for data.
+    Joined,
+}
+
+impl JoinState {
+    /// The handshake is over: the subflow may carry data.
+    pub fn usable(self) -> bool {
+        matches!(self, JoinState::Initial | JoinState::Joined)
+    }
+}
+
+/// A DSS mapping we created: `len` bytes at data sequence `dsn` sit at
+/// relative subflow sequence `ssn` (1 = first data byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TxMap {
+    pub ssn: Seq,
+    pub dsn: DataSeq,
+    pub len: u32,
+    /// DSS checksum of the mapping (computed only when checksums are on).
+    pub csum: u16,
+    /// Whether this mapping's segments carry the DATA_ACK, decided at its
+    /// first segment so that all its segments have identical options (TSO
+    /// on a TUN merges only byte-identical headers) and a retransmission
+    /// fits the size the original was cut to.
+    pub with_ack: Option<bool>,
+}
+
+impl TxMap {
+    /// Whether relative subflow sequence `ssn` lies inside the mapping (modulo 2^32).
+    pub fn contains(&self, ssn: Seq) -> bool {
+        ssn - self.ssn < self.len
+    }
+    /// The relative subflow sequence just past the mapping.
+    pub fn end(&self) -> Seq {
+        self.ssn + self.len
+    }
+    /// The data sequence just past the mapping.
+    pub fn dsn_end(&self) -> DataSeq {
+        self.dsn + self.len as u64
+    }
+}
+
+/// A DSS mapping received on a subflow: `len` bytes from relative subflow
+/// sequence `ssn` (1 = first data byte, modulo 2^32) carry data sequence
+/// `dsn` on. Linux keeps the same in the subflow context (`map_seq`,
+/// `map_subflow_seq`, `map_data_len`, `map_csum`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RxMap {
+    pub ssn: Seq,
+    pub dsn: DataSeq,
+    pub len: u32,
+    /// DSS checksum of the mapping, when the peer sent one.
+    pub csum: Option<u16>,
+    /// The mapping carried the DATA_FIN: its data-level length on the wire,
+    /// which the checksum's pseudo-header holds, is `len + 1` (Linux
+    /// `map_data_fin`, added back in `validate_data_csum`).
+    pub fin: bool,
+}
+
+impl RxMap {
+    /// The mapping of a whole stream from `ssn` at `dsn` on: what the
+    /// subflow's bytes are read under after a fallback (in 1 GiB steps).
+    pub fn infinite(ssn: Seq, dsn: DataSeq) -> RxMap {
+        RxMap { ssn, dsn, len: 1 << 30, csum: None, fin: false }
+    }
+    /// The relative subflow sequence just past the mapping.
+    pub fn end(&self) -> Seq {
+        self.ssn + self.len
+    }
+    /// The data sequence just past the mapping.
+    pub fn dsn_end(&self) -> DataSeq {
+        self.dsn + self.len as u64
+    }
+    /// Whether relative subflow sequence `ssn` lies inside the mapping.
+    pub fn contains(&self, ssn: Seq) -> bool {
+        ssn - self.ssn < self.len
+    }
+    /// Whether the two mappings share a subflow byte.
+    pub fn overlaps(&self, o: &RxMap) -> bool {
+        self.contains(o.ssn) || o.contains(self.ssn)
+    }
+}
+
+/// The send side of a subflow at the data level: the mappings it carries
+/// and the DATA_ACK decisions that go with them (`hook.rs` owns the policy).
+#[derive(Debug, Default)]
+pub(crate) struct SubflowTx {
+    /// Mappings sent and not yet both DATA_ACKed and acknowledged by the subflow.
+    pub maps: VecDeque<TxMap>,
+    /// Data sequence up to which this subflow's data was reinjected
+    /// elsewhere; `None` before its first reinjection.
+    pub reinjected_to: Option<DataSeq>,
+    /// (DATA_ACK, window edge) last sent on this subflow, and mappings sent
+    /// since without it: unchanged acknowledgement information is left off
+    /// data segments to give their payload the 8 bytes.
+    pub last_ack_sent: Option<(DataSeq, DataSeq)>,
+    pub maps_without_ack: u32,
+}
+
+/// The receive side of a subflow at the data level: the mappings its bytes
+/// are read under (`rx.rs` owns the logic).
+#[derive(Debug)]
+pub(crate) struct SubflowRx {
+    /// The mapping the subflow's next bytes are read under (Linux keeps
+    /// exactly one per subflow).
+    pub map: Option<RxMap>,
+    /// Mappings that came with data beyond the current mapping (on
+    /// out-of-order segments, or on a segment that starts inside the current
+    /// mapping): Linux keeps them on the skb that carried them until that
+    /// skb reaches the head of the queue. In subflow sequence order, never
+    /// overlapping, all inside the subflow's receive window.
+    pub ahead: VecDeque<RxMap>,
+    /// (relative ssn, data sequence) just past the last mapping taken:
+    /// where an infinite mapping continues after a fallback.
+    pub last_end: Option<(Seq, DataSeq)>,
+    /// Where the infinite mapping starts after a fallback (relative ssn and
+    /// its data sequence): a mapping the peer still sends must agree with it
+    /// (see `Connection::contradicts_infinite`).
+    pub infinite_at: Option<(Seq, DataSeq)>,
+    /// Relative ssn and payload length of the segment being processed (the
+    /// one whose options are read).
+    pub seg: (Seq, u32),
+    /// Accepted segments in a row that acknowledged new data without any
+    /// MPTCP option: the evidence a sender has that a middlebox strips its
+    /// peer's options (one forged ACK is not enough to fall back).
+    pub optless_acks: u8,
+}
+
+impl Default for SubflowRx {
+    fn default() -> Self {
+        SubflowRx {
+            map: None,
+            ahead: VecDeque::new(),
+            last_end: None,
+            infinite_at: None,
+            seg: (Seq(0), 0),
+            optless_acks: 0,
+        }
+    }
+}
+
+/// Our infinite mapping (RFC 8684 3.7), owed after the peer's MP_FAIL.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum InfiniteMapTx {
+    /// None owed.
+    #[default]
+    None,
+    /// The first new data segment takes it.
+    Due,
+    /// It went on the segment at relative ssn `ssn`, data sequence `dsn`:
+    /// repeated on every copy of that segment.
+    Sent { ssn: Seq, dsn: DataSeq },
+}
+
+/// What a subflow owes the peer besides data and acknowledgements.
+#[derive(Debug, Default)]
+pub(crate) struct SubflowSignals {
+    /// MP_TCPRST reason to put on our RST (RFC 8684 3.6).
+    pub rst_reason: Option<u8>,
+    /// Put MP_FASTCLOSE on our RST.
+    pub fastclose: bool,
+    /// MP_FAIL to send (RFC 8684 3.7): the data sequence number of the
+    /// mapping whose checksum failed, on the next ACK of the only subflow
+    /// (which then falls back) or on the RST with MP_TCPRST.
+    pub mp_fail: Option<DataSeq>,
+    /// The infinite mapping that answers the peer's MP_FAIL.
+    pub infinite_map: InfiniteMapTx,
+    /// MP_PRIO to send on the next pure ACK.
+    pub prio: Option<bool>,
+}
+
+/// MPTCP state of one subflow.
+#[derive(Debug)]
+pub(crate) struct SubflowMp {
+    pub join: JoinState,
+    pub local_id: u8,
+    pub remote_id: u8,
+    pub backup: bool,
+    /// An RTO streak: the scheduler avoids it, its data went elsewhere.
+    pub stale: bool,
+    /// What relative subflow sequence numbers are offset by (see
+    /// [`super::MptcpConfig::wrap_early`]; 0 but in tests).
+    pub ssn_off: u32,
+    pub tx: SubflowTx,
+    pub rx: SubflowRx,
+    pub signals: SubflowSignals,
+    /// A window cut the scheduler asked for, applied in the subflow's own
+    /// push path.
+    pub cut: Option<WindowCut>,
+    /// Cuts applied to this subflow.
+    pub penalized: u64,
+}
+
+impl SubflowMp {
+    pub fn new(join: JoinState, local_id: u8, remote_id: u8, backup: bool, ssn_off: u32) -> Self {
+        SubflowMp {
+            join,
+            local_id,
+            remote_id,
+            backup,
+            stale: false,
+            ssn_off,
+            tx: SubflowTx::default(),
+            rx: SubflowRx::default(),
+            signals: SubflowSignals::default(),
+            cut: None,
+            penalized: 0,
+        }
+    }
+
+    /// Relative subflow sequence number of the subflow's first data byte
+    /// (the SYN takes the ISN; tests may shift the relative numbers).
+    pub fn first_data_ssn(&self) -> Seq {
+        Seq(1) + self.ssn_off
+    }
+}
+
+/// One subflow of the connection.
+#[derive(Debug)]
+pub(crate) struct SubflowSlot {
+    pub tcp: Subflow,
+    pub mp: SubflowMp,
+}
+
+impl SubflowSlot {
+    /// What our absolute sequence numbers are counted from to make relative
+    /// ones (the ISS, shifted in tests).
+    pub fn snd_base(&self) -> Seq {
+        self.tcp.iss() - self.mp.ssn_off
+    }
+
+    /// The same for the peer's sequence numbers.
+    pub fn rcv_base(&self) -> Seq {
+        self.tcp.irs() - self.mp.ssn_off
+    }
+
+    /// Relative ssn of the next byte the subflow would hand out.
+    pub fn next_rx_ssn(&self) -> Seq {
+        Seq(self.tcp.recv_offset() as u32) + 1 + self.mp.ssn_off
+    }
+
+    /// Relative ssn up to which the peer acknowledged our bytes.
+    pub fn snd_una_rel(&self) -> Seq {
+        self.tcp.snd_una() - self.snd_base().0
+    }
+
+    /// Relative ssn of the next new byte the subflow will send.
+    pub fn snd_nxt_rel(&self) -> Seq {
+        self.tcp.snd_nxt() - self.snd_base().0
+    }
+
+    /// Relative ssn the next byte handed to the subflow will get.
+    pub fn write_seq_rel(&self) -> Seq {
+        self.tcp.write_seq() - self.snd_base().0
+    }
+
+    /// Can carry data now: joined, established (or half-closed by the
+    /// peer), not stale.
+    pub fn usable(&self) -> bool {
+        self.mp.join.usable() && matches!(self.tcp.state(), State::Established | State::CloseWait) && !self.mp.stale
+    }
+
+    /// Can carry a connection-level signal (window update, DATA_FIN,
+    /// ADD_ADDR) on a pure ACK.
+    pub fn can_signal(&self) -> bool {
+        self.tcp.state().is_synchronized() && !self.tcp.is_closed() && !self.mp.stale && self.mp.join.usable()
+    }
+
+    /// Resets the subflow with MP_TCPRST `reason` on its RST.
+    pub fn reset_with(&mut self, reason: u8) {
+        self.mp.signals.rst_reason = Some(reason);
+        self.tcp.abort();
+    }
+}
+
+/// The connection's subflows, by index. Slot 0 is the initial subflow's
+/// for good (plain mode and `Connection::addresses` read it); a later
+/// subflow takes the lowest free slot after it, so the table is bounded by
+/// the subflows a connection has at once, not by every join ever tried.
+#[derive(Debug, Default)]
+pub(crate) struct Subflows {
+    slots: Vec<Option<SubflowSlot>>,
+}
+
+impl Subflows {
+    /// Subflow `i`, if it is alive.
+    pub fn get(&self, i: usize) -> Option<&SubflowSlot> {
+        self.slots.get(i).and_then(Option::as_ref)
+    }
+
+    /// Subflow `i`, if it is alive.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut SubflowSlot> {
+        self.slots.get_mut(i).and_then(Option::as_mut)
+    }
+
+    /// The live subflows with their indices.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &SubflowSlot)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// The live subflows.
+    pub fn live(&self) -> impl Iterator<Item = &SubflowSlot> {
+        self.slots.iter().flatten()
+    }
+
+    /// The live subflows, mutably.
+    pub fn live_mut(&mut self) -> impl Iterator<Item = &mut SubflowSlot> {
+        self.slots.iter_mut().flatten()
+    }
+
+    /// How many subflows are alive.
+    pub fn count(&self) -> usize {
+        self.live().count()
+    }
+
+    /// Slots in the table, live or free: the bound on indices.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Puts a subflow in the lowest free slot after the initial one and
+    /// returns its index. A slot is free only once its subflow was taken
+    /// out and the scheduler forgot it; the endpoint checks a pair's
+    /// subflow before it delivers to a slot, so a reused slot never gets its
+    /// predecessor's packets.
+    pub fn place(&mut self, slot: SubflowSlot) -> usize {
+        if self.slots.is_empty() {
+            self.slots.push(Some(slot));
+            return 0;
+        }
+        match self.slots.iter().skip(1).position(Option::is_none) {
+            Some(i) => {
+                self.slots[i + 1] = Some(slot);
+                i + 1
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Takes subflow `i` out of the table; its slot becomes free.
+    pub fn take(&mut self, i: usize) -> Option<SubflowSlot> {
+        self.slots.get_mut(i).and_then(Option::take)
+    }
+}

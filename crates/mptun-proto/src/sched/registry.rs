@@ -1,0 +1,79 @@
+//! The schedulers mptun ships, by name (Linux keeps its registry in
+//! `net/mptcp/sched.c`, chosen by the `net.mptcp.scheduler` sysctl).
+
+use super::penalise::{PenaltyConfig, PenaltyScheduler};
+use super::{DefaultScheduler, Scheduler};
+use std::fmt;
+use std::str::FromStr;
+
+/// Which scheduler policy a connection runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Kernel default scheduler, no penalty.
+    #[default]
+    Default,
+    /// Raiciu et al. (NSDI 2012) opportunistic retransmission and
+    /// penalisation: when the fast subflow is blocked by the slow one's
+    /// unacknowledged data, reinject that data and halve the slow cwnd.
+    Penalise,
+    /// [`Policy::Penalise`] with guards (at most once per slow RTT, only a
+    /// cwnd-limited fast subflow, a slow one in CA Open) so that it does not
+    /// starve a subflow that is merely a little slower.
+    PenaliseGuarded,
+    /// The out-of-tree multipath-tcp.org kernel's variant: ssthresh is
+    /// halved too, always.
+    MptcpOrg,
+}
+
+impl Policy {
+    /// Every policy, for sweeps (the `penalise` simulator scenario).
+    pub const ALL: [Policy; 4] = [Policy::Default, Policy::Penalise, Policy::PenaliseGuarded, Policy::MptcpOrg];
+
+    /// Name on the command line and in reports (what [`FromStr`] parses).
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Default => "default",
+            Policy::Penalise => "penalise",
+            Policy::PenaliseGuarded => "penalise-guarded",
+            Policy::MptcpOrg => "mptcp-org",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown scheduler policy '{s}' (default, penalise, penalise-guarded, mptcp-org)"))
+    }
+}
+
+/// Builds the scheduler for a policy.
+pub fn new_scheduler(policy: Policy, cfg: PenaltyConfig) -> Box<dyn Scheduler> {
+    match policy {
+        Policy::Default => Box::new(DefaultScheduler::new()),
+        p => Box::new(PenaltyScheduler::new(p, cfg)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_names_round_trip() {
+        for p in Policy::ALL {
+            assert_eq!(p.name().parse::<Policy>().unwrap(), p);
+            assert_eq!(new_scheduler(p, PenaltyConfig::default()).name(), p.name());
+        }
+        assert!("fastest".parse::<Policy>().is_err());
+    }
+}
