@@ -122,8 +122,8 @@ pub enum WindowCut {
     /// cwnd halved; ssthresh halved too once the flow is past slow start,
     /// so that a flow still probing keeps probing from the smaller window.
     Halve,
-    /// cwnd and ssthresh halved, in slow start too (the out-of-tree
-    /// multipath-tcp.org kernel's cut), so that the flow grows back linearly.
+    /// cwnd and ssthresh halved, in slow start too, so that the flow grows
+    /// back linearly instead of doubling to where it was.
     HalveWithSsthresh,
 }
 
@@ -263,5 +263,30 @@ impl<C: CongestionControl + ?Sized> CongestionControl for Box<C> {
     }
     fn slow_start_exit(&self) -> Option<SlowStartExit> {
         (**self).slow_start_exit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cut(cwnd: u32, ssthresh: u32, how: WindowCut) -> (u32, u32) {
+        let mut st = CcState { cwnd, cwnd_cnt: 7, ssthresh, cwnd_clamp: u32::MAX / 2 };
+        Reno::default().reduce_window(&mut st, how);
+        assert_eq!(st.cwnd_cnt, 0);
+        (st.cwnd, st.ssthresh)
+    }
+
+    #[test]
+    fn a_window_cut_halves_cwnd_and_ssthresh_only_where_asked() {
+        // In slow start (ssthresh infinite or above cwnd) only cwnd halves...
+        assert_eq!(cut(40, u32::MAX, WindowCut::Halve), (20, u32::MAX));
+        assert_eq!(cut(40, 100, WindowCut::Halve), (20, 100));
+        // ...unless the cut takes ssthresh too, from the smaller of the two.
+        assert_eq!(cut(40, u32::MAX, WindowCut::HalveWithSsthresh), (20, 20));
+        assert_eq!(cut(40, 100, WindowCut::HalveWithSsthresh), (20, 20));
+        // Past slow start both halve, with the floors of 1 and 2.
+        assert_eq!(cut(40, 30, WindowCut::Halve), (20, 15));
+        assert_eq!(cut(1, 1, WindowCut::Halve), (1, 2));
     }
 }

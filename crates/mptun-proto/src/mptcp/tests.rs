@@ -457,6 +457,7 @@ fn options_stripped_mid_stream_fall_back_to_an_infinite_mapping() {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 65536];
     let mut step = 0;
+    let mut reasons = (None, None);
     for _ in 0..400 {
         step += 1;
         // A slow writer, so the options disappear in the middle of the stream.
@@ -469,10 +470,14 @@ fn options_stripped_mid_stream_fall_back_to_an_infinite_mapping() {
         let strip = step > 5;
         n.run(Duration::from_millis(20), &mut |_, p| Some(if strip { strip_mptcp(&p) } else { p }));
         got.extend(n.read_b(sh, &mut buf));
+        reasons.0 = reasons.0.or(n.a.conn(h).and_then(|c| c.fallback_reason()));
+        reasons.1 = reasons.1.or(n.b.conn(sh).and_then(|c| c.fallback_reason()));
         if n.b.recv_finished(sh) {
             break;
         }
     }
+    let stripped = Some(FallbackReason::StrippedOptions);
+    assert_eq!(reasons, (stripped, stripped), "both ends took the options as stripped");
     assert_eq!(got.len(), data.len());
     assert!(got == data, "stream corrupted across the fallback");
     assert!(n.b.recv_finished(sh), "the FIN must end the stream after the fallback");

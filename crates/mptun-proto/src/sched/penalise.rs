@@ -332,4 +332,32 @@ mod tests {
         assert_eq!(d, PenaltyDecision { candidate: true, penalise: Some(1), reinject_head: Some((1, 0)) });
         assert_eq!(s.decide(&v, &conn(59, true)), PenaltyDecision::default());
     }
+
+    #[test]
+    fn decisions_reach_the_connection_as_requests_after_a_pick() {
+        let drain = |s: &mut PenaltyScheduler| std::iter::from_fn(|| s.poll_request()).collect::<Vec<_>>();
+        let mut s = sched(Policy::Penalise);
+        assert!(s.select(&pair(), &conn(0, false)).is_some());
+        assert_eq!(drain(&mut s), [Request::ReduceWindow { id: 1, cut: WindowCut::Halve }]);
+        let mut c = Counters::default();
+        s.add_counters(&mut c);
+        assert_eq!(c.mptcp_penal_candidate, 1);
+        // mptcp-org: ssthresh halved always, and the slow subflow's head reinjected.
+        let mut s = sched(Policy::MptcpOrg);
+        let v = [view(0, 1_000_000, 20), view(1, 1_000_000, 60)];
+        assert!(s.select(&v, &conn(0, true)).is_some());
+        assert_eq!(
+            drain(&mut s),
+            [Request::ReduceWindow { id: 1, cut: WindowCut::HalveWithSsthresh }, Request::ReinjectHead { id: 1 }]
+        );
+        // No pick, no decision: nothing asked, nothing counted.
+        let mut s = sched(Policy::Penalise);
+        let mut v = pair();
+        v[0].send_space = 0;
+        assert!(s.select(&v, &conn(0, false)).is_none());
+        assert!(drain(&mut s).is_empty());
+        let mut c = Counters::default();
+        s.add_counters(&mut c);
+        assert_eq!(c.mptcp_penal_candidate, 0);
+    }
 }

@@ -55,6 +55,7 @@ fn checksum_failure_on_the_only_subflow(drop_infinite_once: bool, unpaced: bool)
     let (mut corrupted, mut mp_fail_dsn, mut rsts) = (None, Vec::new(), 0);
     let (mut echo_dsn, mut infinite_maps) = (Vec::new(), Vec::new());
     let (mut data_segs, mut dropped_infinite, mut unmapped, mut oversize) = (0, false, Vec::new(), 0);
+    let mut reasons = (None, None);
     for _ in 0..300 {
         sent += n.a.send(h, &data[sent..]).unwrap_or(0);
         if sent == data.len() {
@@ -104,6 +105,8 @@ fn checksum_failure_on_the_only_subflow(drop_infinite_once: bool, unpaced: bool)
             Some(p)
         });
         got.extend(n.read_b(sh, &mut buf));
+        reasons.0 = reasons.0.or(n.a.conn(h).and_then(|c| c.fallback_reason()));
+        reasons.1 = reasons.1.or(n.b.conn(sh).and_then(|c| c.fallback_reason()));
         if got.len() == data.len() && n.b.recv_finished(sh) {
             break;
         }
@@ -114,6 +117,11 @@ fn checksum_failure_on_the_only_subflow(drop_infinite_once: bool, unpaced: bool)
     assert_eq!(bc.mptcp_mp_fail_tx, 1);
     assert_eq!(ac.mptcp_mp_fail_rx, 1, "the MP_FAIL reached the sender");
     assert_eq!(mp_fail_dsn.len(), 1, "one MP_FAIL: {mp_fail_dsn:?}");
+    assert_eq!(
+        reasons,
+        (Some(FallbackReason::MpFailReceived), Some(FallbackReason::ChecksumFailed)),
+        "the sender fell back on the MP_FAIL, the receiver on its checksum"
+    );
     // The sender answers as Linux does (RFC 8684 3.7): MP_FAIL echoed, and
     // one infinite mapping on its next new data segment, at that segment's
     // own data and subflow sequence numbers (the stream is the subflow

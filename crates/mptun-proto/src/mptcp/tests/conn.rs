@@ -272,7 +272,32 @@ fn third_ack_without_mp_capable_falls_back_on_the_server() {
     assert!(stripped);
     let sh = n.b.accept().unwrap();
     assert_eq!(n.b.conn(sh).unwrap().mode(), Mode::Plain);
+    assert_eq!(n.b.conn(sh).unwrap().fallback_reason(), Some(FallbackReason::ThirdAck));
     assert_eq!(n.b.counters().mptcp_mp_capable_fallback_ack, 1);
+    assert_eq!(n.a.send(h, b"hello").unwrap_or(0), 5);
+    n.run(Duration::from_millis(50), &mut pass());
+    let mut buf = vec![0u8; 64];
+    assert_eq!(n.read_b(sh, &mut buf), b"hello");
+}
+
+/// A SYN-ACK without MP_CAPABLE (a server that does not speak MPTCP) makes
+/// the client's connection plain TCP (`MPCapableFallbackSYNACK`).
+#[test]
+fn synack_without_mp_capable_falls_back_on_the_client() {
+    let mut s = EndpointConfig::default();
+    s.mptcp.enabled = false;
+    let mut n = net(EndpointConfig::default(), s);
+    let h = n.connect();
+    assert_eq!(n.a.conn(h).unwrap().mode(), Mode::Pending);
+    assert_eq!(n.a.conn(h).unwrap().fallback_reason(), None);
+    n.run(Duration::from_millis(10), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let c = n.a.conn(h).unwrap();
+    assert_eq!(c.mode(), Mode::Plain);
+    assert_eq!(c.fallback_reason(), Some(FallbackReason::SynAck));
+    assert_eq!(n.a.counters().mptcp_mp_capable_fallback_synack, 1);
+    // The server never offered: plain from the start, no fallback.
+    assert_eq!(n.b.conn(sh).unwrap().fallback_reason(), None);
     assert_eq!(n.a.send(h, b"hello").unwrap_or(0), 5);
     n.run(Duration::from_millis(50), &mut pass());
     let mut buf = vec![0u8; 64];
@@ -446,6 +471,8 @@ fn infinite_mapping_is_followed() {
     }
     assert!(got == data, "{} of {} bytes", got.len(), data.len());
     assert_eq!(n.b.counters().mptcp_infinite_map_rx, 1);
+    assert_eq!(n.b.conn(sh).unwrap().fallback_reason(), Some(FallbackReason::InfiniteMapping));
+    assert_eq!(n.b.counters().mptcp_dss_fallback, 1);
 }
 
 /// Issue 12.5: an unechoed ADD_ADDR goes out once and is retransmitted at
