@@ -304,6 +304,18 @@ impl SubflowSlot {
         let from = if map.ssn.ge(at_ssn) { map.ssn } else { at_ssn };
         map.dsn + (from - map.ssn) as u64 != at_dsn + (from - at_ssn) as u64
     }
+
+    /// A mapping the peer cannot have sent: reset the subflow (Linux
+    /// `MAPPING_INVALID` on a subflow that cannot fall back: MP_TCPRST
+    /// "MPTCP-specific error"); its unacknowledged data is reinjected
+    /// elsewhere as for any failed subflow.
+    pub(super) fn mapping_error(&mut self, counters: &mut Counters) {
+        counters.mptcp_dss_not_matching += 1;
+        self.mp.rx.map = None;
+        self.mp.rx.ahead.clear();
+        counters.mptcp_mp_rst_tx += 1;
+        self.reset_with(MPTCP_RST_EMPTCP);
+    }
 }
 
 impl Connection {
@@ -347,20 +359,8 @@ impl Connection {
     fn file_mapping(&mut self, idx: usize, map: RxMap) {
         let Some(slot) = self.subflows.get_mut(idx) else { return };
         if slot.add_mapping(self.hs.csum, map).is_err() {
-            Self::mapping_error(&mut self.counters, slot);
+            slot.mapping_error(&mut self.counters);
         }
-    }
-
-    /// A mapping the peer cannot have sent: reset the subflow (Linux
-    /// `MAPPING_INVALID` on a subflow that cannot fall back: MP_TCPRST
-    /// "MPTCP-specific error"); its unacknowledged data is reinjected
-    /// elsewhere as for any failed subflow.
-    pub(super) fn mapping_error(counters: &mut Counters, slot: &mut SubflowSlot) {
-        counters.mptcp_dss_not_matching += 1;
-        slot.mp.rx.map = None;
-        slot.mp.rx.ahead.clear();
-        counters.mptcp_mp_rst_tx += 1;
-        slot.reset_with(MPTCP_RST_EMPTCP);
     }
 
     /// A middlebox stripped our options mid-stream: data without any MPTCP
@@ -456,7 +456,7 @@ impl Connection {
             }
             let next = slot.next_rx_ssn();
             let Some(map) = slot.current_map(self.mode.infinite(), next) else {
-                Self::mapping_error(&mut self.counters, slot);
+                slot.mapping_error(&mut self.counters);
                 return;
             };
             let into = next - map.ssn;
@@ -470,7 +470,7 @@ impl Connection {
             // invalid mapping.
             if dsn.lt(base) {
                 if let Some(slot) = self.subflows.get_mut(idx) {
-                    Self::mapping_error(counters, slot);
+                    slot.mapping_error(counters);
                 }
                 return;
             }

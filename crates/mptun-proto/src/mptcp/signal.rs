@@ -129,7 +129,7 @@ impl Connection {
         }
         if self.mode.infinite() && slot.contradicts_infinite(dsn, m, data_fin) {
             // Reset before the drain reads the copy as the stream.
-            Self::mapping_error(&mut self.counters, slot);
+            slot.mapping_error(&mut self.counters);
             return ControlFlow::Break(());
         }
         if m.len == 0 && !data_fin {

@@ -139,7 +139,7 @@ pub(crate) struct SubflowRx {
     pub last_end: Option<(Seq, DataSeq)>,
     /// Where the infinite mapping starts after a fallback (relative ssn and
     /// its data sequence): a mapping the peer still sends must agree with it
-    /// (see `Connection::contradicts_infinite`).
+    /// (see `SubflowSlot::contradicts_infinite`).
     pub infinite_at: Option<(Seq, DataSeq)>,
     /// Relative ssn and payload length of the segment being processed (the
     /// one whose options are read).
