@@ -272,7 +272,7 @@ mod tests {
 
     fn cut(cwnd: u32, ssthresh: u32, how: WindowCut) -> (u32, u32) {
         let mut st = CcState { cwnd, cwnd_cnt: 7, ssthresh, cwnd_clamp: u32::MAX / 2 };
-        Reno::default().reduce_window(&mut st, how);
+        Reno.reduce_window(&mut st, how);
         assert_eq!(st.cwnd_cnt, 0);
         (st.cwnd, st.ssthresh)
     }
