@@ -51,9 +51,8 @@ impl Default for MptcpConfig {
             send_buffer: BufferSize::Auto { initial: 64 * 1024, max: 4 * 1024 * 1024 },
             // Twice Linux's tcp_rmem[1]: the connection's window must hold what
             // the fast path delivers while the slow one's data is in flight
-            // from the first round trips on; with 128 KiB the `aggregate`
-            // scenario starves early (efficiency 0.879 vs 0.936) although DRS
-            // catches up within ~1.3 s. DRS grows it from there as Linux does.
+            // from the first round trips on, before DRS has measured a round
+            // of either. DRS grows it from there as Linux does.
             recv_buffer: BufferSize::Auto { initial: 256 * 1024, max: 6 * 1024 * 1024 },
             stale_rto_streak: 2,
             add_addr_timeout: Duration::from_secs(120),

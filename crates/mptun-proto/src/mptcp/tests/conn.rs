@@ -35,7 +35,7 @@ fn has_mpc(p: &[u8]) -> bool {
     mptcp_opts(p).iter().any(|o| matches!(o, MptcpOption::MpCapable { .. }))
 }
 
-/// Issue 18.1. The server's first data segments reach the client before the
+/// The server's first data segments reach the client before the
 /// server's pure ACKs (which carry its DATA_ACK). The wire models Linux's
 /// `check_fully_established`: a client not yet fully established that
 /// receives a segment with neither MP_CAPABLE nor a DATA_ACK falls back.
@@ -119,7 +119,7 @@ fn data_ack_reaches_a_client_not_yet_fully_established(request: &[usize]) {
     assert_eq!(n.a.conn(h).unwrap().mode(), Mode::Mptcp);
 }
 
-/// Issue 18.3. The receiver's connection-level window closes (its
+/// The receiver's connection-level window closes (its
 /// application does not read); every window update after that is lost
 /// once. The sender's MPTCP-level zero-window probe recovers each time and
 /// the transfer completes.
@@ -212,7 +212,7 @@ fn request_response_with_close() -> Duration {
     panic!("the request/response did not complete");
 }
 
-/// Issue 18.4. Handshake (1 RTT) plus request, response and both DATA_FINs
+/// Handshake (1 RTT) plus request, response and both DATA_FINs
 /// (1 RTT): 4 ms at a 2 ms RTT. Before the DATA_FIN left at once it took
 /// 408 ms: each DATA_FIN waited for a minimum RTO (200 ms).
 #[test]
@@ -222,7 +222,7 @@ fn request_response_with_close_completes_in_one_rtt_after_the_handshake() {
     assert!(d <= Duration::from_millis(8), "took {d:?}");
 }
 
-/// Issue 18, smaller: a peer's RST+ACK during a join handshake ends that
+/// A peer's RST+ACK during a join handshake ends that
 /// subflow quietly: no RST (with MP_TCPRST) goes back, in either role.
 #[test]
 fn rst_ack_during_a_join_handshake_is_not_answered() {
@@ -254,7 +254,7 @@ fn rst_ack_during_a_join_handshake_is_not_answered() {
     }
 }
 
-/// Issue 12.5: a third ACK without MP_CAPABLE makes the server's connection
+/// a third ACK without MP_CAPABLE makes the server's connection
 /// plain TCP (`MPCapableFallbackACK`); the bytes still arrive.
 #[test]
 fn third_ack_without_mp_capable_falls_back_on_the_server() {
@@ -304,7 +304,7 @@ fn synack_without_mp_capable_falls_back_on_the_client() {
     assert_eq!(n.read_b(sh, &mut buf), b"hello");
 }
 
-/// Issue 18.1: the client's first data segments reach the server before its
+/// the client's first data segments reach the server before its
 /// third ACK. They carry MP_CAPABLE with the data length (the client's key
 /// and the server's), so the server becomes fully established from them and
 /// neither end falls back; the late third ACK changes nothing.
@@ -340,7 +340,7 @@ fn first_data_reordered_ahead_of_the_third_ack() {
     assert!(!n.a.conn(h).unwrap().mode.infinite() && !n.b.conn(sh).unwrap().mode.infinite());
 }
 
-/// Issue 12.5: an MP_CAPABLE without H or with B is ignored (fallback to
+/// an MP_CAPABLE without H or with B is ignored (fallback to
 /// TCP), and the C flag keeps the path manager from joining the peer's
 /// initial address.
 #[test]
@@ -396,7 +396,7 @@ fn cap_flags_h() -> u8 {
     mptun_wire::mptcp::cap_flags::HMAC_SHA256
 }
 
-/// Issue 12.5: with checksums negotiated, a DSS mapping without one resets
+/// with checksums negotiated, a DSS mapping without one resets
 /// the subflow (MP_TCPRST), counted as `DSSNotMatching`.
 #[test]
 fn dss_without_checksum_is_refused_when_checksums_are_on() {
@@ -427,7 +427,7 @@ fn dss_without_checksum_is_refused_when_checksums_are_on() {
     assert!(rst_with_reason >= 1);
 }
 
-/// Issue 12.5: a zero-length (infinite) mapping from a peer that fell back:
+/// a zero-length (infinite) mapping from a peer that fell back:
 /// the receiver falls back too and the bytes arrive intact.
 #[test]
 fn infinite_mapping_is_followed() {
@@ -475,7 +475,7 @@ fn infinite_mapping_is_followed() {
     assert_eq!(n.b.counters().mptcp_dss_fallback, 1);
 }
 
-/// Issue 12.5: an unechoed ADD_ADDR goes out once and is retransmitted at
+/// an unechoed ADD_ADDR goes out once and is retransmitted at
 /// most 3 times, `add_addr_timeout` apart.
 #[test]
 fn add_addr_retransmitted_three_times_at_add_addr_timeout() {
@@ -510,7 +510,7 @@ fn add_addr_retransmitted_three_times_at_add_addr_timeout() {
     assert_eq!(n.b.counters().mptcp_add_addr_tx, 4);
 }
 
-/// Issue 12.5: our DATA_FIN is retried with backoff but not forever: with
+/// our DATA_FIN is retried with backoff but not forever: with
 /// the peer gone, the connection is reset after the close timeout.
 #[test]
 fn data_fin_retries_end_at_the_close_timeout() {
@@ -525,7 +525,7 @@ fn data_fin_retries_end_at_the_close_timeout() {
     assert!(n.a.is_closed(h));
 }
 
-/// Issue 12.5: both DATA_FINs and the subflow FINs done, the application
+/// both DATA_FINs and the subflow FINs done, the application
 /// aborting (as a process exit does) sends nothing: no RST, no MP_FASTCLOSE.
 #[test]
 fn a_finished_connection_is_released_without_a_reset() {
@@ -580,7 +580,7 @@ fn release_and_count_join_syns(n: &mut Net, held: Vec<Vec<u8>>) -> u32 {
     join_syns
 }
 
-/// Issue 12.5: the peer's ADD_ADDR that arrives once the connection is
+/// the peer's ADD_ADDR that arrives once the connection is
 /// closing (both DATA_FINs sent) opens no subflow.
 #[test]
 fn no_join_once_closing() {
@@ -597,7 +597,7 @@ fn no_join_once_closing() {
     assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 1);
 }
 
-/// Issue 12.5: an ADD_ADDR that arrives after the connection fell back to
+/// an ADD_ADDR that arrives after the connection fell back to
 /// TCP (a middlebox began to strip the options mid-stream) opens no subflow:
 /// a fallen-back connection has no data sequence space to share.
 #[test]
@@ -619,7 +619,7 @@ fn no_join_after_a_fallback() {
     assert_eq!(n.a.conn(h).unwrap().info().subflows.len(), 1);
 }
 
-/// Issue 12.5: data a subflow acknowledged but the peer never DATA_ACKed
+/// data a subflow acknowledged but the peer never DATA_ACKed
 /// (here its mapping was rewritten into a duplicate, as if the peer's
 /// connection dropped it) is sent again by the MPTCP-level retransmission
 /// timer.
@@ -669,7 +669,7 @@ fn mptcp_retransmit_timer_resends_data_never_data_acked() {
     assert!(n.b.counters().mptcp_retrans >= 1);
 }
 
-/// Issue 13.1. A hostile sender leaves a one-byte hole at the start of the
+/// A hostile sender leaves a one-byte hole at the start of the
 /// data sequence space (every mapping is moved one byte on) and ignores the
 /// connection-level window: the server's DATA_ACKs are forged on the way so
 /// the sender believes everything arrived and keeps mapping new data far
