@@ -242,7 +242,7 @@ mod tests {
     }
 
     /// A second implementation with its own fold loop, kept as the oracle:
-    /// [`dss_checksum`] must agree with it on every input.
+    /// `dss_checksum` must agree with it on every input.
     fn dss_checksum_before_move(dsn: u64, ssn: u32, len: u16, payload: &[u8]) -> u16 {
         let mut ph = [0u8; 16];
         ph[..8].copy_from_slice(&dsn.to_be_bytes());
