@@ -1,5 +1,4 @@
-//! Throughput of one proxied bulk connection (issue 16, item 5): curl
-//! downloading through `mptun proxy local` -> `mptun proxy exit` over two
+//! Throughput of one proxied bulk connection: curl downloading through `mptun proxy local` -> `mptun proxy exit` over two
 //! unconstrained veth paths, against the same bytes moved by `mptun send -R`
 //! directly (the same stack without the proxy), by the kernel's MPTCP
 //! (`mptcpize run curl` from an IPPROTO_MPTCP HTTP server, and `mptun send

@@ -1,5 +1,5 @@
-//! Whether `mptun send` is the bottleneck of its own measurement (issue 14,
-//! item 5): over two unconstrained veth paths between two namespaces,
+//! Whether `mptun send` is the bottleneck of its own measurement: over two
+//! unconstrained veth paths between two namespaces,
 //! `iperf3` over the kernel's MPTCP (`mptcpize run` at both ends) against
 //! `mptun send --kernel` / `mptun serve --kernel` on the same kernel
 //! connection with the integrity check on (SHA-256, the default, and
@@ -22,7 +22,7 @@
 //! which row wins. `--cc NAME` sets the kernel's congestion control in
 //! both namespaces (default: the host's, inherited at their creation;
 //! printed with the figures): it decides the baseline, BBR without fq
-//! paces itself to a quarter of what CUBIC moves here (crates/mptun/BENCH.md).
+//! pacing itself far below what CUBIC moves on the same paths.
 //! The load average is printed with the figures. Prints
 //! figures and ratios, asserts nothing about speed; it fails only when a
 //! transfer does (a tool erroring, or a digest mismatch).

@@ -1,5 +1,5 @@
-//! The commands of `docs/cli.md` run as written (issue 17 item 7), without
-//! root, against the `mptun` this workspace built.
+//! The commands of `docs/cli.md` run as written, without root, against the
+//! `mptun` this workspace built.
 //!
 //! How the test reads the doc (the convention the doc follows):
 //! - A fenced block whose info string has the word `root` (```` ```console root ````,

@@ -1,5 +1,5 @@
 //! `mptun send --json` and `mptun serve --json` against real `iperf3 -J`
-//! on the same namespaces (issue 17 item 5): every key iperf3 prints is in
+//! on the same namespaces: every key iperf3 prints is in
 //! mptun's document with a value of the same JSON type (mptun may add keys,
 //! none may be missing), at the client and at the server, forward and
 //! reverse (`-R`); the `sender` flags are iperf3's; `-t 3` gives three

@@ -1,4 +1,4 @@
-//! `mptun lab` scenarios as a user runs them (issue 15): the penalty
+//! `mptun lab` scenarios as a user runs them: the penalty
 //! matrix's `sndbuf` case on real packets under `default` and
 //! `penalise-guarded`, and the HyStart experiment (legacy exits by delay
 //! below the BDP, fixed by ACK train at or above it; the kernel's CUBIC as
@@ -166,16 +166,14 @@ fn sender_series_reaches_the_end(dir: &std::path::Path, r: &Value) {
 ///
 /// The ACK train needs ACKs no more than 2 ms apart (`hystart_ack_delta`),
 /// and the ACKs reach the sender through linkem, a userspace forwarder: on a
-/// shared VM it released late by milliseconds in every run of 2026-12-01
-/// (the report's `emulator_release_error_us`: ACK p99 up to 5.8 ms, max 3-11
-/// ms, SCHED_FIFO notwithstanding), and the fix then mostly left slow start
-/// by loss (train found in 2 of 8 release runs; the kernel's in 3 of 3).
-/// Likewise the legacy delay exit comes at a cwnd that the latency noise
-/// moves (below the BDP of 619 in 1 of those 8 runs, in 3 of 5 in another
-/// series). So the mptun run is tried up to eight times and must show each
-/// variant's behaviour once, unless linkem held ACKs back over 2 ms in every
-/// attempt (then the result is printed as inconclusive: the host, not the
-/// stack, decided it); in every attempt the fix must not leave slow start
+/// shared VM it can release them late by milliseconds, SCHED_FIFO
+/// notwithstanding (the report's `emulator_release_error_us`), and the fix
+/// then often misses its train and leaves slow start by loss. Likewise the
+/// legacy delay exit comes at a cwnd that the latency noise moves, not always
+/// below the BDP. So the mptun run is tried up to eight times and must show
+/// each variant's behaviour once, unless linkem held ACKs back over 2 ms in
+/// every attempt (then the result is printed as inconclusive: the host, not
+/// the stack, decided it); in every attempt the fix must not leave slow start
 /// below the BDP, which noise cannot cause. The kernel's run is tried up to
 /// four times and must exit by train once. The simulator's `hystart` test
 /// asserts both exits exactly, every time.
@@ -260,8 +258,8 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
 /// back at 15 s (linkem's control socket) during the simulator's 32 MiB
 /// duplex workload. The transfer completes intact over the other path, the
 /// dead path's data is reinjected, the recovered path carries data again,
-/// and goodput stays near the simulator's prediction (docs/lab.md: within
-/// 2.5 % in the measured run; 25 % leaves room for a loaded host).
+/// and goodput stays near the simulator's prediction (within 25 %, room for
+/// a loaded host).
 #[test]
 fn cli_lab_failover_reinjects_and_uses_the_recovered_path() {
     if !lab_ready() {

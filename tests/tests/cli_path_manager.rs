@@ -1,5 +1,5 @@
 //! Path-manager control of `mptun send`/`mptun serve` against the kernel's
-//! in-kernel path manager (issue 17 item 4): `mptun send --add-addr-accepted 1`
+//! in-kernel path manager: `mptun send --add-addr-accepted 1`
 //! joins the address a kernel server announces (`ip mptcp endpoint add ADDR
 //! signal`), and not without it (Linux's default limit is 0); a kernel
 //! client (`ip mptcp limits set add_addr_accepted 1 subflows 1`) joins the

@@ -1,5 +1,5 @@
 //! Interrupts and early failures of `mptun send`/`serve`/`lab`, as a user
-//! meets them (issue 17): SIGINT mid-transfer ends the test with its
+//! meets them: SIGINT mid-transfer ends the test with its
 //! summary and exit 130 and leaves the server ready at once; a connection
 //! to an address the server does not own is refused at once; `--json`
 //! always prints a document (with `error` on failure). Needs root: skipped

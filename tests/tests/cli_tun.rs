@@ -64,9 +64,8 @@ fn check_iperf3_shape(v: &Value) -> Vec<u64> {
         .collect()
 }
 
-/// Must-show 4: `mptun serve` in B, `mptun send -n 64M --json` in A, two
-/// paths (one TUN per path in A), SHA-256 verified, goodput > 0, both
-/// subflows carried data.
+/// `mptun serve` in B, `mptun send -n 64M --json` in A, two paths (one TUN
+/// per path in A), SHA-256 verified, goodput > 0, both subflows carried data.
 #[test]
 fn cli_send_64m_two_paths_over_tun() {
     if require_netns().is_some() {

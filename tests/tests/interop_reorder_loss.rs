@@ -1,4 +1,4 @@
-//! Reorder-and-loss interop with the Linux kernel's MPTCP (issue 18, item 5).
+//! Reorder-and-loss interop with the Linux kernel's MPTCP.
 //!
 //! Two paths between namespace A (client side) and B (server side): path 1
 //! through linkem, delayed 10 ms each way with 0.5 % loss toward the server

@@ -22,7 +22,7 @@ use tokio::time::timeout;
 
 /// 5 GiB: more than 2^32 bytes on one subflow.
 const N: usize = 5 << 30;
-/// A direction moved ~3 Gbit/s (~15 s) on an idle machine; this bounds a
+/// Many times what a direction takes on an idle machine: this bounds a
 /// loaded one.
 const CASE_LIMIT: Duration = Duration::from_secs(300);
 

@@ -1,5 +1,5 @@
-//! Path MTU over network namespaces (issue 12, item 6): mptun in A with one
-//! TUN per path connects to a kernel MPTCP server in B and both send 32 MiB;
+//! Path MTU over network namespaces: mptun in A with one TUN per path
+//! connects to a kernel MPTCP server in B and both send 32 MiB;
 //! one path is narrower than the other:
 //!
 //! * `pmtu_small_tun_next_to_full_size`: path 2's TUN has MTU 1280, path 1's
@@ -33,9 +33,8 @@ use tokio::time::timeout;
 const N: usize = 32 << 20;
 /// With ICMP dropped the hole shows only after four RTOs in a row (about 3
 /// s, Linux's `tcp_retries1` timing): a transfer long enough to outlast it
-/// well. 1 GiB used to; on a quiet machine it ended in 2.6 s, before the hole
-/// showed (2026-12-01, the code of the day before too): 4 GiB lasts about
-/// 10 s there.
+/// well, even on a quiet machine where a fast transfer can end before the
+/// hole shows.
 const N_SILENT: usize = 4 << 30;
 const CASE_LIMIT: Duration = Duration::from_secs(60);
 /// Bytes a path must have carried (acknowledged to mptun) to count.

@@ -158,10 +158,10 @@ fn interrupt(r: Running) -> Value {
     end.unwrap_or_else(|| panic!("no end line after SIGINT: {out}"))
 }
 
-/// Issue 16's main test: curl through SOCKS5 (the name resolved at the
-/// exit, as socks5h) over two linkem paths of 10 and 3 Mbit/s. 16 MiB (the
-/// issue's 64 MiB would take ~45 s at 13 Mbit/s; the benchmark moves
-/// bulk): SHA-256 equal, both subflows carried data.
+/// The main test: curl through SOCKS5 (the name resolved at the exit, as
+/// socks5h) over two linkem paths of 10 and 3 Mbit/s. 16 MiB (64 MiB would
+/// take ~45 s at 13 Mbit/s; the benchmark moves bulk): SHA-256 equal, both
+/// subflows carried data.
 #[test]
 fn proxy_curl_socks5_over_two_linkem_paths() {
     if require_netns().is_some() || !have("curl") {

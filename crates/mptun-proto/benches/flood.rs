@@ -1,4 +1,4 @@
-//! SYN flood and join churn against a listening endpoint (issue 13, item 6).
+//! SYN flood and join churn against a listening endpoint.
 //!
 //! 1. 10^5 SYNs with MP_CAPABLE from distinct sources, then 10^4 MP_JOIN
 //!    SYNs naming a live connection's token, fed to one endpoint with its

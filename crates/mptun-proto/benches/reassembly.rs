@@ -1,14 +1,14 @@
 //! Reassembly cost per segment: 10^5 segments of 1448 bytes arriving in
 //! order, in reverse order and in a random order (fixed seed) into the
 //! receive queue, everything read out at the end (64 KiB reads, as an
-//! application does), for the queue in `src/buf` and for the one it replaced
-//! (`src/buf/recv_oracle.rs`), in the same run.
+//! application does), for the queue in `src/buf` and for the copying queue
+//! kept as its oracle (`src/buf/recv_oracle.rs`), in the same run.
 //!
 //! Run: `cargo bench -p mptun-proto --bench reassembly`. `REASM_N` sets the
 //! segment count (default 100000); the old queue is quadratic out of order,
-//! so it runs those orders with `REASM_OLD_N` segments (default 4000, about
-//! the 8 s case) and the new one is also run at that count for the
-//! ratio. Prints figures; asserts nothing about speed.
+//! so it runs those orders with `REASM_OLD_N` segments (default 4000: enough
+//! for the quadratic cost to show, few enough to wait for) and the new one is
+//! also run at that count for the ratio. Prints figures; asserts nothing about speed.
 
 // The queues are crate-private: compile their sources into this bench.
 #[allow(dead_code)]

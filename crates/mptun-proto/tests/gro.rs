@@ -1,9 +1,9 @@
-//! Receiving super-segments whole (issue 14, item 3): a TUN with offload
-//! hands the runtime a sender's TSO skb (or the kernel's GRO of a train) as
-//! one packet of up to 64 KiB, with the TCP checksum left partial, and the
-//! core takes it as one segment, as Linux takes a GRO skb. Two `Endpoint`s
-//! in virtual time exchange MPTCP data both ways over a wire that carries
-//! the sender's TSO super-segments uncut, as a TUN read delivers them.
+//! Receiving super-segments whole: a TUN with offload hands the runtime a
+//! sender's TSO skb (or the kernel's GRO of a train) as one packet of up to
+//! 64 KiB, with the TCP checksum left partial, and the core takes it as one
+//! segment, as Linux takes a GRO skb. Two `Endpoint`s in virtual time
+//! exchange MPTCP data both ways over a wire that carries the sender's TSO
+//! super-segments uncut, as a TUN read delivers them.
 
 use bytes::Bytes;
 use mptun_proto::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
@@ -208,8 +208,8 @@ fn whole_super_segments_are_received_as_one_segment_each() {
         assert_eq!(c.mode(), mptun_proto::mptcp::Mode::Mptcp, "{rx:?}: MPTCP end to end");
         for i in 0..2 {
             // The data came in super-segments, each taken whole (and ACKed
-            // once): ten times fewer packets than wire segments (measured:
-            // 217 packets, 86 of them super-segments, for 3033 segments).
+            // once): ten times fewer packets than wire segments. The bounds
+            // sit well below what this fixed-seed run delivers.
             assert!(net.supers[i] > 50, "{rx:?} {i}: {} super-segments", net.supers[i]);
             assert!(net.wire_segments[i] > 10 * net.packets[i], "{rx:?} {i}: {:?}", net.wire_segments);
             let k = net.ep[i].counters();
@@ -239,8 +239,8 @@ fn lent_super_segments_are_queued_without_a_copy_and_released_when_read() {
         let mut net = Net::new(Rx::Lent, loss);
         assert!(net.run(Duration::from_secs(120)), "{loss}: {} / {} bytes", net.got[0].len(), net.got[1].len());
         assert!(net.got[1] == net.tx[0] && net.got[0] == net.tx[1], "{loss}: bytes differ");
-        // Measured: 152 packets kept (of 173 super-segments, the others
-        // under `RECV_ZERO_COPY_MIN`), 104 with 3 % loss.
+        // Most super-segments are kept (the others are under
+        // `RECV_ZERO_COPY_MIN`), with or without losses.
         assert!(net.kept > 50, "{loss}: {} lent packets kept", net.kept);
         if loss > 0.0 {
             assert!(net.ep[1].counters().tcp_ext_tcp_ofo_queue > 0);

@@ -1,11 +1,11 @@
-//! Hostile-peer tests (issue 12, item 7): a client and a server `Endpoint`
-//! exchange data in both directions in virtual time while the test injects
-//! spoofed segments that carry the connection's 4-tuple. The attacker knows
-//! addresses and ports, not the sequence numbers or the keys: its segments
-//! are out of window (or in window with an unacceptable ACK), or, where a
-//! test says "accepted", copied from what an on-path observer saw, to check
-//! the MPTCP-level check that gates the option's effect once TCP accepted
-//! the segment. Every test ends with the transfer complete and the bytes of
+//! Hostile-peer tests: a client and a server `Endpoint` exchange data in
+//! both directions in virtual time while the test injects spoofed segments
+//! that carry the connection's 4-tuple. The attacker knows addresses and
+//! ports, not the sequence numbers or the keys: its segments are out of
+//! window (or in window with an unacceptable ACK), or, where a test says
+//! "accepted", copied from what an on-path observer saw, to check the
+//! MPTCP-level check that gates the option's effect once TCP accepted the
+//! segment. Every test ends with the transfer complete and the bytes of
 //! both directions compared, and asserts the counters of what was dropped.
 
 use mptun_proto::counters::Counters;

@@ -1,10 +1,10 @@
-//! Path MTU (issue 12, item 6) between two `Endpoint`s in virtual time: a
-//! client with two paths (device MTUs given per local address), a server,
-//! and a "router" on the wire that drops packets larger than its link MTU
-//! and, unless told to keep quiet (a black hole), answers them with ICMP
-//! "fragmentation needed" / "packet too big" built from the dropped packet,
-//! as a kernel router does. Every test runs a transfer in both directions
-//! to its end and compares the bytes.
+//! Path MTU between two `Endpoint`s in virtual time: a client with two paths
+//! (device MTUs given per local address), a server, and a "router" on the
+//! wire that drops packets larger than its link MTU and, unless told to keep
+//! quiet (a black hole), answers them with ICMP "fragmentation needed" /
+//! "packet too big" built from the dropped packet, as a kernel router does.
+//! Every test runs a transfer in both directions to its end and compares the
+//! bytes.
 
 use mptun_proto::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
 use mptun_proto::pm::{EndpointFlags, PmEndpoint};

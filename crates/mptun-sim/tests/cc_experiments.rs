@@ -1,7 +1,8 @@
-//! Issue 3's simulator experiments, asserted end to end through the real
-//! subflow: the HyStart round-start fix (seed 003), EDT vs quantum pacing
-//! under request/response traffic (seed 004), CUBIC's link utilisation and
-//! its behaviour next to Reno. Every run is a pure function of its seed.
+//! The simulator experiments of `docs/cc.md`, asserted end to end through
+//! the real subflow: the HyStart round-start fix (`sim hystart`), EDT vs
+//! quantum pacing under request/response traffic (`sim edt-rr`), CUBIC's
+//! link utilisation and its behaviour next to Reno. Every run is a pure
+//! function of its seed.
 
 use mptun_cc::Algorithm;
 use mptun_sim::scenarios::{cc_compare, edt_rr, hystart, tcp_single};

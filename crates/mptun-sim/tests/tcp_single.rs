@@ -1,4 +1,4 @@
-//! The foundation's acceptance runs: one TCP flow over one emulated link.
+//! The basic acceptance runs: one TCP flow over one emulated link.
 
 use mptun_cc::Algorithm;
 use mptun_sim::scenarios::tcp_single::{self, Params};

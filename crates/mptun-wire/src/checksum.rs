@@ -241,8 +241,8 @@ mod tests {
         assert_eq!(update_u16(c, 0x5678, 0xaabb), checksum(&d));
     }
 
-    /// The implementation that lived in `mptun-proto` (its own fold loop),
-    /// kept as the oracle: the move must not change a single checksum.
+    /// A second implementation with its own fold loop, kept as the oracle:
+    /// `dss_checksum` must agree with it on every input.
     fn dss_checksum_before_move(dsn: u64, ssn: u32, len: u16, payload: &[u8]) -> u16 {
         let mut ph = [0u8; 16];
         ph[..8].copy_from_slice(&dsn.to_be_bytes());

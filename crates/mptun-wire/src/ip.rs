@@ -165,11 +165,11 @@ pub fn emit_tcp_packet(
 /// [`emit_tcp_packet`] for a device with TCP checksum offload: the TCP
 /// checksum field holds only the pseudo-header sum (`CHECKSUM_PARTIAL`,
 /// virtio `NEEDS_CSUM`), as Linux leaves it for a NIC, and the device
-/// completes it. The payload is copied but never summed: on a 20 Gbit/s
-/// send path that pass was 5-6 % of the driver's time. A packet built
-/// this way must reach a device that completes it, or go through
-/// [`crate::gso::complete_checksum`] first; the IPv4 header checksum is
-/// complete either way.
+/// completes it. The payload is copied but never summed: on a send path of
+/// tens of Gbit/s that pass over every byte is a sizeable share of the
+/// driver's time. A packet built this way must reach a device that
+/// completes it, or go through [`crate::gso::complete_checksum`] first; the
+/// IPv4 header checksum is complete either way.
 pub fn emit_tcp_packet_offload(
     src: IpAddr,
     dst: IpAddr,
@@ -186,7 +186,7 @@ pub fn emit_tcp_packet_offload(
 /// lengths and partial checksum counting them, and returns the header
 /// length. The payload goes out behind the headers from wherever it lies
 /// (a gather write, `writev`), never copied into `out`: on a sender moving
-/// 20 Gbit/s that copy was 7 % of the whole process's time.
+/// tens of Gbit/s that copy is a sizeable share of the whole process's time.
 pub fn emit_tcp_headers_offload(
     src: IpAddr,
     dst: IpAddr,

@@ -25,19 +25,17 @@
 //! task and stack driver: `current`, the default, one thread for both as
 //! in the CLI's `send` and `serve`; `one`, a multi-thread runtime with one
 //! worker, the application on the bench's thread; `two`, two workers),
-//! to see what wake-ups between threads cost: on two cores a two-worker
-//! runtime moved as much or less, down to two thirds (BENCH.md).
+//! to see what wake-ups between threads cost.
 //!
 //! Each run also reports the host's steal time (`/proc/stat`): the share of
-//! the CPUs the hypervisor gave to other guests during the run. On the
-//! shared VMs these figures come from it reached 15-25 % under load, and a
-//! run with a lot of it measured the neighbours as much as the stack.
+//! the CPUs the hypervisor gave to other guests during the run. On a shared
+//! VM it can be large under load, and a run with a lot of it measures the
+//! neighbours as much as the stack.
 //!
-//! The kernel's congestion control decides the baseline: this machine's
-//! default is BBR, which without the fq qdisc paces with its own timers
-//! and held kernel ↔ kernel to 12–19 Gbit/s, where CUBIC moved 45–63
-//! (BENCH.md). Every kernel socket gets the same one, set explicitly and
-//! read back, so a ratio names what it was measured against.
+//! The kernel's congestion control decides the baseline: BBR without the fq
+//! qdisc paces with its own timers and holds kernel ↔ kernel far below what
+//! CUBIC moves on the same paths. Every kernel socket gets the same one, set
+//! explicitly and read back, so a ratio names what it was measured against.
 //!
 //! The runs are interleaved over the rounds and each is reported as best and
 //! median of its rounds: on a shared two-core machine a concurrent build
@@ -67,8 +65,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 mod topo;
 use topo::Topo;
 
-/// As the `mptun` CLI: see its `main.rs` and BENCH.md (glibc's malloc
-/// costs the receiver 40 %).
+/// As the `mptun` CLI (see its `main.rs`): glibc's malloc hands the receive
+/// path's 64 KiB buffers back to the kernel and faults them in again,
+/// zeroed, where mimalloc keeps them.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -431,8 +430,8 @@ async fn mptun_run(
 /// it in the background, one device after the other; the next run's
 /// devices take the same addresses, and while an old one still holds its
 /// /24 the kernel routes that path's packets to it: a second subflow's
-/// SYN-ACK went there and the next MPTCP run had one subflow (seen with
-/// CUBIC, whose runs follow each other closely).
+/// SYN-ACK goes there and the next MPTCP run has one subflow (runs that
+/// follow each other closely, as with CUBIC, meet it).
 fn wait_gone(topo: &Topo, tag: &str) {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(5) {
@@ -579,8 +578,8 @@ fn main() {
         results.push(Result { name: first.name, up: um, down: dm, cpu_per_gib: cm, steal: sm, note: String::new() });
     }
     println!("ratios below use the medians");
-    // Each mptun run against the kernel run of its own protocol (issue 14's
-    // goals: MPTCP >= 0.8, plain TCP >= 0.9).
+    // Each mptun run against the kernel run of its own protocol, with its
+    // goal: MPTCP >= 0.8, plain TCP >= 0.9.
     let mut pairs = vec![(2, 0, 0.8), (3, 1, 0.9)];
     if writer_ab || zc_ab || read_ab {
         pairs.extend([(4, 0, 0.8), (5, 1, 0.9)]);

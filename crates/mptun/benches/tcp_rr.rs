@@ -48,12 +48,12 @@
 //!
 //! The `kernel` run is the baseline measured in the same run: the kernel's
 //! TCP as the client too (no TUN, no mptun), same cap, same loop. What it
-//! shows above a few tens of µs is this machine's scheduling noise (other
+//! shows above a few tens of µs is the host's scheduling noise (other
 //! processes on the same cores), which no pacer causes or removes.
 //!
 //! The runs are interleaved over the rounds and the statistics pool every
-//! round's transactions (a concurrent build on this shared two-core machine
-//! then hits every pacer alike). Statistics are the simulator's
+//! round's transactions (a concurrent build on a shared machine then hits
+//! every pacer alike). Statistics are the simulator's
 //! (`mptun_sim::rr::LatencyStats`, netperf's definitions: nearest-rank P99,
 //! population stddev), so the two tables compare directly.
 
@@ -272,7 +272,7 @@ async fn mptun_rr(topo: &Topo, pacer: PacerKind, rate: u64, mtu: u16, n: u64, po
 
 /// The baseline: the kernel's TCP as the client too (from the client
 /// namespace's veth, no TUN), same cap, same loop. What it shows beyond a
-/// few tens of µs is this machine's scheduling noise, not a pacer.
+/// few tens of µs is the host's scheduling noise, not a pacer.
 fn kernel_rr(topo: &Topo, rate: u64, n: u64, port: u16) -> io::Result<Run> {
     let server = SocketAddr::new(IpAddr::from([10, OCTET, 1, 2]), port);
     let srv = server_thread(listen(&topo.srv(), server, peer_rate(rate))?, peer_rate(rate));

@@ -43,11 +43,11 @@
 //! builds the [`Stack`]. For bulk transfers run the application's task on
 //! the same thread (a current-thread runtime, or a `LocalSet`): each
 //! hand-over between the application and the driver (data written, data
-//! arrived, window opened) then costs no thread wake-up. On two cores a
-//! two-worker runtime moved as much or less in every case measured (down to
-//! half as much), at the same or more CPU per byte
-//! (`crates/mptun/BENCH.md`, "One thread for the application and its
-//! stack"); the CLI's `send` and `serve` run on one thread for that reason.
+//! arrived, window opened) then costs no thread wake-up, where a
+//! multi-worker runtime pays one whenever the hand-over lands on the other
+//! worker and, on a machine with few cores, moves no more for as much CPU
+//! per byte or more; the CLI's `send` and `serve` run on one thread for
+//! that reason.
 
 #![deny(missing_docs)]
 

@@ -172,8 +172,8 @@ mod tests {
             worst = worst.max(end - deadline);
         }
         // Not a timing assertion on speed: only that it is not tokio's 1 ms
-        // wheel rounding every sleep up (the slowest CI box still wakes a
-        // timerfd within a few hundred microseconds).
+        // wheel rounding every sleep up (a loaded host still wakes a timerfd
+        // within a few hundred microseconds).
         println!("worst lateness {worst:?}");
     }
 

@@ -116,7 +116,7 @@ async fn payloads_gathered_by_the_device_arrive_intact() {
     }
     // Waits for the capture to be complete (the driver and the writer
     // thread gone, the tap flushed): reading it right after a plain drop
-    // raced them and met a record half written.
+    // races them and may meet a record half written.
     timeout(Duration::from_secs(5), sa.shutdown()).await.expect("the driver stops within its drain");
     // Every captured packet is whole and valid: the payload behind its
     // headers, the checksum completed.

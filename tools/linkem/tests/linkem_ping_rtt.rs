@@ -2,10 +2,9 @@
 //! millisecond timer would make it, and never less. The timer is judged where a loaded host cannot
 //! move it: the shortest RTT (noise only ever adds delay), the median RTT, and the median of
 //! linkem's own release error (how late each packet left against its due time). The tail is the
-//! host's scheduling latency, not linkem's timer: a CI run (then with an unoptimised linkem, as
-//! `cargo test` built it before the dev profile was optimised) showed a release error of 340 µs at
-//! the 90th percentile and 1.7 ms at the 99th with a median of 1 µs, and a ping p90 of 41.7 ms. So
-//! the tail is bounded only against gross stalls.
+//! host's scheduling latency, not linkem's timer: on a loaded host it reaches milliseconds while
+//! the median release error stays near a microsecond. So the tail is bounded only against gross
+//! stalls.
 
 mod common;
 use common::{netns_available, quantile, Topo};

@@ -28,10 +28,10 @@ use std::collections::BTreeMap;
 /// Linux charges an skb's `truesize` (payload plus `struct sk_buff` and
 /// `skb_shared_info`, about 576 bytes on x86-64) rather than its payload. Here
 /// a chunk costs its `Bytes` handle and shared header, its allocation's
-/// malloc overhead and its share of the ordered map's nodes: about 100 bytes
-/// measured (1M one-byte ranges grew RSS by 93 MiB); 256 keeps a margin and a
-/// round figure. With it, a peer that sends tiny segments pays for what they
-/// really cost instead of one byte each.
+/// malloc overhead and its share of the ordered map's nodes, together well
+/// under 256 bytes; 256 keeps a margin and a round figure. With it, a peer
+/// that sends tiny segments pays for what they really cost instead of one
+/// byte each.
 pub(crate) const CHUNK_OVERHEAD: usize = 256;
 
 /// The largest buffer tail coalescing allocates (a 64 KiB GRO skb).

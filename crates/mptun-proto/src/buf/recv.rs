@@ -60,8 +60,8 @@ pub(crate) struct Insert {
 
 /// A piece of in-order data. The pieces of one out-of-order range that
 /// became readable form one chunk for [`RecvBuf::read_chunk`] (`last` marks
-/// its end), as when ranges were single buffers: the MPTCP layer inserts
-/// what a subflow hands it chunk by chunk, and its counters count chunks.
+/// its end), as if the range were one buffer: the MPTCP layer inserts what
+/// a subflow hands it chunk by chunk, and its counters count chunks.
 #[derive(Debug)]
 struct Piece {
     data: Bytes,

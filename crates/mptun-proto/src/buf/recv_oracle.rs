@@ -1,8 +1,8 @@
-//! The reassembly queue as it was before `ofo.rs` (commit 8db2d64), kept
-//! unchanged as the oracle of the differential test in `recv.rs` and as the
-//! baseline of `benches/reassembly.rs`. Its out-of-order merge copies the
-//! whole following range, so descending arrival is quadratic. Not used by the
-//! stack.
+//! A plain reassembly queue, the oracle of the differential test in `recv.rs`
+//! and the baseline of `benches/reassembly.rs`: simple enough to trust, and
+//! kept unchanged so that it stays independent of `ofo.rs`. Its out-of-order
+//! merge copies the whole following range, so descending arrival is
+//! quadratic. Not used by the stack.
 
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, VecDeque};

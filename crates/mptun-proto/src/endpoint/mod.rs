@@ -87,8 +87,8 @@ pub struct Endpoint {
     config: EndpointConfig,
     rng: ChaCha20Rng,
     conns: Vec<Option<Slot>>,
-    /// Free slots, lowest first (a handle is the lowest free index, as it
-    /// always was), O(log n) instead of a scan.
+    /// Free slots, lowest first (a handle is the lowest free index), O(log n)
+    /// instead of a scan.
     free: BTreeSet<usize>,
     live: usize,
     half_open: usize,
@@ -108,8 +108,8 @@ pub struct Endpoint {
     /// Slots with `dirty` set.
     dirty: Vec<usize>,
     /// Time of the last `poll_transmit` that found nothing left: every
-    /// connection counts as having seen it (what walking every idle
-    /// connection on each call used to give each of them).
+    /// connection counts as having seen it, as if each idle connection had
+    /// been walked on each call.
     swept_at: Instant,
     next_tx: usize,
     rr: usize,
@@ -608,7 +608,7 @@ impl Endpoint {
         let (rr0, start) = (self.rr, self.next_tx);
         let mut visited = 0;
         // The ready connections from `next_tx` on, then those before it:
-        // the order a walk over every slot took them in.
+        // the order a walk over every slot would take them in.
         let mut cursor = start;
         let mut wrapped = false;
         loop {

@@ -21,7 +21,8 @@ pub(super) fn pick(
 ) -> Option<u16> {
     let (lo, hi) = (*range.start(), (*range.end()).max(*range.start()));
     let n = u32::from(hi - lo) + 1;
-    // A half-open range, drawn exactly as before the scan existed.
+    // One draw over the whole range, so that the random stream (and every
+    // seeded run with it) is the same whichever ports are in use.
     let first = rng.random_range(lo..=hi);
     let off = u32::from(first - lo);
     (0..n).map(|i| lo + ((off + i) % n) as u16).find(|&p| !in_use(p))

@@ -1,7 +1,8 @@
 //! The endpoint's timer queue: one deadline per connection slot in a binary
 //! heap with lazy invalidation, so that `poll_timeout` is O(1) and
 //! `handle_timeout` touches only the connections that are due, not every
-//! connection (30,000 half-open connections made one scan cost 10 ms).
+//! connection (an endpoint may hold tens of thousands of connections, and a
+//! scan of every one on each call would dominate the driver's time).
 //!
 //! A slot's current deadline lives in `at`; a heap entry is valid only while
 //! it matches it. Changing a deadline pushes a new entry and leaves the old
@@ -56,7 +57,7 @@ impl TimerQueue {
     }
 
     /// Slots whose deadline is at or before `now`, in slot order (the order
-    /// a scan of every connection took them in), their deadlines cleared.
+    /// a scan of every connection would take them in), their deadlines cleared.
     pub fn due(&mut self, now: Instant) -> Vec<usize> {
         let mut v = Vec::new();
         while let Some(&Reverse((t, i))) = self.heap.peek() {

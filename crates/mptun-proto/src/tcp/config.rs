@@ -151,7 +151,7 @@ pub struct TcpConfig {
     /// behind the headers (`writev`): the payload is then copied once, by
     /// the device, instead of twice. Only with [`Self::checksum_offload`]
     /// (nothing here reads the payload then); a payload over more than
-    /// [`super::TAIL_PARTS`] pieces is copied in as before. The runtime
+    /// [`super::TAIL_PARTS`] pieces is copied in instead. The runtime
     /// sets it when every device can; the simulator never does.
     pub gather_payload: bool,
     /// Least spacing of ACKs that answer invalid segments: challenge ACKs and

@@ -182,8 +182,8 @@ impl Scoreboard {
     /// Whether at least `limit` payload bytes are not SACKed (what a loss
     /// probe's timer cares about). It stops counting at `limit`: the
     /// timer is re-armed at every transmission and ACK, and a sum over the
-    /// whole window (thousands of segments in flight at 10 Gbit/s) cost the
-    /// driver 2.5 % of its time.
+    /// whole window (thousands of segments in flight at 10 Gbit/s) each time
+    /// is a visible share of the driver's time.
     pub(super) fn unsacked_at_least(&self, limit: u32) -> bool {
         let mut sum = 0u32;
         for s in self.segs.iter().filter(|s| !s.sacked) {

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 /// At most this many send-buffer pieces make one packet's [`Tail`]; a
-/// payload spread over more is copied behind its header as before. A plain
+/// payload spread over more is copied behind its header instead. A plain
 /// TCP send buffer holds one piece per application write, and a 64 KiB
 /// super-segment rarely spans more than two or three of them.
 pub const TAIL_PARTS: usize = 4;

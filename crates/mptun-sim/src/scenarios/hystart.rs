@@ -58,8 +58,8 @@ pub struct Params {
     /// The client's receive buffer, fixed (like `SO_RCVBUF`) at this many
     /// bytes, or `None` for the subflow's autotuning. Default: Linux's
     /// `tcp_rmem[2]` (6 MiB), so the receive window never limits the sender,
-    /// as a Linux receiver's autotuning does not in the patch; the subflow's
-    /// own autotuning currently lags one RTT in slow start (see `docs/cc.md`).
+    /// as a Linux receiver's autotuning does not in the patch, whatever the
+    /// subflow's own autotuning does in slow start (`docs/cc.md`).
     pub fixed_recv_buffer: Option<usize>,
     /// Sample the sender's state every this often into `trace` (None: no trace).
     pub trace_every: Option<Duration>,

@@ -84,7 +84,8 @@ fn case(rate: (u64, u64), delay: (u64, u64), limit: (usize, usize), rcv: Option<
     }
 }
 
-/// The cases of a scenario, as the issue lists them.
+/// The cases of a scenario: `simult_flows.sh`'s path pairs for `suite`, the
+/// reference script's regime for the others.
 pub fn cases(s: Scenario) -> Vec<Case> {
     match s {
         Scenario::Suite => vec![

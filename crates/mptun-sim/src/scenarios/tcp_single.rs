@@ -1,4 +1,4 @@
-//! `tcp-single`: one TCP flow over one emulated link (the foundation's
+//! `tcp-single`: one TCP flow over one emulated link (the stack's basic
 //! acceptance test): 20 MB over 10 Mbit/s, 20 ms one-way delay, a 1-BDP
 //! droptail buffer, optional loss and reordering.
 
@@ -11,7 +11,7 @@ use mptun_proto::endpoint::EndpointConfig;
 use mptun_time::Duration;
 use serde::Serialize;
 
-/// Parameters of the scenario (defaults are the issue's).
+/// Parameters of the scenario (defaults: the acceptance test above).
 #[derive(Clone, Debug)]
 pub struct Params {
     pub size: u64,

@@ -282,10 +282,10 @@ fn out_of_order_fin_draws_an_immediate_duplicate_ack() {
 }
 
 /// A FIN that arrives beyond a hole (here a GRO'd last super-segment
-/// overtaking the one before it) is the end of the stream only once the
-/// hole is filled: before, `recv_finished` said so as soon as the bytes in
-/// order were read, and the application read end of stream 74 KB short
-/// (seen in the goodput bench against the kernel's TCP).
+/// overtaking the one before it, as a kernel sender's can) is the end of
+/// the stream only once the hole is filled: `recv_finished` must not say so
+/// as soon as the bytes in order are read, or the application reads end of
+/// stream short of the data still missing.
 #[test]
 fn a_fin_beyond_a_hole_is_not_the_end_until_the_hole_fills() {
     let mut t = Sf::established();

@@ -338,9 +338,9 @@ fn acknowledged_bytes_are_counted() {
 
 #[test]
 fn an_ack_inside_a_segment_trims_its_retransmission() {
-    // Found by the endpoint fuzzer: a middlebox cut our last segment short
-    // (checksum fixed), the peer acknowledged the bytes it got, and the RTO
-    // then retransmitted the whole segment from bytes the ACK had freed.
+    // A middlebox cut our last segment short (checksum fixed) and the peer
+    // acknowledged the bytes it got: the RTO must retransmit from that ACK
+    // on, not the whole segment from bytes the ACK has freed.
     let mut t = Sf::established();
     let d = bytes(2000);
     t.write(&d);

@@ -23,7 +23,7 @@ fn pmtu_device_mtu_bounds_announced_mss() {
         sf.set_device_mtu(mtu);
         assert_eq!(syn_mss(&mut sf, now), Some(want), "{local} mtu {mtu}");
     }
-    // Without a device MTU: the configured MSS, as before.
+    // Without a device MTU: the configured MSS, untouched.
     let mut sf = Subflow::connect(now, TcpConfig::default(), addr(A), addr(B), 1, 1);
     assert_eq!(syn_mss(&mut sf, now), Some(1460));
     assert_eq!(sf.path_mtu(), None);
