@@ -213,8 +213,8 @@ fn request_response_with_close() -> Duration {
 }
 
 /// Handshake (1 RTT) plus request, response and both DATA_FINs
-/// (1 RTT): 4 ms at a 2 ms RTT. Before the DATA_FIN left at once it took
-/// 408 ms: each DATA_FIN waited for a minimum RTO (200 ms).
+/// (1 RTT): 4 ms at a 2 ms RTT. Each DATA_FIN must leave at once, not
+/// after a minimum RTO (200 ms).
 #[test]
 fn request_response_with_close_completes_in_one_rtt_after_the_handshake() {
     let d = request_response_with_close();
@@ -673,9 +673,8 @@ fn mptcp_retransmit_timer_resends_data_never_data_acked() {
 /// data sequence space (every mapping is moved one byte on) and ignores the
 /// connection-level window: the server's DATA_ACKs are forged on the way so
 /// the sender believes everything arrived and keeps mapping new data far
-/// past the window, on both subflows. Before, every out-of-order chunk moved
-/// the accepted edge on (62 MB queued with a 256 KiB buffer). Now nothing
-/// past the largest edge announced is queued (`MPTcpExtNoDSSInWindow`), the
+/// past the window, on both subflows. An out-of-order chunk must not move
+/// the accepted edge on: nothing past the largest edge announced is queued (`MPTcpExtNoDSSInWindow`), the
 /// subflows are not reset, and the receive side stays within its memory
 /// budget: `2 × recv_buffer + MEM_SLACK` for the connection's queue plus
 /// the same per subflow (here the subflows hold nothing: their data is in
@@ -830,7 +829,7 @@ fn retransmit_timer_does_not_wait_on_a_stale_subflow() {
     assert!(done <= thaw + Duration::from_secs(5), "done {done:?}, DATA_ACKs caught up at {thaw:?}");
 }
 
-/// Found by the endpoint fuzzer (`docs/fuzzing.md`, crash 3). A client is
+/// A client is
 /// fully established only by what proves the server has its key: a DSS, or
 /// an ADD_ADDR whose HMAC (computed with that key) verifies. An ADD_ADDR with
 /// another HMAC proves nothing: a client whose third ACK was lost (its server
@@ -888,10 +887,10 @@ fn only_a_verified_add_addr_establishes_the_client() {
 /// `mptcp_check_allowed_size`), so at high rates data arrives past the
 /// edge the receiver announced, on the connection and on the subflow
 /// carrying it. Emulated here by B's windows growing by half on their way
-/// to A. Dropping the excess (as before: `MPTcpExtNoDSSInWindow` at the
-/// connection, `TcpExtBeyondWindow` or a trimmed tail at the subflow) left
-/// it to retransmissions, the connection-level ones hundreds of
-/// milliseconds later; now it is taken within the memory budget.
+/// to A. Dropping the excess (`MPTcpExtNoDSSInWindow` at the connection,
+/// `TcpExtBeyondWindow` or a trimmed tail at the subflow) would leave it to
+/// retransmissions, the connection-level ones hundreds of milliseconds
+/// later, so it is taken within the memory budget.
 #[test]
 fn data_past_the_announced_edge_from_a_linux_sender_is_taken() {
     const RCVBUF: usize = 128 * 1024;
@@ -936,7 +935,7 @@ fn data_past_the_announced_edge_from_a_linux_sender_is_taken() {
 /// client's (a forger that saw the SYN-ACK) is not taken: the connection
 /// would get its own token as the peer's, and its own joins to an address
 /// routed back to it would be accepted as the peer's subflows, its own
-/// data read as the peer's (found by the `endpoint` fuzzer, run 10). A
+/// data read as the peer's. A
 /// SYN-ACK claiming the client's own key likewise makes the client fall
 /// back rather than take it.
 #[test]

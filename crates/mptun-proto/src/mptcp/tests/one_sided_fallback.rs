@@ -76,13 +76,13 @@ fn server_retransmission_after_a_one_sided_fallback(csum: bool) {
     assert!(n.a.recv_finished(h), "the FIN ends the stream");
 }
 
-/// Fuzzer crash 4 (`crash-04-one-sided-fallback-copy`).
+/// The state of corpus input `crash-04-one-sided-fallback-copy`.
 #[test]
 fn a_server_falls_back_instead_of_copying_to_a_fallen_back_client() {
     server_retransmission_after_a_one_sided_fallback(false);
 }
 
-/// Fuzzer crash 5 (`crash-05-one-sided-fallback-copy-csum`): the same with
+/// The state of corpus input `crash-05-one-sided-fallback-copy-csum`: the same with
 /// DSS checksums, which do not catch the copy (its mapping and checksum are
 /// right; only its subflow position is new).
 #[test]
