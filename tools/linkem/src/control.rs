@@ -151,44 +151,202 @@ impl Links {
     }
 }
 
-fn serve_client(links: &Links, stream: UnixStream) -> io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut out = stream.try_clone()?;
-    // A bounded line: a client cannot make us buffer without limit.
-    let reader = BufReader::new(io::Read::take(stream, 1 << 20));
-    for line in reader.lines() {
-        let line = line?;
-        if line.trim().is_empty() {
+/// Bounds on what one control client may hold: a client that never reads
+/// its replies, trickles a line, or never closes must not lock out the
+/// others, nor keep linkem from exiting.
+#[derive(Clone, Copy, Debug)]
+pub struct ControlLimits {
+    /// A line must arrive whole within this, counted from the previous
+    /// reply (or the connection).
+    pub line_timeout: Duration,
+    /// A reply must be taken within this.
+    pub write_timeout: Duration,
+    /// Longest line, bytes (commands are a few dozen).
+    pub max_line: usize,
+    /// Clients served at once; one more is told so and closed.
+    pub max_clients: usize,
+}
+
+impl Default for ControlLimits {
+    fn default() -> Self {
+        ControlLimits {
+            line_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(5),
+            max_line: 4096,
+            max_clients: 8,
+        }
+    }
+}
+
+/// Why a client's line was not read.
+#[derive(Debug)]
+enum LineError {
+    /// The client closed.
+    Closed,
+    TooLong,
+    TimedOut,
+    Io(io::Error),
+}
+
+/// Reads one line into `line` (without its newline) before `deadline`, at
+/// most `max` bytes; bytes read past the newline stay in `pending`.
+fn read_line(
+    stream: &mut UnixStream,
+    pending: &mut Vec<u8>,
+    line: &mut Vec<u8>,
+    max: usize,
+    deadline: std::time::Instant,
+) -> Result<(), LineError> {
+    line.clear();
+    loop {
+        if let Some(i) = pending.iter().position(|&b| b == b'\n') {
+            line.extend(pending.drain(..=i).take(i));
+            return if line.len() > max { Err(LineError::TooLong) } else { Ok(()) };
+        }
+        if pending.len() > max {
+            return Err(LineError::TooLong);
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(LineError::TimedOut);
+        }
+        stream.set_read_timeout(Some(left)).map_err(LineError::Io)?;
+        let mut buf = [0u8; 512];
+        match io::Read::read(stream, &mut buf) {
+            Ok(0) => return Err(LineError::Closed),
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(LineError::TimedOut)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LineError::Io(e)),
+        }
+    }
+}
+
+fn serve_client(links: &Links, mut stream: UnixStream, lim: ControlLimits, stop: &AtomicBool) -> io::Result<()> {
+    stream.set_write_timeout(Some(lim.write_timeout))?;
+    let (mut pending, mut line) = (Vec::new(), Vec::new());
+    while !stop.load(Ordering::Relaxed) {
+        let deadline = std::time::Instant::now() + lim.line_timeout;
+        match read_line(&mut stream, &mut pending, &mut line, lim.max_line, deadline) {
+            Ok(()) => {}
+            Err(LineError::Closed) => return Ok(()),
+            Err(LineError::TooLong) => {
+                writeln!(stream, "error line longer than {} bytes", lim.max_line)?;
+                return Ok(());
+            }
+            Err(LineError::TimedOut) => {
+                let _ = writeln!(stream, "error no whole line within {:?}", lim.line_timeout);
+                return Ok(());
+            }
+            Err(LineError::Io(e)) => return Err(e),
+        }
+        let text = String::from_utf8_lossy(&line);
+        if text.trim().is_empty() {
             continue;
         }
-        let reply = match parse_command(&line).and_then(|c| links.execute(&c)) {
+        let reply = match parse_command(&text).and_then(|c| links.execute(&c)) {
             Ok(r) => r,
             Err(e) => format!("error {e}"),
         };
-        writeln!(out, "{reply}")?;
+        // The write timeout bounds a client that does not read.
+        writeln!(stream, "{reply}")?;
     }
     Ok(())
 }
 
-/// A control socket; the path is removed when it is dropped.
+/// Makes `path` free for a new socket: nothing there, or a socket no
+/// server answers on (left by a linkem that died). Anything else is
+/// refused: the path may name a file that is not ours to delete.
+fn clear_stale_socket(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists and is not a socket: refusing to replace it"));
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(io::Error::new(io::ErrorKind::AddrInUse, "another server answers on this socket"));
+    }
+    std::fs::remove_file(path)
+}
+
+/// (device, inode) of what `path` names, if anything.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Binds a listener at `path` that only its owner can connect to (mode
+/// 0600, whatever the umask): bound under a temporary name beside it,
+/// restricted, then renamed into place, so that it is never reachable with
+/// a wider mode.
+fn bind_private(path: &Path) -> io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let nonce: u64 =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()) << 32;
+    let tmp = path.with_file_name(format!(".{}.{nonce:x}.tmp", name.to_string_lossy()));
+    let listener = UnixListener::bind(&tmp)?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(listener)
+}
+
+/// A control socket; the path is removed when it is dropped (if it is
+/// still the socket this server bound).
 pub struct ControlServer {
     path: PathBuf,
+    id: Option<(u64, u64)>,
+    stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ControlServer {
-    /// Binds `path` (replacing a stale socket) and serves clients one at a time until `stop`.
+    /// Binds `path` (replacing a stale socket, never anything else) and
+    /// serves clients until `stop`, each in a thread of its own within
+    /// [`ControlLimits::default`].
     pub fn start(path: &Path, links: Links, stop: Arc<AtomicBool>) -> io::Result<Self> {
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path)?;
+        Self::start_with(path, links, stop, ControlLimits::default())
+    }
+
+    /// [`ControlServer::start`] with other bounds.
+    pub fn start_with(path: &Path, links: Links, stop: Arc<AtomicBool>, lim: ControlLimits) -> io::Result<Self> {
+        clear_stale_socket(path)?;
+        let listener = bind_private(path)?;
+        let id = file_id(path);
         listener.set_nonblocking(true)?;
+        let clients = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop2 = stop.clone();
         let thread = std::thread::Builder::new().name("linkem-control".into()).spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
+            while !stop2.load(Ordering::Relaxed) {
                 match listener.accept() {
-                    Ok((s, _)) => {
+                    Ok((mut s, _)) => {
                         let _ = s.set_nonblocking(false);
-                        if let Err(e) = serve_client(&links, s) {
-                            eprintln!("linkem: control client: {e}");
+                        if clients.load(Ordering::Relaxed) >= lim.max_clients {
+                            let _ = s.set_write_timeout(Some(lim.write_timeout));
+                            let _ = writeln!(s, "error busy: {} clients already", lim.max_clients);
+                            continue;
+                        }
+                        clients.fetch_add(1, Ordering::Relaxed);
+                        let (links, stop, clients) = (links.clone(), stop2.clone(), clients.clone());
+                        let spawned = std::thread::Builder::new().name("linkem-ctl-client".into()).spawn(move || {
+                            if let Err(e) = serve_client(&links, s, lim, &stop) {
+                                eprintln!("linkem: control client: {e}");
+                            }
+                            clients.fetch_sub(1, Ordering::Relaxed);
+                        });
+                        if spawned.is_err() {
+                            eprintln!("linkem: control: no thread for a client");
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
@@ -199,16 +357,21 @@ impl ControlServer {
                 }
             }
         })?;
-        Ok(ControlServer { path: path.to_path_buf(), thread: Some(thread) })
+        Ok(ControlServer { path: path.to_path_buf(), id, stop, thread: Some(thread) })
     }
 }
 
 impl Drop for ControlServer {
     fn drop(&mut self) {
+        // Client threads are left to their bounds: each ends at its next
+        // line, timeout or write timeout, and none is waited for here.
+        self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -288,6 +451,135 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         drop(server);
         assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("linkem-ctl-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A client that writes commands and never reads the replies fills its
+    /// socket buffer; the server's write to it must time out, and the other
+    /// clients must be answered meanwhile. Dropping the server must not wait
+    /// for that client either.
+    #[test]
+    fn hostile_tool_linkem_ctl_client_that_never_reads_locks_out_nobody() {
+        let dir = temp_dir("noread");
+        let path = dir.join("ctl.sock");
+        let stop = Arc::new(AtomicBool::new(false));
+        let lim = ControlLimits { write_timeout: Duration::from_millis(300), ..ControlLimits::default() };
+        let server = ControlServer::start_with(&path, links(), stop.clone(), lim).unwrap();
+        let mut hog = UnixStream::connect(&path).unwrap();
+        hog.set_nonblocking(true).unwrap();
+        // `stats` replies are a few hundred bytes each: many megabytes of
+        // replies nobody reads.
+        let mut written = 0;
+        let t0 = std::time::Instant::now();
+        while written < 64 << 20 && t0.elapsed() < Duration::from_secs(3) {
+            match hog.write(&b"stats\n".repeat(1024)) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => break,
+            }
+        }
+        let t = std::time::Instant::now();
+        let reply = send_command(&path, "config").unwrap();
+        assert!(reply.starts_with("a2b: "), "{reply}");
+        assert!(t.elapsed() < Duration::from_secs(2), "another client waited {:?}", t.elapsed());
+        let t = std::time::Instant::now();
+        drop(server);
+        assert!(t.elapsed() < Duration::from_secs(2), "drop waited {:?} for the hog", t.elapsed());
+        drop(hog);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A line trickled one byte at a time, slower than the line timeout in
+    /// all, is cut off at the timeout: the timeout is per line, not per read.
+    #[test]
+    fn hostile_tool_linkem_ctl_trickled_line_times_out() {
+        let dir = temp_dir("trickle");
+        let path = dir.join("ctl.sock");
+        let stop = Arc::new(AtomicBool::new(false));
+        let lim = ControlLimits { line_timeout: Duration::from_millis(400), ..ControlLimits::default() };
+        let server = ControlServer::start_with(&path, links(), stop.clone(), lim).unwrap();
+        let mut s = UnixStream::connect(&path).unwrap();
+        let t = std::time::Instant::now();
+        // 100 ms a byte: each read comes well inside 400 ms, the line never does.
+        for b in b"set a2b rate=3mbit".iter().take(10) {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut reply = String::new();
+        let _ = BufReader::new(&s).read_line(&mut reply);
+        assert!(reply.starts_with("error no whole line"), "{reply:?}");
+        assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A line over the bound is refused and the client closed.
+    #[test]
+    fn hostile_tool_linkem_ctl_long_line_refused() {
+        let dir = temp_dir("long");
+        let path = dir.join("ctl.sock");
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = ControlServer::start(&path, links(), stop.clone()).unwrap();
+        let reply = send_command(&path, &"x".repeat(100_000)).unwrap();
+        assert!(reply.starts_with("error line longer than 4096 bytes"), "{reply}");
+        assert!(send_command(&path, "help").unwrap().starts_with("commands:"));
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The socket is its owner's only (mode 0600), whatever the umask, and
+    /// the server removes only its own socket.
+    #[test]
+    fn hostile_tool_linkem_ctl_socket_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("mode");
+        let path = dir.join("ctl.sock");
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = ControlServer::start(&path, links(), stop.clone()).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "socket mode {mode:o}");
+        // Someone replaced the socket with a file of theirs: not ours to delete.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"theirs").unwrap();
+        drop(server);
+        assert_eq!(std::fs::read(&path).unwrap(), b"theirs");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `--control PATH` naming a file that is not a socket (or a live
+    /// server's socket) is refused, and the file is left as it was; a
+    /// stale socket is replaced.
+    #[test]
+    fn hostile_tool_linkem_ctl_refuses_to_replace_what_is_not_a_stale_socket() {
+        let dir = temp_dir("replace");
+        let path = dir.join("ctl.sock");
+        let stop = Arc::new(AtomicBool::new(false));
+        std::fs::write(&path, b"precious").unwrap();
+        let err = ControlServer::start(&path, links(), stop.clone()).err().expect("refused");
+        assert!(err.to_string().contains("not a socket"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+        std::fs::remove_file(&path).unwrap();
+        // A live server's socket is not taken over.
+        let live = ControlServer::start(&path, links(), stop.clone()).unwrap();
+        let err = ControlServer::start(&path, links(), Arc::new(AtomicBool::new(false))).err().expect("refused");
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+        drop(live);
+        // A stale one (nobody listening) is.
+        drop(UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let again = ControlServer::start(&path, links(), Arc::new(AtomicBool::new(false))).unwrap();
+        assert!(send_command(&path, "help").unwrap().starts_with("commands:"));
+        drop(again);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
