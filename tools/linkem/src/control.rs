@@ -461,17 +461,22 @@ mod tests {
         dir
     }
 
+    /// A server within `lim` on a socket in a fresh directory: (dir, socket, server).
+    fn serve(tag: &str, lim: ControlLimits) -> (PathBuf, PathBuf, ControlServer) {
+        let dir = temp_dir(tag);
+        let path = dir.join("ctl.sock");
+        let server = ControlServer::start_with(&path, links(), Arc::new(AtomicBool::new(false)), lim).unwrap();
+        (dir, path, server)
+    }
+
     /// A client that writes commands and never reads the replies fills its
     /// socket buffer; the server's write to it must time out, and the other
     /// clients must be answered meanwhile. Dropping the server must not wait
     /// for that client either.
     #[test]
     fn hostile_tool_linkem_ctl_client_that_never_reads_locks_out_nobody() {
-        let dir = temp_dir("noread");
-        let path = dir.join("ctl.sock");
-        let stop = Arc::new(AtomicBool::new(false));
         let lim = ControlLimits { write_timeout: Duration::from_millis(300), ..ControlLimits::default() };
-        let server = ControlServer::start_with(&path, links(), stop.clone(), lim).unwrap();
+        let (dir, path, server) = serve("noread", lim);
         let mut hog = UnixStream::connect(&path).unwrap();
         hog.set_nonblocking(true).unwrap();
         // `stats` replies are a few hundred bytes each: many megabytes of
@@ -500,11 +505,8 @@ mod tests {
     /// all, is cut off at the timeout: the timeout is per line, not per read.
     #[test]
     fn hostile_tool_linkem_ctl_trickled_line_times_out() {
-        let dir = temp_dir("trickle");
-        let path = dir.join("ctl.sock");
-        let stop = Arc::new(AtomicBool::new(false));
         let lim = ControlLimits { line_timeout: Duration::from_millis(400), ..ControlLimits::default() };
-        let server = ControlServer::start_with(&path, links(), stop.clone(), lim).unwrap();
+        let (dir, path, server) = serve("trickle", lim);
         let mut s = UnixStream::connect(&path).unwrap();
         let t = std::time::Instant::now();
         // 100 ms a byte: each read comes well inside 400 ms, the line never does.
@@ -526,10 +528,7 @@ mod tests {
     /// A line over the bound is refused and the client closed.
     #[test]
     fn hostile_tool_linkem_ctl_long_line_refused() {
-        let dir = temp_dir("long");
-        let path = dir.join("ctl.sock");
-        let stop = Arc::new(AtomicBool::new(false));
-        let server = ControlServer::start(&path, links(), stop.clone()).unwrap();
+        let (dir, path, server) = serve("long", ControlLimits::default());
         let reply = send_command(&path, &"x".repeat(100_000)).unwrap();
         assert!(reply.starts_with("error line longer than 4096 bytes"), "{reply}");
         assert!(send_command(&path, "help").unwrap().starts_with("commands:"));
@@ -542,10 +541,7 @@ mod tests {
     #[test]
     fn hostile_tool_linkem_ctl_socket_is_private() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = temp_dir("mode");
-        let path = dir.join("ctl.sock");
-        let stop = Arc::new(AtomicBool::new(false));
-        let server = ControlServer::start(&path, links(), stop.clone()).unwrap();
+        let (dir, path, server) = serve("mode", ControlLimits::default());
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "socket mode {mode:o}");
         // Someone replaced the socket with a file of theirs: not ours to delete.
