@@ -14,10 +14,11 @@ use crate::cli_shared::JsonDocument;
 use crate::conn::{Conn, CounterSource};
 use crate::control::{Amount, HashKind, Request, MAX_BYTES};
 use crate::kernel::{self, KernelOptions};
-use crate::pathspec::{self, PathSpec};
+use crate::pathspec::{self, parse_path, PathSpec};
 use crate::report::{self, PathManagerInfo, Report};
 use crate::signals;
-use crate::units::{parse_rate, parse_size};
+use crate::stack::{connect_error, end_stack, runtime};
+use crate::units::{parse_rate, parse_secs, parse_size};
 
 /// Options both ends share: the stack, its paths, the socket options, output.
 #[derive(Args, Clone, Debug)]
@@ -148,18 +149,6 @@ impl SendArgs {
     pub fn json(&self) -> bool {
         self.common.json.json
     }
-}
-
-pub(crate) fn parse_path(s: &str) -> Result<PathSpec, mptun::pathspec::PathSpecError> {
-    s.parse()
-}
-
-pub(crate) fn parse_secs(s: &str) -> Result<Duration> {
-    let v: f64 = s.trim_end_matches('s').parse().map_err(|_| anyhow!("'{s}' is not a number of seconds"))?;
-    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
-        bail!("'{s}' seconds out of range (0, 86400]");
-    }
-    Ok(Duration::from_secs_f64(v))
 }
 
 /// The checked form of [`Common`].
@@ -365,55 +354,9 @@ impl Plan {
     }
 }
 
-/// The tokio runtime `send`, `serve` and the proxies run on: one thread,
-/// where the test's I/O task (a proxy's relays) and mptun's stack driver
-/// take turns (a file's disk I/O and hashing run on a thread of their own,
-/// `bulk::pipeline`). The stack's driver is one task whatever the runtime,
-/// so a proxy's many connections share it either way.
-///
-/// On a runtime with two workers the two tasks sat on different threads,
-/// or moved between them, and every hand-over between them (data written,
-/// data arrived, window opened) and every device readiness woke the other
-/// worker: a futex or eventfd wake-up and an IPI each. Measured on two
-/// cores (crates/mptun/BENCH.md, "One thread for the application and its
-/// stack"): `mptun send` over mptun's own stack 2.86 -> 6.04 Gbit/s with
-/// SHA-256, 3.91 -> 7.98 with BLAKE3, 9.23 -> 11.16 with XXH3, at less CPU
-/// per GiB; over the kernel's MPTCP the same or better. One download
-/// through the proxy pair (`--bench proxy`): 4453 and 4563 Mbit/s with two
-/// workers, 5814 and 5701 with one thread. (iperf3, before 3.16, is single
-/// threaded too.)
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
-}
-
-/// Ends an mptun stack before its `block_on` returns: on the one-thread
-/// runtime nothing polls the stack's driver afterwards, so what it still
-/// holds (packets in its departure queue, the resets of connections left
-/// open after an error, or of a proxy's relays still open after its stop)
-/// would never leave, and the peer would wait for them.
-pub(crate) async fn end_stack(stack: Option<mptun::Stack>) {
-    if let Some(s) = stack {
-        s.shutdown().await;
-    }
-}
-
 fn emit(r: &Report, json: bool) -> Result<()> {
     report::emit(r, json)?;
     Ok(())
-}
-
-/// One line with the cause of a failed connect.
-pub(crate) fn connect_error(to: SocketAddr, e: &std::io::Error) -> anyhow::Error {
-    use std::io::ErrorKind as K;
-    let why = match e.kind() {
-        K::ConnectionRefused => "connection refused".to_string(),
-        K::TimedOut => "timed out".to_string(),
-        K::HostUnreachable => "host unreachable".to_string(),
-        K::NetworkUnreachable => "network unreachable".to_string(),
-        K::AddrNotAvailable => format!("no local address for it ({e})"),
-        _ => e.to_string(),
-    };
-    anyhow!("cannot connect to {to}: {why}")
 }
 
 /// Connects with either stack within `limit`, or fails with the cause.
@@ -687,9 +630,6 @@ mod tests {
         assert_eq!(split_host_port("host-a:80", 9).unwrap(), ("host-a".into(), 80));
         assert!(split_host_port("a b", 9).is_err());
         assert!(split_host_port("h:xx", 9).is_err());
-        assert!(parse_secs("0").is_err());
-        assert!(parse_secs("1e9").is_err());
-        assert_eq!(parse_secs("2.5").unwrap(), Duration::from_millis(2500));
     }
 
     #[derive(clap::Parser)]

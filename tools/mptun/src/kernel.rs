@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use anyhow::{anyhow, Context, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::conn::{Probe, SubflowProbe};
+use crate::probe::{Probe, SubflowProbe};
 
 /// `IPPROTO_MPTCP` (Linux >= 5.6).
 const IPPROTO_MPTCP: i32 = 262;
@@ -94,7 +94,7 @@ pub async fn connect(to: SocketAddr, o: &KernelOptions) -> Result<tokio::net::Tc
     let s = socket(to, o)?;
     s.set_nonblocking(true)?;
     let sock = tokio::net::TcpSocket::from_std_stream(std::net::TcpStream::from(s));
-    sock.connect(to).await.map_err(|e| crate::cli_xfer::connect_error(to, &e))
+    sock.connect(to).await.map_err(|e| crate::stack::connect_error(to, &e))
 }
 
 fn getsockopt(fd: RawFd, level: i32, name: i32, buf: &mut [u8]) -> io::Result<usize> {

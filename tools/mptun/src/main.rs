@@ -16,9 +16,11 @@ mod kernel;
 mod lab;
 mod pathspec;
 mod plot;
+mod probe;
 mod proxy;
 mod report;
 mod signals;
+mod stack;
 mod traces;
 mod units;
 

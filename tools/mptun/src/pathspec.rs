@@ -20,6 +20,11 @@ use mptun_io::{IfAddr, PacketIo};
 pub const TOPOLOGIES: &str = "lab-a, lab-b (tests/src/lab.rs: two namespaces, N routed veth paths), \
 linkem-client, linkem-server (the `mptun lab` plan over netns-scripts/lab/topo.sh)";
 
+/// `--path SPEC`, as clap's value parser.
+pub fn parse_path(s: &str) -> Result<PathSpec, mptun::pathspec::PathSpecError> {
+    s.parse()
+}
+
 /// The paths of topology `name[:N]` (N paths, default 2).
 pub fn topology(spec: &str) -> Result<Vec<PathSpec>> {
     let (name, n) = match spec.split_once(':') {

@@ -73,6 +73,17 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// Seconds, `2.5` or `2.5s`, more than 0 and at most a day: the intervals
+/// and timeouts of the commands that run in real time (`send`, `serve`,
+/// the proxies), which take a standard [`std::time::Duration`].
+pub fn parse_secs(s: &str) -> Result<std::time::Duration> {
+    let v: f64 = s.trim_end_matches('s').parse().map_err(|_| anyhow::anyhow!("'{s}' is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        bail!("'{s}' seconds out of range (0, 86400]");
+    }
+    Ok(std::time::Duration::from_secs_f64(v))
+}
+
 /// A probability: `1%` or `0.01`.
 pub fn parse_ratio(s: &str) -> Result<f64> {
     let (v, unit) = split_num(s)?;
@@ -106,5 +117,8 @@ mod tests {
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_ratio("1%").unwrap(), 0.01);
         assert!(parse_ratio("2").is_err());
+        assert!(parse_secs("0").is_err());
+        assert!(parse_secs("1e9").is_err());
+        assert_eq!(parse_secs("2.5").unwrap(), std::time::Duration::from_millis(2500));
     }
 }

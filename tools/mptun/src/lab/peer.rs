@@ -315,7 +315,7 @@ fn tcp_info_cwnd(fd: std::os::fd::RawFd) -> Option<(u32, u32, u8)> {
     Some((at(80), at(76), b[1]))
 }
 
-fn subflow_points(p: &crate::conn::Probe) -> Vec<SubflowPoint> {
+fn subflow_points(p: &crate::probe::Probe) -> Vec<SubflowPoint> {
     p.subflows
         .iter()
         .map(|s| SubflowPoint { id: s.id, bytes_acked: s.bytes_acked, cwnd: s.cwnd, srtt_us: s.srtt_us })
@@ -469,7 +469,7 @@ async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
             let s = tokio::time::timeout(limit, MptcpStream::connect_with(&st, to, o))
                 .await
                 .map_err(|_| anyhow!("connect to {to}: timed out"))?
-                .map_err(|e| crate::cli_xfer::connect_error(to, &e))?;
+                .map_err(|e| crate::stack::connect_error(to, &e))?;
             (Conn::Mptun(s), counters, t0)
         }
     };

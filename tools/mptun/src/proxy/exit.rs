@@ -20,9 +20,10 @@ use super::dest::Dest;
 use super::header::{self, Key, Reject, ReplayGuard, Reply};
 use super::report::{Counters, Reporter};
 use super::socks5::Rep;
-use super::{runtime, serve_loop, Carrier, Session, Stackish, Stop};
+use super::{serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
 use crate::kernel::{self, KernelOptions};
+use crate::stack::{end_stack, runtime};
 
 /// How long the local proxy has to send its header.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -104,7 +105,7 @@ pub fn run(a: ExitArgs) -> Result<()> {
         )
         .await;
         drop(listener);
-        super::end_stack(stack).await;
+        end_stack(stack).await;
         served
     })
 }

@@ -31,10 +31,10 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use mptun::Stack;
 
-use crate::cli_xfer::{end_stack, parse_path, parse_secs, runtime};
 use crate::conn::Conn;
-use crate::pathspec::{self, PathSpec};
+use crate::pathspec::{self, parse_path, PathSpec};
 use crate::signals;
+use crate::units::parse_secs;
 
 /// `mptun proxy ...`
 #[derive(Args, Debug)]

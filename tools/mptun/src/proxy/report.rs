@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::conn::Probe;
+use crate::probe::Probe;
 
 /// Counters of one proxy end over its life.
 #[derive(Debug, Default)]
