@@ -12,6 +12,7 @@ mod cli_sim_mptcp;
 mod cli_xfer;
 mod conn;
 mod control;
+mod host;
 mod kernel;
 mod lab;
 mod pathspec;

@@ -375,7 +375,7 @@ pub fn error_document(error: &str) -> serde_json::Value {
         "start": {
             "connected": [],
             "version": format!("mptun {}", env!("CARGO_PKG_VERSION")),
-            "system_info": crate::bulk::host::uname(),
+            "system_info": crate::host::uname(),
             "timestamp": { "time": http_date(now), "timesecs": now },
         },
         "intervals": [],

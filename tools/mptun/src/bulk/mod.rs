@@ -3,11 +3,10 @@
 //! [`run_server`]) and what the two sides agree on. The data phase with its
 //! trailers is in `transfer`, its threads that make, hash and store the
 //! data in `pipeline`, the per-interval sampling in
-//! `meter`, the assembled [`Report`] in `outcome`, the host's own figures
-//! (CPU time, uname) in `host`; the messages themselves in
+//! `meter`, the assembled [`Report`] in `outcome`; the host's own figures
+//! (CPU time, uname) in [`crate::host`], the messages themselves in
 //! [`crate::control`].
 
-pub(crate) mod host;
 mod meter;
 mod outcome;
 mod pipeline;
