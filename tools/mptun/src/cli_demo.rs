@@ -54,7 +54,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         println!("simulated {:.1} s in {:.3} s of wall time", r.end.sum_received.seconds, wall_s);
     }
     let title = format!("demo (aggregate): {} bytes, seed {}", a.size, a.seed.seed);
-    traces::emit_series(a.series.csv(), a.series.plot(), "demo", &title, &t.subflow_trace)?;
+    a.series.emit("demo", &title, &t.subflow_trace)?;
     if !r.end.mptcp.sha256_match {
         bail!("transfer incomplete or corrupted");
     }

@@ -4,9 +4,11 @@
 //! rather than declaring the flag again, so name, type, default and
 //! parsing stay one.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use anyhow::{Context, Result};
 use clap::Args;
+use mptun_sim::scenarios::transfer::SubflowSample;
 
 /// `--json` of the `sim` scenarios: the scenario's report as JSON.
 #[derive(Args, Clone, Debug)]
@@ -51,13 +53,19 @@ impl Series {
         self.csv.is_some() || self.plot.is_some()
     }
 
-    /// The CSV directory, as [`crate::traces::emit_series`] takes it.
-    pub fn csv(&self) -> Option<&Path> {
-        self.csv.as_deref()
-    }
-
-    /// The plot directory, as [`crate::traces::emit_series`] takes it.
-    pub fn plot(&self) -> Option<&Path> {
-        self.plot.as_deref()
+    /// Writes the series of a traced run as asked: `DIR/<name>.csv` for
+    /// `--csv`, `DIR/<name>.svg` (titled `title`) for `--plot`.
+    pub fn emit(&self, name: &str, title: &str, samples: &[SubflowSample]) -> Result<()> {
+        if let Some(dir) = &self.csv {
+            let p = crate::traces::write_csv(dir, name, samples)?;
+            eprintln!("wrote {}", p.display());
+        }
+        if let Some(dir) = &self.plot {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            let p = dir.join(format!("{name}.svg"));
+            crate::plot::subflow_panels(&p, title, samples)?;
+            eprintln!("wrote {}", p.display());
+        }
+        Ok(())
     }
 }

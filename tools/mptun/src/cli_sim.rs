@@ -210,7 +210,7 @@ pub fn run(a: SimArgs) -> Result<()> {
                     p.delay.as_millis(),
                     p.seed
                 );
-                crate::traces::emit_series(t.series.csv(), t.series.plot(), "tcp-single", &title, &tr.subflow_trace)?;
+                t.series.emit("tcp-single", &title, &tr.subflow_trace)?;
             }
             Ok(())
         }

@@ -94,7 +94,7 @@ fn series(a: &AggregateArgs, name: &str, failover: bool) -> Result<()> {
     let seed = a.seed.seed;
     let (t, _) = traces::aggregate_traced(a.size, seed, failover);
     let title = format!("{name}: 10 Mbit/s/20 ms + 3 Mbit/s/40 ms, {} bytes, seed {}", a.size, seed);
-    traces::emit_series(a.series.csv(), a.series.plot(), name, &title, &t.subflow_trace)
+    a.series.emit(name, &title, &t.subflow_trace)
 }
 
 fn emit<T: serde::Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<()> {
@@ -191,7 +191,7 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
         let (_, trace) = penalise::run_traced(&case, a.policy, penalty, 1, false, Some(traces::SAMPLE), a.tso);
         let name = format!("penalise-{}-{}", a.scenario, a.policy);
         let title = format!("penalise {} ({}), policy {}, seed 1, forward", a.scenario, case.name, a.policy);
-        traces::emit_series(a.series.csv(), a.series.plot(), &name, &title, &trace)?;
+        a.series.emit(&name, &title, &trace)?;
     }
     if a.compare {
         let reports = penalise::compare(a.scenario, a.seeds, penalty, a.tso);

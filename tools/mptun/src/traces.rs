@@ -69,27 +69,6 @@ pub fn write_csv(dir: &Path, name: &str, samples: &[SubflowSample]) -> Result<st
     Ok(path)
 }
 
-/// Writes the CSV and/or the SVG of a trace (`--csv DIR`, `--plot DIR`).
-pub fn emit_series(
-    csv: Option<&Path>,
-    plot: Option<&Path>,
-    name: &str,
-    title: &str,
-    samples: &[SubflowSample],
-) -> Result<()> {
-    if let Some(dir) = csv {
-        let p = write_csv(dir, name, samples)?;
-        eprintln!("wrote {}", p.display());
-    }
-    if let Some(dir) = plot {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let p = dir.join(format!("{name}.svg"));
-        crate::plot::subflow_panels(&p, title, samples)?;
-        eprintln!("wrote {}", p.display());
-    }
-    Ok(())
-}
-
 /// The `aggregate` transfer (optionally with the failover link events),
 /// traced at the client (the sender).
 pub fn aggregate_traced(size: u64, seed: u64, failover: bool) -> (Traced, Vec<PathParams>) {
