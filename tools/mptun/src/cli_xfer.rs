@@ -15,7 +15,7 @@ use crate::conn::{Conn, CounterSource};
 use crate::control::{Amount, HashKind, Request, MAX_BYTES};
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, parse_path, PathSpec};
-use crate::report::{self, PathManagerInfo, Report};
+use crate::report::{self, PathManagerInfo, Report, Verdict};
 use crate::signals;
 use crate::stack::{connect_error, end_stack, runtime};
 use crate::units::{parse_rate, parse_secs, parse_size};
@@ -385,7 +385,7 @@ async fn connect(plan: &Plan, to: SocketAddr, limit: Duration) -> Result<(Conn, 
     }
 }
 
-pub fn run_send(a: SendArgs) -> Result<()> {
+pub fn run_send(a: SendArgs) -> Result<Verdict> {
     let mut plan = a.common.check(true)?;
     let (host, port) = split_host_port(&a.server, a.port)?;
     let amount = match (a.bytes, a.time, &a.file) {
@@ -450,22 +450,22 @@ pub fn run_send(a: SendArgs) -> Result<()> {
     }
     emit(&report, json)?;
     if !report.end.mptcp.sha256_match {
-        bail!(
+        return Ok(Verdict::Fail(anyhow!(
             "integrity check failed: sent {} bytes ({} {}), the receiver got {} ({1} {})",
             report.end.sum_sent.bytes,
             report.end.mptcp.hash,
             report.end.mptcp.sha256_sent,
             report.end.sum_received.bytes,
             report.end.mptcp.sha256_received
-        );
+        )));
     }
     if interrupted {
-        bail!("interrupt - the client has terminated");
+        return Ok(Verdict::Fail(anyhow!("interrupt - the client has terminated")));
     }
-    Ok(())
+    Ok(Verdict::Pass)
 }
 
-pub fn run_serve(a: ServeArgs) -> Result<()> {
+pub fn run_serve(a: ServeArgs) -> Result<Verdict> {
     let plan = a.common.check(false)?;
     if let Some(d) = &a.output_dir {
         if !d.is_dir() {
@@ -531,6 +531,9 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
             L::M(_, stack) => Some(stack.clone()),
             L::K(_) => None,
         };
+        // Whether a test's report is out: a failure after it is the verdict
+        // of a reported run, with no error document of its own.
+        let mut reported = false;
         let served = async {
             loop {
                 let counters = match &listener {
@@ -566,6 +569,7 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
                             r.error = Some("interrupt - the server has terminated".into());
                         }
                         emit(&r, json)?;
+                        reported = true;
                         if !r.end.mptcp.sha256_match && a.one_off {
                             bail!("integrity check failed");
                         }
@@ -588,7 +592,11 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
         .await;
         drop(listener);
         end_stack(stack).await;
-        served
+        match served {
+            Ok(()) => Ok(Verdict::Pass),
+            Err(e) if reported => Ok(Verdict::Fail(e)),
+            Err(e) => Err(e),
+        }
     })
 }
 

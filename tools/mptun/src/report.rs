@@ -342,28 +342,27 @@ impl MptcpEnd {
     }
 }
 
-static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Prints a report as `--json` asks (one JSON document) or as text, and
-/// notes that this run's document is out.
+/// Prints a report as `--json` asks (one JSON document) or as text.
 pub fn emit(r: &Report, json: bool) -> serde_json::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(r)?);
     } else {
         print!("{}", end_lines(r));
     }
-    REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(())
 }
 
-/// Notes that a report was printed (by other means than [`emit`]).
-pub fn mark_reported() {
-    REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// Whether [`emit`] printed a report in this run.
-pub fn reported() -> bool {
-    REPORTED.load(std::sync::atomic::Ordering::SeqCst)
+/// How a command that prints a report ends once its report is out: the
+/// checks of what it reports passed, or failed. A command that fails
+/// before its report is out returns `Err` instead, and `main` then prints,
+/// under `--json`, the [`error_document`] in the report's place, so that
+/// stdout carries one document either way.
+#[must_use]
+pub enum Verdict {
+    Pass,
+    /// The report is out and the run failed (its data arrived damaged, a
+    /// signal ended it, ...): the command fails with this error.
+    Fail(anyhow::Error),
 }
 
 /// The document `--json` prints when a run fails before it has a report,

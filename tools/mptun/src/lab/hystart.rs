@@ -24,6 +24,7 @@ use serde::Serialize;
 use super::peer::run_pair;
 use super::topo::{LabCommon, LabStack, Topology};
 use super::VsSim;
+use crate::report::Verdict;
 
 /// Payload of a full-sized segment (MSS 1460 less the timestamp option).
 const PAYLOAD: f64 = 1448.0;
@@ -164,7 +165,7 @@ fn vs_sim(sim: &VariantReport, lab: &LabVariant) -> Vec<VsSim> {
     ]
 }
 
-pub fn run(a: HystartArgs) -> Result<()> {
+pub fn run(a: HystartArgs) -> Result<Verdict> {
     if !(a.duration > 0.0 && a.duration <= 60.0) {
         bail!("--duration must be in (0, 60] seconds, got {}", a.duration);
     }
@@ -242,5 +243,5 @@ pub fn run(a: HystartArgs) -> Result<()> {
             );
         }
     })?;
-    Ok(())
+    Ok(Verdict::Pass)
 }

@@ -17,6 +17,8 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use crate::report::Verdict;
+
 #[derive(Args, Debug)]
 pub struct LabArgs {
     #[command(subcommand)]
@@ -54,7 +56,7 @@ impl LabArgs {
     }
 }
 
-pub fn run(a: LabArgs) -> Result<()> {
+pub fn run(a: LabArgs) -> Result<Verdict> {
     match a.scenario {
         LabScenario::Aggregate(a) => aggregate::run(a),
         LabScenario::Penalise(a) => penalise::run(a),
@@ -79,11 +81,10 @@ pub struct TransferArgs {
     pub common: topo::LabCommon,
 }
 
-/// Prints a report: JSON (marked as the command's document), or the text form.
+/// Prints a report: JSON (the command's document), or the text form.
 pub fn emit<T: Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(r)?);
-        crate::report::mark_reported();
     } else {
         text();
     }

@@ -34,6 +34,7 @@ use super::topo::{LabStack, Topology};
 use crate::conn::{Conn, CounterSource};
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec;
+use crate::report::Verdict;
 use crate::units::parse_size;
 
 /// The line on stderr a listening peer prints when it accepts connections.
@@ -486,7 +487,7 @@ fn kernel_options(a: &PeerArgs) -> KernelOptions {
     }
 }
 
-pub fn run(a: PeerArgs) -> Result<()> {
+pub fn run(a: PeerArgs) -> Result<Verdict> {
     if a.stack == LabStack::Kernel && (a.scheduler.is_some() || a.round_start.is_some() || a.pacer.is_some()) {
         bail!("--scheduler/--round-start/--pacer configure mptun's stack");
     }
@@ -509,8 +510,7 @@ pub fn run(a: PeerArgs) -> Result<()> {
         }
     })?;
     println!("{}", serde_json::to_string(&r)?);
-    crate::report::mark_reported();
-    Ok(())
+    Ok(Verdict::Pass)
 }
 
 /// A change to a path at a time after the client started connecting.
