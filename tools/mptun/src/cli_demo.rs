@@ -16,9 +16,9 @@ use crate::units::parse_size;
     mut_arg("csv", |a| a.help("Also write the per-subflow time series as DIR/demo.csv")),
     mut_arg("plot", |a| a.help("Also plot it into DIR/demo.svg")),
 )]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     #[command(flatten)]
-    pub json: JsonDocument,
+    pub(crate) json: JsonDocument,
     /// Bytes to transfer.
     #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
     size: u64,
@@ -30,7 +30,7 @@ pub struct DemoArgs {
 
 /// `mptun demo`: the `aggregate` scenario, reported exactly as `mptun send`
 /// reports a real transfer.
-pub fn run(a: DemoArgs) -> Result<()> {
+pub(crate) fn run(a: DemoArgs) -> Result<()> {
     let wall = std::time::Instant::now();
     let (t, paths) = traces::aggregate_traced(a.size, a.seed.seed, false);
     let wall_s = wall.elapsed().as_secs_f64();

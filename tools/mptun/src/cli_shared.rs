@@ -12,50 +12,50 @@ use mptun_sim::scenarios::transfer::SubflowSample;
 
 /// `--json` of the `sim` scenarios: the scenario's report as JSON.
 #[derive(Args, Clone, Debug)]
-pub struct Json {
+pub(crate) struct Json {
     /// Print the report as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// `-J`/`--json` of the commands whose report is iperf3's JSON document
 /// (`demo`, `send`, `serve`, `lab`), with iperf3's short flag.
 #[derive(Args, Clone, Debug)]
-pub struct JsonDocument {
+pub(crate) struct JsonDocument {
     /// Print the iperf3-shaped JSON report instead of text.
     #[arg(long, short = 'J')]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// `--seed` of the simulated runs: a run is a pure function of it.
 #[derive(Args, Clone, Debug)]
-pub struct Seed {
+pub(crate) struct Seed {
     /// RNG seed (the run is a pure function of it).
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// `--csv`/`--plot`: where a simulated run's per-subflow time series goes.
 #[derive(Args, Clone, Debug)]
-pub struct Series {
+pub(crate) struct Series {
     /// Write the per-subflow time series (cwnd, ssthresh, srtt, bytes,
     /// throughput; every 100 ms) as DIR/<name>.csv.
     #[arg(long, value_name = "DIR")]
-    pub csv: Option<PathBuf>,
+    pub(crate) csv: Option<PathBuf>,
     /// Plot cwnd, throughput and srtt over time into DIR/<name>.svg.
     #[arg(long, value_name = "DIR")]
-    pub plot: Option<PathBuf>,
+    pub(crate) plot: Option<PathBuf>,
 }
 
 impl Series {
     /// Whether either output was asked for (the traced run costs a second run).
-    pub fn wanted(&self) -> bool {
+    pub(crate) fn wanted(&self) -> bool {
         self.csv.is_some() || self.plot.is_some()
     }
 
     /// Writes the series of a traced run as asked: `DIR/<name>.csv` for
     /// `--csv`, `DIR/<name>.svg` (titled `title`) for `--plot`.
-    pub fn emit(&self, name: &str, title: &str, samples: &[SubflowSample]) -> Result<()> {
+    pub(crate) fn emit(&self, name: &str, title: &str, samples: &[SubflowSample]) -> Result<()> {
         if let Some(dir) = &self.csv {
             let p = crate::traces::write_csv(dir, name, samples)?;
             eprintln!("wrote {}", p.display());

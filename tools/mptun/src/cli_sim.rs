@@ -8,7 +8,7 @@ use mptun::{Algorithm, PacerKind};
 use mptun_sim::scenarios::{cc_compare, edt_rr, hystart, tcp_single};
 
 #[derive(Args)]
-pub struct SimArgs {
+pub(crate) struct SimArgs {
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -157,7 +157,7 @@ struct TcpSingleArgs {
     series: Series,
 }
 
-pub fn run(a: SimArgs) -> Result<()> {
+pub(crate) fn run(a: SimArgs) -> Result<()> {
     match a.scenario {
         Scenario::Hystart(h) => run_hystart(h),
         Scenario::EdtRr(e) => run_edt_rr(e),

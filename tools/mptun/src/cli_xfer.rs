@@ -23,7 +23,7 @@ use crate::units::{parse_rate, parse_secs, parse_size};
 /// Options both ends share: the stack, its paths, the socket options, output.
 #[derive(Args, Clone, Debug)]
 #[command(mut_arg("json", |a| a.help("Print one iperf3-shaped JSON document at the end instead of text")))]
-pub struct Common {
+pub(crate) struct Common {
     /// A path of mptun's stack: a TUN device to create in this namespace and
     /// mptun's address on it, `dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR][,mtu=M][,FLAG...]`
     /// (repeat for several paths). FLAGs are `ip mptcp endpoint`'s, as words
@@ -87,7 +87,7 @@ pub struct Common {
 }
 
 #[derive(Args, Debug)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     common: Common,
     /// Port to listen on.
@@ -108,7 +108,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     /// The server: ADDR, ADDR:PORT or HOST.
     server: String,
     #[command(flatten)]
@@ -140,13 +140,13 @@ pub struct SendArgs {
 }
 
 impl ServeArgs {
-    pub fn json(&self) -> bool {
+    pub(crate) fn json(&self) -> bool {
         self.common.json.json
     }
 }
 
 impl SendArgs {
-    pub fn json(&self) -> bool {
+    pub(crate) fn json(&self) -> bool {
         self.common.json.json
     }
 }
@@ -385,7 +385,7 @@ async fn connect(plan: &Plan, to: SocketAddr, limit: Duration) -> Result<(Conn, 
     }
 }
 
-pub fn run_send(a: SendArgs) -> Result<Verdict> {
+pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
     let mut plan = a.common.check(true)?;
     let (host, port) = split_host_port(&a.server, a.port)?;
     let amount = match (a.bytes, a.time, &a.file) {
@@ -465,7 +465,7 @@ pub fn run_send(a: SendArgs) -> Result<Verdict> {
     Ok(Verdict::Pass)
 }
 
-pub fn run_serve(a: ServeArgs) -> Result<Verdict> {
+pub(crate) fn run_serve(a: ServeArgs) -> Result<Verdict> {
     let plan = a.common.check(false)?;
     if let Some(d) = &a.output_dir {
         if !d.is_dir() {

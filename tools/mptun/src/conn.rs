@@ -30,20 +30,20 @@ fn state_name(s: mptun::TcpState) -> &'static str {
 }
 
 /// A connected stream of either stack.
-pub enum Conn {
+pub(crate) enum Conn {
     Mptun(mptun::MptcpStream),
     Kernel(tokio::net::TcpStream),
 }
 
 impl Conn {
-    pub fn local_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
         match self {
             Conn::Mptun(s) => s.local_addr().ok(),
             Conn::Kernel(s) => s.local_addr().ok(),
         }
     }
 
-    pub fn peer_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn peer_addr(&self) -> Option<SocketAddr> {
         match self {
             Conn::Mptun(s) => s.peer_addr().ok(),
             Conn::Kernel(s) => s.peer_addr().ok(),
@@ -51,14 +51,14 @@ impl Conn {
     }
 
     /// Which stack carries it, for reports.
-    pub fn stack_name(&self) -> &'static str {
+    pub(crate) fn stack_name(&self) -> &'static str {
         match self {
             Conn::Mptun(_) => "mptun",
             Conn::Kernel(_) => "kernel",
         }
     }
 
-    pub fn probe(&self) -> Probe {
+    pub(crate) fn probe(&self) -> Probe {
         match self {
             Conn::Kernel(s) => crate::kernel::probe(s),
             Conn::Mptun(s) => {
@@ -101,7 +101,7 @@ impl Conn {
 
     /// `SO_SNDBUF` and `SO_RCVBUF` as a getsockopt would read them now
     /// (mptun: the first subflow's send and receive buffer limits).
-    pub fn buffers(&self) -> (u64, u64) {
+    pub(crate) fn buffers(&self) -> (u64, u64) {
         match self {
             Conn::Kernel(s) => {
                 let r = socket2::SockRef::from(s);
@@ -118,7 +118,7 @@ impl Conn {
     /// Of the `written` bytes this side wrote, how many the peer has
     /// acknowledged at the connection level (MPTCP data ACK; TCP ACK after
     /// a fallback).
-    pub fn acked(&self, written: u64) -> u64 {
+    pub(crate) fn acked(&self, written: u64) -> u64 {
         let a = match self {
             Conn::Kernel(s) => match crate::kernel::unacked(s) {
                 Some(q) => written.saturating_sub(q),
@@ -134,7 +134,7 @@ impl Conn {
     }
 
     /// The congestion control in use.
-    pub fn congestion(&self) -> String {
+    pub(crate) fn congestion(&self) -> String {
         match self {
             Conn::Kernel(s) => crate::kernel::congestion(s).unwrap_or_else(|| "unknown".into()),
             Conn::Mptun(s) => s.stack().stream_options().config().tcp.congestion_control.to_string(),
@@ -145,7 +145,7 @@ impl Conn {
 /// Counters of a stack since a baseline: mptun's own (the stack's, which
 /// for a one-connection test are the connection's), or the namespace's
 /// kernel counters.
-pub enum CounterSource {
+pub(crate) enum CounterSource {
     /// The stack and its counters when the test began.
     Mptun(mptun::Stack, BTreeMap<String, u64>),
     Kernel(BTreeMap<String, u64>),
@@ -157,19 +157,19 @@ fn mptun_counters(s: &mptun::Stack) -> BTreeMap<String, u64> {
 
 impl CounterSource {
     /// The namespace's kernel counters from now on.
-    pub fn kernel() -> Self {
+    pub(crate) fn kernel() -> Self {
         CounterSource::Kernel(crate::kernel::netstat())
     }
 
     /// `stack`'s counters from now on (a server's stack serves many tests:
     /// each reports its own).
-    pub fn mptun(stack: mptun::Stack) -> Self {
+    pub(crate) fn mptun(stack: mptun::Stack) -> Self {
         let base = mptun_counters(&stack);
         CounterSource::Mptun(stack, base)
     }
 
     /// The mptun stack counted, to end it when the test is over.
-    pub fn stack(&self) -> Option<mptun::Stack> {
+    pub(crate) fn stack(&self) -> Option<mptun::Stack> {
         match self {
             CounterSource::Mptun(s, _) => Some(s.clone()),
             CounterSource::Kernel(_) => None,
@@ -177,7 +177,7 @@ impl CounterSource {
     }
 
     /// The counters that grew since the baseline, with their increase.
-    pub fn read(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn read(&self) -> BTreeMap<String, u64> {
         match self {
             CounterSource::Mptun(s, before) => crate::kernel::netstat_delta(before, &mptun_counters(s)),
             CounterSource::Kernel(before) => crate::kernel::netstat_delta(before, &crate::kernel::netstat()),

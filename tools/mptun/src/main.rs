@@ -4,6 +4,10 @@
 //! `sim ...` runs the deterministic simulator's scenarios and `lab` runs
 //! one in real namespaces behind emulated links.
 
+// A binary: nothing outside the crate can use an item, so `pub(crate)` (or
+// narrower) says how far each one really reaches, and a bare `pub` is flagged.
+#![warn(unreachable_pub)]
+
 mod bulk;
 mod cli_demo;
 mod cli_shared;

@@ -19,7 +19,7 @@ use crate::units::parse_size;
 
 #[derive(Args, Debug)]
 #[command(mut_arg("json", |a| a.help("Print the client's JSON report (with efficiency and the simulator's prediction)")))]
-pub struct AggregateArgs {
+pub(crate) struct AggregateArgs {
     /// Whose MPTCP runs at both ends.
     #[arg(long, value_enum, default_value = "mptun")]
     stack: LabStack,
@@ -30,7 +30,7 @@ pub struct AggregateArgs {
     #[arg(long, default_value = "cubic")]
     cc: String,
     #[command(flatten)]
-    pub common: LabCommon,
+    pub(crate) common: LabCommon,
 }
 
 /// The client's report plus the simulator beside it.
@@ -61,7 +61,7 @@ pub(super) fn specs(params: &Params) -> Vec<String> {
         .collect()
 }
 
-pub fn run(a: AggregateArgs) -> Result<Verdict> {
+pub(crate) fn run(a: AggregateArgs) -> Result<Verdict> {
     let params = Params { size: a.size, ..Params::default() };
     let specs = specs(&params);
     let sum_path_bps: f64 = params.paths.iter().map(|p| p.rate_bps as f64).sum();

@@ -65,7 +65,7 @@ pub(super) fn aggregate_peers(stack: LabStack, size: u64, port: u16, server_mptc
     (srv, cli)
 }
 
-pub fn run(a: TransferArgs) -> Result<Verdict> {
+pub(crate) fn run(a: TransferArgs) -> Result<Verdict> {
     let params = aggregate::Params { size: a.size, ..aggregate::Params::default() };
     let (down, up) = (5.0, 15.0);
     let topo = Topology::plan(&a.common)?.up(&super::aggregate::specs(&params), a.stack, true)?;

@@ -32,7 +32,7 @@ struct LabReport {
     sim: fallback::Report,
 }
 
-pub fn run(a: TransferArgs) -> Result<Verdict> {
+pub(crate) fn run(a: TransferArgs) -> Result<Verdict> {
     let params = aggregate::Params { size: a.size, ..aggregate::Params::default() };
     let topo = Topology::plan(&a.common)?.up(&super::aggregate::specs(&params), a.stack, true)?;
     let (srv, cli) = aggregate_peers(a.stack, a.size, 5501, false);

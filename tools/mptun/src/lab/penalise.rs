@@ -26,7 +26,7 @@ use crate::report::Verdict;
 
 #[derive(Args, Debug)]
 #[command(mut_arg("json", |a| a.help("Print the report (the simulator's fields, its prediction, the deltas) as JSON")))]
-pub struct PenaliseArgs {
+pub(crate) struct PenaliseArgs {
     /// suite, unbounded, rwnd, sndbuf or both.
     #[arg(long, default_value = "sndbuf")]
     scenario: Scenario,
@@ -49,7 +49,7 @@ pub struct PenaliseArgs {
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
     #[command(flatten)]
-    pub common: LabCommon,
+    pub(crate) common: LabCommon,
 }
 
 /// Smallest, largest and standard deviation over the runs.
@@ -320,7 +320,7 @@ fn print_text(r: &LabReport) {
     }
 }
 
-pub fn run(a: PenaliseArgs) -> Result<Verdict> {
+pub(crate) fn run(a: PenaliseArgs) -> Result<Verdict> {
     if a.runs == 0 || a.runs > 100 {
         bail!("--runs must be between 1 and 100, got {}", a.runs);
     }

@@ -29,7 +29,7 @@ use crate::stack::{end_stack, runtime};
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
-pub struct ExitArgs {
+pub(crate) struct ExitArgs {
     /// Where the local proxies connect (mptun: one of the stack's addresses
     /// or 0.0.0.0 for all; --kernel: any local address).
     #[arg(long, default_value = "0.0.0.0:1081", value_name = "ADDR:PORT")]
@@ -67,7 +67,7 @@ impl Listener {
     }
 }
 
-pub fn run(a: ExitArgs) -> Result<()> {
+pub(crate) fn run(a: ExitArgs) -> Result<()> {
     let key = Key::read(&a.carrier.key_file)?;
     let allow = Allow::new(a.allow.clone());
     if allow.is_empty() {

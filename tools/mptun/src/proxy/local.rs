@@ -25,12 +25,12 @@ use crate::kernel::{self, KernelOptions};
 use crate::stack::{connect_error, end_stack, runtime};
 
 /// The exit's port when --exit gives none.
-pub const DEFAULT_EXIT_PORT: u16 = 1081;
+pub(crate) const DEFAULT_EXIT_PORT: u16 = 1081;
 /// How long a client has for its SOCKS negotiation, and the exit for its answer.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
-pub struct LocalArgs {
+pub(crate) struct LocalArgs {
     /// Where applications connect (SOCKS5; with --transparent also the REDIRECT target).
     #[arg(long, default_value = "127.0.0.1:1080", value_name = "ADDR:PORT")]
     listen: SocketAddr,
@@ -73,7 +73,7 @@ struct Ctx {
     reporter: Arc<Reporter>,
 }
 
-pub fn run(a: LocalArgs) -> Result<()> {
+pub(crate) fn run(a: LocalArgs) -> Result<()> {
     let key = Key::read(&a.carrier.key_file)?;
     let users = match &a.auth_file {
         Some(f) => {
