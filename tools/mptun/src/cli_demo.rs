@@ -16,9 +16,9 @@ use crate::units::parse_size;
     mut_arg("csv", |a| a.help("Also write the per-subflow time series as DIR/demo.csv")),
     mut_arg("plot", |a| a.help("Also plot it into DIR/demo.svg")),
 )]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     #[command(flatten)]
-    pub json: JsonDocument,
+    pub(crate) json: JsonDocument,
     /// Bytes to transfer.
     #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
     size: u64,
@@ -30,7 +30,7 @@ pub struct DemoArgs {
 
 /// `mptun demo`: the `aggregate` scenario, reported exactly as `mptun send`
 /// reports a real transfer.
-pub fn run(a: DemoArgs) -> Result<()> {
+pub(crate) fn run(a: DemoArgs) -> Result<()> {
     let wall = std::time::Instant::now();
     let (t, paths) = traces::aggregate_traced(a.size, a.seed.seed, false);
     let wall_s = wall.elapsed().as_secs_f64();
@@ -54,7 +54,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         println!("simulated {:.1} s in {:.3} s of wall time", r.end.sum_received.seconds, wall_s);
     }
     let title = format!("demo (aggregate): {} bytes, seed {}", a.size, a.seed.seed);
-    traces::emit_series(a.series.csv(), a.series.plot(), "demo", &title, &t.subflow_trace)?;
+    a.series.emit("demo", &title, &t.subflow_trace)?;
     if !r.end.mptcp.sha256_match {
         bail!("transfer incomplete or corrupted");
     }

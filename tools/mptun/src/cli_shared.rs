@@ -4,60 +4,68 @@
 //! rather than declaring the flag again, so name, type, default and
 //! parsing stay one.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use anyhow::{Context, Result};
 use clap::Args;
+use mptun_sim::scenarios::transfer::SubflowSample;
 
 /// `--json` of the `sim` scenarios: the scenario's report as JSON.
 #[derive(Args, Clone, Debug)]
-pub struct Json {
+pub(crate) struct Json {
     /// Print the report as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// `-J`/`--json` of the commands whose report is iperf3's JSON document
 /// (`demo`, `send`, `serve`, `lab`), with iperf3's short flag.
 #[derive(Args, Clone, Debug)]
-pub struct JsonDocument {
+pub(crate) struct JsonDocument {
     /// Print the iperf3-shaped JSON report instead of text.
     #[arg(long, short = 'J')]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// `--seed` of the simulated runs: a run is a pure function of it.
 #[derive(Args, Clone, Debug)]
-pub struct Seed {
+pub(crate) struct Seed {
     /// RNG seed (the run is a pure function of it).
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// `--csv`/`--plot`: where a simulated run's per-subflow time series goes.
 #[derive(Args, Clone, Debug)]
-pub struct Series {
+pub(crate) struct Series {
     /// Write the per-subflow time series (cwnd, ssthresh, srtt, bytes,
     /// throughput; every 100 ms) as DIR/<name>.csv.
     #[arg(long, value_name = "DIR")]
-    pub csv: Option<PathBuf>,
+    pub(crate) csv: Option<PathBuf>,
     /// Plot cwnd, throughput and srtt over time into DIR/<name>.svg.
     #[arg(long, value_name = "DIR")]
-    pub plot: Option<PathBuf>,
+    pub(crate) plot: Option<PathBuf>,
 }
 
 impl Series {
     /// Whether either output was asked for (the traced run costs a second run).
-    pub fn wanted(&self) -> bool {
+    pub(crate) fn wanted(&self) -> bool {
         self.csv.is_some() || self.plot.is_some()
     }
 
-    /// The CSV directory, as [`crate::traces::emit_series`] takes it.
-    pub fn csv(&self) -> Option<&Path> {
-        self.csv.as_deref()
-    }
-
-    /// The plot directory, as [`crate::traces::emit_series`] takes it.
-    pub fn plot(&self) -> Option<&Path> {
-        self.plot.as_deref()
+    /// Writes the series of a traced run as asked: `DIR/<name>.csv` for
+    /// `--csv`, `DIR/<name>.svg` (titled `title`) for `--plot`.
+    pub(crate) fn emit(&self, name: &str, title: &str, samples: &[SubflowSample]) -> Result<()> {
+        if let Some(dir) = &self.csv {
+            let p = crate::traces::write_csv(dir, name, samples)?;
+            eprintln!("wrote {}", p.display());
+        }
+        if let Some(dir) = &self.plot {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            let p = dir.join(format!("{name}.svg"));
+            crate::plot::subflow_panels(&p, title, samples)?;
+            eprintln!("wrote {}", p.display());
+        }
+        Ok(())
     }
 }

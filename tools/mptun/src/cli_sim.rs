@@ -8,7 +8,7 @@ use mptun::{Algorithm, PacerKind};
 use mptun_sim::scenarios::{cc_compare, edt_rr, hystart, tcp_single};
 
 #[derive(Args)]
-pub struct SimArgs {
+pub(crate) struct SimArgs {
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -157,7 +157,7 @@ struct TcpSingleArgs {
     series: Series,
 }
 
-pub fn run(a: SimArgs) -> Result<()> {
+pub(crate) fn run(a: SimArgs) -> Result<()> {
     match a.scenario {
         Scenario::Hystart(h) => run_hystart(h),
         Scenario::EdtRr(e) => run_edt_rr(e),
@@ -210,7 +210,7 @@ pub fn run(a: SimArgs) -> Result<()> {
                     p.delay.as_millis(),
                     p.seed
                 );
-                crate::traces::emit_series(t.series.csv(), t.series.plot(), "tcp-single", &title, &tr.subflow_trace)?;
+                t.series.emit("tcp-single", &title, &tr.subflow_trace)?;
             }
             Ok(())
         }

@@ -21,7 +21,7 @@ use mptun_sim::scenarios::{aggregate, failover, fallback};
     mut_arg("plot", |a| a.help(
         "Plot the time series (cwnd, throughput, srtt per subflow, halvings marked) into DIR/<scenario>.svg")),
 )]
-pub struct AggregateArgs {
+pub(crate) struct AggregateArgs {
     #[command(flatten)]
     json: Json,
     /// Bytes to transfer.
@@ -42,7 +42,7 @@ pub struct AggregateArgs {
         "Write the chosen policy's per-subflow time series (first case, first seed, forward) as \
          DIR/penalise-<scenario>-<policy>.csv")),
 )]
-pub struct PenaliseArgs {
+pub(crate) struct PenaliseArgs {
     #[command(flatten)]
     json: Json,
     /// suite, unbounded, rwnd, sndbuf or both.
@@ -94,7 +94,7 @@ fn series(a: &AggregateArgs, name: &str, failover: bool) -> Result<()> {
     let seed = a.seed.seed;
     let (t, _) = traces::aggregate_traced(a.size, seed, failover);
     let title = format!("{name}: 10 Mbit/s/20 ms + 3 Mbit/s/40 ms, {} bytes, seed {}", a.size, seed);
-    traces::emit_series(a.series.csv(), a.series.plot(), name, &title, &t.subflow_trace)
+    a.series.emit(name, &title, &t.subflow_trace)
 }
 
 fn emit<T: serde::Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<()> {
@@ -106,7 +106,7 @@ fn emit<T: serde::Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<(
     Ok(())
 }
 
-pub fn run_aggregate(a: AggregateArgs) -> Result<()> {
+pub(crate) fn run_aggregate(a: AggregateArgs) -> Result<()> {
     let r = aggregate::run(&aggregate::Params { size: a.size, seed: a.seed.seed, ..Default::default() });
     emit(a.json.json, &r, || print_aggregate(&r))?;
     series(&a, "aggregate", false)?;
@@ -116,7 +116,7 @@ pub fn run_aggregate(a: AggregateArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn run_failover(a: AggregateArgs) -> Result<()> {
+pub(crate) fn run_failover(a: AggregateArgs) -> Result<()> {
     let r = failover::run(a.seed.seed, a.size);
     emit(a.json.json, &r, || {
         print_aggregate(&r.aggregate);
@@ -137,7 +137,7 @@ pub fn run_failover(a: AggregateArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn run_fallback(a: AggregateArgs) -> Result<()> {
+pub(crate) fn run_fallback(a: AggregateArgs) -> Result<()> {
     let r = fallback::run(a.seed.seed, a.size);
     emit(a.json.json, &r, || {
         print_aggregate(&r.aggregate);
@@ -152,7 +152,7 @@ pub fn run_fallback(a: AggregateArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
+pub(crate) fn run_penalise(a: PenaliseArgs) -> Result<()> {
     if !(a.factor > 0.0 && a.factor <= 1.0) {
         bail!("--factor must be in (0, 1], got {}", a.factor);
     }
@@ -191,7 +191,7 @@ pub fn run_penalise(a: PenaliseArgs) -> Result<()> {
         let (_, trace) = penalise::run_traced(&case, a.policy, penalty, 1, false, Some(traces::SAMPLE), a.tso);
         let name = format!("penalise-{}-{}", a.scenario, a.policy);
         let title = format!("penalise {} ({}), policy {}, seed 1, forward", a.scenario, case.name, a.policy);
-        traces::emit_series(a.series.csv(), a.series.plot(), &name, &title, &trace)?;
+        a.series.emit(&name, &title, &trace)?;
     }
     if a.compare {
         let reports = penalise::compare(a.scenario, a.seeds, penalty, a.tso);

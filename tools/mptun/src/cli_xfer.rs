@@ -14,15 +14,16 @@ use crate::cli_shared::JsonDocument;
 use crate::conn::{Conn, CounterSource};
 use crate::control::{Amount, HashKind, Request, MAX_BYTES};
 use crate::kernel::{self, KernelOptions};
-use crate::pathspec::{self, PathSpec};
-use crate::report::{self, PathManagerInfo, Report};
+use crate::pathspec::{self, parse_path, PathSpec};
+use crate::report::{self, PathManagerInfo, Report, Verdict};
 use crate::signals;
-use crate::units::{parse_rate, parse_size};
+use crate::stack::{connect_error, end_stack, runtime};
+use crate::units::{parse_rate, parse_secs, parse_size};
 
 /// Options both ends share: the stack, its paths, the socket options, output.
 #[derive(Args, Clone, Debug)]
 #[command(mut_arg("json", |a| a.help("Print one iperf3-shaped JSON document at the end instead of text")))]
-pub struct Common {
+pub(crate) struct Common {
     /// A path of mptun's stack: a TUN device to create in this namespace and
     /// mptun's address on it, `dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR][,mtu=M][,FLAG...]`
     /// (repeat for several paths). FLAGs are `ip mptcp endpoint`'s, as words
@@ -86,7 +87,7 @@ pub struct Common {
 }
 
 #[derive(Args, Debug)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     #[command(flatten)]
     common: Common,
     /// Port to listen on.
@@ -107,7 +108,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     /// The server: ADDR, ADDR:PORT or HOST.
     server: String,
     #[command(flatten)]
@@ -139,27 +140,15 @@ pub struct SendArgs {
 }
 
 impl ServeArgs {
-    pub fn json(&self) -> bool {
+    pub(crate) fn json(&self) -> bool {
         self.common.json.json
     }
 }
 
 impl SendArgs {
-    pub fn json(&self) -> bool {
+    pub(crate) fn json(&self) -> bool {
         self.common.json.json
     }
-}
-
-pub(crate) fn parse_path(s: &str) -> Result<PathSpec, mptun::pathspec::PathSpecError> {
-    s.parse()
-}
-
-pub(crate) fn parse_secs(s: &str) -> Result<Duration> {
-    let v: f64 = s.trim_end_matches('s').parse().map_err(|_| anyhow!("'{s}' is not a number of seconds"))?;
-    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
-        bail!("'{s}' seconds out of range (0, 86400]");
-    }
-    Ok(Duration::from_secs_f64(v))
 }
 
 /// The checked form of [`Common`].
@@ -365,55 +354,9 @@ impl Plan {
     }
 }
 
-/// The tokio runtime `send`, `serve` and the proxies run on: one thread,
-/// where the test's I/O task (a proxy's relays) and mptun's stack driver
-/// take turns (a file's disk I/O and hashing run on a thread of their own,
-/// `bulk::pipeline`). The stack's driver is one task whatever the runtime,
-/// so a proxy's many connections share it either way.
-///
-/// On a runtime with two workers the two tasks sat on different threads,
-/// or moved between them, and every hand-over between them (data written,
-/// data arrived, window opened) and every device readiness woke the other
-/// worker: a futex or eventfd wake-up and an IPI each. Measured on two
-/// cores (crates/mptun/BENCH.md, "One thread for the application and its
-/// stack"): `mptun send` over mptun's own stack 2.86 -> 6.04 Gbit/s with
-/// SHA-256, 3.91 -> 7.98 with BLAKE3, 9.23 -> 11.16 with XXH3, at less CPU
-/// per GiB; over the kernel's MPTCP the same or better. One download
-/// through the proxy pair (`--bench proxy`): 4453 and 4563 Mbit/s with two
-/// workers, 5814 and 5701 with one thread. (iperf3, before 3.16, is single
-/// threaded too.)
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
-}
-
-/// Ends an mptun stack before its `block_on` returns: on the one-thread
-/// runtime nothing polls the stack's driver afterwards, so what it still
-/// holds (packets in its departure queue, the resets of connections left
-/// open after an error, or of a proxy's relays still open after its stop)
-/// would never leave, and the peer would wait for them.
-pub(crate) async fn end_stack(stack: Option<mptun::Stack>) {
-    if let Some(s) = stack {
-        s.shutdown().await;
-    }
-}
-
 fn emit(r: &Report, json: bool) -> Result<()> {
     report::emit(r, json)?;
     Ok(())
-}
-
-/// One line with the cause of a failed connect.
-pub(crate) fn connect_error(to: SocketAddr, e: &std::io::Error) -> anyhow::Error {
-    use std::io::ErrorKind as K;
-    let why = match e.kind() {
-        K::ConnectionRefused => "connection refused".to_string(),
-        K::TimedOut => "timed out".to_string(),
-        K::HostUnreachable => "host unreachable".to_string(),
-        K::NetworkUnreachable => "network unreachable".to_string(),
-        K::AddrNotAvailable => format!("no local address for it ({e})"),
-        _ => e.to_string(),
-    };
-    anyhow!("cannot connect to {to}: {why}")
 }
 
 /// Connects with either stack within `limit`, or fails with the cause.
@@ -442,7 +385,7 @@ async fn connect(plan: &Plan, to: SocketAddr, limit: Duration) -> Result<(Conn, 
     }
 }
 
-pub fn run_send(a: SendArgs) -> Result<()> {
+pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
     let mut plan = a.common.check(true)?;
     let (host, port) = split_host_port(&a.server, a.port)?;
     let amount = match (a.bytes, a.time, &a.file) {
@@ -507,22 +450,22 @@ pub fn run_send(a: SendArgs) -> Result<()> {
     }
     emit(&report, json)?;
     if !report.end.mptcp.sha256_match {
-        bail!(
+        return Ok(Verdict::Fail(anyhow!(
             "integrity check failed: sent {} bytes ({} {}), the receiver got {} ({1} {})",
             report.end.sum_sent.bytes,
             report.end.mptcp.hash,
             report.end.mptcp.sha256_sent,
             report.end.sum_received.bytes,
             report.end.mptcp.sha256_received
-        );
+        )));
     }
     if interrupted {
-        bail!("interrupt - the client has terminated");
+        return Ok(Verdict::Fail(anyhow!("interrupt - the client has terminated")));
     }
-    Ok(())
+    Ok(Verdict::Pass)
 }
 
-pub fn run_serve(a: ServeArgs) -> Result<()> {
+pub(crate) fn run_serve(a: ServeArgs) -> Result<Verdict> {
     let plan = a.common.check(false)?;
     if let Some(d) = &a.output_dir {
         if !d.is_dir() {
@@ -588,6 +531,9 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
             L::M(_, stack) => Some(stack.clone()),
             L::K(_) => None,
         };
+        // Whether a test's report is out: a failure after it is the verdict
+        // of a reported run, with no error document of its own.
+        let mut reported = false;
         let served = async {
             loop {
                 let counters = match &listener {
@@ -623,6 +569,7 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
                             r.error = Some("interrupt - the server has terminated".into());
                         }
                         emit(&r, json)?;
+                        reported = true;
                         if !r.end.mptcp.sha256_match && a.one_off {
                             bail!("integrity check failed");
                         }
@@ -645,7 +592,11 @@ pub fn run_serve(a: ServeArgs) -> Result<()> {
         .await;
         drop(listener);
         end_stack(stack).await;
-        served
+        match served {
+            Ok(()) => Ok(Verdict::Pass),
+            Err(e) if reported => Ok(Verdict::Fail(e)),
+            Err(e) => Err(e),
+        }
     })
 }
 
@@ -687,9 +638,6 @@ mod tests {
         assert_eq!(split_host_port("host-a:80", 9).unwrap(), ("host-a".into(), 80));
         assert!(split_host_port("a b", 9).is_err());
         assert!(split_host_port("h:xx", 9).is_err());
-        assert!(parse_secs("0").is_err());
-        assert!(parse_secs("1e9").is_err());
-        assert_eq!(parse_secs("2.5").unwrap(), Duration::from_millis(2500));
     }
 
     #[derive(clap::Parser)]

@@ -10,34 +10,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// One subflow as either stack reports it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SubflowProbe {
-    pub id: usize,
-    pub local: Option<SocketAddr>,
-    pub remote: Option<SocketAddr>,
-    pub bytes_acked: u64,
-    pub bytes_received: u64,
-    pub bytes_retrans: u64,
-    /// Retransmitted segments (kernel: `tcpi_total_retrans`; mptun: bytes / MSS).
-    pub retrans_segs: u64,
-    /// Congestion window, packets.
-    pub cwnd: u64,
-    pub mss: u64,
-    /// The peer's receive window, bytes (`tcpi_snd_wnd`).
-    pub snd_wnd: u64,
-    /// Path MTU (`tcpi_pmtu`).
-    pub pmtu: u64,
-    pub srtt_us: u64,
-    pub rttvar_us: u64,
-    /// Slow-subflow halvings (mptun's penalise schedulers).
-    pub penalized: u64,
-    /// TCP state, Linux's names (`ESTABLISHED`, `SYN_SENT`, ...).
-    pub state: &'static str,
-    /// Whether it ever completed its handshake (synchronized now, or has
-    /// moved data): only those count as subflows in use.
-    pub established: bool,
-}
+use crate::probe::{Probe, SubflowProbe};
 
 /// Linux's name of an mptun TCP state.
 fn state_name(s: mptun::TcpState) -> &'static str {
@@ -56,38 +29,21 @@ fn state_name(s: mptun::TcpState) -> &'static str {
     }
 }
 
-/// A snapshot of a connection.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Probe {
-    /// `mptcp` or `tcp` (never offered, or fell back).
-    pub mode: &'static str,
-    pub subflows: Vec<SubflowProbe>,
-    /// Retransmitted segments over the connection's life: the sum of the subflows'.
-    pub retrans_segs: u64,
-}
-
-impl Probe {
-    /// Subflows in use: those that completed their handshake.
-    pub fn established(&self) -> usize {
-        self.subflows.iter().filter(|s| s.established).count()
-    }
-}
-
 /// A connected stream of either stack.
-pub enum Conn {
+pub(crate) enum Conn {
     Mptun(mptun::MptcpStream),
     Kernel(tokio::net::TcpStream),
 }
 
 impl Conn {
-    pub fn local_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
         match self {
             Conn::Mptun(s) => s.local_addr().ok(),
             Conn::Kernel(s) => s.local_addr().ok(),
         }
     }
 
-    pub fn peer_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn peer_addr(&self) -> Option<SocketAddr> {
         match self {
             Conn::Mptun(s) => s.peer_addr().ok(),
             Conn::Kernel(s) => s.peer_addr().ok(),
@@ -95,14 +51,14 @@ impl Conn {
     }
 
     /// Which stack carries it, for reports.
-    pub fn stack_name(&self) -> &'static str {
+    pub(crate) fn stack_name(&self) -> &'static str {
         match self {
             Conn::Mptun(_) => "mptun",
             Conn::Kernel(_) => "kernel",
         }
     }
 
-    pub fn probe(&self) -> Probe {
+    pub(crate) fn probe(&self) -> Probe {
         match self {
             Conn::Kernel(s) => crate::kernel::probe(s),
             Conn::Mptun(s) => {
@@ -145,7 +101,7 @@ impl Conn {
 
     /// `SO_SNDBUF` and `SO_RCVBUF` as a getsockopt would read them now
     /// (mptun: the first subflow's send and receive buffer limits).
-    pub fn buffers(&self) -> (u64, u64) {
+    pub(crate) fn buffers(&self) -> (u64, u64) {
         match self {
             Conn::Kernel(s) => {
                 let r = socket2::SockRef::from(s);
@@ -162,7 +118,7 @@ impl Conn {
     /// Of the `written` bytes this side wrote, how many the peer has
     /// acknowledged at the connection level (MPTCP data ACK; TCP ACK after
     /// a fallback).
-    pub fn acked(&self, written: u64) -> u64 {
+    pub(crate) fn acked(&self, written: u64) -> u64 {
         let a = match self {
             Conn::Kernel(s) => match crate::kernel::unacked(s) {
                 Some(q) => written.saturating_sub(q),
@@ -178,7 +134,7 @@ impl Conn {
     }
 
     /// The congestion control in use.
-    pub fn congestion(&self) -> String {
+    pub(crate) fn congestion(&self) -> String {
         match self {
             Conn::Kernel(s) => crate::kernel::congestion(s).unwrap_or_else(|| "unknown".into()),
             Conn::Mptun(s) => s.stack().stream_options().config().tcp.congestion_control.to_string(),
@@ -189,7 +145,7 @@ impl Conn {
 /// Counters of a stack since a baseline: mptun's own (the stack's, which
 /// for a one-connection test are the connection's), or the namespace's
 /// kernel counters.
-pub enum CounterSource {
+pub(crate) enum CounterSource {
     /// The stack and its counters when the test began.
     Mptun(mptun::Stack, BTreeMap<String, u64>),
     Kernel(BTreeMap<String, u64>),
@@ -201,19 +157,19 @@ fn mptun_counters(s: &mptun::Stack) -> BTreeMap<String, u64> {
 
 impl CounterSource {
     /// The namespace's kernel counters from now on.
-    pub fn kernel() -> Self {
+    pub(crate) fn kernel() -> Self {
         CounterSource::Kernel(crate::kernel::netstat())
     }
 
     /// `stack`'s counters from now on (a server's stack serves many tests:
     /// each reports its own).
-    pub fn mptun(stack: mptun::Stack) -> Self {
+    pub(crate) fn mptun(stack: mptun::Stack) -> Self {
         let base = mptun_counters(&stack);
         CounterSource::Mptun(stack, base)
     }
 
     /// The mptun stack counted, to end it when the test is over.
-    pub fn stack(&self) -> Option<mptun::Stack> {
+    pub(crate) fn stack(&self) -> Option<mptun::Stack> {
         match self {
             CounterSource::Mptun(s, _) => Some(s.clone()),
             CounterSource::Kernel(_) => None,
@@ -221,7 +177,7 @@ impl CounterSource {
     }
 
     /// The counters that grew since the baseline, with their increase.
-    pub fn read(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn read(&self) -> BTreeMap<String, u64> {
         match self {
             CounterSource::Mptun(s, before) => crate::kernel::netstat_delta(before, &mptun_counters(s)),
             CounterSource::Kernel(before) => crate::kernel::netstat_delta(before, &crate::kernel::netstat()),

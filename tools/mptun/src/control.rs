@@ -22,32 +22,32 @@
 use anyhow::{bail, Result};
 
 /// Request magic.
-pub const REQUEST_MAGIC: [u8; 4] = *b"MPTN";
+pub(crate) const REQUEST_MAGIC: [u8; 4] = *b"MPTN";
 /// Response magic.
-pub const RESPONSE_MAGIC: [u8; 4] = *b"MPTA";
+pub(crate) const RESPONSE_MAGIC: [u8; 4] = *b"MPTA";
 /// A receiver's request to end the data now (it was interrupted).
-pub const STOP_MAGIC: [u8; 4] = *b"MPTS";
+pub(crate) const STOP_MAGIC: [u8; 4] = *b"MPTS";
 /// Trailer magic.
-pub const TRAILER_MAGIC: [u8; 4] = *b"MPTE";
+pub(crate) const TRAILER_MAGIC: [u8; 4] = *b"MPTE";
 /// Protocol version this build speaks.
-pub const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 1;
 /// Fixed part of a request.
-pub const REQUEST_LEN: usize = 24;
+pub(crate) const REQUEST_LEN: usize = 24;
 /// Fixed part of a response.
-pub const RESPONSE_LEN: usize = 16;
+pub(crate) const RESPONSE_LEN: usize = 16;
 /// A trailer.
-pub const TRAILER_LEN: usize = 72;
+pub(crate) const TRAILER_LEN: usize = 72;
 /// Largest file name a request may carry.
-pub const MAX_NAME: usize = 255;
+pub(crate) const MAX_NAME: usize = 255;
 /// Largest response message.
-pub const MAX_MESSAGE: usize = 1024;
+pub(crate) const MAX_MESSAGE: usize = 1024;
 /// Largest counters blob after the receiver's trailer.
-pub const MAX_COUNTERS: usize = 64 * 1024;
+pub(crate) const MAX_COUNTERS: usize = 64 * 1024;
 /// Largest byte count a request may ask for (1 PiB: far beyond any test,
 /// small enough that rates and progress never overflow).
-pub const MAX_BYTES: u64 = 1 << 50;
+pub(crate) const MAX_BYTES: u64 = 1 << 50;
 /// Longest duration a request may ask for (one day, in milliseconds).
-pub const MAX_DURATION_MS: u64 = 86_400_000;
+pub(crate) const MAX_DURATION_MS: u64 = 86_400_000;
 
 const FLAG_REVERSE: u8 = 1;
 const FLAG_FILE: u8 = 2;
@@ -58,11 +58,11 @@ const FLAG_BLAKE3: u8 = 8;
 /// The data is checked with XXH3-128 instead of SHA-256.
 const FLAG_XXH3: u8 = 16;
 /// iperf3's cookie: 36 characters of `a-z2-7` naming the test at both ends.
-pub const COOKIE_LEN: usize = 36;
+pub(crate) const COOKIE_LEN: usize = 36;
 const COOKIE_CHARS: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 
 /// A fresh cookie, as iperf3's client draws one for each test.
-pub fn new_cookie() -> String {
+pub(crate) fn new_cookie() -> String {
     let mut raw = [0u8; COOKIE_LEN];
     let mut got = 0;
     while got < raw.len() {
@@ -83,7 +83,7 @@ pub fn new_cookie() -> String {
 
 /// How much the sender moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Amount {
+pub(crate) enum Amount {
     /// Exactly this many bytes.
     Bytes(u64),
     /// For this many milliseconds.
@@ -99,7 +99,7 @@ pub enum Amount {
 /// tests at rates where even BLAKE3 would take a large share of the CPU
 /// both ends share.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum HashKind {
+pub(crate) enum HashKind {
     #[default]
     Sha256,
     Blake3,
@@ -108,7 +108,7 @@ pub enum HashKind {
 
 impl HashKind {
     /// Its name in the report.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             HashKind::Sha256 => "sha256",
             HashKind::Blake3 => "blake3",
@@ -119,21 +119,21 @@ impl HashKind {
 
 /// What the client asks the server for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     /// The server sends and the client receives.
-    pub reverse: bool,
-    pub amount: Amount,
+    pub(crate) reverse: bool,
+    pub(crate) amount: Amount,
     /// A file is transferred: its base name (forward: what the server
     /// stores it as; reverse: empty, the server sends its `--file`).
-    pub file: Option<String>,
+    pub(crate) file: Option<String>,
     /// The test's cookie ([`new_cookie`]; empty: an older client sent none).
-    pub cookie: String,
+    pub(crate) cookie: String,
     /// How the data is checked.
-    pub hash: HashKind,
+    pub(crate) hash: HashKind,
 }
 
 impl Request {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let name = self.file.as_deref().unwrap_or("").as_bytes();
         let mut b = Vec::with_capacity(REQUEST_LEN + name.len());
         b.extend_from_slice(&REQUEST_MAGIC);
@@ -163,7 +163,7 @@ impl Request {
 
     /// Parses the fixed part; returns the request (without its name and
     /// cookie) and the length of the tail still to read ([`Request::set_tail`]).
-    pub fn decode_fixed(b: &[u8; REQUEST_LEN]) -> Result<(Request, usize)> {
+    pub(crate) fn decode_fixed(b: &[u8; REQUEST_LEN]) -> Result<(Request, usize)> {
         if b[..4] != REQUEST_MAGIC {
             bail!("not an mptun client: it sent {:?}", String::from_utf8_lossy(&b[..4]));
         }
@@ -206,7 +206,7 @@ impl Request {
 
     /// Checks and stores the tail that followed the fixed part: the file
     /// name, then the cookie if the flags announced one.
-    pub fn set_tail(&mut self, raw: &[u8]) -> Result<()> {
+    pub(crate) fn set_tail(&mut self, raw: &[u8]) -> Result<()> {
         let (name, cookie) = raw.split_at(raw.len().saturating_sub(self.cookie.len()));
         if !self.cookie.is_empty() {
             if cookie.len() != COOKIE_LEN || !cookie.iter().all(|c| COOKIE_CHARS.contains(c)) {
@@ -220,7 +220,7 @@ impl Request {
     /// Checks and stores the file name that followed the fixed part: a
     /// plain base name, so a client cannot write outside the server's
     /// output directory.
-    pub fn set_name(&mut self, raw: &[u8]) -> Result<()> {
+    pub(crate) fn set_name(&mut self, raw: &[u8]) -> Result<()> {
         if self.file.is_none() {
             if !raw.is_empty() {
                 bail!("a file name without the file flag");
@@ -247,15 +247,15 @@ impl Request {
 
 /// The server's answer to a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Response {
+pub(crate) struct Response {
     /// `None`: accepted; `Some(reason)`: refused.
-    pub refused: Option<String>,
+    pub(crate) refused: Option<String>,
     /// Reverse tests: bytes the server will send (0: until the duration ends).
-    pub amount: u64,
+    pub(crate) amount: u64,
 }
 
 impl Response {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let msg = self.refused.as_deref().unwrap_or("").as_bytes();
         let msg = &msg[..msg.len().min(MAX_MESSAGE)];
         let mut b = Vec::with_capacity(RESPONSE_LEN + msg.len());
@@ -269,7 +269,7 @@ impl Response {
     }
 
     /// Parses the fixed part; returns the response and the message length.
-    pub fn decode_fixed(b: &[u8; RESPONSE_LEN]) -> Result<(Response, usize)> {
+    pub(crate) fn decode_fixed(b: &[u8; RESPONSE_LEN]) -> Result<(Response, usize)> {
         if b[..4] != RESPONSE_MAGIC {
             bail!("not an mptun server: it answered {:?}", String::from_utf8_lossy(&b[..4]));
         }
@@ -292,22 +292,22 @@ impl Response {
 
 /// What one side says about its half of the transfer when it ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Trailer {
+pub(crate) struct Trailer {
     /// Data bytes sent (sender) or received (receiver).
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Segments this side retransmitted (saturating at u32::MAX).
-    pub retransmits: u32,
+    pub(crate) retransmits: u32,
     /// First data byte to the last, microseconds.
-    pub elapsed_us: u64,
+    pub(crate) elapsed_us: u64,
     /// CPU time of the process during the test, microseconds.
-    pub cpu_user_us: u64,
-    pub cpu_sys_us: u64,
+    pub(crate) cpu_user_us: u64,
+    pub(crate) cpu_sys_us: u64,
     /// The data bytes' digest ([`HashKind`]: the request's).
-    pub digest: [u8; 32],
+    pub(crate) digest: [u8; 32],
 }
 
 impl Trailer {
-    pub fn encode(&self) -> [u8; TRAILER_LEN] {
+    pub(crate) fn encode(&self) -> [u8; TRAILER_LEN] {
         let mut b = [0u8; TRAILER_LEN];
         b[..4].copy_from_slice(&TRAILER_MAGIC);
         b[4..8].copy_from_slice(&self.retransmits.to_be_bytes());
@@ -319,7 +319,7 @@ impl Trailer {
         b
     }
 
-    pub fn decode(b: &[u8]) -> Result<Trailer> {
+    pub(crate) fn decode(b: &[u8]) -> Result<Trailer> {
         let Ok(b) = <&[u8; TRAILER_LEN]>::try_from(b) else {
             bail!("the peer's stream ended {} bytes short of its trailer", TRAILER_LEN.saturating_sub(b.len()));
         };

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use anyhow::{anyhow, Context, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::conn::{Probe, SubflowProbe};
+use crate::probe::{Probe, SubflowProbe};
 
 /// `IPPROTO_MPTCP` (Linux >= 5.6).
 const IPPROTO_MPTCP: i32 = 262;
@@ -30,13 +30,13 @@ const MAX_SUBFLOWS: usize = 16;
 
 /// Socket options shared by both stacks.
 #[derive(Clone, Debug, Default)]
-pub struct KernelOptions {
-    pub mptcp: bool,
-    pub cc: Option<String>,
-    pub sndbuf: Option<usize>,
-    pub rcvbuf: Option<usize>,
+pub(crate) struct KernelOptions {
+    pub(crate) mptcp: bool,
+    pub(crate) cc: Option<String>,
+    pub(crate) sndbuf: Option<usize>,
+    pub(crate) rcvbuf: Option<usize>,
     /// Bytes per second.
-    pub max_pacing_rate: Option<u64>,
+    pub(crate) max_pacing_rate: Option<u64>,
 }
 
 fn socket(addr: SocketAddr, o: &KernelOptions) -> Result<Socket> {
@@ -76,7 +76,7 @@ fn setsockopt_u32(fd: RawFd, level: i32, name: i32, v: u32) -> io::Result<()> {
 }
 
 /// A listening kernel socket.
-pub fn listen(addr: SocketAddr, o: &KernelOptions) -> Result<tokio::net::TcpListener> {
+pub(crate) fn listen(addr: SocketAddr, o: &KernelOptions) -> Result<tokio::net::TcpListener> {
     let s = socket(addr, o)?;
     if addr.is_ipv6() && addr.ip().is_unspecified() {
         // Dual-stack, as iperf3's default listener.
@@ -90,11 +90,11 @@ pub fn listen(addr: SocketAddr, o: &KernelOptions) -> Result<tokio::net::TcpList
 }
 
 /// A kernel connection to `to`.
-pub async fn connect(to: SocketAddr, o: &KernelOptions) -> Result<tokio::net::TcpStream> {
+pub(crate) async fn connect(to: SocketAddr, o: &KernelOptions) -> Result<tokio::net::TcpStream> {
     let s = socket(to, o)?;
     s.set_nonblocking(true)?;
     let sock = tokio::net::TcpSocket::from_std_stream(std::net::TcpStream::from(s));
-    sock.connect(to).await.map_err(|e| crate::cli_xfer::connect_error(to, &e))
+    sock.connect(to).await.map_err(|e| crate::stack::connect_error(to, &e))
 }
 
 fn getsockopt(fd: RawFd, level: i32, name: i32, buf: &mut [u8]) -> io::Result<usize> {
@@ -193,7 +193,7 @@ fn subflow_array(fd: RawFd, name: i32, item: usize) -> io::Result<Vec<Vec<u8>>> 
 }
 
 /// What the kernel says about a connected socket.
-pub fn probe(s: &tokio::net::TcpStream) -> Probe {
+pub(crate) fn probe(s: &tokio::net::TcpStream) -> Probe {
     let fd = s.as_raw_fd();
     let mut mi = [0u8; 256];
     let mptcp = getsockopt(fd, SOL_MPTCP, MPTCP_INFO, &mut mi).is_ok_and(|n| n > 0);
@@ -217,7 +217,7 @@ pub fn probe(s: &tokio::net::TcpStream) -> Probe {
 
 /// Bytes written but not yet acknowledged (`SIOCOUTQ`; MPTCP sockets
 /// answer at the data level).
-pub fn unacked(s: &tokio::net::TcpStream) -> Option<u64> {
+pub(crate) fn unacked(s: &tokio::net::TcpStream) -> Option<u64> {
     let mut v: libc::c_int = 0;
     // SAFETY: valid fd; TIOCOUTQ (= SIOCOUTQ) writes one int.
     let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut v) };
@@ -225,7 +225,7 @@ pub fn unacked(s: &tokio::net::TcpStream) -> Option<u64> {
 }
 
 /// The congestion control a socket runs (`TCP_CONGESTION`).
-pub fn congestion(s: &tokio::net::TcpStream) -> Option<String> {
+pub(crate) fn congestion(s: &tokio::net::TcpStream) -> Option<String> {
     let mut b = [0u8; 16];
     let n = getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, &mut b).ok()?;
     let end = b[..n].iter().position(|&c| c == 0).unwrap_or(n);
@@ -233,7 +233,7 @@ pub fn congestion(s: &tokio::net::TcpStream) -> Option<String> {
 }
 
 /// This namespace's `MPTcpExt*`/`TcpExt*`/`Tcp*` counters (nstat names).
-pub fn netstat() -> BTreeMap<String, u64> {
+pub(crate) fn netstat() -> BTreeMap<String, u64> {
     let mut all = mptun_io::netstat::read().unwrap_or_default();
     all.retain(|k, _| ["MPTcpExt", "TcpExt", "Tcp"].iter().any(|p| k.starts_with(p)));
     all
@@ -241,7 +241,7 @@ pub fn netstat() -> BTreeMap<String, u64> {
 
 /// Counters that grew from `before` to `after` (gauges like TcpCurrEstab
 /// excluded), with their increase.
-pub fn netstat_delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+pub(crate) fn netstat_delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     after
         .iter()
         .filter(|(k, _)| {

@@ -4,6 +4,10 @@
 //! `sim ...` runs the deterministic simulator's scenarios and `lab` runs
 //! one in real namespaces behind emulated links.
 
+// A binary: nothing outside the crate can use an item, so `pub(crate)` (or
+// narrower) says how far each one really reaches, and a bare `pub` is flagged.
+#![warn(unreachable_pub)]
+
 mod bulk;
 mod cli_demo;
 mod cli_shared;
@@ -12,17 +16,21 @@ mod cli_sim_mptcp;
 mod cli_xfer;
 mod conn;
 mod control;
+mod host;
 mod kernel;
 mod lab;
 mod pathspec;
 mod plot;
+mod probe;
 mod proxy;
 mod report;
 mod signals;
+mod stack;
 mod traces;
 mod units;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use report::Verdict;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -132,34 +140,36 @@ fn main() -> ExitCode {
         signals::install();
     }
     let res = match cli.cmd {
-        Command::Demo(a) => cli_demo::run(a),
-        Command::Sim(a) => cli_sim::run(a),
+        Command::Demo(a) => cli_demo::run(a).map(|()| Verdict::Pass),
+        Command::Sim(a) => cli_sim::run(a).map(|()| Verdict::Pass),
         Command::Serve(a) => cli_xfer::run_serve(a),
         Command::Send(a) => cli_xfer::run_send(a),
         Command::Lab(a) => lab::run(a),
-        Command::Proxy(a) => proxy::run(a),
+        Command::Proxy(a) => proxy::run(a).map(|()| Verdict::Pass),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "mptun", &mut out);
-            print_all(&out)
+            print_all(&out).map(|()| Verdict::Pass)
         }
         Command::Man => {
             let mut out = Vec::new();
             clap_mangen::Man::new(Cli::command()).render(&mut out).expect("render into memory");
-            print_all(&out)
+            print_all(&out).map(|()| Verdict::Pass)
         }
     };
     // Interrupted: 128 + the signal, as iperf3 (130 for SIGINT, 143 for SIGTERM).
     let interrupted = signals::exit_code();
-    match res {
-        Ok(()) => interrupted.map_or(ExitCode::SUCCESS, ExitCode::from),
+    let e = match res {
+        Ok(Verdict::Pass) => return interrupted.map_or(ExitCode::SUCCESS, ExitCode::from),
+        Ok(Verdict::Fail(e)) => e,
         Err(e) => {
-            if json && !report::reported() {
+            if json {
                 let doc = report::error_document(&format!("{e:#}"));
                 println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
             }
-            eprintln!("mptun: {e:#}");
-            interrupted.map_or(ExitCode::FAILURE, ExitCode::from)
+            e
         }
-    }
+    };
+    eprintln!("mptun: {e:#}");
+    interrupted.map_or(ExitCode::FAILURE, ExitCode::from)
 }

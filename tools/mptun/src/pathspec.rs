@@ -13,15 +13,20 @@ use anyhow::{anyhow, bail, Result};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-pub use mptun::pathspec::{flags_text, PathSpec, DEFAULT_FLAGS};
+pub(crate) use mptun::pathspec::{flags_text, PathSpec, DEFAULT_FLAGS};
 use mptun_io::{IfAddr, PacketIo};
 
 /// Named address plans, so a lab user need not spell out the paths.
-pub const TOPOLOGIES: &str = "lab-a, lab-b (tests/src/lab.rs: two namespaces, N routed veth paths), \
+pub(crate) const TOPOLOGIES: &str = "lab-a, lab-b (tests/src/lab.rs: two namespaces, N routed veth paths), \
 linkem-client, linkem-server (the `mptun lab` plan over netns-scripts/lab/topo.sh)";
 
+/// `--path SPEC`, as clap's value parser.
+pub(crate) fn parse_path(s: &str) -> Result<PathSpec, mptun::pathspec::PathSpecError> {
+    s.parse()
+}
+
 /// The paths of topology `name[:N]` (N paths, default 2).
-pub fn topology(spec: &str) -> Result<Vec<PathSpec>> {
+pub(crate) fn topology(spec: &str) -> Result<Vec<PathSpec>> {
     let (name, n) = match spec.split_once(':') {
         Some((name, n)) => {
             (name, n.parse::<u8>().map_err(|_| anyhow!("topology '{spec}': path count '{n}' is not 1..=8"))?)
@@ -51,7 +56,7 @@ pub fn topology(spec: &str) -> Result<Vec<PathSpec>> {
 
 /// Creates the TUN devices of `paths` in the current namespace and
 /// returns `(mptun address, device)` pairs for the stack builder.
-pub fn create_tuns(paths: &[PathSpec]) -> Result<Vec<(IpAddr, Arc<dyn PacketIo>)>> {
+pub(crate) fn create_tuns(paths: &[PathSpec]) -> Result<Vec<(IpAddr, Arc<dyn PacketIo>)>> {
     PathSpec::create_tuns(paths, None).map_err(tun_error)
 }
 

@@ -22,7 +22,7 @@ const COLOURS: [RGBColor; 4] =
 
 /// cwnd of every subflow over time, one panel per labelled run, with each
 /// slow-subflow halving marked by a cross on the curve of the subflow it hit.
-pub fn cwnd_panels(path: &Path, title: &str, runs: &[(String, Vec<SubflowSample>)]) -> Result<()> {
+pub(crate) fn cwnd_panels(path: &Path, title: &str, runs: &[(String, Vec<SubflowSample>)]) -> Result<()> {
     register_font()?;
     let height = 320 * runs.len().max(1) as u32;
     let root = SVGBackend::new(path, (900, height)).into_drawing_area();
@@ -71,7 +71,7 @@ pub fn cwnd_panels(path: &Path, title: &str, runs: &[(String, Vec<SubflowSample>
 /// cwnd, throughput and srtt of every subflow over time, one panel each,
 /// with slow-subflow halvings marked by crosses (on every panel, at the
 /// subflow's value then).
-pub fn subflow_panels(path: &Path, title: &str, samples: &[SubflowSample]) -> Result<()> {
+pub(crate) fn subflow_panels(path: &Path, title: &str, samples: &[SubflowSample]) -> Result<()> {
     register_font()?;
     let rows = crate::traces::rows(samples);
     let root = SVGBackend::new(path, (900, 1200)).into_drawing_area();

@@ -10,134 +10,134 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Report {
-    pub start: Start,
-    pub intervals: Vec<Interval>,
-    pub end: End,
+pub(crate) struct Report {
+    pub(crate) start: Start,
+    pub(crate) intervals: Vec<Interval>,
+    pub(crate) end: End,
     /// iperf3's top-level `error`: why the test ended early (an interrupt:
     /// "interrupt - the client has terminated"); the figures are what was
     /// measured until then.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Start {
-    pub connected: Vec<Connected>,
-    pub version: String,
-    pub system_info: String,
-    pub timestamp: Timestamp,
+pub(crate) struct Start {
+    pub(crate) connected: Vec<Connected>,
+    pub(crate) version: String,
+    pub(crate) system_info: String,
+    pub(crate) timestamp: Timestamp,
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub connecting_to: Option<HostPort>,
+    pub(crate) connecting_to: Option<HostPort>,
     /// The server's: the client's address and port (iperf3: of its control
     /// connection; mptun's control is the measured connection itself).
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub accepted_connection: Option<HostPort>,
+    pub(crate) accepted_connection: Option<HostPort>,
     /// The test's identity, the same string at both ends (the client draws
     /// it, as iperf3: 36 characters of `a-z2-7`, and sends it in its request).
-    pub cookie: String,
+    pub(crate) cookie: String,
     /// MSS of the connection's first subflow when the test began (iperf3:
     /// `TCP_MAXSEG` of its control socket).
-    pub tcp_mss_default: u64,
+    pub(crate) tcp_mss_default: u64,
     /// iperf3's `-b`: mptun's tests are never rate-limited by the
     /// application (0), pacing is `--max-pacing-rate`.
-    pub target_bitrate: u64,
+    pub(crate) target_bitrate: u64,
     /// The buffer size asked for (`--rcvbuf`, else `--sndbuf`; 0: autotuned),
     /// iperf3's `-w`.
-    pub sock_bufsize: u64,
+    pub(crate) sock_bufsize: u64,
     /// `SO_SNDBUF` / `SO_RCVBUF` of the socket when the test began (mptun:
     /// its first subflow's send and receive buffer limits).
-    pub sndbuf_actual: u64,
-    pub rcvbuf_actual: u64,
-    pub test_start: TestStart,
+    pub(crate) sndbuf_actual: u64,
+    pub(crate) rcvbuf_actual: u64,
+    pub(crate) test_start: TestStart,
     /// mptun addition: which stack, which side, over what.
-    pub mptun: StartExtra,
+    pub(crate) mptun: StartExtra,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Connected {
-    pub socket: u32,
-    pub local_host: String,
-    pub local_port: u16,
-    pub remote_host: String,
-    pub remote_port: u16,
+pub(crate) struct Connected {
+    pub(crate) socket: u32,
+    pub(crate) local_host: String,
+    pub(crate) local_port: u16,
+    pub(crate) remote_host: String,
+    pub(crate) remote_port: u16,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Timestamp {
-    pub time: String,
-    pub timesecs: u64,
+pub(crate) struct Timestamp {
+    pub(crate) time: String,
+    pub(crate) timesecs: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct HostPort {
-    pub host: String,
-    pub port: u16,
+pub(crate) struct HostPort {
+    pub(crate) host: String,
+    pub(crate) port: u16,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct TestStart {
+pub(crate) struct TestStart {
     /// Always "TCP", as iperf3 says for an MPTCP socket: whether MPTCP was
     /// negotiated is `start.mptun.mode` and `end.mptcp.mode`.
-    pub protocol: String,
-    pub num_streams: u32,
-    pub blksize: u64,
-    pub omit: u32,
+    pub(crate) protocol: String,
+    pub(crate) num_streams: u32,
+    pub(crate) blksize: u64,
+    pub(crate) omit: u32,
     /// Seconds (0: a byte count or file decides).
-    pub duration: u64,
-    pub bytes: u64,
-    pub blocks: u64,
-    pub reverse: u8,
+    pub(crate) duration: u64,
+    pub(crate) bytes: u64,
+    pub(crate) blocks: u64,
+    pub(crate) reverse: u8,
     /// IP TOS of the test's packets (iperf3's `-S`; mptun sends 0).
-    pub tos: u8,
+    pub(crate) tos: u8,
     /// See [`Start::target_bitrate`].
-    pub target_bitrate: u64,
+    pub(crate) target_bitrate: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct StartExtra {
+pub(crate) struct StartExtra {
     /// `mptun`, `kernel` or `sim`.
-    pub stack: String,
+    pub(crate) stack: String,
     /// `client` or `server`.
-    pub role: String,
+    pub(crate) role: String,
     /// Whether this side sends the data.
-    pub sender: bool,
+    pub(crate) sender: bool,
     /// `mptcp` or `tcp` once connected (never offered, or fell back).
     #[serde(default)]
-    pub mode: String,
+    pub(crate) mode: String,
     /// The path manager's settings this side ran with.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub path_manager: Option<PathManagerInfo>,
-    pub paths: Vec<String>,
-    pub congestion: String,
-    pub scheduler: String,
+    pub(crate) path_manager: Option<PathManagerInfo>,
+    pub(crate) paths: Vec<String>,
+    pub(crate) congestion: String,
+    pub(crate) scheduler: String,
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub file: Option<String>,
+    pub(crate) file: Option<String>,
 }
 
 /// One reporting interval.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Interval {
-    pub streams: Vec<IntervalStream>,
-    pub sum: Sum,
+pub(crate) struct Interval {
+    pub(crate) streams: Vec<IntervalStream>,
+    pub(crate) sum: Sum,
 }
 
 /// iperf3's per-interval and end-of-test figures.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-pub struct Sum {
-    pub start: f64,
-    pub end: f64,
-    pub seconds: f64,
-    pub bytes: u64,
-    pub bits_per_second: f64,
+pub(crate) struct Sum {
+    pub(crate) start: f64,
+    pub(crate) end: f64,
+    pub(crate) seconds: f64,
+    pub(crate) bytes: u64,
+    pub(crate) bits_per_second: f64,
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub retransmits: Option<u64>,
-    pub omitted: bool,
-    pub sender: bool,
+    pub(crate) retransmits: Option<u64>,
+    pub(crate) omitted: bool,
+    pub(crate) sender: bool,
 }
 
 impl Sum {
-    pub fn new(start: f64, end: f64, bytes: u64, retransmits: Option<u64>, sender: bool) -> Sum {
+    pub(crate) fn new(start: f64, end: f64, bytes: u64, retransmits: Option<u64>, sender: bool) -> Sum {
         let seconds = (end - start).max(0.0);
         Sum {
             start,
@@ -153,92 +153,92 @@ impl Sum {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct IntervalStream {
-    pub socket: u32,
+pub(crate) struct IntervalStream {
+    pub(crate) socket: u32,
     #[serde(flatten)]
-    pub sum: Sum,
+    pub(crate) sum: Sum,
     /// Sum of the subflows' congestion windows, bytes (iperf3: the socket's).
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub snd_cwnd: Option<u64>,
+    pub(crate) snd_cwnd: Option<u64>,
     /// The peer's receive window (`tcpi_snd_wnd`) seen by the first
     /// subflow, bytes: under MPTCP it is the connection-level window, the
     /// same on every subflow. Sender only, as iperf3.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub snd_wnd: Option<u64>,
+    pub(crate) snd_wnd: Option<u64>,
     /// Smoothed RTT of the first subflow, µs.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub rtt: Option<u64>,
+    pub(crate) rtt: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub rttvar: Option<u64>,
+    pub(crate) rttvar: Option<u64>,
     /// Path MTU of the first subflow (`tcpi_pmtu`). Sender only, as iperf3.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub pmtu: Option<u64>,
+    pub(crate) pmtu: Option<u64>,
     /// mptun addition: the stream's subflows over the interval.
-    pub subflows: Vec<SubflowInterval>,
+    pub(crate) subflows: Vec<SubflowInterval>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-pub struct SubflowInterval {
-    pub id: usize,
-    pub local: String,
-    pub remote: String,
+pub(crate) struct SubflowInterval {
+    pub(crate) id: usize,
+    pub(crate) local: String,
+    pub(crate) remote: String,
     /// Bytes this subflow carried in the interval (acknowledged at the
     /// sender, received at the receiver).
-    pub bytes: u64,
-    pub bits_per_second: f64,
-    pub retransmits: u64,
+    pub(crate) bytes: u64,
+    pub(crate) bits_per_second: f64,
+    pub(crate) retransmits: u64,
     /// Congestion window at the end of the interval, bytes and packets.
-    pub snd_cwnd: u64,
-    pub snd_cwnd_packets: u64,
+    pub(crate) snd_cwnd: u64,
+    pub(crate) snd_cwnd_packets: u64,
     /// Smoothed RTT, µs.
-    pub rtt: u64,
-    pub rttvar: u64,
+    pub(crate) rtt: u64,
+    pub(crate) rttvar: u64,
     /// Slow-subflow halvings so far.
-    pub penalized: u64,
+    pub(crate) penalized: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct End {
-    pub streams: Vec<EndStream>,
-    pub sum_sent: Sum,
-    pub sum_received: Sum,
-    pub cpu_utilization_percent: Cpu,
-    pub sender_tcp_congestion: String,
-    pub receiver_tcp_congestion: String,
+pub(crate) struct End {
+    pub(crate) streams: Vec<EndStream>,
+    pub(crate) sum_sent: Sum,
+    pub(crate) sum_received: Sum,
+    pub(crate) cpu_utilization_percent: Cpu,
+    pub(crate) sender_tcp_congestion: String,
+    pub(crate) receiver_tcp_congestion: String,
     /// mptun addition.
-    pub mptcp: MptcpEnd,
+    pub(crate) mptcp: MptcpEnd,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct EndStream {
-    pub sender: EndSender,
-    pub receiver: EndReceiver,
+pub(crate) struct EndStream {
+    pub(crate) sender: EndSender,
+    pub(crate) receiver: EndReceiver,
     /// mptun addition: what each subflow carried over the whole test.
-    pub subflows: Vec<SubflowEnd>,
+    pub(crate) subflows: Vec<SubflowEnd>,
 }
 
 /// `end.streams[].sender`: the sender's figures with the extremes iperf3
 /// takes from the sender's interval samples (0 at a receiver, which has
 /// none, as iperf3 reports them there).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-pub struct EndSender {
-    pub socket: u32,
+pub(crate) struct EndSender {
+    pub(crate) socket: u32,
     #[serde(flatten)]
-    pub sum: Sum,
+    pub(crate) sum: Sum,
     /// Largest interval `snd_cwnd`, bytes.
-    pub max_snd_cwnd: u64,
+    pub(crate) max_snd_cwnd: u64,
     /// Largest interval `snd_wnd`, bytes.
-    pub max_snd_wnd: u64,
+    pub(crate) max_snd_wnd: u64,
     /// Extremes and mean of the interval `rtt` samples, µs.
-    pub max_rtt: u64,
-    pub min_rtt: u64,
-    pub mean_rtt: u64,
+    pub(crate) max_rtt: u64,
+    pub(crate) min_rtt: u64,
+    pub(crate) mean_rtt: u64,
 }
 
 impl EndSender {
     /// The sender's end figures: `sum` and the extremes of the intervals'
     /// samples (this side's only when it is the sender).
-    pub fn new(sum: Sum, intervals: &[Interval]) -> EndSender {
+    pub(crate) fn new(sum: Sum, intervals: &[Interval]) -> EndSender {
         let streams = || intervals.iter().filter(|i| i.sum.sender).flat_map(|i| i.streams.first());
         let rtts: Vec<u64> = streams().filter_map(|s| s.rtt).collect();
         EndSender {
@@ -255,79 +255,79 @@ impl EndSender {
 
 /// `end.streams[].receiver`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-pub struct EndReceiver {
-    pub socket: u32,
+pub(crate) struct EndReceiver {
+    pub(crate) socket: u32,
     #[serde(flatten)]
-    pub sum: Sum,
+    pub(crate) sum: Sum,
 }
 
 /// The path manager's settings (`ip mptcp limits` and the endpoints'
 /// flags) a side ran with, for the banner and the JSON.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-pub struct PathManagerInfo {
+pub(crate) struct PathManagerInfo {
     /// ADD_ADDR announcements accepted per connection.
-    pub add_addr_accepted: u32,
+    pub(crate) add_addr_accepted: u32,
     /// Additional subflows per connection.
-    pub subflows: u32,
+    pub(crate) subflows: u32,
     /// Each endpoint: address and flags (`signal`, `subflow`, `backup`).
-    pub endpoints: Vec<String>,
+    pub(crate) endpoints: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-pub struct SubflowEnd {
-    pub id: usize,
-    pub local: String,
-    pub remote: String,
-    pub bytes: u64,
+pub(crate) struct SubflowEnd {
+    pub(crate) id: usize,
+    pub(crate) local: String,
+    pub(crate) remote: String,
+    pub(crate) bytes: u64,
     /// Share of all subflows' bytes.
-    pub share: f64,
-    pub retransmits: u64,
-    pub bytes_retrans: u64,
-    pub max_snd_cwnd: u64,
-    pub rtt: u64,
-    pub penalized: u64,
+    pub(crate) share: f64,
+    pub(crate) retransmits: u64,
+    pub(crate) bytes_retrans: u64,
+    pub(crate) max_snd_cwnd: u64,
+    pub(crate) rtt: u64,
+    pub(crate) penalized: u64,
     /// TCP state at the end (Linux's names); "never established (SYN_SENT)"
     /// for a subflow that never came up, which is not counted in
     /// `mptcp.subflows_max`.
     #[serde(default)]
-    pub state: String,
+    pub(crate) state: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-pub struct Cpu {
-    pub host_total: f64,
-    pub host_user: f64,
-    pub host_system: f64,
-    pub remote_total: f64,
-    pub remote_user: f64,
-    pub remote_system: f64,
+pub(crate) struct Cpu {
+    pub(crate) host_total: f64,
+    pub(crate) host_user: f64,
+    pub(crate) host_system: f64,
+    pub(crate) remote_total: f64,
+    pub(crate) remote_user: f64,
+    pub(crate) remote_system: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-pub struct MptcpEnd {
+pub(crate) struct MptcpEnd {
     /// `mptcp` or `tcp` (never offered, refused, or fell back).
-    pub mode: String,
+    pub(crate) mode: String,
     /// Most subflows seen at once.
-    pub subflows_max: usize,
+    pub(crate) subflows_max: usize,
     /// The hash of the `sha256_*` digests: `sha256`, what their names say,
     /// unless the client asked for `blake3` or `xxh3` (`send --hash`; an
     /// XXH3-128 digest fills the first 16 of the 32 bytes).
     #[serde(default = "sha256_name")]
-    pub hash: String,
-    pub sha256_sent: String,
-    pub sha256_received: String,
-    pub sha256_match: bool,
+    pub(crate) hash: String,
+    pub(crate) sha256_sent: String,
+    pub(crate) sha256_received: String,
+    pub(crate) sha256_match: bool,
     /// Goodput (sum_received) over the sum of the path rates, when known (sim, lab).
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub efficiency: Option<f64>,
+    pub(crate) efficiency: Option<f64>,
     /// This side's counters (mptun: the stack's; kernel: the namespace's
     /// increase during the test), nstat names.
-    pub counters: BTreeMap<String, u64>,
+    pub(crate) counters: BTreeMap<String, u64>,
     /// The peer's, as it sent them at the end.
-    pub peer_counters: BTreeMap<String, u64>,
+    pub(crate) peer_counters: BTreeMap<String, u64>,
     /// Why the data ended early (an interrupt at either end), if it did.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub stopped: Option<String>,
+    pub(crate) stopped: Option<String>,
 }
 
 fn sha256_name() -> String {
@@ -336,46 +336,45 @@ fn sha256_name() -> String {
 
 impl MptcpEnd {
     /// A counter of the data receiver (this side's or the peer's).
-    pub fn receiver_counter(&self, sender: bool, name: &str) -> u64 {
+    pub(crate) fn receiver_counter(&self, sender: bool, name: &str) -> u64 {
         let m = if sender { &self.peer_counters } else { &self.counters };
         m.get(name).copied().unwrap_or(0)
     }
 }
 
-static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Prints a report as `--json` asks (one JSON document) or as text, and
-/// notes that this run's document is out.
-pub fn emit(r: &Report, json: bool) -> serde_json::Result<()> {
+/// Prints a report as `--json` asks (one JSON document) or as text.
+pub(crate) fn emit(r: &Report, json: bool) -> serde_json::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(r)?);
     } else {
         print!("{}", end_lines(r));
     }
-    REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(())
 }
 
-/// Notes that a report was printed (by other means than [`emit`]).
-pub fn mark_reported() {
-    REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// Whether [`emit`] printed a report in this run.
-pub fn reported() -> bool {
-    REPORTED.load(std::sync::atomic::Ordering::SeqCst)
+/// How a command that prints a report ends once its report is out: the
+/// checks of what it reports passed, or failed. A command that fails
+/// before its report is out returns `Err` instead, and `main` then prints,
+/// under `--json`, the [`error_document`] in the report's place, so that
+/// stdout carries one document either way.
+#[must_use]
+pub(crate) enum Verdict {
+    Pass,
+    /// The report is out and the run failed (its data arrived damaged, a
+    /// signal ended it, ...): the command fails with this error.
+    Fail(anyhow::Error),
 }
 
 /// The document `--json` prints when a run fails before it has a report,
 /// as `iperf3 -J` does: `start` with what is known, empty `intervals` and
 /// `end`, and the cause in `error`.
-pub fn error_document(error: &str) -> serde_json::Value {
+pub(crate) fn error_document(error: &str) -> serde_json::Value {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     serde_json::json!({
         "start": {
             "connected": [],
             "version": format!("mptun {}", env!("CARGO_PKG_VERSION")),
-            "system_info": crate::bulk::host::uname(),
+            "system_info": crate::host::uname(),
             "timestamp": { "time": http_date(now), "timesecs": now },
         },
         "intervals": [],
@@ -384,7 +383,7 @@ pub fn error_document(error: &str) -> serde_json::Value {
     })
 }
 
-pub fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().fold(String::with_capacity(b.len() * 2), |mut s, x| {
         let _ = write!(s, "{x:02x}");
         s
@@ -392,7 +391,7 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 /// `12.3 MBytes` (iperf3 uses powers of 1024 for sizes).
-pub fn bytes_h(b: u64) -> String {
+pub(crate) fn bytes_h(b: u64) -> String {
     let b = b as f64;
     if b >= 1024.0 * 1024.0 * 1024.0 {
         format!("{:.2} GBytes", b / (1024.0 * 1024.0 * 1024.0))
@@ -406,7 +405,7 @@ pub fn bytes_h(b: u64) -> String {
 }
 
 /// `9.41 Mbits/sec` (powers of 1000 for rates, as iperf3).
-pub fn rate_h(bps: f64) -> String {
+pub(crate) fn rate_h(bps: f64) -> String {
     if bps >= 1e9 {
         format!("{:.2} Gbits/sec", bps / 1e9)
     } else if bps >= 1e6 {
@@ -419,7 +418,7 @@ pub fn rate_h(bps: f64) -> String {
 }
 
 /// The header before the interval lines.
-pub fn header_lines(r: &Start) -> String {
+pub(crate) fn header_lines(r: &Start) -> String {
     let mut s = String::new();
     let x = &r.mptun;
     if let Some(c) = &r.connecting_to {
@@ -450,7 +449,7 @@ pub fn header_lines(r: &Start) -> String {
 }
 
 /// `path manager: subflows 2, add_addr_accepted 0; endpoints 10.0.1.2 id 1 subflow, ...`
-pub fn path_manager_text(pm: &PathManagerInfo) -> String {
+pub(crate) fn path_manager_text(pm: &PathManagerInfo) -> String {
     format!(
         "path manager: subflows {}, add_addr_accepted {}; endpoints {}",
         pm.subflows,
@@ -460,7 +459,7 @@ pub fn path_manager_text(pm: &PathManagerInfo) -> String {
 }
 
 /// One interval: the stream line, then one line per subflow.
-pub fn interval_lines(i: &Interval) -> String {
+pub(crate) fn interval_lines(i: &Interval) -> String {
     let mut s = String::new();
     for st in &i.streams {
         let _ = writeln!(
@@ -494,7 +493,7 @@ pub fn interval_lines(i: &Interval) -> String {
 }
 
 /// The end-of-test summary.
-pub fn end_lines(r: &Report) -> String {
+pub(crate) fn end_lines(r: &Report) -> String {
     let mut s = String::new();
     let e = &r.end;
     let _ = writeln!(s, "- - - - - - - - - - - - - - - - - - - - - - - - -");
@@ -572,15 +571,15 @@ pub fn end_lines(r: &Report) -> String {
 
 /// The `aggregate` summary shared by `sim aggregate`, `demo` and `lab`, so
 /// simulator and real results read the same way.
-pub struct AggregateLine<'a> {
-    pub name: &'a str,
-    pub goodput_bps: f64,
-    pub sum_path_bps: f64,
-    pub duration_s: f64,
-    pub ofo_queue: u64,
-    pub sha256_match: bool,
+pub(crate) struct AggregateLine<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) goodput_bps: f64,
+    pub(crate) sum_path_bps: f64,
+    pub(crate) duration_s: f64,
+    pub(crate) ofo_queue: u64,
+    pub(crate) sha256_match: bool,
     /// (local, remote, bytes)
-    pub subflows: Vec<(String, String, u64)>,
+    pub(crate) subflows: Vec<(String, String, u64)>,
 }
 
 impl std::fmt::Display for AggregateLine<'_> {
@@ -605,7 +604,7 @@ impl std::fmt::Display for AggregateLine<'_> {
 
 impl<'a> AggregateLine<'a> {
     /// The line for a report of `send` (or `demo`) whose paths sum to `sum_path_bps`.
-    pub fn from_report(name: &'a str, r: &Report, sum_path_bps: f64) -> Self {
+    pub(crate) fn from_report(name: &'a str, r: &Report, sum_path_bps: f64) -> Self {
         AggregateLine {
             name,
             goodput_bps: r.end.sum_received.bits_per_second,
@@ -625,7 +624,7 @@ impl<'a> AggregateLine<'a> {
 }
 
 /// `Tue, 02 Jan 2024 10:00:00 GMT`, as iperf3 writes it.
-pub fn http_date(secs: u64) -> String {
+pub(crate) fn http_date(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     // Civil from days (Howard Hinnant's algorithm).

@@ -21,7 +21,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// Installs the handler for SIGINT and SIGTERM.
-pub fn install() {
+pub(crate) fn install() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction with a valid handler and an empty mask;
         // the handler only touches an atomic and calls _exit.
@@ -36,7 +36,7 @@ pub fn install() {
 }
 
 /// The first signal received, if any.
-pub fn received() -> Option<i32> {
+pub(crate) fn received() -> Option<i32> {
     match SIGNAL.load(Ordering::SeqCst) {
         0 => None,
         s => Some(s),
@@ -44,12 +44,12 @@ pub fn received() -> Option<i32> {
 }
 
 /// The exit code for an interrupted run (iperf3's: 128 + signal).
-pub fn exit_code() -> Option<u8> {
+pub(crate) fn exit_code() -> Option<u8> {
     received().map(|s| (128 + s).clamp(0, 255) as u8)
 }
 
 /// Its name, for messages.
-pub fn name(sig: i32) -> &'static str {
+pub(crate) fn name(sig: i32) -> &'static str {
     match sig {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",
@@ -58,13 +58,13 @@ pub fn name(sig: i32) -> &'static str {
 }
 
 /// Completes once a signal has been received.
-pub async fn wait() {
+pub(crate) async fn wait() {
     while received().is_none() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 /// The error a command ends with when a signal cut it short before a test ran.
-pub fn interrupted() -> anyhow::Error {
+pub(crate) fn interrupted() -> anyhow::Error {
     anyhow::anyhow!("interrupted by {}", received().map_or("a signal", name))
 }

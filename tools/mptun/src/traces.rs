@@ -19,17 +19,17 @@ use crate::report::{
 };
 
 /// Sampling interval of traced runs.
-pub const SAMPLE: Duration = Duration::from_millis(100);
+pub(crate) const SAMPLE: Duration = Duration::from_millis(100);
 
 /// One row of the CSV: a sample plus the throughput since the previous
 /// sample of the same subflow.
-pub struct Row<'a> {
-    pub s: &'a SubflowSample,
-    pub throughput_bps: f64,
+pub(crate) struct Row<'a> {
+    pub(crate) s: &'a SubflowSample,
+    pub(crate) throughput_bps: f64,
 }
 
 /// Samples with throughput derived from `bytes_acked` deltas.
-pub fn rows(samples: &[SubflowSample]) -> Vec<Row<'_>> {
+pub(crate) fn rows(samples: &[SubflowSample]) -> Vec<Row<'_>> {
     let mut last: BTreeMap<usize, (f64, u64)> = BTreeMap::new();
     samples
         .iter()
@@ -42,7 +42,7 @@ pub fn rows(samples: &[SubflowSample]) -> Vec<Row<'_>> {
 }
 
 /// Writes `DIR/<name>.csv`: t_s,subflow,cwnd,ssthresh,srtt_us,bytes_acked,throughput_bps,penalized,receiver_ofo_queue.
-pub fn write_csv(dir: &Path, name: &str, samples: &[SubflowSample]) -> Result<std::path::PathBuf> {
+pub(crate) fn write_csv(dir: &Path, name: &str, samples: &[SubflowSample]) -> Result<std::path::PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join(format!("{name}.csv"));
     let mut f = std::io::BufWriter::new(
@@ -69,30 +69,9 @@ pub fn write_csv(dir: &Path, name: &str, samples: &[SubflowSample]) -> Result<st
     Ok(path)
 }
 
-/// Writes the CSV and/or the SVG of a trace (`--csv DIR`, `--plot DIR`).
-pub fn emit_series(
-    csv: Option<&Path>,
-    plot: Option<&Path>,
-    name: &str,
-    title: &str,
-    samples: &[SubflowSample],
-) -> Result<()> {
-    if let Some(dir) = csv {
-        let p = write_csv(dir, name, samples)?;
-        eprintln!("wrote {}", p.display());
-    }
-    if let Some(dir) = plot {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let p = dir.join(format!("{name}.svg"));
-        crate::plot::subflow_panels(&p, title, samples)?;
-        eprintln!("wrote {}", p.display());
-    }
-    Ok(())
-}
-
 /// The `aggregate` transfer (optionally with the failover link events),
 /// traced at the client (the sender).
-pub fn aggregate_traced(size: u64, seed: u64, failover: bool) -> (Traced, Vec<PathParams>) {
+pub(crate) fn aggregate_traced(size: u64, seed: u64, failover: bool) -> (Traced, Vec<PathParams>) {
     let params = aggregate::Params { size, seed, ..Default::default() };
     let specs = aggregate::paths(&params.paths);
     let mut actions = Vec::new();
@@ -120,13 +99,13 @@ pub fn aggregate_traced(size: u64, seed: u64, failover: bool) -> (Traced, Vec<Pa
 }
 
 /// `tcp-single` traced (one subflow).
-pub fn tcp_single_traced(p: &tcp_single::Params) -> Traced {
+pub(crate) fn tcp_single_traced(p: &tcp_single::Params) -> Traced {
     transfer::run_with_subflow_trace(&tcp_single::spec(p, Some(SAMPLE)), false)
 }
 
 /// The report `mptun send` would print for a simulated transfer: 1 s
 /// intervals from the sender's subflow trace, the end from the result.
-pub fn sim_report(
+pub(crate) fn sim_report(
     t: &Traced,
     size: u64,
     paths: &[String],

@@ -21,7 +21,7 @@ fn split_num(s: &str) -> Result<(f64, String)> {
 
 /// Bytes. Like iperf3, `K`/`M`/`G` are powers of 1024; `KB`/`MB`/`GB` are
 /// powers of 1000 and `KiB`/`MiB`/`GiB` powers of 1024, spelled out.
-pub fn parse_size(s: &str) -> Result<u64> {
+pub(crate) fn parse_size(s: &str) -> Result<u64> {
     let (v, unit) = split_num(s)?;
     let mult: f64 = match unit.as_str() {
         "" | "b" => 1.0,
@@ -41,7 +41,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
 }
 
 /// Bits per second, netem/tc style: `10mbit`, `3Mbit`, `1gbit`, `500kbit`, `10M`.
-pub fn parse_rate(s: &str) -> Result<u64> {
+pub(crate) fn parse_rate(s: &str) -> Result<u64> {
     let (v, unit) = split_num(s)?;
     let unit = unit.trim_end_matches("/s").trim_end_matches("ps");
     let mult = match unit {
@@ -59,7 +59,7 @@ pub fn parse_rate(s: &str) -> Result<u64> {
 }
 
 /// `20ms`, `1.5s`, `150us`; a bare number is milliseconds.
-pub fn parse_duration(s: &str) -> Result<Duration> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration> {
     let (v, unit) = split_num(s)?;
     let secs = match unit.as_str() {
         "" | "ms" => v / 1e3,
@@ -73,8 +73,19 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// Seconds, `2.5` or `2.5s`, more than 0 and at most a day: the intervals
+/// and timeouts of the commands that run in real time (`send`, `serve`,
+/// the proxies), which take a standard [`std::time::Duration`].
+pub(crate) fn parse_secs(s: &str) -> Result<std::time::Duration> {
+    let v: f64 = s.trim_end_matches('s').parse().map_err(|_| anyhow::anyhow!("'{s}' is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        bail!("'{s}' seconds out of range (0, 86400]");
+    }
+    Ok(std::time::Duration::from_secs_f64(v))
+}
+
 /// A probability: `1%` or `0.01`.
-pub fn parse_ratio(s: &str) -> Result<f64> {
+pub(crate) fn parse_ratio(s: &str) -> Result<f64> {
     let (v, unit) = split_num(s)?;
     let p = match unit.as_str() {
         "%" => v / 100.0,
@@ -106,5 +117,8 @@ mod tests {
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_ratio("1%").unwrap(), 0.01);
         assert!(parse_ratio("2").is_err());
+        assert!(parse_secs("0").is_err());
+        assert!(parse_secs("1e9").is_err());
+        assert_eq!(parse_secs("2.5").unwrap(), std::time::Duration::from_millis(2500));
     }
 }

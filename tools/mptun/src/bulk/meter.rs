@@ -9,7 +9,8 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::Settings;
-use crate::conn::{Conn, SubflowProbe};
+use crate::conn::Conn;
+use crate::probe::SubflowProbe;
 use crate::report::{self, Interval, IntervalStream, SubflowInterval, Sum};
 
 /// Samples the connection every interval and keeps the intervals.

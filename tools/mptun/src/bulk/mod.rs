@@ -3,11 +3,10 @@
 //! [`run_server`]) and what the two sides agree on. The data phase with its
 //! trailers is in `transfer`, its threads that make, hash and store the
 //! data in `pipeline`, the per-interval sampling in
-//! `meter`, the assembled [`Report`] in `outcome`, the host's own figures
-//! (CPU time, uname) in `host`; the messages themselves in
+//! `meter`, the assembled [`Report`] in `outcome`; the host's own figures
+//! (CPU time, uname) in [`crate::host`], the messages themselves in
 //! [`crate::control`].
 
-pub(crate) mod host;
 mod meter;
 mod outcome;
 mod pipeline;
@@ -18,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-pub use mptun::pattern::Pattern;
+pub(crate) use mptun::pattern::Pattern;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -33,7 +32,7 @@ use transfer::{recv_phase, send_phase};
 /// 512 KiB receive buffers) moved 0.37–0.78 of iperf3's rate with XXH3
 /// (the slow runs stalled at half the CPU) where 128 KiB moved 0.87–0.94,
 /// and 64 KiB 0.57 (more system calls) (crates/mptun/BENCH.md).
-pub const BLKSIZE: usize = 128 * 1024;
+pub(crate) const BLKSIZE: usize = 128 * 1024;
 /// Bytes a receiver's buffer holds: reads fill it until less than a
 /// quarter is left, then it goes to the hashing thread whole (or it is
 /// hashed after every read, see `pipeline`).
@@ -43,25 +42,25 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a side reports and what it tells the report about itself.
 #[derive(Clone, Debug)]
-pub struct Settings {
-    pub client: bool,
-    pub interval: Duration,
-    pub json: bool,
-    pub progress: bool,
+pub(crate) struct Settings {
+    pub(crate) client: bool,
+    pub(crate) interval: Duration,
+    pub(crate) json: bool,
+    pub(crate) progress: bool,
     /// No data for this long ends the test with an error.
-    pub idle_timeout: Duration,
-    pub paths: Vec<String>,
-    pub congestion: String,
-    pub scheduler: String,
-    pub connecting_to: Option<(String, u16)>,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) paths: Vec<String>,
+    pub(crate) congestion: String,
+    pub(crate) scheduler: String,
+    pub(crate) connecting_to: Option<(String, u16)>,
     /// The buffer size asked for (iperf3's `sock_bufsize`; 0: autotuned).
-    pub sock_bufsize: u64,
+    pub(crate) sock_bufsize: u64,
     /// The path manager's settings, when this side runs mptun's.
-    pub path_manager: Option<crate::report::PathManagerInfo>,
+    pub(crate) path_manager: Option<crate::report::PathManagerInfo>,
     /// A timed test's duration (set once the request is known): its
     /// intervals are the duration's, what arrives or is acknowledged
     /// after it belongs to the last one.
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
 }
 
 impl Settings {
@@ -75,26 +74,26 @@ impl Settings {
 }
 
 /// Where the sender's bytes come from.
-pub enum Source {
+pub(crate) enum Source {
     Pattern(Pattern),
     File(std::fs::File, PathBuf),
 }
 
 /// Where the receiver's bytes go.
-pub enum Sink {
+pub(crate) enum Sink {
     Discard,
     File(std::fs::File, PathBuf),
 }
 
 /// What the receiver sends after its trailer.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     #[serde(default)]
-    pub counters: BTreeMap<String, u64>,
+    pub(crate) counters: BTreeMap<String, u64>,
     #[serde(default)]
-    pub congestion: String,
+    pub(crate) congestion: String,
     #[serde(default)]
-    pub subflows_max: usize,
+    pub(crate) subflows_max: usize,
 }
 
 async fn read_exact_timeout(conn: &mut Conn, buf: &mut [u8], what: &str) -> Result<()> {
@@ -111,16 +110,16 @@ async fn read_exact_timeout(conn: &mut Conn, buf: &mut [u8], what: &str) -> Resu
 }
 
 /// What the client wants to move.
-pub struct ClientTest {
-    pub request: Request,
+pub(crate) struct ClientTest {
+    pub(crate) request: Request,
     /// Forward: what to send. Reverse: ignored.
-    pub source: Option<Source>,
+    pub(crate) source: Option<Source>,
     /// Reverse: where to put what arrives.
-    pub sink: Sink,
+    pub(crate) sink: Sink,
 }
 
 /// Runs a test as the client: request, response, then the data phase.
-pub async fn run_client(
+pub(crate) async fn run_client(
     mut conn: Conn,
     test: ClientTest,
     settings: Settings,
@@ -162,7 +161,7 @@ pub async fn run_client(
 /// Turns a client away: reads its request (if it sends one soon) and
 /// answers with a refusal carrying `why`, so it fails at once with the
 /// reason (iperf3's "the server is busy running a test").
-pub async fn refuse(mut conn: Conn, why: &'static str) {
+pub(crate) async fn refuse(mut conn: Conn, why: &'static str) {
     let mut fixed = [0u8; control::REQUEST_LEN];
     let _ = tokio::time::timeout(Duration::from_secs(2), conn.read_exact(&mut fixed)).await;
     let _ = conn.write_all(&Response { refused: Some(why.into()), amount: 0 }.encode()).await;
@@ -177,13 +176,13 @@ pub async fn refuse(mut conn: Conn, why: &'static str) {
 }
 
 /// What a server offers.
-pub struct ServerConfig {
-    pub output_dir: Option<PathBuf>,
-    pub file: Option<PathBuf>,
+pub(crate) struct ServerConfig {
+    pub(crate) output_dir: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
 }
 
 /// Runs one test as the server.
-pub async fn run_server(
+pub(crate) async fn run_server(
     mut conn: Conn,
     cfg: &ServerConfig,
     settings: Settings,

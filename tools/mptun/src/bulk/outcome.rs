@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use super::host::uname;
 use super::{Settings, Summary, BLKSIZE};
-use crate::conn::{Conn, Probe};
+use crate::conn::Conn;
 use crate::control::{Amount, HashKind, Request, Trailer};
+use crate::host::uname;
+use crate::probe::Probe;
 use crate::report::{
     self, http_date, Connected, Cpu, End, EndReceiver, EndSender, EndStream, HostPort, Interval, MptcpEnd, Report,
     Start, StartExtra, SubflowEnd, Sum, TestStart, Timestamp,

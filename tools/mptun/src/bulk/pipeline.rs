@@ -78,8 +78,8 @@ impl Hash {
 
 /// A sender's block: its bytes and the stream's hash after them.
 pub(super) struct Block {
-    pub data: Vec<u8>,
-    pub after: Hash,
+    pub(crate) data: Vec<u8>,
+    pub(crate) after: Hash,
 }
 
 /// The sending side's data: made on a thread of its own, or inline.
@@ -202,10 +202,10 @@ fn fill(source: &mut Source, buf: &mut [u8], made: u64) -> Result<()> {
 
 /// What the receiving side's data thread found.
 pub(super) struct Consumed {
-    pub digest: [u8; 32],
-    pub bytes: u64,
+    pub(crate) digest: [u8; 32],
+    pub(crate) bytes: u64,
     /// The file written, if the sink was one.
-    pub file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
 }
 
 /// The receiving side: buffers to read into, and the thread that hashes

@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use super::host::cpu_us;
 use super::meter::Meter;
 use super::outcome::Outcome;
 use super::pipeline::{Block, Consumer, Hash, Producer};
 use super::{Settings, Sink, Source, Summary, BLKSIZE, RECV_BUF};
 use crate::conn::{Conn, CounterSource};
 use crate::control::{self, Amount, HashKind, Trailer, STOP_MAGIC};
+use crate::host::cpu_us;
 use crate::report::Interval;
 use crate::signals;
 

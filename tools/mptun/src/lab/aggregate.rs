@@ -7,19 +7,19 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use mptun_sim::scenarios::aggregate::{self, Params};
 use serde::Serialize;
 
 use super::topo::{LabCommon, LabStack, Topology};
 use super::VsSim;
-use crate::report::{self, AggregateLine, Report};
+use crate::report::{self, AggregateLine, Report, Verdict};
 use crate::units::parse_size;
 
 #[derive(Args, Debug)]
 #[command(mut_arg("json", |a| a.help("Print the client's JSON report (with efficiency and the simulator's prediction)")))]
-pub struct AggregateArgs {
+pub(crate) struct AggregateArgs {
     /// Whose MPTCP runs at both ends.
     #[arg(long, value_enum, default_value = "mptun")]
     stack: LabStack,
@@ -30,7 +30,7 @@ pub struct AggregateArgs {
     #[arg(long, default_value = "cubic")]
     cc: String,
     #[command(flatten)]
-    pub common: LabCommon,
+    pub(crate) common: LabCommon,
 }
 
 /// The client's report plus the simulator beside it.
@@ -61,7 +61,7 @@ pub(super) fn specs(params: &Params) -> Vec<String> {
         .collect()
 }
 
-pub fn run(a: AggregateArgs) -> Result<()> {
+pub(crate) fn run(a: AggregateArgs) -> Result<Verdict> {
     let params = Params { size: a.size, ..Params::default() };
     let specs = specs(&params);
     let sum_path_bps: f64 = params.paths.iter().map(|p| p.rate_bps as f64).sum();
@@ -105,7 +105,6 @@ pub fn run(a: AggregateArgs) -> Result<()> {
     let label = format!("aggregate (lab, {})", a.stack.name());
     if a.common.json.json {
         println!("{}", serde_json::to_string_pretty(&LabReport { report: &r, vs_sim })?);
-        report::mark_reported();
     } else {
         print!("{}", report::header_lines(&r.start));
         for i in &r.intervals {
@@ -116,7 +115,7 @@ pub fn run(a: AggregateArgs) -> Result<()> {
         print!("{}", super::vs_sim_table(&vs_sim));
     }
     if !r.end.mptcp.sha256_match {
-        bail!("integrity check failed");
+        return Ok(Verdict::Fail(anyhow!("integrity check failed")));
     }
-    Ok(())
+    Ok(Verdict::Pass)
 }

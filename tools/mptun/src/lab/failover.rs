@@ -7,13 +7,14 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, Result};
 use mptun_sim::scenarios::{aggregate, failover};
 use serde::Serialize;
 
 use super::peer::{run_pair, Event};
 use super::topo::{LabStack, Topology};
 use super::{TransferArgs, VsSim};
+use crate::report::Verdict;
 
 #[derive(Serialize)]
 struct LabReport {
@@ -64,7 +65,7 @@ pub(super) fn aggregate_peers(stack: LabStack, size: u64, port: u16, server_mptc
     (srv, cli)
 }
 
-pub fn run(a: TransferArgs) -> Result<()> {
+pub(crate) fn run(a: TransferArgs) -> Result<Verdict> {
     let params = aggregate::Params { size: a.size, ..aggregate::Params::default() };
     let (down, up) = (5.0, 15.0);
     let topo = Topology::plan(&a.common)?.up(&super::aggregate::specs(&params), a.stack, true)?;
@@ -133,7 +134,7 @@ pub fn run(a: TransferArgs) -> Result<()> {
         print!("{}", super::vs_sim_table(&r.vs_sim));
     })?;
     if !r.sha256_match {
-        bail!("integrity check failed");
+        return Ok(Verdict::Fail(anyhow!("integrity check failed")));
     }
-    Ok(())
+    Ok(Verdict::Pass)
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, Result};
 use mptun_sim::scenarios::{aggregate, fallback};
 use serde::Serialize;
 
@@ -14,6 +14,7 @@ use super::failover::aggregate_peers;
 use super::peer::run_pair;
 use super::topo::Topology;
 use super::{TransferArgs, VsSim};
+use crate::report::Verdict;
 
 #[derive(Serialize)]
 struct LabReport {
@@ -31,7 +32,7 @@ struct LabReport {
     sim: fallback::Report,
 }
 
-pub fn run(a: TransferArgs) -> Result<()> {
+pub(crate) fn run(a: TransferArgs) -> Result<Verdict> {
     let params = aggregate::Params { size: a.size, ..aggregate::Params::default() };
     let topo = Topology::plan(&a.common)?.up(&super::aggregate::specs(&params), a.stack, true)?;
     let (srv, cli) = aggregate_peers(a.stack, a.size, 5501, false);
@@ -68,10 +69,10 @@ pub fn run(a: TransferArgs) -> Result<()> {
         print!("{}", super::vs_sim_table(&r.vs_sim));
     })?;
     if !r.sha256_match {
-        bail!("integrity check failed");
+        return Ok(Verdict::Fail(anyhow!("integrity check failed")));
     }
     if !r.fallback {
-        bail!("the connection did not fall back to TCP");
+        return Ok(Verdict::Fail(anyhow!("the connection did not fall back to TCP")));
     }
-    Ok(())
+    Ok(Verdict::Pass)
 }

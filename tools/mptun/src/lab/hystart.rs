@@ -24,13 +24,14 @@ use serde::Serialize;
 use super::peer::run_pair;
 use super::topo::{LabCommon, LabStack, Topology};
 use super::VsSim;
+use crate::report::Verdict;
 
 /// Payload of a full-sized segment (MSS 1460 less the timestamp option).
 const PAYLOAD: f64 = 1448.0;
 
 #[derive(Args, Debug)]
 #[command(mut_arg("json", |a| a.help("Print the report (the simulator's fields, its prediction, the deltas) as JSON")))]
-pub struct HystartArgs {
+pub(crate) struct HystartArgs {
     /// mptun (legacy and fixed round start) or the kernel's CUBIC (fixed).
     #[arg(long, value_enum, default_value = "mptun")]
     stack: LabStack,
@@ -38,7 +39,7 @@ pub struct HystartArgs {
     #[arg(long, default_value_t = 1.5)]
     duration: f64,
     #[command(flatten)]
-    pub common: LabCommon,
+    pub(crate) common: LabCommon,
 }
 
 /// One variant on real packets: the simulator's fields it can measure.
@@ -164,7 +165,7 @@ fn vs_sim(sim: &VariantReport, lab: &LabVariant) -> Vec<VsSim> {
     ]
 }
 
-pub fn run(a: HystartArgs) -> Result<()> {
+pub(crate) fn run(a: HystartArgs) -> Result<Verdict> {
     if !(a.duration > 0.0 && a.duration <= 60.0) {
         bail!("--duration must be in (0, 60] seconds, got {}", a.duration);
     }
@@ -242,5 +243,5 @@ pub fn run(a: HystartArgs) -> Result<()> {
             );
         }
     })?;
-    Ok(())
+    Ok(Verdict::Pass)
 }

@@ -17,8 +17,10 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use crate::report::Verdict;
+
 #[derive(Args, Debug)]
-pub struct LabArgs {
+pub(crate) struct LabArgs {
     #[command(subcommand)]
     scenario: LabScenario,
 }
@@ -42,7 +44,7 @@ enum LabScenario {
 
 impl LabArgs {
     /// Whether the command prints a JSON document (which then carries an error too).
-    pub fn json(&self) -> bool {
+    pub(crate) fn json(&self) -> bool {
         match &self.scenario {
             LabScenario::Aggregate(a) => a.common.json.json,
             LabScenario::Penalise(a) => a.common.json.json,
@@ -54,7 +56,7 @@ impl LabArgs {
     }
 }
 
-pub fn run(a: LabArgs) -> Result<()> {
+pub(crate) fn run(a: LabArgs) -> Result<Verdict> {
     match a.scenario {
         LabScenario::Aggregate(a) => aggregate::run(a),
         LabScenario::Penalise(a) => penalise::run(a),
@@ -68,22 +70,21 @@ pub fn run(a: LabArgs) -> Result<()> {
 /// The options of a transfer over the `aggregate` paths (`failover`, `fallback`).
 #[derive(Args, Debug)]
 #[command(mut_arg("json", |a| a.help("Print the report (the simulator's fields, its prediction, the deltas) as JSON")))]
-pub struct TransferArgs {
+pub(crate) struct TransferArgs {
     /// Whose MPTCP runs at the client (and the server, where the scenario has it).
     #[arg(long, value_enum, default_value = "mptun")]
-    pub stack: topo::LabStack,
+    pub(crate) stack: topo::LabStack,
     /// Bytes to transfer (client to server).
     #[arg(long, short = 'n', default_value = "32M", value_parser = crate::units::parse_size)]
-    pub size: u64,
+    pub(crate) size: u64,
     #[command(flatten)]
-    pub common: topo::LabCommon,
+    pub(crate) common: topo::LabCommon,
 }
 
-/// Prints a report: JSON (marked as the command's document), or the text form.
-pub fn emit<T: Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<()> {
+/// Prints a report: JSON (the command's document), or the text form.
+pub(crate) fn emit<T: Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(r)?);
-        crate::report::mark_reported();
     } else {
         text();
     }
@@ -92,16 +93,16 @@ pub fn emit<T: Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<()> 
 
 /// One figure as the simulator predicts it and as the lab measured it.
 #[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct VsSim {
-    pub figure: &'static str,
-    pub sim: f64,
-    pub lab: f64,
+pub(crate) struct VsSim {
+    pub(crate) figure: &'static str,
+    pub(crate) sim: f64,
+    pub(crate) lab: f64,
     /// (lab − sim) / sim; 0 when the simulator predicts 0 and the lab agrees.
-    pub delta: f64,
+    pub(crate) delta: f64,
 }
 
 impl VsSim {
-    pub fn new(figure: &'static str, sim: f64, lab: f64) -> VsSim {
+    pub(crate) fn new(figure: &'static str, sim: f64, lab: f64) -> VsSim {
         let delta = if sim != 0.0 {
             (lab - sim) / sim
         } else if lab == 0.0 {
@@ -114,7 +115,7 @@ impl VsSim {
 }
 
 /// The text form: one line per figure.
-pub fn vs_sim_table(v: &[VsSim]) -> String {
+pub(crate) fn vs_sim_table(v: &[VsSim]) -> String {
     use std::fmt::Write as _;
     let mut s = String::from("simulator beside lab:\n");
     for x in v {

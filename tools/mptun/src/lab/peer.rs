@@ -34,17 +34,18 @@ use super::topo::{LabStack, Topology};
 use crate::conn::{Conn, CounterSource};
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec;
+use crate::report::Verdict;
 use crate::units::parse_size;
 
 /// The line on stderr a listening peer prints when it accepts connections.
-pub const READY: &str = "peer: listening";
+pub(crate) const READY: &str = "peer: listening";
 /// The line on stderr a connecting peer prints just before it connects (a scenario's time zero).
-pub const CONNECTING: &str = "peer: connecting";
+pub(crate) const CONNECTING: &str = "peer: connecting";
 /// How long a side that finished sending waits for the peer's stream before its DATA_FIN.
 const LINGER: Duration = Duration::from_millis(200);
 
 #[derive(Args, Debug)]
-pub struct PeerArgs {
+pub(crate) struct PeerArgs {
     /// Listen on this address and serve one connection.
     #[arg(long, conflicts_with = "connect", required_unless_present = "connect")]
     listen: Option<SocketAddr>,
@@ -93,52 +94,52 @@ pub struct PeerArgs {
 
 /// How slow start ended, as the sender saw it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct SlowStartExit {
+pub(crate) struct SlowStartExit {
     /// `train`/`delay` (HyStart, mptun's own account; for the kernel the
     /// caller reads its counters), `hystart` (the kernel left slow start in
     /// the Open state), `loss`.
-    pub reason: String,
+    pub(crate) reason: String,
     /// cwnd (packets) at the exit (for `loss`: the last cwnd in slow start).
-    pub cwnd: u32,
+    pub(crate) cwnd: u32,
     /// Seconds after the connection was up.
-    pub t_s: f64,
+    pub(crate) t_s: f64,
 }
 
 /// One subflow at one sample: what tells which path limited a transfer.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
-pub struct SubflowPoint {
+pub(crate) struct SubflowPoint {
     /// The subflow's index in its connection (stable while it lives).
-    pub id: usize,
-    pub bytes_acked: u64,
+    pub(crate) id: usize,
+    pub(crate) bytes_acked: u64,
     /// Packets.
-    pub cwnd: u64,
-    pub srtt_us: u64,
+    pub(crate) cwnd: u64,
+    pub(crate) srtt_us: u64,
 }
 
 /// What a peer prints.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PeerReport {
-    pub stack: String,
-    pub sent: u64,
-    pub received: u64,
-    pub sent_sha256: String,
-    pub received_sha256: String,
+pub(crate) struct PeerReport {
+    pub(crate) stack: String,
+    pub(crate) sent: u64,
+    pub(crate) received: u64,
+    pub(crate) sent_sha256: String,
+    pub(crate) received_sha256: String,
     /// From the start of connect (client) or accept (server) until both
     /// streams ended and the peer acknowledged every byte this side sent.
-    pub runtime_s: f64,
+    pub(crate) runtime_s: f64,
     /// When the connection was up, from the same start.
-    pub established_s: f64,
-    pub subflows_max: usize,
+    pub(crate) established_s: f64,
+    pub(crate) subflows_max: usize,
     /// `mptcp`, or `tcp` (never offered, or fell back).
-    pub mode: String,
+    pub(crate) mode: String,
     /// Every subflow's state at every sample (with --trace).
-    pub subflow_series: Vec<(f64, Vec<SubflowPoint>)>,
+    pub(crate) subflow_series: Vec<(f64, Vec<SubflowPoint>)>,
     /// This side's counters over the test (mptun: the stack's; kernel: the namespace's).
-    pub counters: BTreeMap<String, u64>,
-    pub slow_start_exit: Option<SlowStartExit>,
-    pub final_cwnd: u64,
+    pub(crate) counters: BTreeMap<String, u64>,
+    pub(crate) slow_start_exit: Option<SlowStartExit>,
+    pub(crate) final_cwnd: u64,
     /// (seconds after the connection was up, bytes received so far), with --trace.
-    pub rx_series: Vec<(f64, u64)>,
+    pub(crate) rx_series: Vec<(f64, u64)>,
 }
 
 fn hex(d: &[u8]) -> String {
@@ -320,7 +321,7 @@ fn tcp_info_cwnd(fd: std::os::fd::RawFd) -> Option<(u32, u32, u8)> {
     Some((at(80), at(76), b[1]))
 }
 
-fn subflow_points(p: &crate::conn::Probe) -> Vec<SubflowPoint> {
+fn subflow_points(p: &crate::probe::Probe) -> Vec<SubflowPoint> {
     p.subflows
         .iter()
         .map(|s| SubflowPoint { id: s.id, bytes_acked: s.bytes_acked, cwnd: s.cwnd, srtt_us: s.srtt_us })
@@ -474,7 +475,7 @@ async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
             let s = tokio::time::timeout(limit, MptcpStream::connect_with(&st, to, o))
                 .await
                 .map_err(|_| anyhow!("connect to {to}: timed out"))?
-                .map_err(|e| crate::cli_xfer::connect_error(to, &e))?;
+                .map_err(|e| crate::stack::connect_error(to, &e))?;
             (Conn::Mptun(s), counters, t0)
         }
     };
@@ -491,7 +492,7 @@ fn kernel_options(a: &PeerArgs) -> KernelOptions {
     }
 }
 
-pub fn run(a: PeerArgs) -> Result<()> {
+pub(crate) fn run(a: PeerArgs) -> Result<Verdict> {
     if a.stack == LabStack::Kernel && (a.scheduler.is_some() || a.round_start.is_some() || a.pacer.is_some()) {
         bail!("--scheduler/--round-start/--pacer configure mptun's stack");
     }
@@ -514,17 +515,16 @@ pub fn run(a: PeerArgs) -> Result<()> {
         }
     })?;
     println!("{}", serde_json::to_string(&r)?);
-    crate::report::mark_reported();
-    Ok(())
+    Ok(Verdict::Pass)
 }
 
 /// A change to a path at a time after the client started connecting.
-pub type Event<'a> = (Duration, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
+pub(crate) type Event<'a> = (Duration, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
 
 /// Runs one transfer: the server peer (`srv` arguments) in the server
 /// namespace, the client peer in the client's, `events` timed from the
 /// client's connect; returns (client, server) reports.
-pub fn run_pair(
+pub(crate) fn run_pair(
     topo: &Topology,
     srv: &[String],
     cli: &[String],
@@ -568,7 +568,7 @@ pub fn run_pair(
 
 impl PeerReport {
     /// Both byte streams arrived whole: `a` sent what `b` received and back.
-    pub fn intact_with(&self, b: &PeerReport) -> bool {
+    pub(crate) fn intact_with(&self, b: &PeerReport) -> bool {
         self.sent == b.received
             && b.sent == self.received
             && self.sent_sha256 == b.received_sha256
@@ -576,7 +576,7 @@ impl PeerReport {
     }
 
     /// A counter of this side, 0 when it did not move.
-    pub fn counter(&self, k: &str) -> u64 {
+    pub(crate) fn counter(&self, k: &str) -> u64 {
         self.counters.get(k).copied().unwrap_or(0)
     }
 }

@@ -22,10 +22,11 @@ use serde::Serialize;
 use super::peer::{run_pair, PeerReport};
 use super::topo::{LabCommon, LabStack, Topology};
 use super::VsSim;
+use crate::report::Verdict;
 
 #[derive(Args, Debug)]
 #[command(mut_arg("json", |a| a.help("Print the report (the simulator's fields, its prediction, the deltas) as JSON")))]
-pub struct PenaliseArgs {
+pub(crate) struct PenaliseArgs {
     /// suite, unbounded, rwnd, sndbuf or both.
     #[arg(long, default_value = "sndbuf")]
     scenario: Scenario,
@@ -48,7 +49,7 @@ pub struct PenaliseArgs {
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
     #[command(flatten)]
-    pub common: LabCommon,
+    pub(crate) common: LabCommon,
 }
 
 /// Smallest, largest and standard deviation over the runs.
@@ -319,7 +320,7 @@ fn print_text(r: &LabReport) {
     }
 }
 
-pub fn run(a: PenaliseArgs) -> Result<()> {
+pub(crate) fn run(a: PenaliseArgs) -> Result<Verdict> {
     if a.runs == 0 || a.runs > 100 {
         bail!("--runs must be between 1 and 100, got {}", a.runs);
     }
@@ -353,7 +354,7 @@ pub fn run(a: PenaliseArgs) -> Result<()> {
         print_text(&reports[0]);
     }
     if let Some(r) = reports.iter().find(|r| !r.lab.summary.sha256_match) {
-        return Err(anyhow!("integrity check failed under policy {}", r.lab.policy));
+        return Ok(Verdict::Fail(anyhow!("integrity check failed under policy {}", r.lab.policy)));
     }
-    Ok(())
+    Ok(Verdict::Pass)
 }

@@ -27,13 +27,13 @@ use crate::signals;
 
 /// Whose MPTCP runs at both ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LabStack {
+pub(crate) enum LabStack {
     Mptun,
     Kernel,
 }
 
 impl LabStack {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             LabStack::Mptun => "mptun",
             LabStack::Kernel => "kernel",
@@ -43,19 +43,19 @@ impl LabStack {
 
 /// Options of every lab scenario.
 #[derive(Args, Debug, Clone)]
-pub struct LabCommon {
+pub(crate) struct LabCommon {
     /// Namespace prefix (P-cli, P-mid, P-srv); default mlab<pid>. A rerun
     /// with the name of a crashed run removes that run's leftovers first.
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// The linkem binary (default: next to this one, or in $CARGO_TARGET_DIR).
     #[arg(long, value_name = "BIN")]
-    pub linkem: Option<PathBuf>,
+    pub(crate) linkem: Option<PathBuf>,
     /// The netns-scripts directory (default: found above the current directory or this binary).
     #[arg(long, value_name = "DIR")]
-    pub scripts: Option<PathBuf>,
+    pub(crate) scripts: Option<PathBuf>,
     #[command(flatten)]
-    pub json: JsonDocument,
+    pub(crate) json: JsonDocument,
 }
 
 fn find_scripts(given: Option<&Path>) -> Result<PathBuf> {
@@ -122,19 +122,19 @@ fn namespaces() -> Vec<String> {
 }
 
 /// The lab's namespaces and linkem processes; torn down on drop.
-pub struct Topology {
+pub(crate) struct Topology {
     script: PathBuf,
     linkem: PathBuf,
-    pub name: String,
+    pub(crate) name: String,
     state: PathBuf,
     /// `P-cli`, `P-srv`.
-    pub cli: String,
-    pub srv: String,
+    pub(crate) cli: String,
+    pub(crate) srv: String,
 }
 
 impl Topology {
     /// Checks root and the name, finds topo.sh and linkem.
-    pub fn plan(c: &LabCommon) -> Result<Topology> {
+    pub(crate) fn plan(c: &LabCommon) -> Result<Topology> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             bail!("mptun lab needs root (it builds network namespaces)");
@@ -170,7 +170,7 @@ impl Topology {
     /// both directions, or `UP|DOWN`), and mptun's routes for `stack`
     /// mptun. A crashed run's namespaces and linkems of the same name are
     /// removed first.
-    pub fn up(self, specs: &[String], stack: LabStack, mptcp: bool) -> Result<Topology> {
+    pub(crate) fn up(self, specs: &[String], stack: LabStack, mptcp: bool) -> Result<Topology> {
         let ours = [format!("{}-cli", self.name), format!("{}-mid", self.name), self.srv.clone()];
         if namespaces().iter().any(|n| ours.contains(n)) || self.state.exists() {
             eprintln!("lab: removing the leftovers of an earlier run named {}", self.name);
@@ -227,7 +227,7 @@ impl Topology {
     }
 
     /// A command to path `index`'s linkem (`down both`, `up both`, `stats`, `set a2b rate=...`).
-    pub fn ctl(&self, index: u8, cmd: &[&str]) -> Result<String> {
+    pub(crate) fn ctl(&self, index: u8, cmd: &[&str]) -> Result<String> {
         let out = Command::new(&self.linkem)
             .arg("ctl")
             .arg(self.state.join(format!("path{index}.sock")))
@@ -241,7 +241,7 @@ impl Topology {
     }
 
     /// Starts this executable with `args` inside namespace `ns`.
-    pub fn spawn(&self, ns: &str, args: &[String]) -> Result<Proc> {
+    pub(crate) fn spawn(&self, ns: &str, args: &[String]) -> Result<Proc> {
         let exe = std::env::current_exe().context("own executable")?;
         let mut c = Command::new("ip")
             .args(["netns", "exec", ns])
@@ -283,15 +283,15 @@ fn lines(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
 
 /// A child process (`ip netns exec` execs it, so the pid is the child's),
 /// killed on drop, with its output collected line by line.
-pub struct Proc {
+pub(crate) struct Proc {
     child: Option<Child>,
-    pub out: mpsc::Receiver<String>,
-    pub err: mpsc::Receiver<String>,
+    pub(crate) out: mpsc::Receiver<String>,
+    pub(crate) err: mpsc::Receiver<String>,
 }
 
 impl Proc {
     /// Waits for a line on stderr containing `ready`; fails on exit, timeout or a signal.
-    pub fn wait_ready(&mut self, ready: &str, limit: Duration) -> Result<()> {
+    pub(crate) fn wait_ready(&mut self, ready: &str, limit: Duration) -> Result<()> {
         let t0 = Instant::now();
         let mut seen = Vec::new();
         loop {
@@ -308,7 +308,7 @@ impl Proc {
     }
 
     /// Waits for the exit (bounded, interruptible); returns status, stdout, stderr.
-    pub fn finish(&mut self, limit: Duration) -> Result<(ExitStatus, String, String)> {
+    pub(crate) fn finish(&mut self, limit: Duration) -> Result<(ExitStatus, String, String)> {
         let c = self.child.as_mut().ok_or_else(|| anyhow!("already finished"))?;
         let t0 = Instant::now();
         let st = loop {

@@ -19,7 +19,7 @@ enum Target {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rule {
+pub(crate) struct Rule {
     target: Target,
     /// None: any port.
     port: Option<u16>,
@@ -91,14 +91,14 @@ fn in_net(a: IpAddr, net: IpAddr, len: u8) -> bool {
 
 /// The list of rules; empty allows nothing.
 #[derive(Clone, Debug, Default)]
-pub struct Allow(Vec<Rule>);
+pub(crate) struct Allow(Vec<Rule>);
 
 impl Allow {
-    pub fn new(rules: Vec<Rule>) -> Allow {
+    pub(crate) fn new(rules: Vec<Rule>) -> Allow {
         Allow(rules)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
@@ -107,14 +107,14 @@ impl Allow {
     }
 
     /// Whether a name rule allows `name:port` (all its addresses).
-    pub fn permits_name(&self, name: &str, port: u16) -> bool {
+    pub(crate) fn permits_name(&self, name: &str, port: u16) -> bool {
         self.0
             .iter()
             .any(|r| matches!(&r.target, Target::Name(n) if n.eq_ignore_ascii_case(name)) && Self::port_ok(r, port))
     }
 
     /// Whether a network rule allows the address.
-    pub fn permits_addr(&self, a: SocketAddr) -> bool {
+    pub(crate) fn permits_addr(&self, a: SocketAddr) -> bool {
         self.0.iter().any(|r| match r.target {
             Target::Net(net, len) => in_net(a.ip(), net, len) && Self::port_ok(r, a.port()),
             Target::Name(_) => false,
@@ -124,7 +124,7 @@ impl Allow {
     /// Whether any rule is a network rule (a name without a name rule can
     /// then still be allowed by its addresses; otherwise it is refused
     /// without asking the resolver).
-    pub fn has_networks(&self) -> bool {
+    pub(crate) fn has_networks(&self) -> bool {
         self.0.iter().any(|r| matches!(r.target, Target::Net(..)))
     }
 }

@@ -6,13 +6,13 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 /// SOCKS5 `ATYP` values (RFC 1928 section 4), shared by the exit header.
-pub const ATYP_IPV4: u8 = 1;
-pub const ATYP_DOMAIN: u8 = 3;
-pub const ATYP_IPV6: u8 = 4;
+pub(crate) const ATYP_IPV4: u8 = 1;
+pub(crate) const ATYP_DOMAIN: u8 = 3;
+pub(crate) const ATYP_IPV6: u8 = 4;
 
 /// A destination as a client named it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Dest {
+pub(crate) enum Dest {
     Addr(SocketAddr),
     /// A host name (letters, digits, `-`, `.`, `_`; 1..=255 bytes) and port.
     Name(String, u16),
@@ -22,7 +22,7 @@ impl Dest {
     /// A destination from a SOCKS/header address field: IP literals given
     /// as names become addresses, names must be plausible host names (no
     /// control bytes, spaces or `/` smuggled into a resolver or a log).
-    pub fn from_name(bytes: &[u8], port: u16) -> Option<Dest> {
+    pub(crate) fn from_name(bytes: &[u8], port: u16) -> Option<Dest> {
         if bytes.is_empty() || bytes.len() > 255 {
             return None;
         }
@@ -40,7 +40,7 @@ impl Dest {
         Some(Dest::Name(s.to_ascii_lowercase(), port))
     }
 
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         match self {
             Dest::Addr(a) => a.port(),
             Dest::Name(_, p) => *p,
@@ -48,7 +48,7 @@ impl Dest {
     }
 
     /// The `ATYP` and address bytes of the wire form (port excluded).
-    pub fn wire_addr(&self) -> (u8, Vec<u8>) {
+    pub(crate) fn wire_addr(&self) -> (u8, Vec<u8>) {
         match self {
             Dest::Addr(SocketAddr::V4(a)) => (ATYP_IPV4, a.ip().octets().to_vec()),
             Dest::Addr(SocketAddr::V6(a)) => (ATYP_IPV6, a.ip().octets().to_vec()),
@@ -57,7 +57,7 @@ impl Dest {
     }
 
     /// The inverse of [`Dest::wire_addr`]; `None` for anything malformed.
-    pub fn from_wire(atyp: u8, addr: &[u8], port: u16) -> Option<Dest> {
+    pub(crate) fn from_wire(atyp: u8, addr: &[u8], port: u16) -> Option<Dest> {
         match (atyp, addr.len()) {
             (ATYP_IPV4, 4) => {
                 let o: [u8; 4] = addr.try_into().ok()?;

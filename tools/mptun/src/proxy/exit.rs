@@ -20,15 +20,16 @@ use super::dest::Dest;
 use super::header::{self, Key, Reject, ReplayGuard, Reply};
 use super::report::{Counters, Reporter};
 use super::socks5::Rep;
-use super::{runtime, serve_loop, Carrier, Session, Stackish, Stop};
+use super::{serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
 use crate::kernel::{self, KernelOptions};
+use crate::stack::{end_stack, runtime};
 
 /// How long the local proxy has to send its header.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
-pub struct ExitArgs {
+pub(crate) struct ExitArgs {
     /// Where the local proxies connect (mptun: one of the stack's addresses
     /// or 0.0.0.0 for all; --kernel: any local address).
     #[arg(long, default_value = "0.0.0.0:1081", value_name = "ADDR:PORT")]
@@ -66,7 +67,7 @@ impl Listener {
     }
 }
 
-pub fn run(a: ExitArgs) -> Result<()> {
+pub(crate) fn run(a: ExitArgs) -> Result<()> {
     let key = Key::read(&a.carrier.key_file)?;
     let allow = Allow::new(a.allow.clone());
     if allow.is_empty() {
@@ -104,7 +105,7 @@ pub fn run(a: ExitArgs) -> Result<()> {
         )
         .await;
         drop(listener);
-        super::end_stack(stack).await;
+        end_stack(stack).await;
         served
     })
 }

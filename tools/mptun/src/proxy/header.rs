@@ -20,29 +20,29 @@ use super::socks5::Rep;
 
 type HmacSha256 = Hmac<Sha256>;
 
-pub const REQUEST_MAGIC: [u8; 4] = *b"MPXQ";
-pub const REPLY_MAGIC: [u8; 4] = *b"MPXR";
-pub const VERSION: u8 = 1;
-pub const TAG_LEN: usize = 32;
-pub const NONCE_LEN: usize = 16;
+pub(crate) const REQUEST_MAGIC: [u8; 4] = *b"MPXQ";
+pub(crate) const REPLY_MAGIC: [u8; 4] = *b"MPXR";
+pub(crate) const VERSION: u8 = 1;
+pub(crate) const TAG_LEN: usize = 32;
+pub(crate) const NONCE_LEN: usize = 16;
 /// The request's fixed part: magic, version, atyp, address length,
 /// reserved, timestamp, nonce.
-pub const REQUEST_FIXED: usize = 32;
+pub(crate) const REQUEST_FIXED: usize = 32;
 /// The reply's fixed part: magic, version, code, atyp, reserved.
-pub const REPLY_FIXED: usize = 8;
+pub(crate) const REPLY_FIXED: usize = 8;
 /// How far a request's timestamp may be from the exit's clock.
-pub const WINDOW_MS: u64 = 30_000;
+pub(crate) const WINDOW_MS: u64 = 30_000;
 /// Nonces remembered at most (a key holder opening more than this many
 /// connections per [`WINDOW_MS`] is refused until older ones expire).
-pub const REPLAY_CACHE: usize = 1 << 16;
+pub(crate) const REPLAY_CACHE: usize = 1 << 16;
 
 /// The pre-shared key (the key file's contents without surrounding
 /// whitespace, at least 16 bytes).
 #[derive(Clone)]
-pub struct Key(Vec<u8>);
+pub(crate) struct Key(Vec<u8>);
 
 impl Key {
-    pub fn from_bytes(b: &[u8]) -> Result<Key, String> {
+    pub(crate) fn from_bytes(b: &[u8]) -> Result<Key, String> {
         let t = b.trim_ascii();
         if t.len() < 16 {
             return Err(format!(
@@ -55,7 +55,7 @@ impl Key {
 
     /// Reads the key file (at most 4 KiB); a file others can read is
     /// accepted with a warning, as the key is only as secret as the file.
-    pub fn read(path: &Path) -> anyhow::Result<Key> {
+    pub(crate) fn read(path: &Path) -> anyhow::Result<Key> {
         use std::io::Read;
         use std::os::unix::fs::PermissionsExt;
         let f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("--key-file {}: {e}", path.display()))?;
@@ -78,17 +78,17 @@ impl Key {
 
 /// A decoded request header.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
-    pub dest: Dest,
-    pub timestamp_ms: u64,
-    pub nonce: [u8; NONCE_LEN],
+pub(crate) struct Request {
+    pub(crate) dest: Dest,
+    pub(crate) timestamp_ms: u64,
+    pub(crate) nonce: [u8; NONCE_LEN],
     /// Its tag: the reply's tag covers it, binding reply to request.
-    pub tag: [u8; TAG_LEN],
+    pub(crate) tag: [u8; TAG_LEN],
 }
 
 /// Why a request header was rejected (each is counted by the exit).
 #[derive(Debug, PartialEq, Eq)]
-pub enum Reject {
+pub(crate) enum Reject {
     /// Not an mptun proxy header, or an unknown version.
     Malformed(&'static str),
     /// The tag does not verify: the peer holds another key.
@@ -117,7 +117,12 @@ impl std::fmt::Display for Reject {
 
 /// Encodes a request for `dest` (the caller supplies clock and nonce, so
 /// tests are deterministic); returns the bytes and the tag.
-pub fn encode_request(key: &Key, dest: &Dest, timestamp_ms: u64, nonce: [u8; NONCE_LEN]) -> (Vec<u8>, [u8; TAG_LEN]) {
+pub(crate) fn encode_request(
+    key: &Key,
+    dest: &Dest,
+    timestamp_ms: u64,
+    nonce: [u8; NONCE_LEN],
+) -> (Vec<u8>, [u8; TAG_LEN]) {
     let (atyp, addr) = dest.wire_addr();
     let mut b = Vec::with_capacity(REQUEST_FIXED + addr.len() + 2 + TAG_LEN);
     b.extend_from_slice(&REQUEST_MAGIC);
@@ -138,7 +143,7 @@ pub fn encode_request(key: &Key, dest: &Dest, timestamp_ms: u64, nonce: [u8; NON
 
 /// The length of the variable part that follows the fixed 32 bytes
 /// (address, port, tag), or why the fixed part is not a request.
-pub fn request_rest_len(fixed: &[u8; REQUEST_FIXED]) -> Result<usize, Reject> {
+pub(crate) fn request_rest_len(fixed: &[u8; REQUEST_FIXED]) -> Result<usize, Reject> {
     if fixed[..4] != REQUEST_MAGIC {
         return Err(Reject::Malformed("bad magic"));
     }
@@ -161,7 +166,7 @@ pub fn request_rest_len(fixed: &[u8; REQUEST_FIXED]) -> Result<usize, Reject> {
 /// Decodes and authenticates a whole request (fixed part and rest). The
 /// tag is checked before any other field is trusted; freshness is the
 /// [`ReplayGuard`]'s job.
-pub fn decode_request(key: &Key, b: &[u8]) -> Result<Request, Reject> {
+pub(crate) fn decode_request(key: &Key, b: &[u8]) -> Result<Request, Reject> {
     let fixed: &[u8; REQUEST_FIXED] =
         b.get(..REQUEST_FIXED).and_then(|f| f.try_into().ok()).ok_or(Reject::Malformed("truncated"))?;
     let rest = request_rest_len(fixed)?;
@@ -186,7 +191,7 @@ pub fn decode_request(key: &Key, b: &[u8]) -> Result<Request, Reject> {
 
 /// Reads one request from `s`: exactly its bytes (what follows is the
 /// client's data), at most 32 + 255 + 2 + 32.
-pub async fn read_request<S: AsyncRead + Unpin>(s: &mut S, key: &Key) -> io::Result<Result<Request, Reject>> {
+pub(crate) async fn read_request<S: AsyncRead + Unpin>(s: &mut S, key: &Key) -> io::Result<Result<Request, Reject>> {
     let mut b = [0u8; REQUEST_FIXED + 255 + 2 + TAG_LEN];
     s.read_exact(&mut b[..REQUEST_FIXED]).await?;
     let fixed: [u8; REQUEST_FIXED] = b[..REQUEST_FIXED].try_into().expect("fixed part");
@@ -200,13 +205,13 @@ pub async fn read_request<S: AsyncRead + Unpin>(s: &mut S, key: &Key) -> io::Res
 
 /// The exit's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reply {
-    pub rep: Rep,
+pub(crate) struct Reply {
+    pub(crate) rep: Rep,
     /// The exit's address of the outgoing connection (SOCKS BND.ADDR).
-    pub bound: Option<SocketAddr>,
+    pub(crate) bound: Option<SocketAddr>,
 }
 
-pub fn encode_reply(key: &Key, request_tag: &[u8; TAG_LEN], reply: &Reply) -> Vec<u8> {
+pub(crate) fn encode_reply(key: &Key, request_tag: &[u8; TAG_LEN], reply: &Reply) -> Vec<u8> {
     let mut b = Vec::with_capacity(REPLY_FIXED + 16 + 2 + TAG_LEN);
     b.extend_from_slice(&REPLY_MAGIC);
     b.push(VERSION);
@@ -232,7 +237,7 @@ pub fn encode_reply(key: &Key, request_tag: &[u8; TAG_LEN], reply: &Reply) -> Ve
 
 /// Why a reply was not accepted by the local proxy.
 #[derive(Debug, PartialEq, Eq)]
-pub enum BadReply {
+pub(crate) enum BadReply {
     Malformed(&'static str),
     /// The tag does not verify: the exit holds another key (it refuses us).
     WrongKey,
@@ -254,7 +259,7 @@ fn reply_rest_len(fixed: &[u8; REPLY_FIXED]) -> Result<usize, BadReply> {
     Ok(alen + 2 + TAG_LEN)
 }
 
-pub fn decode_reply(key: &Key, request_tag: &[u8; TAG_LEN], b: &[u8]) -> Result<Reply, BadReply> {
+pub(crate) fn decode_reply(key: &Key, request_tag: &[u8; TAG_LEN], b: &[u8]) -> Result<Reply, BadReply> {
     let fixed: &[u8; REPLY_FIXED] =
         b.get(..REPLY_FIXED).and_then(|f| f.try_into().ok()).ok_or(BadReply::Malformed("truncated"))?;
     let rest = reply_rest_len(fixed)?;
@@ -276,7 +281,7 @@ pub fn decode_reply(key: &Key, request_tag: &[u8; TAG_LEN], b: &[u8]) -> Result<
     Ok(Reply { rep, bound })
 }
 
-pub async fn read_reply<S: AsyncRead + Unpin>(
+pub(crate) async fn read_reply<S: AsyncRead + Unpin>(
     s: &mut S,
     key: &Key,
     request_tag: &[u8; TAG_LEN],
@@ -298,7 +303,7 @@ pub async fn read_reply<S: AsyncRead + Unpin>(
 /// replay is stale anyway, so the memory is bounded by the connection rate
 /// (and capped at [`REPLAY_CACHE`]).
 #[derive(Default)]
-pub struct ReplayGuard {
+pub(crate) struct ReplayGuard {
     seen: HashSet<[u8; NONCE_LEN]>,
     /// (expiry, nonce) in arrival order; expiries are not sorted (clients'
     /// clocks differ), so pruning pops expired entries from the front and
@@ -307,7 +312,7 @@ pub struct ReplayGuard {
 }
 
 impl ReplayGuard {
-    pub fn check(&mut self, r: &Request, now_ms: u64) -> Result<(), Reject> {
+    pub(crate) fn check(&mut self, r: &Request, now_ms: u64) -> Result<(), Reject> {
         let skew = i128::from(r.timestamp_ms) - i128::from(now_ms);
         if skew.unsigned_abs() > u128::from(WINDOW_MS) {
             return Err(Reject::Stale { skew_ms: skew.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64 });
@@ -333,18 +338,18 @@ impl ReplayGuard {
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.seen.len()
     }
 }
 
 /// Milliseconds since the Unix epoch (the header's clock).
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A fresh random nonce.
-pub fn nonce() -> io::Result<[u8; NONCE_LEN]> {
+pub(crate) fn nonce() -> io::Result<[u8; NONCE_LEN]> {
     let mut n = [0u8; NONCE_LEN];
     getrandom::fill(&mut n).map_err(|e| io::Error::other(format!("no OS entropy: {e}")))?;
     Ok(n)

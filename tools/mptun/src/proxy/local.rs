@@ -19,17 +19,18 @@ use super::dest::Dest;
 use super::header::{self, BadReply, Key};
 use super::report::Reporter;
 use super::socks5::{self, Refusal, Rep, Users};
-use super::{runtime, serve_loop, Carrier, Session, Stackish, Stop};
+use super::{serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
 use crate::kernel::{self, KernelOptions};
+use crate::stack::{connect_error, end_stack, runtime};
 
 /// The exit's port when --exit gives none.
-pub const DEFAULT_EXIT_PORT: u16 = 1081;
+pub(crate) const DEFAULT_EXIT_PORT: u16 = 1081;
 /// How long a client has for its SOCKS negotiation, and the exit for its answer.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
-pub struct LocalArgs {
+pub(crate) struct LocalArgs {
     /// Where applications connect (SOCKS5; with --transparent also the REDIRECT target).
     #[arg(long, default_value = "127.0.0.1:1080", value_name = "ADDR:PORT")]
     listen: SocketAddr,
@@ -72,7 +73,7 @@ struct Ctx {
     reporter: Arc<Reporter>,
 }
 
-pub fn run(a: LocalArgs) -> Result<()> {
+pub(crate) fn run(a: LocalArgs) -> Result<()> {
     let key = Key::read(&a.carrier.key_file)?;
     let users = match &a.auth_file {
         Some(f) => {
@@ -113,7 +114,7 @@ pub fn run(a: LocalArgs) -> Result<()> {
         let served =
             serve_loop(reporter, &a.carrier, || listener.accept(), |s, peer, id, stop| serve(ctx.clone(), s, peer, id, stop))
                 .await;
-        super::end_stack(stack).await;
+        end_stack(stack).await;
         served
     })
 }
@@ -191,10 +192,9 @@ async fn open(ctx: &Ctx, dest: &Dest) -> Result<(Conn, Option<SocketAddr>), Setu
     let gf = |why: String| SetupError::failed(Rep::GeneralFailure, why);
     let connect = async {
         match &ctx.dialer {
-            Dialer::Mptun(stack) => MptcpStream::connect(stack, to)
-                .await
-                .map(Conn::Mptun)
-                .map_err(|e| crate::cli_xfer::connect_error(to, &e)),
+            Dialer::Mptun(stack) => {
+                MptcpStream::connect(stack, to).await.map(Conn::Mptun).map_err(|e| connect_error(to, &e))
+            }
             Dialer::Kernel => {
                 kernel::connect(to, &KernelOptions { mptcp: true, ..Default::default() }).await.map(Conn::Kernel)
             }

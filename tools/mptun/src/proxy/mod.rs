@@ -31,14 +31,14 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use mptun::Stack;
 
-use crate::cli_xfer::{end_stack, parse_path, parse_secs, runtime};
 use crate::conn::Conn;
-use crate::pathspec::{self, PathSpec};
+use crate::pathspec::{self, parse_path, PathSpec};
 use crate::signals;
+use crate::units::parse_secs;
 
 /// `mptun proxy ...`
 #[derive(Args, Debug)]
-pub struct ProxyArgs {
+pub(crate) struct ProxyArgs {
     #[command(subcommand)]
     cmd: ProxyCmd,
 }
@@ -57,7 +57,7 @@ enum ProxyCmd {
 /// Options both ends share: the MPTCP side (paths or the kernel), the key,
 /// reporting and limits.
 #[derive(Args, Clone, Debug)]
-pub struct Carrier {
+pub(crate) struct Carrier {
     /// A path of mptun's stack, `dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR][,mtu=M]`
     /// (repeat for several paths; see docs/cli.md).
     #[arg(long = "path", value_name = "SPEC", value_parser = parse_path)]
@@ -120,7 +120,7 @@ fn build_stack(paths: &[PathSpec]) -> Result<Stack> {
     b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))
 }
 
-pub fn run(a: ProxyArgs) -> Result<()> {
+pub(crate) fn run(a: ProxyArgs) -> Result<()> {
     match a.cmd {
         ProxyCmd::Local(a) => local::run(a),
         ProxyCmd::Exit(a) => exit::run(a),

@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Bytes each copy loop holds at most.
-pub const BUF: usize = 64 * 1024;
+pub(crate) const BUF: usize = 64 * 1024;
 
 /// Which end of a relay a failure came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// The side that opened the connection (the application at the local
     /// proxy, the local proxy at the exit).
     Near,
@@ -27,7 +27,7 @@ pub enum End {
 
 /// How a relay ended.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Both directions ended with a FIN.
     Closed,
     /// One end failed (reset, or a write to it failed).
@@ -37,11 +37,11 @@ pub enum Outcome {
 /// Bytes moved so far, readable while the relay runs (for the periodic
 /// summary).
 #[derive(Debug, Default)]
-pub struct Moved {
+pub(crate) struct Moved {
     /// Near to far.
-    pub up: AtomicU64,
+    pub(crate) up: AtomicU64,
     /// Far to near.
-    pub down: AtomicU64,
+    pub(crate) down: AtomicU64,
 }
 
 /// Copies `from` into `to` until `from` ends, then shuts `to`'s write
@@ -65,14 +65,14 @@ where
 
 /// Makes closing `s` send a RST (SO_LINGER 0, which never blocks): an
 /// aborted relay is passed on as an abort, not as an orderly end of stream.
-pub fn reset_on_drop(s: &tokio::net::TcpStream) {
+pub(crate) fn reset_on_drop(s: &tokio::net::TcpStream) {
     socket2::SockRef::from(s).set_linger(Some(std::time::Duration::ZERO)).ok();
 }
 
 /// Relays between the near end's halves and the far end's halves until
 /// both directions have ended, or one end fails (then at once: the caller
 /// drops both connections).
-pub async fn relay<NR, NW, FR, FW>(near: (&mut NR, &mut NW), far: (&mut FR, &mut FW), moved: &Moved) -> Outcome
+pub(crate) async fn relay<NR, NW, FR, FW>(near: (&mut NR, &mut NW), far: (&mut FR, &mut FW), moved: &Moved) -> Outcome
 where
     NR: AsyncRead + Unpin + ?Sized,
     NW: AsyncWrite + Unpin + ?Sized,

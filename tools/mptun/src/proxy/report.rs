@@ -10,32 +10,32 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::conn::Probe;
+use crate::probe::Probe;
 
 /// Counters of one proxy end over its life.
 #[derive(Debug, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// Connections accepted (every one ends up closed, refused or failed).
-    pub accepted: AtomicU64,
+    pub(crate) accepted: AtomicU64,
     /// Relayed connections that ended.
-    pub closed: AtomicU64,
+    pub(crate) closed: AtomicU64,
     /// Refused by policy: --allow (exit), SOCKS authentication or command
     /// (local), or the exit's refusal passed on.
-    pub refused: AtomicU64,
+    pub(crate) refused: AtomicU64,
     /// Could not be set up: the destination or exit unreachable, timeouts,
     /// malformed headers.
-    pub failed: AtomicU64,
+    pub(crate) failed: AtomicU64,
     /// Headers whose tag did not verify (exit), or replies that did not
     /// (local): the other end holds another key.
-    pub wrong_key: AtomicU64,
+    pub(crate) wrong_key: AtomicU64,
     /// Authentic headers seen before (exit).
-    pub replayed: AtomicU64,
+    pub(crate) replayed: AtomicU64,
     /// Authentic headers outside the timestamp window (exit).
-    pub stale: AtomicU64,
+    pub(crate) stale: AtomicU64,
     /// Bytes relayed towards the destination / back, of ended connections
     /// (live ones add theirs in [`Reporter::summary`]).
-    pub bytes_up: AtomicU64,
-    pub bytes_down: AtomicU64,
+    pub(crate) bytes_up: AtomicU64,
+    pub(crate) bytes_down: AtomicU64,
 }
 
 impl Counters {
@@ -43,36 +43,36 @@ impl Counters {
         v.load(Ordering::Relaxed)
     }
 
-    pub fn bump(v: &AtomicU64) {
+    pub(crate) fn bump(v: &AtomicU64) {
         v.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Prints events and summaries for one proxy end.
-pub struct Reporter {
-    pub json: bool,
+pub(crate) struct Reporter {
+    pub(crate) json: bool,
     /// `local` or `exit`.
-    pub role: &'static str,
-    pub counters: Counters,
+    pub(crate) role: &'static str,
+    pub(crate) counters: Counters,
     start: Instant,
     /// Live connections' byte counts, for the summary.
     live: std::sync::Mutex<Vec<std::sync::Weak<super::relay::Moved>>>,
 }
 
 /// Per-connection facts for the close event.
-pub struct Closed<'a> {
-    pub id: u64,
-    pub peer: String,
-    pub dest: String,
-    pub up: u64,
-    pub down: u64,
-    pub duration: Duration,
-    pub reason: &'a str,
-    pub probe: Option<Probe>,
+pub(crate) struct Closed<'a> {
+    pub(crate) id: u64,
+    pub(crate) peer: String,
+    pub(crate) dest: String,
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    pub(crate) duration: Duration,
+    pub(crate) reason: &'a str,
+    pub(crate) probe: Option<Probe>,
 }
 
 impl Reporter {
-    pub fn new(role: &'static str, json: bool) -> Arc<Reporter> {
+    pub(crate) fn new(role: &'static str, json: bool) -> Arc<Reporter> {
         Arc::new(Reporter {
             json,
             role,
@@ -102,7 +102,7 @@ impl Reporter {
     }
 
     /// The startup line; tests and scripts wait for "listening".
-    pub fn listening(&self, what: &str, fields: Value) {
+    pub(crate) fn listening(&self, what: &str, fields: Value) {
         let mut v = json!({"event": "listening", "on": what});
         if let (Value::Object(m), Value::Object(f)) = (&mut v, fields) {
             m.extend(f);
@@ -110,13 +110,13 @@ impl Reporter {
         self.line(v, format!("mptun proxy {}: listening on {what}", self.role));
     }
 
-    pub fn track(&self, m: &Arc<super::relay::Moved>) {
+    pub(crate) fn track(&self, m: &Arc<super::relay::Moved>) {
         let mut l = self.live.lock().expect("live list");
         l.retain(|w| w.strong_count() > 0);
         l.push(Arc::downgrade(m));
     }
 
-    pub fn connect(&self, id: u64, peer: &str, dest: &str, extra: Value) {
+    pub(crate) fn connect(&self, id: u64, peer: &str, dest: &str, extra: Value) {
         let mut v = json!({"event": "connect", "id": id, "peer": peer, "dest": dest});
         if let (Value::Object(m), Value::Object(f)) = (&mut v, extra) {
             m.extend(f);
@@ -125,13 +125,13 @@ impl Reporter {
     }
 
     /// A connection that was never relayed: refused by policy or failed.
-    pub fn refused(&self, id: u64, peer: &str, dest: Option<&str>, why: &str, counter: &AtomicU64, kind: &str) {
+    pub(crate) fn refused(&self, id: u64, peer: &str, dest: Option<&str>, why: &str, counter: &AtomicU64, kind: &str) {
         Counters::bump(counter);
         let v = json!({"event": kind, "id": id, "peer": peer, "dest": dest, "reason": why});
         self.line(v, format!("#{id} {peer} -> {}: {kind}: {why}", dest.unwrap_or("?")));
     }
 
-    pub fn closed(&self, c: Closed<'_>) {
+    pub(crate) fn closed(&self, c: Closed<'_>) {
         let c2 = &self.counters;
         Counters::bump(&c2.closed);
         c2.bytes_up.fetch_add(c.up, Ordering::Relaxed);
@@ -191,7 +191,7 @@ impl Reporter {
     }
 
     /// Totals plus live connections' bytes, and the counters.
-    pub fn summary(&self, interval: Option<(f64, u64, u64)>, last: bool) {
+    pub(crate) fn summary(&self, interval: Option<(f64, u64, u64)>, last: bool) {
         let c = &self.counters;
         let (up, down) = self.totals();
         let active = Counters::get(&c.accepted)
@@ -239,7 +239,7 @@ impl Reporter {
     }
 
     /// Prints a summary every `every` for as long as it runs.
-    pub async fn summaries(self: Arc<Self>, every: Duration) {
+    pub(crate) async fn summaries(self: Arc<Self>, every: Duration) {
         let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let (mut last, mut at) = (self.totals(), Instant::now());
         loop {

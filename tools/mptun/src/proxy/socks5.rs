@@ -15,15 +15,15 @@ use super::dest::{Dest, ATYP_DOMAIN, ATYP_IPV4, ATYP_IPV6};
 
 const VERSION: u8 = 5;
 const AUTH_VERSION: u8 = 1;
-pub const METHOD_NONE: u8 = 0x00;
-pub const METHOD_USERPASS: u8 = 0x02;
+pub(crate) const METHOD_NONE: u8 = 0x00;
+pub(crate) const METHOD_USERPASS: u8 = 0x02;
 const METHOD_UNACCEPTABLE: u8 = 0xff;
 const CMD_CONNECT: u8 = 1;
 
 /// SOCKS5 reply codes (RFC 1928 section 6); the exit answers with them too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Rep {
+pub(crate) enum Rep {
     Succeeded = 0,
     GeneralFailure = 1,
     NotAllowed = 2,
@@ -36,7 +36,7 @@ pub enum Rep {
 }
 
 impl Rep {
-    pub fn from_u8(v: u8) -> Option<Rep> {
+    pub(crate) fn from_u8(v: u8) -> Option<Rep> {
         use Rep::*;
         Some(match v {
             0 => Succeeded,
@@ -53,7 +53,7 @@ impl Rep {
     }
 
     /// RFC 1928's wording, for logs and events.
-    pub fn text(self) -> &'static str {
+    pub(crate) fn text(self) -> &'static str {
         use Rep::*;
         match self {
             Succeeded => "succeeded",
@@ -69,7 +69,7 @@ impl Rep {
     }
 
     /// The reply for a failed outgoing connect.
-    pub fn for_connect_error(e: &io::Error) -> Rep {
+    pub(crate) fn for_connect_error(e: &io::Error) -> Rep {
         use io::ErrorKind as K;
         match e.kind() {
             K::ConnectionRefused => Rep::ConnectionRefused,
@@ -87,11 +87,11 @@ impl Rep {
 /// Username/password pairs the local proxy accepts (RFC 1929); empty: no
 /// authentication is required.
 #[derive(Clone, Debug, Default)]
-pub struct Users(Vec<(Vec<u8>, Vec<u8>)>);
+pub(crate) struct Users(Vec<(Vec<u8>, Vec<u8>)>);
 
 impl Users {
     /// `user:password` lines (blank lines and `#` comments skipped).
-    pub fn parse(text: &str) -> Result<Users, String> {
+    pub(crate) fn parse(text: &str) -> Result<Users, String> {
         let mut v = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim_end_matches('\r');
@@ -110,7 +110,7 @@ impl Users {
         Ok(Users(v))
     }
 
-    pub fn required(&self) -> bool {
+    pub(crate) fn required(&self) -> bool {
         !self.0.is_empty()
     }
 
@@ -137,7 +137,7 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 /// Why a SOCKS negotiation ended without a destination; what the client
 /// was answered, if anything.
 #[derive(Debug)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The client is not speaking SOCKS5 or broke off (nothing answered,
     /// or the method refusal sent).
     Protocol(String),
@@ -170,7 +170,7 @@ impl From<io::Error> for Refusal {
 /// commands are answered "command not supported", unknown address types
 /// "address type not supported". On success the reply is still to be sent
 /// ([`write_reply`]), once the outcome of the connect is known.
-pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, users: &Users) -> Result<Dest, Refusal> {
+pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, users: &Users) -> Result<Dest, Refusal> {
     let mut head = [0u8; 2];
     s.read_exact(&mut head).await?;
     if head[0] != VERSION {
@@ -249,11 +249,15 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, users: &Users)
 
 /// The reply to the request: `bound` is the exit's address of the outgoing
 /// connection when it told us one (RFC 1928 allows zeros otherwise).
-pub async fn write_reply<S: AsyncWrite + Unpin>(s: &mut S, rep: Rep, bound: Option<SocketAddr>) -> io::Result<()> {
+pub(crate) async fn write_reply<S: AsyncWrite + Unpin>(
+    s: &mut S,
+    rep: Rep,
+    bound: Option<SocketAddr>,
+) -> io::Result<()> {
     s.write_all(&encode_reply(rep, bound)).await
 }
 
-pub fn encode_reply(rep: Rep, bound: Option<SocketAddr>) -> Vec<u8> {
+pub(crate) fn encode_reply(rep: Rep, bound: Option<SocketAddr>) -> Vec<u8> {
     let mut out = vec![VERSION, rep as u8, 0];
     match bound {
         Some(SocketAddr::V6(a)) => {

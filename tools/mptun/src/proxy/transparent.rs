@@ -16,7 +16,7 @@ const SO_ORIGINAL_DST: libc::c_int = 80;
 /// The destination the application connected to before a REDIRECT, or
 /// `None` when the connection was not redirected (no NAT entry, or the
 /// original destination is the proxy's own address: a SOCKS client).
-pub fn original_dst(s: &tokio::net::TcpStream) -> io::Result<Option<SocketAddr>> {
+pub(crate) fn original_dst(s: &tokio::net::TcpStream) -> io::Result<Option<SocketAddr>> {
     let local = s.local_addr()?;
     let fd = s.as_raw_fd();
     // An IPv4 client of a dual-stack ([::]) listener is tracked by IPv4 conntrack.

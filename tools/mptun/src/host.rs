@@ -4,7 +4,7 @@
 
 /// User and system CPU time of this process so far, in microseconds
 /// (zeros if `getrusage` fails: the report shows 0 % rather than failing).
-pub(super) fn cpu_us() -> (u64, u64) {
+pub(crate) fn cpu_us() -> (u64, u64) {
     // SAFETY: getrusage fills the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer to a rusage.
