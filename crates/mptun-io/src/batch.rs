@@ -215,7 +215,7 @@ impl PacketBatch {
 
     /// Copies a TSO super-packet (up to 64 KiB, cut every `segment_size`
     /// payload bytes by the device) into the next free slot, growing the
-    /// slot if needed. Only for devices whose [`crate::PacketIo::tso`] says
+    /// slot if needed. Only for devices whose [`crate::DeviceCaps::tso`] says
     /// they take them; [`Self::push_segments`] cuts one for the others.
     pub fn push_gso(&mut self, packet: &[u8], segment_size: usize) -> Result<(), PushError> {
         if packet.len() > mptun_wire::gso::GSO_MAX_SIZE {
@@ -243,7 +243,7 @@ impl PacketBatch {
     /// Adds a packet whose headers are `head` (copied into the next free
     /// slot: a hundred bytes or so) and whose payload is `tail`, pieces of
     /// memory the device writes behind them (`writev`) instead of their
-    /// being copied in. Only for a device whose `PacketIo::gather` is
+    /// being copied in. Only for a device whose `DeviceCaps::gather` is
     /// true. Its TCP checksum must be partial (nothing here reads the
     /// payload), so the device must also complete checksums. `gso` as for
     /// [`Self::push_swap`].
@@ -311,7 +311,7 @@ impl PacketBatch {
 
     /// [`Self::push_swap`] for a packet whose TCP checksum the device must
     /// complete (`mptun_wire::emit_tcp_packet_offload`): only for a device
-    /// whose `PacketIo::checksum_offload` is true.
+    /// whose `DeviceCaps::checksum_offload` is true.
     pub fn push_swap_partial(&mut self, buf: &mut Vec<u8>, len: usize, gso: Option<usize>) -> Result<(), PushError> {
         self.push_swap(buf, len, gso)?;
         self.csum_ok[self.len - 1] = true;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use crate::packet_io::{full_batch, AtomicIoStats};
-use crate::{IoStats, PacketBatch, PacketIo};
+use crate::{DeviceCaps, IoStats, PacketBatch, PacketIo};
 
 struct Queue {
     packets: VecDeque<Vec<u8>>,
@@ -81,9 +81,9 @@ impl ChannelIo {
     }
 
     /// This end as a device with a TUN's send offloads (`IFF_VNET_HDR`):
-    /// it says it cuts TSO super-packets ([`PacketIo::tso`]), completes
-    /// TCP checksums left partial ([`PacketIo::checksum_offload`]) and
-    /// writes gathered payloads behind their headers ([`PacketIo::gather`]),
+    /// it says it cuts TSO super-packets, completes TCP checksums left
+    /// partial and writes gathered payloads behind their headers
+    /// ([`DeviceCaps::ALL`]),
     /// so that the runtime's offload paths run in tests without a TUN. The
     /// peer receives wire segments with complete checksums, as a device
     /// puts them on the wire. (It does all that with whatever it is given;
@@ -290,16 +290,12 @@ impl PacketIo for ChannelIo {
         self.stats.snapshot()
     }
 
-    fn tso(&self) -> bool {
-        self.offload
-    }
-
-    fn checksum_offload(&self) -> bool {
-        self.offload
-    }
-
-    fn gather(&self) -> bool {
-        self.offload
+    fn caps(&self) -> DeviceCaps {
+        if self.offload {
+            DeviceCaps::ALL
+        } else {
+            DeviceCaps::NONE
+        }
     }
 }
 

@@ -34,7 +34,7 @@ mod writer;
 pub use batch::{PacketBatch, PushError, HEADROOM, MAX_TAIL_PARTS};
 pub use channel::ChannelIo;
 pub use netns::{run_in_netns, spawn_tun_in_netns, Netns, NetnsGuard};
-pub use packet_io::{AtomicIoStats, IoStats, PacketIo, PacketIoExt};
+pub use packet_io::{AtomicIoStats, DeviceCaps, IoStats, PacketIo, PacketIoExt};
 pub use pcap::{PcapReader, PcapWriter};
 pub use pool::POOL_MAX;
 pub use tap::{PcapTap, SharedPcap};

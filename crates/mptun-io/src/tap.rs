@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use crate::pcap::PcapWriter;
-use crate::{IoStats, PacketBatch, PacketIo};
+use crate::{DeviceCaps, IoStats, PacketBatch, PacketIo};
 
 /// A pcap writer shareable between taps (one file for all paths).
 pub type SharedPcap = Arc<Mutex<PcapWriter>>;
@@ -127,16 +127,8 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
         self.inner.stats()
     }
 
-    fn tso(&self) -> bool {
-        self.inner.tso()
-    }
-
-    fn checksum_offload(&self) -> bool {
-        self.inner.checksum_offload()
-    }
-
-    fn gather(&self) -> bool {
-        self.inner.gather()
+    fn caps(&self) -> DeviceCaps {
+        self.inner.caps()
     }
 }
 

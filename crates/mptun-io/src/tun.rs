@@ -26,7 +26,7 @@ use tokio::io::unix::AsyncFd;
 use tun_rs::{DeviceBuilder, SyncDevice, VIRTIO_NET_HDR_LEN};
 
 use crate::packet_io::{full_batch, is_per_packet_error, AtomicIoStats};
-use crate::{IoStats, PacketBatch, PacketIo, HEADROOM, MAX_TAIL_PARTS};
+use crate::{DeviceCaps, IoStats, PacketBatch, PacketIo, HEADROOM, MAX_TAIL_PARTS};
 
 use bytes::Bytes;
 
@@ -565,19 +565,17 @@ impl PacketIo for TunDevice {
         self.stats.snapshot()
     }
 
-    fn tso(&self) -> bool {
-        self.offload
-    }
-
-    fn checksum_offload(&self) -> bool {
-        self.offload
-    }
-
-    /// With offload: a packet and its tail go out in one `writev` behind
-    /// the virtio header, and the kernel's copy of them into its skb is
-    /// the only one the payload gets on its way out.
-    fn gather(&self) -> bool {
-        self.offload
+    /// With offload, everything: the kernel cuts super-packets and
+    /// completes checksums as the virtio header asks, and a packet and its
+    /// tail go out in one `writev` behind that header, so the kernel's copy
+    /// of them into its skb is the only one the payload gets on its way
+    /// out.
+    fn caps(&self) -> DeviceCaps {
+        if self.offload {
+            DeviceCaps::ALL
+        } else {
+            DeviceCaps::NONE
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
-use crate::{IoStats, PacketBatch, PacketIo};
+use crate::{DeviceCaps, IoStats, PacketBatch, PacketIo};
 
 /// Batches smaller than this (ACKs, a few small segments) are written by
 /// the caller itself when the thread is idle: the receiving kernel's work
@@ -232,16 +232,8 @@ impl PacketIo for WriterThread {
         s
     }
 
-    fn tso(&self) -> bool {
-        self.inner.tso()
-    }
-
-    fn checksum_offload(&self) -> bool {
-        self.inner.checksum_offload()
-    }
-
-    fn gather(&self) -> bool {
-        self.inner.gather()
+    fn caps(&self) -> DeviceCaps {
+        self.inner.caps()
     }
 }
 

@@ -314,7 +314,7 @@ async fn offload_gso_super_packet_reaches_a_kernel_socket_intact() {
     });
     let writes_before = kernel_rx_packets(&lab.a, "mtun0");
     let mut out = PacketBatch::for_io(&tun);
-    assert!(tun.tso());
+    assert!(tun.caps().tso);
     out.push_gso(&seg(isn + 1, server_isn + 1, 0x18, &[], &data), LEN).unwrap();
     assert_eq!(tun.send_batch(&mut out).await.unwrap(), 1);
     let writes = kernel_rx_packets(&lab.a, "mtun0") - writes_before;

@@ -45,7 +45,7 @@ struct Held {
     buf: Vec<u8>,
     len: usize,
     /// Its payload, still in the send buffer, when the device it goes to
-    /// gathers (`PacketIo::gather`): `buf` then holds only the headers, and
+    /// gathers (`DeviceCaps::gather`): `buf` then holds only the headers, and
     /// a held super-segment costs neither a copy nor 64 KiB here.
     tail: Tail,
     /// TSO segment size of a super-segment.

@@ -626,7 +626,7 @@ fn settle_checksum(d: &Device, packet: &mut [u8], t: &mptun_proto::tcp::Transmit
     if !t.checksum_partial {
         return false;
     }
-    if d.io.checksum_offload() && swappable(d, t.segment_size) {
+    if d.io.caps().checksum_offload && swappable(d, t.segment_size) {
         return true;
     }
     if let Err(e) = mptun_wire::gso::complete_checksum(packet) {
@@ -640,21 +640,22 @@ fn settle_checksum(d: &Device, packet: &mut [u8], t: &mptun_proto::tcp::Transmit
 /// payload behind the headers and completes the checksum, and cuts the
 /// packet itself if it is a super-segment.
 fn gathers(d: &Device, gso: Option<usize>) -> bool {
-    d.io.gather() && d.io.checksum_offload() && swappable(d, gso)
+    let caps = d.io.caps();
+    caps.gather && caps.checksum_offload && swappable(d, gso)
 }
 
 /// Whether a packet can move into `d`'s batch as it is (by
 /// [`PacketBatch::push_swap`]): it is not a super-segment, or the device
 /// cuts super-segments itself.
 fn swappable(d: &Device, gso: Option<usize>) -> bool {
-    gso.is_none() || d.io.tso()
+    gso.is_none() || d.io.caps().tso
 }
 
 /// Adds a copy of a packet to a device's batch: a TSO super-segment whole if
-/// the device cuts it (`PacketIo::tso`), else cut here into wire segments.
+/// the device cuts it (`DeviceCaps::tso`), else cut here into wire segments.
 fn push(d: &mut Device, packet: &[u8], segment_size: Option<usize>) -> Result<(), PushError> {
     match segment_size {
-        Some(size) if d.io.tso() => d.tx.push_gso(packet, size),
+        Some(size) if d.io.caps().tso => d.tx.push_gso(packet, size),
         Some(size) => d.tx.push_segments(packet, size),
         None => d.tx.push(packet),
     }

@@ -154,7 +154,7 @@ impl StackBuilder {
     }
 
     /// Whether data segments reach devices that can take them
-    /// ([`PacketIo::gather`], a TUN with offload) with their payload still
+    /// ([`mptun_io::DeviceCaps::gather`], a TUN with offload) with their payload still
     /// in the send buffer, written behind the headers by the device's
     /// `writev` (on by default): the payload is then copied once on its
     /// way out, by the kernel, as a kernel socket's is, instead of first
@@ -222,8 +222,8 @@ impl StackBuilder {
         // Checksums are left to the devices when every one completes them
         // (a TUN with offload): the send path then never sums a payload.
         let mut tcp = self.tcp.clone();
-        tcp.checksum_offload = devices.iter().all(|d| d.checksum_offload());
-        tcp.gather_payload = self.gather && tcp.checksum_offload && devices.iter().all(|d| d.gather());
+        tcp.checksum_offload = devices.iter().all(|d| d.caps().checksum_offload);
+        tcp.gather_payload = self.gather && tcp.checksum_offload && devices.iter().all(|d| d.caps().gather);
         let default_cfg = ConnConfig { tcp: tcp.clone(), mptcp: mptcp.clone() };
         let mut ep = Endpoint::new(EndpointConfig { tcp, mptcp, limits: self.limits.clone() }, seed);
         // Each subflow's MSS from the MTU of the device its address lives on.
