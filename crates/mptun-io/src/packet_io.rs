@@ -11,7 +11,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 
-use crate::PacketBatch;
+use crate::{RxBatch, TxBatch};
 
 /// Raw IP packets in and out of one device.
 ///
@@ -33,7 +33,7 @@ pub trait PacketIo: Send + Sync {
     /// syscall. Pending (with the waker registered) only when nothing was
     /// ready. A full batch is an error (`InvalidInput`): it would otherwise
     /// spin.
-    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>>;
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut RxBatch) -> Poll<io::Result<usize>>;
 
     /// Writes every unsent packet of `batch`, then clears it; returns how
     /// many packets the device accepted.
@@ -44,7 +44,7 @@ pub trait PacketIo: Send + Sync {
     /// counted in `tx_errors` without failing the rest: one bad packet from
     /// the stack must not stall every flow. Other errors are returned, with
     /// the batch still holding the unsent packets.
-    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>>;
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut TxBatch) -> Poll<io::Result<usize>>;
 
     /// Writes a single packet (no batch needed).
     fn poll_send(&self, cx: &mut Context<'_>, packet: &[u8]) -> Poll<io::Result<()>>;
@@ -52,9 +52,11 @@ pub trait PacketIo: Send + Sync {
     /// Counters since creation.
     fn stats(&self) -> IoStats;
 
-    /// What the device does itself with the packets it writes, as data
-    /// for whoever fills its batch. The default, nothing: packets reach the
-    /// device whole, cut into wire segments and with complete checksums.
+    /// What the device does itself with the packets it writes. A transmit
+    /// batch built for the device ([`crate::TxBatch::for_io`]) puts every
+    /// packet pushed into it in the form these allow, so no caller decides
+    /// per device. The default, nothing: packets reach the device whole,
+    /// cut into wire segments and with complete checksums.
     fn caps(&self) -> DeviceCaps {
         DeviceCaps::NONE
     }
@@ -164,7 +166,7 @@ impl AtomicIoStats {
     }
 
     /// Accounts the packets `batch[from..]` just received in one wakeup.
-    pub(crate) fn rx_done(&self, batch: &PacketBatch, from: usize) {
+    pub(crate) fn rx_done(&self, batch: &RxBatch, from: usize) {
         let bytes: usize = batch.iter().skip(from).map(<[u8]>::len).sum();
         Self::add(&self.rx_packets, (batch.len() - from) as u64);
         Self::add(&self.rx_bytes, bytes as u64);
@@ -174,7 +176,7 @@ impl AtomicIoStats {
 
 /// The error a receive on a full batch returns.
 pub(crate) fn full_batch() -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, "receive into a full PacketBatch")
+    io::Error::new(io::ErrorKind::InvalidInput, "receive into a full RxBatch")
 }
 
 /// Whether a write error means "this packet is bad" (drop it, go on) rather
@@ -187,18 +189,12 @@ pub(crate) fn is_per_packet_error(e: &io::Error) -> bool {
 /// Async wrappers over [`PacketIo`].
 pub trait PacketIoExt: PacketIo {
     /// Waits for packets and appends them to `batch`; see [`PacketIo::poll_recv_batch`].
-    fn recv_batch<'a>(
-        &'a self,
-        batch: &'a mut PacketBatch,
-    ) -> impl std::future::Future<Output = io::Result<usize>> + 'a {
+    fn recv_batch<'a>(&'a self, batch: &'a mut RxBatch) -> impl std::future::Future<Output = io::Result<usize>> + 'a {
         poll_fn(move |cx| self.poll_recv_batch(cx, batch))
     }
 
     /// Writes and clears `batch`; see [`PacketIo::poll_send_batch`].
-    fn send_batch<'a>(
-        &'a self,
-        batch: &'a mut PacketBatch,
-    ) -> impl std::future::Future<Output = io::Result<usize>> + 'a {
+    fn send_batch<'a>(&'a self, batch: &'a mut TxBatch) -> impl std::future::Future<Output = io::Result<usize>> + 'a {
         poll_fn(move |cx| self.poll_send_batch(cx, batch))
     }
 
@@ -217,10 +213,10 @@ impl<T: PacketIo + ?Sized> PacketIo for std::sync::Arc<T> {
     fn mtu(&self) -> usize {
         (**self).mtu()
     }
-    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut RxBatch) -> Poll<io::Result<usize>> {
         (**self).poll_recv_batch(cx, batch)
     }
-    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut TxBatch) -> Poll<io::Result<usize>> {
         (**self).poll_send_batch(cx, batch)
     }
     fn poll_send(&self, cx: &mut Context<'_>, packet: &[u8]) -> Poll<io::Result<()>> {
@@ -249,10 +245,10 @@ mod tests {
         fn mtu(&self) -> usize {
             1500
         }
-        fn poll_recv_batch(&self, _: &mut Context<'_>, _: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        fn poll_recv_batch(&self, _: &mut Context<'_>, _: &mut RxBatch) -> Poll<io::Result<usize>> {
             Poll::Pending
         }
-        fn poll_send_batch(&self, _: &mut Context<'_>, b: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        fn poll_send_batch(&self, _: &mut Context<'_>, b: &mut TxBatch) -> Poll<io::Result<usize>> {
             Poll::Ready(Ok(b.len()))
         }
         fn poll_send(&self, _: &mut Context<'_>, _: &[u8]) -> Poll<io::Result<()>> {

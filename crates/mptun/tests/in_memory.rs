@@ -346,14 +346,14 @@ impl PacketIo for Stalling {
     fn poll_recv_batch(
         &self,
         cx: &mut std::task::Context<'_>,
-        b: &mut mptun_io::PacketBatch,
+        b: &mut mptun_io::RxBatch,
     ) -> std::task::Poll<std::io::Result<usize>> {
         self.inner.poll_recv_batch(cx, b)
     }
     fn poll_send_batch(
         &self,
         cx: &mut std::task::Context<'_>,
-        b: &mut mptun_io::PacketBatch,
+        b: &mut mptun_io::TxBatch,
     ) -> std::task::Poll<std::io::Result<usize>> {
         {
             let mut g = self.closed.lock().unwrap();
@@ -586,14 +586,14 @@ async fn a_device_panicking_in_its_drop_does_not_hang_shutdown() {
         fn poll_recv_batch(
             &self,
             cx: &mut std::task::Context<'_>,
-            b: &mut mptun_io::PacketBatch,
+            b: &mut mptun_io::RxBatch,
         ) -> std::task::Poll<std::io::Result<usize>> {
             self.0.poll_recv_batch(cx, b)
         }
         fn poll_send_batch(
             &self,
             cx: &mut std::task::Context<'_>,
-            b: &mut mptun_io::PacketBatch,
+            b: &mut mptun_io::TxBatch,
         ) -> std::task::Poll<std::io::Result<usize>> {
             self.0.poll_send_batch(cx, b)
         }
