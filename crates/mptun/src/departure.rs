@@ -103,8 +103,14 @@ impl DepartureQueue {
             self.recycle(packet.into_buffer());
             return Err(Refused::Horizon);
         }
+        // The queue's limit before the flow's entry: a refused packet of a
+        // new flow must not leave an empty one behind.
+        if self.len >= LIMIT {
+            self.recycle(packet.into_buffer());
+            return Err(Refused::Limit);
+        }
         let q = self.flows.entry(flow).or_default();
-        if self.len >= LIMIT || q.len() >= FLOW_LIMIT {
+        if q.len() >= FLOW_LIMIT {
             self.recycle(packet.into_buffer());
             return Err(Refused::Limit);
         }
@@ -328,6 +334,23 @@ mod tests {
         assert_eq!(push(&mut q, t(0), flow(1), t(1), 0, b"x", None), Err(Refused::Limit));
         push(&mut q, t(0), flow(2), t(1), 0, b"y", None).unwrap();
         assert_eq!(q.len(), FLOW_LIMIT + 1);
+    }
+
+    /// A packet of a new flow refused because the queue is full leaves
+    /// nothing behind: flow after flow offered while the queue is at its
+    /// limit must not grow it.
+    #[test]
+    fn hostile_refused_new_flows_leave_no_entry_behind() {
+        let mut q = DepartureQueue::default();
+        for i in 0..LIMIT {
+            push(&mut q, t(0), flow((i / FLOW_LIMIT) as u16), t(1), 0, b"x", None).unwrap();
+        }
+        let flows = q.flows.len();
+        for n in 0..1000 {
+            assert_eq!(push(&mut q, t(0), flow(100 + n), t(1), 0, b"y", None), Err(Refused::Limit));
+        }
+        assert_eq!(q.flows.len(), flows, "no entry for a refused flow");
+        assert!(!q.holds(&flow(100)));
     }
 
     #[test]
