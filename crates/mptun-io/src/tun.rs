@@ -274,12 +274,22 @@ impl TunDevice {
         MAX_IP_PACKET / self.mtu.saturating_sub(120).max(536) + 1
     }
 
-    /// One read into the batch. `Ok(0)` never happens: a TUN read returns a
-    /// whole packet or an error.
+    /// One read into the batch: the packets it appended, 0 for a packet
+    /// that was lost (counted in `rx_dropped`).
     fn read_once(&self, dev: &SyncDevice, batch: &mut RxBatch) -> io::Result<usize> {
         if !self.offload {
             let buf = batch.next_free_mut().ok_or_else(full_batch)?;
             let n = dev.recv(buf)?;
+            // A packet longer than the slot (the MTU raised after the device
+            // was opened) is cut by the read, which reports either its whole
+            // length or the slot's (the kernel's `tun_put_user` returns the
+            // first, its read path may clamp it to the second, leaving a
+            // header that claims more than arrived). Either way it is lost,
+            // never passed on cut nor recorded past the slot.
+            if n > buf.len() || claimed_len(&buf[..n]).is_some_and(|len| len > n) {
+                AtomicIoStats::add(&self.stats.rx_dropped, 1);
+                return Ok(0);
+            }
             batch.commit(n);
             return Ok(1);
         }
@@ -359,6 +369,16 @@ impl TunDevice {
             *v = IoSlice::new(piece);
         }
         dev.send_vectored(&iov[..1 + tail.len()])
+    }
+}
+
+/// The length an IP packet's header gives it (IPv4's total length, IPv6's
+/// fixed header and payload length), where there is one to read.
+fn claimed_len(p: &[u8]) -> Option<usize> {
+    match (p.first()? >> 4, p) {
+        (4, [_, _, hi, lo, ..]) => Some(usize::from(u16::from_be_bytes([*hi, *lo]))),
+        (6, [_, _, _, _, hi, lo, ..]) => Some(40 + usize::from(u16::from_be_bytes([*hi, *lo]))),
+        _ => None,
     }
 }
 
@@ -696,6 +716,18 @@ mod tests {
         p[9] = 17; // UDP
         assert!(vnet_header(&mut hdr, &mut p, 0, 1448, false).is_err());
         assert!(vnet_header(&mut hdr, &mut p, 0, 0, true).is_err(), "a partial checksum on what is not TCP");
+    }
+
+    #[test]
+    fn claimed_len_reads_the_ip_header_s_length() {
+        let udp = crate::testutil::udp_packet("10.0.0.1:1".parse().unwrap(), "10.0.0.2:2".parse().unwrap(), &[7; 100]);
+        assert_eq!(claimed_len(&udp), Some(128));
+        assert_eq!(claimed_len(&udp[..4]), Some(128), "what a cut read leaves");
+        let v6 = crate::testutil::udp_packet("[fd00::1]:1".parse().unwrap(), "[fd00::2]:2".parse().unwrap(), &[7; 100]);
+        assert_eq!(claimed_len(&v6), Some(148));
+        assert_eq!(claimed_len(&[]), None);
+        assert_eq!(claimed_len(&[0x45, 0, 0]), None, "too short to say");
+        assert_eq!(claimed_len(&[0x00; 20]), None, "not IP");
     }
 
     #[test]

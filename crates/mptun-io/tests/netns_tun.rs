@@ -263,6 +263,29 @@ async fn offload_device_still_carries_plain_packets() {
     }
 }
 
+/// A TUN whose MTU is raised after it was opened (`ip link set mtu`) hands
+/// over packets longer than the slots it was sized for, and the read cuts
+/// them: such a packet is counted as dropped and the next one is read as
+/// usual, instead of being passed on cut (or, where the read reports the
+/// whole length, recorded past the end of its slot: a panic).
+#[tokio::test]
+async fn hostile_a_read_longer_than_the_slot_is_dropped() {
+    let Some(lab) = Lab::if_netns() else { return };
+    let cfg = tun_config("mtun0", &[("10.201.0.1", 24)]).offload(false);
+    let tun = spawn_tun_in_netns(lab.a.name(), &cfg).unwrap();
+    assert!(!tun.offload());
+    lab.a.ip(["link", "set", "mtun0", "mtu", "3000"]).unwrap();
+    let sock = run_in_netns(lab.a.name(), || std::net::UdpSocket::bind("10.201.0.1:0")).unwrap().unwrap();
+    let dst: SocketAddr = "10.201.0.9:9".parse().unwrap();
+    sock.send_to(&[0x5a; 2000], dst).unwrap();
+    sock.send_to(b"small", dst).unwrap();
+    let mut batch = RxBatch::for_io(&tun);
+    assert_eq!(batch.max_packet_len(), 1400);
+    let got = recv_udp_to(&tun, &mut batch, dst).await;
+    assert_eq!(parse_udp(&got).unwrap().2, b"small");
+    assert_eq!(tun.stats().rx_dropped, 1, "{:?}", tun.stats());
+}
+
 /// Packets the kernel took in from a TUN: one per write(2).
 fn kernel_rx_packets(ns: &NetnsGuard, dev: &str) -> u64 {
     let s = ns.ip(["-s", "-o", "link", "show", dev]).unwrap();
