@@ -42,6 +42,14 @@ pub enum PushError {
         /// Largest packet a slot holds.
         max: usize,
     },
+    /// A TSO super-packet to cut into more wire segments than the batch
+    /// has slots: it could never fit, however empty the batch.
+    TooManySegments {
+        /// Wire segments it would be cut into.
+        segments: usize,
+        /// Slots of the batch.
+        max: usize,
+    },
 }
 
 impl fmt::Display for PushError {
@@ -50,6 +58,9 @@ impl fmt::Display for PushError {
             PushError::Full => write!(f, "packet batch is full"),
             PushError::Malformed => write!(f, "TSO super-packet is not a well-formed TCP packet"),
             PushError::TooLarge { len, max } => write!(f, "packet of {len} bytes exceeds the slot size of {max}"),
+            PushError::TooManySegments { segments, max } => {
+                write!(f, "super-packet of {segments} wire segments exceeds the {max} slots of a batch")
+            }
         }
     }
 }

@@ -322,7 +322,9 @@ impl PacketBatch<Tx> {
     /// build the next packet in: the slot's old one where the packet moved
     /// in, its own where it was copied. `Full` (no free slot, or not enough
     /// for all of its wire segments) leaves the packet in `packet`, to push
-    /// again later; after any other error it can never go out as it is.
+    /// again later; after any other error it can never go out as it is
+    /// (`TooManySegments`: a super-packet to cut into more wire segments
+    /// than the batch has slots).
     pub fn push(&mut self, packet: &mut TxPacket) -> Result<(), PushError> {
         let caps = self.dir.caps;
         packet.fit_to(caps).map_err(|_| PushError::Malformed)?;
@@ -364,6 +366,11 @@ impl PacketBatch<Tx> {
     fn push_cut(&mut self, p: &mut TxPacket, size: usize) -> Result<(), PushError> {
         let mut segs = mptun_wire::gso::segments(p.head(), size).map_err(|_| PushError::Malformed)?;
         let count = segs.layout().segment_count(size);
+        // One that can never fit is not `Full`: a caller would keep it for
+        // a later push, and it would wait for room that never comes.
+        if count > self.capacity() {
+            return Err(PushError::TooManySegments { segments: count, max: self.capacity() });
+        }
         if count > self.remaining() {
             return Err(PushError::Full);
         }
@@ -576,6 +583,22 @@ mod tests {
         b.push(&mut copy(&sp).with_segment_size(Some(1460))).unwrap();
         b.clear();
         assert!(b.slots.iter().all(|s| s.len() >= HEADROOM + 1500));
+    }
+
+    /// A super-packet cut here into more wire segments than the batch has
+    /// slots (a peer announcing a tiny MSS) can never fit: it is refused
+    /// as such, not as `Full`, which would have it wait for room that never
+    /// comes, and the batch takes the next packet.
+    #[test]
+    fn hostile_a_super_packet_of_more_segments_than_slots_is_refused_not_full() {
+        let sp = tcp(200 * 64);
+        let mut b = TxBatch::new(128, 1500);
+        let mut p = copy(&sp).with_segment_size(Some(64));
+        let r = b.push(&mut p);
+        assert!(r.is_err() && r != Err(PushError::Full), "{r:?}: an empty batch will never have room for it");
+        assert_eq!(r, Err(PushError::TooManySegments { segments: 200, max: 128 }));
+        assert!(b.is_empty());
+        b.push(&mut copy(&tcp(100))).unwrap();
     }
 
     /// What a device does with a slot: the tail behind the headers, a
