@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use crate::packet_io::{full_batch, AtomicIoStats};
-use crate::{IoStats, PacketBatch, PacketIo};
+use crate::{DeviceCaps, IoStats, PacketIo, RxBatch, TxBatch, TxChecksum};
 
 struct Queue {
     packets: VecDeque<Vec<u8>>,
@@ -81,9 +81,9 @@ impl ChannelIo {
     }
 
     /// This end as a device with a TUN's send offloads (`IFF_VNET_HDR`):
-    /// it says it cuts TSO super-packets ([`PacketIo::tso`]), completes
-    /// TCP checksums left partial ([`PacketIo::checksum_offload`]) and
-    /// writes gathered payloads behind their headers ([`PacketIo::gather`]),
+    /// it says it cuts TSO super-packets, completes TCP checksums left
+    /// partial and writes gathered payloads behind their headers
+    /// ([`DeviceCaps::ALL`]),
     /// so that the runtime's offload paths run in tests without a TUN. The
     /// peer receives wire segments with complete checksums, as a device
     /// puts them on the wire. (It does all that with whatever it is given;
@@ -100,18 +100,18 @@ impl ChannelIo {
 
     /// Queues one packet; `Ok(false)` when the queue is full.
     fn enqueue(&self, q: &mut Queue, packet: &[u8]) -> io::Result<bool> {
-        self.enqueue_parts(q, packet, &[], false, 0)
+        self.enqueue_parts(q, packet, &[], TxChecksum::Complete, 0)
     }
 
     /// Queues the packet `head` followed by `tail`, its TCP checksum
-    /// completed if `partial`, cut into wire segments of `gso` payload
+    /// completed if partial, cut into wire segments of `gso` payload
     /// bytes if not 0, as an offloading device puts it on the wire.
     fn enqueue_parts(
         &self,
         q: &mut Queue,
         head: &[u8],
         tail: &[bytes::Bytes],
-        partial: bool,
+        checksum: TxChecksum,
         gso: u16,
     ) -> io::Result<bool> {
         let invalid = |e: mptun_wire::Error| io::Error::new(io::ErrorKind::InvalidInput, format!("offload: {e}"));
@@ -156,7 +156,7 @@ impl ChannelIo {
         for piece in tail {
             buf.extend_from_slice(piece);
         }
-        if partial {
+        if checksum == TxChecksum::Partial {
             if let Err(e) = mptun_wire::gso::complete_checksum(&mut buf) {
                 q.free.push(buf);
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("partial checksum: {e}")));
@@ -180,7 +180,7 @@ impl PacketIo for ChannelIo {
         self.mtu
     }
 
-    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut RxBatch) -> Poll<io::Result<usize>> {
         if batch.is_full() {
             return Poll::Ready(Err(full_batch()));
         }
@@ -190,7 +190,7 @@ impl PacketIo for ChannelIo {
             let Some(buf) = q.packets.pop_front() else { break };
             // The sender enforced its MTU; a receiving batch sized smaller
             // than the sender's MTU drops what does not fit, like a NIC would.
-            if batch.push(&buf).is_err() {
+            if batch.receive(&buf).is_err() {
                 AtomicIoStats::add(&self.stats.rx_dropped, 1);
             }
             q.free.push(buf);
@@ -212,22 +212,20 @@ impl PacketIo for ChannelIo {
         Poll::Pending
     }
 
-    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut TxBatch) -> Poll<io::Result<usize>> {
         let mut q = self.tx.lock();
         let mut sent = 0usize;
         let mut bytes = 0usize;
         let mut errors = 0u64;
         let result = loop {
-            let (partial, gso) = (batch.next_unsent_partial(), batch.next_unsent_gso());
-            let Some((slot, tail)) = batch.next_unsent_gathered() else { break Poll::Ready(Ok(())) };
-            let packet = &slot[crate::HEADROOM..];
-            let len = packet.len() + tail.iter().map(|t| t.len()).sum::<usize>();
-            if gso == 0 && self.too_large(len) {
+            let Some(p) = batch.next_unsent() else { break Poll::Ready(Ok(())) };
+            let len = p.packet_len();
+            if p.gso == 0 && self.too_large(len) {
                 errors += 1;
                 batch.reject_one();
                 continue;
             }
-            match self.enqueue_parts(&mut q, packet, tail, partial, gso) {
+            match self.enqueue_parts(&mut q, &p.slot[crate::HEADROOM..], p.tail, p.checksum, p.gso) {
                 Ok(true) => {
                     sent += 1;
                     bytes += len;
@@ -290,16 +288,12 @@ impl PacketIo for ChannelIo {
         self.stats.snapshot()
     }
 
-    fn tso(&self) -> bool {
-        self.offload
-    }
-
-    fn checksum_offload(&self) -> bool {
-        self.offload
-    }
-
-    fn gather(&self) -> bool {
-        self.offload
+    fn caps(&self) -> DeviceCaps {
+        if self.offload {
+            DeviceCaps::ALL
+        } else {
+            DeviceCaps::NONE
+        }
     }
 }
 

@@ -1,7 +1,9 @@
 //! Packet I/O for the mptun runtime, independent of the protocol.
 //!
 //! - [`PacketIo`]: the small, object-safe trait the runtime reads and writes
-//!   raw IP packets through, in reusable [`PacketBatch`]es.
+//!   raw IP packets through, in reusable batches: [`RxBatch`] to receive,
+//!   [`TxBatch`] to send, each packet to send a [`TxPacket`] that the batch
+//!   puts in the form the device takes ([`DeviceCaps`]).
 //! - [`TunDevice`]: a Linux TUN device via tun-rs, optionally with
 //!   `IFF_VNET_HDR` TSO/GRO offload, created in any network namespace.
 //! - [`ChannelIo`]: an in-memory pair for tests without root.
@@ -31,10 +33,12 @@ pub mod testutil;
 mod tun;
 mod writer;
 
-pub use batch::{PacketBatch, PushError, HEADROOM, MAX_TAIL_PARTS};
+pub use batch::{
+    Direction, PacketBatch, PushError, Rx, RxBatch, Tx, TxBatch, TxChecksum, TxPacket, HEADROOM, MAX_TAIL_PARTS,
+};
 pub use channel::ChannelIo;
 pub use netns::{run_in_netns, spawn_tun_in_netns, Netns, NetnsGuard};
-pub use packet_io::{AtomicIoStats, IoStats, PacketIo, PacketIoExt};
+pub use packet_io::{AtomicIoStats, DeviceCaps, IoStats, PacketIo, PacketIoExt};
 pub use pcap::{PcapReader, PcapWriter};
 pub use pool::POOL_MAX;
 pub use tap::{PcapTap, SharedPcap};

@@ -11,7 +11,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 
-use crate::PacketBatch;
+use crate::{RxBatch, TxBatch};
 
 /// Raw IP packets in and out of one device.
 ///
@@ -33,7 +33,7 @@ pub trait PacketIo: Send + Sync {
     /// syscall. Pending (with the waker registered) only when nothing was
     /// ready. A full batch is an error (`InvalidInput`): it would otherwise
     /// spin.
-    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>>;
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut RxBatch) -> Poll<io::Result<usize>>;
 
     /// Writes every unsent packet of `batch`, then clears it; returns how
     /// many packets the device accepted.
@@ -44,7 +44,7 @@ pub trait PacketIo: Send + Sync {
     /// counted in `tx_errors` without failing the rest: one bad packet from
     /// the stack must not stall every flow. Other errors are returned, with
     /// the batch still holding the unsent packets.
-    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>>;
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut TxBatch) -> Poll<io::Result<usize>>;
 
     /// Writes a single packet (no batch needed).
     fn poll_send(&self, cx: &mut Context<'_>, packet: &[u8]) -> Poll<io::Result<()>>;
@@ -52,29 +52,46 @@ pub trait PacketIo: Send + Sync {
     /// Counters since creation.
     fn stats(&self) -> IoStats;
 
-    /// Whether the device takes TSO super-packets
-    /// ([`PacketBatch::push_gso`]) and cuts them itself; if not, the
-    /// sender cuts them ([`PacketBatch::push_segments`]).
-    fn tso(&self) -> bool {
-        false
+    /// What the device does itself with the packets it writes. A transmit
+    /// batch built for the device ([`crate::TxBatch::for_io`]) puts every
+    /// packet pushed into it in the form these allow, so no caller decides
+    /// per device. The default, nothing: packets reach the device whole,
+    /// cut into wire segments and with complete checksums.
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps::NONE
     }
+}
 
-    /// Whether the device completes TCP checksums left partial
-    /// ([`PacketBatch::push_swap_partial`]), as a NIC with `NETIF_F_HW_CSUM`
-    /// does: the stack then never sums a payload it sends.
-    fn checksum_offload(&self) -> bool {
-        false
-    }
+/// The send offloads of a device, as data: what it does itself with a
+/// packet it writes, so that whoever fills its batch does the rest. After
+/// smoltcp's `DeviceCapabilities`, which tells an interface which checksums
+/// its device computes; a TUN opened with `IFF_VNET_HDR` does all three, a
+/// plain one none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// Takes TSO super-packets (up to 64 KiB behind one header) and cuts
+    /// them into wire segments itself; for a device that does not, a
+    /// super-packet is cut as it goes into the batch.
+    pub tso: bool,
+    /// Completes TCP checksums left partial (only the pseudo-header sum in
+    /// the field), as a NIC with `NETIF_F_HW_CSUM` does: the stack then never
+    /// sums a payload it sends. Only for a packet the device gets whole: one
+    /// cut into wire segments on the way in has its checksum completed
+    /// before, since cutting needs it complete.
+    pub checksum_offload: bool,
+    /// Writes a packet's payload pieces behind its headers itself (a gather
+    /// write, `writev`), so that the payload is never copied into the
+    /// packet: the device's own copy is then the only one. A payload stays
+    /// in pieces only where the device also completes the checksum (nothing
+    /// on the way reads the payload to sum it).
+    pub gather: bool,
+}
 
-    /// Whether the device writes a packet's tail, the payload pieces
-    /// behind its slot ([`PacketBatch::push_gather`]), itself (a
-    /// gather write, `writev`), so that the stack never copies a payload
-    /// into its packet: the copy the device makes anyway is then the only
-    /// one. A device that says so must send every slot's tail behind it;
-    /// the others never get a tail.
-    fn gather(&self) -> bool {
-        false
-    }
+impl DeviceCaps {
+    /// A device that does nothing itself (the default).
+    pub const NONE: DeviceCaps = DeviceCaps { tso: false, checksum_offload: false, gather: false };
+    /// A device that does everything above (a TUN with `IFF_VNET_HDR`).
+    pub const ALL: DeviceCaps = DeviceCaps { tso: true, checksum_offload: true, gather: true };
 }
 
 /// Device counters, named after the kernel's `struct rtnl_link_stats64`
@@ -149,7 +166,7 @@ impl AtomicIoStats {
     }
 
     /// Accounts the packets `batch[from..]` just received in one wakeup.
-    pub(crate) fn rx_done(&self, batch: &PacketBatch, from: usize) {
+    pub(crate) fn rx_done(&self, batch: &RxBatch, from: usize) {
         let bytes: usize = batch.iter().skip(from).map(<[u8]>::len).sum();
         Self::add(&self.rx_packets, (batch.len() - from) as u64);
         Self::add(&self.rx_bytes, bytes as u64);
@@ -159,7 +176,7 @@ impl AtomicIoStats {
 
 /// The error a receive on a full batch returns.
 pub(crate) fn full_batch() -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, "receive into a full PacketBatch")
+    io::Error::new(io::ErrorKind::InvalidInput, "receive into a full RxBatch")
 }
 
 /// Whether a write error means "this packet is bad" (drop it, go on) rather
@@ -172,18 +189,12 @@ pub(crate) fn is_per_packet_error(e: &io::Error) -> bool {
 /// Async wrappers over [`PacketIo`].
 pub trait PacketIoExt: PacketIo {
     /// Waits for packets and appends them to `batch`; see [`PacketIo::poll_recv_batch`].
-    fn recv_batch<'a>(
-        &'a self,
-        batch: &'a mut PacketBatch,
-    ) -> impl std::future::Future<Output = io::Result<usize>> + 'a {
+    fn recv_batch<'a>(&'a self, batch: &'a mut RxBatch) -> impl std::future::Future<Output = io::Result<usize>> + 'a {
         poll_fn(move |cx| self.poll_recv_batch(cx, batch))
     }
 
     /// Writes and clears `batch`; see [`PacketIo::poll_send_batch`].
-    fn send_batch<'a>(
-        &'a self,
-        batch: &'a mut PacketBatch,
-    ) -> impl std::future::Future<Output = io::Result<usize>> + 'a {
+    fn send_batch<'a>(&'a self, batch: &'a mut TxBatch) -> impl std::future::Future<Output = io::Result<usize>> + 'a {
         poll_fn(move |cx| self.poll_send_batch(cx, batch))
     }
 
@@ -202,10 +213,10 @@ impl<T: PacketIo + ?Sized> PacketIo for std::sync::Arc<T> {
     fn mtu(&self) -> usize {
         (**self).mtu()
     }
-    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut RxBatch) -> Poll<io::Result<usize>> {
         (**self).poll_recv_batch(cx, batch)
     }
-    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut TxBatch) -> Poll<io::Result<usize>> {
         (**self).poll_send_batch(cx, batch)
     }
     fn poll_send(&self, cx: &mut Context<'_>, packet: &[u8]) -> Poll<io::Result<()>> {
@@ -214,14 +225,8 @@ impl<T: PacketIo + ?Sized> PacketIo for std::sync::Arc<T> {
     fn stats(&self) -> IoStats {
         (**self).stats()
     }
-    fn tso(&self) -> bool {
-        (**self).tso()
-    }
-    fn checksum_offload(&self) -> bool {
-        (**self).checksum_offload()
-    }
-    fn gather(&self) -> bool {
-        (**self).gather()
+    fn caps(&self) -> DeviceCaps {
+        (**self).caps()
     }
 }
 
@@ -240,10 +245,10 @@ mod tests {
         fn mtu(&self) -> usize {
             1500
         }
-        fn poll_recv_batch(&self, _: &mut Context<'_>, _: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        fn poll_recv_batch(&self, _: &mut Context<'_>, _: &mut RxBatch) -> Poll<io::Result<usize>> {
             Poll::Pending
         }
-        fn poll_send_batch(&self, _: &mut Context<'_>, b: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        fn poll_send_batch(&self, _: &mut Context<'_>, b: &mut TxBatch) -> Poll<io::Result<usize>> {
             Poll::Ready(Ok(b.len()))
         }
         fn poll_send(&self, _: &mut Context<'_>, _: &[u8]) -> Poll<io::Result<()>> {
@@ -252,28 +257,20 @@ mod tests {
         fn stats(&self) -> IoStats {
             IoStats::default()
         }
-        fn tso(&self) -> bool {
-            true
-        }
-        fn checksum_offload(&self) -> bool {
-            true
-        }
-        fn gather(&self) -> bool {
-            true
+        fn caps(&self) -> DeviceCaps {
+            DeviceCaps::ALL
         }
     }
 
     /// The runtime holds its devices as `Arc<dyn PacketIo>`: a capability
-    /// the `Arc` does not pass on reads as the trait's default (`false`),
+    /// the `Arc` does not pass on reads as the trait's default (none),
     /// and the stack silently does the work itself (checksum offload was
     /// off in every measurement until this test).
     #[test]
     fn an_arc_passes_on_every_capability() {
         let d: Arc<dyn PacketIo> = Arc::new(Capable);
-        assert!(d.tso(), "tso");
-        assert!(d.checksum_offload(), "checksum_offload");
-        assert!(d.gather(), "gather");
+        assert_eq!(d.caps(), DeviceCaps::ALL);
         let twice: Arc<Arc<dyn PacketIo>> = Arc::new(d);
-        assert!(twice.tso() && twice.checksum_offload() && twice.gather());
+        assert_eq!(twice.caps(), DeviceCaps::ALL);
     }
 }

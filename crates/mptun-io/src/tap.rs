@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use crate::pcap::PcapWriter;
-use crate::{IoStats, PacketBatch, PacketIo};
+use crate::{DeviceCaps, IoStats, PacketIo, RxBatch, TxBatch, TxChecksum};
 
 /// A pcap writer shareable between taps (one file for all paths).
 pub type SharedPcap = Arc<Mutex<PcapWriter>>;
@@ -77,7 +77,7 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
         self.inner.mtu()
     }
 
-    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut RxBatch) -> Poll<io::Result<usize>> {
         let from = batch.len();
         let r = self.inner.poll_recv_batch(cx, batch);
         if let Poll::Ready(Ok(_)) = r {
@@ -86,8 +86,8 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
         r
     }
 
-    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
-        let from = batch.tapped.max(batch.len() - batch.unsent());
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut TxBatch) -> Poll<io::Result<usize>> {
+        let from = batch.tapped().max(batch.len() - batch.unsent());
         // A checksum left to the device is recorded completed, as the
         // device will send it (a capture on the wire shows it so, and a
         // dissector that verifies checksums accepts it), and a gathered
@@ -98,7 +98,7 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
                 .enumerate()
                 .skip(from)
                 .map(|(i, p)| {
-                    if !batch.checksum_partial(i) && batch.tail(i).is_empty() {
+                    if batch.checksum(i) != Some(TxChecksum::Partial) && batch.tail(i).is_empty() {
                         return Cow::Borrowed(p);
                     }
                     let mut c = p.to_vec();
@@ -111,7 +111,7 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
                 .collect();
             self.record(packets.iter().map(|c| c.as_ref()));
         }
-        batch.tapped = batch.len();
+        batch.set_all_tapped();
         self.inner.poll_send_batch(cx, batch)
     }
 
@@ -127,16 +127,8 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
         self.inner.stats()
     }
 
-    fn tso(&self) -> bool {
-        self.inner.tso()
-    }
-
-    fn checksum_offload(&self) -> bool {
-        self.inner.checksum_offload()
-    }
-
-    fn gather(&self) -> bool {
-        self.inner.gather()
+    fn caps(&self) -> DeviceCaps {
+        self.inner.caps()
     }
 }
 

@@ -25,8 +25,9 @@ use std::task::{Context, Poll};
 use tokio::io::unix::AsyncFd;
 use tun_rs::{DeviceBuilder, SyncDevice, VIRTIO_NET_HDR_LEN};
 
+use crate::batch::Unsent;
 use crate::packet_io::{full_batch, is_per_packet_error, AtomicIoStats};
-use crate::{IoStats, PacketBatch, PacketIo, HEADROOM, MAX_TAIL_PARTS};
+use crate::{DeviceCaps, IoStats, PacketIo, RxBatch, TxBatch, TxChecksum, HEADROOM, MAX_TAIL_PARTS};
 
 use bytes::Bytes;
 
@@ -91,10 +92,10 @@ pub struct TunConfig {
     pub up: bool,
     /// Open with `IFF_VNET_HDR` and enable TSO/checksum offload: the kernel
     /// may then hand over TCP super-packets (split here, so callers still
-    /// see wire-sized packets) and accepts the stack's TSO super-packets
-    /// ([`crate::PacketBatch::push_gso`]). On by default because the crate
-    /// benchmark shows 2-7x on bulk TCP; falls back to plain framing when
-    /// the kernel refuses it.
+    /// see wire-sized packets) and accepts the stack's TSO super-packets (a
+    /// [`crate::TxBatch`] for it keeps them whole). On by default because
+    /// the crate benchmark shows 2-7x on bulk TCP; falls back to plain
+    /// framing when the kernel refuses it.
     pub offload: bool,
     /// `txqueuelen` (packets the kernel queues towards the reader); the
     /// kernel default of 500 drops bursts a slow reader cannot absorb.
@@ -273,12 +274,22 @@ impl TunDevice {
         MAX_IP_PACKET / self.mtu.saturating_sub(120).max(536) + 1
     }
 
-    /// One read into the batch. `Ok(0)` never happens: a TUN read returns a
-    /// whole packet or an error.
-    fn read_once(&self, dev: &SyncDevice, batch: &mut PacketBatch) -> io::Result<usize> {
+    /// One read into the batch: the packets it appended, 0 for a packet
+    /// that was lost (counted in `rx_dropped`).
+    fn read_once(&self, dev: &SyncDevice, batch: &mut RxBatch) -> io::Result<usize> {
         if !self.offload {
             let buf = batch.next_free_mut().ok_or_else(full_batch)?;
             let n = dev.recv(buf)?;
+            // A packet longer than the slot (the MTU raised after the device
+            // was opened) is cut by the read, which reports either its whole
+            // length or the slot's (the kernel's `tun_put_user` returns the
+            // first, its read path may clamp it to the second, leaving a
+            // header that claims more than arrived). Either way it is lost,
+            // never passed on cut nor recorded past the slot.
+            if n > buf.len() || claimed_len(&buf[..n]).is_some_and(|len| len > n) {
+                AtomicIoStats::add(&self.stats.rx_dropped, 1);
+                return Ok(0);
+            }
             batch.commit(n);
             return Ok(1);
         }
@@ -308,7 +319,7 @@ impl TunDevice {
     /// One offload read kept whole (the batch is in GRO mode): the virtio
     /// header lands in the slot's headroom and the packet, up to 64 KiB,
     /// after it; no copy, no split, no checksum pass here.
-    fn read_whole(&self, dev: &SyncDevice, batch: &mut PacketBatch) -> io::Result<usize> {
+    fn read_whole(&self, dev: &SyncDevice, batch: &mut RxBatch) -> io::Result<usize> {
         let buf = batch.next_free_whole(MAX_IP_PACKET).ok_or_else(full_batch)?;
         let n = dev.recv(buf)?;
         // A TUN read reports the packet's whole length even when it had to
@@ -318,28 +329,22 @@ impl TunDevice {
             return Ok(0);
         }
         let rx = vnet_rx(&buf[..HEADROOM]);
-        batch.commit_whole(n - HEADROOM, rx.gso_size, rx.csum_ok);
+        batch.commit_whole(n - HEADROOM, rx.gso_size, rx.checksum_verified);
         if rx.gso_size != 0 {
             AtomicIoStats::add(&self.stats.rx_gro_whole, 1);
         }
         Ok(1)
     }
 
-    /// Writes one packet, `tail` behind the slot's bytes (a gather write,
-    /// one `writev`); `gso` is its TSO segment size (0: none), `partial`
-    /// whether its TCP checksum is left for the device.
-    fn write_one(
-        &self,
-        dev: &SyncDevice,
-        packet_with_headroom: &mut [u8],
-        tail: &[Bytes],
-        gso: u16,
-        partial: bool,
-    ) -> io::Result<usize> {
+    /// Writes one packet, its tail behind the slot's bytes (a gather write,
+    /// one `writev`).
+    fn write_one(&self, dev: &SyncDevice, p: Unsent<'_>) -> io::Result<usize> {
+        let Unsent { slot: packet_with_headroom, tail, gso, checksum } = p;
+        let partial = checksum == TxChecksum::Partial;
         if !self.offload {
             if !tail.is_empty() {
-                // `gather` is the offload's: the driver never gives this
-                // device a tail.
+                // `gather` is the offload's: a batch for this device never
+                // keeps a tail.
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, "a gathered packet on a TUN without offload"));
             }
             if partial {
@@ -367,6 +372,16 @@ impl TunDevice {
     }
 }
 
+/// The length an IP packet's header gives it (IPv4's total length, IPv6's
+/// fixed header and payload length), where there is one to read.
+fn claimed_len(p: &[u8]) -> Option<usize> {
+    match (p.first()? >> 4, p) {
+        (4, [_, _, hi, lo, ..]) => Some(usize::from(u16::from_be_bytes([*hi, *lo]))),
+        (6, [_, _, _, _, hi, lo, ..]) => Some(40 + usize::from(u16::from_be_bytes([*hi, *lo]))),
+        _ => None,
+    }
+}
+
 /// `virtio_net_hdr` flags: the device completes the checksum.
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
 /// `virtio_net_hdr` flags (receive): the checksum was verified.
@@ -385,7 +400,7 @@ pub(crate) struct VnetRx {
     pub gso_size: u16,
     /// The kernel vouches for the TCP checksum (`DATA_VALID`) or left it
     /// partial for the hardware (`NEEDS_CSUM`): it must not be verified.
-    pub csum_ok: bool,
+    pub checksum_verified: bool,
 }
 
 /// Reads the `virtio_net_hdr` in front of a received packet.
@@ -395,7 +410,7 @@ pub(crate) fn vnet_rx(hdr: &[u8]) -> VnetRx {
         VIRTIO_NET_HDR_GSO_TCPV4 | VIRTIO_NET_HDR_GSO_TCPV6 => u16::from_le_bytes([hdr[4], hdr[5]]),
         _ => 0,
     };
-    VnetRx { gso_size, csum_ok: flags & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) != 0 }
+    VnetRx { gso_size, checksum_verified: flags & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) != 0 }
 }
 /// Offset of the checksum field in a TCP header (`csum_offset`).
 const TCP_CSUM_OFFSET: u16 = 16;
@@ -452,7 +467,7 @@ impl PacketIo for TunDevice {
         self.mtu
     }
 
-    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut RxBatch) -> Poll<io::Result<usize>> {
         if batch.is_full() {
             return Poll::Ready(Err(full_batch()));
         }
@@ -496,7 +511,7 @@ impl PacketIo for TunDevice {
         }
     }
 
-    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut TxBatch) -> Poll<io::Result<usize>> {
         if batch.unsent() == 0 {
             return Poll::Ready(Ok(batch.finish_send()));
         }
@@ -507,12 +522,11 @@ impl PacketIo for TunDevice {
                 Poll::Pending => return Poll::Pending,
             };
             loop {
-                let (gso, partial) = (batch.next_unsent_gso(), batch.next_unsent_partial());
-                let Some((slot, tail)) = batch.next_unsent_gathered() else {
+                let Some(p) = batch.next_unsent() else {
                     return Poll::Ready(Ok(batch.finish_send()));
                 };
-                let len = slot.len() - HEADROOM + tail.iter().map(Bytes::len).sum::<usize>();
-                match guard.try_io(|fd| self.write_one(fd.get_ref(), slot, tail, gso, partial)) {
+                let len = p.packet_len();
+                match guard.try_io(|fd| self.write_one(fd.get_ref(), p)) {
                     Ok(Ok(_)) => {
                         AtomicIoStats::add(&self.stats.tx_packets, 1);
                         AtomicIoStats::add(&self.stats.tx_bytes, len as u64);
@@ -565,19 +579,17 @@ impl PacketIo for TunDevice {
         self.stats.snapshot()
     }
 
-    fn tso(&self) -> bool {
-        self.offload
-    }
-
-    fn checksum_offload(&self) -> bool {
-        self.offload
-    }
-
-    /// With offload: a packet and its tail go out in one `writev` behind
-    /// the virtio header, and the kernel's copy of them into its skb is
-    /// the only one the payload gets on its way out.
-    fn gather(&self) -> bool {
-        self.offload
+    /// With offload, everything: the kernel cuts super-packets and
+    /// completes checksums as the virtio header asks, and a packet and its
+    /// tail go out in one `writev` behind that header, so the kernel's copy
+    /// of them into its skb is the only one the payload gets on its way
+    /// out.
+    fn caps(&self) -> DeviceCaps {
+        if self.offload {
+            DeviceCaps::ALL
+        } else {
+            DeviceCaps::NONE
+        }
     }
 }
 
@@ -707,6 +719,18 @@ mod tests {
     }
 
     #[test]
+    fn claimed_len_reads_the_ip_header_s_length() {
+        let udp = crate::testutil::udp_packet("10.0.0.1:1".parse().unwrap(), "10.0.0.2:2".parse().unwrap(), &[7; 100]);
+        assert_eq!(claimed_len(&udp), Some(128));
+        assert_eq!(claimed_len(&udp[..4]), Some(128), "what a cut read leaves");
+        let v6 = crate::testutil::udp_packet("[fd00::1]:1".parse().unwrap(), "[fd00::2]:2".parse().unwrap(), &[7; 100]);
+        assert_eq!(claimed_len(&v6), Some(148));
+        assert_eq!(claimed_len(&[]), None);
+        assert_eq!(claimed_len(&[0x45, 0, 0]), None, "too short to say");
+        assert_eq!(claimed_len(&[0x00; 20]), None, "not IP");
+    }
+
+    #[test]
     fn received_vnet_header_says_segment_size_and_checksum_trust() {
         let hdr = |flags: u8, gso_type: u8, size: u16| {
             let mut h = [0u8; 10];
@@ -715,10 +739,10 @@ mod tests {
             h[4..6].copy_from_slice(&size.to_le_bytes());
             vnet_rx(&h)
         };
-        assert_eq!(hdr(0, 0, 0), VnetRx { gso_size: 0, csum_ok: false }, "complete checksum: verify it");
-        assert_eq!(hdr(1, 0, 0), VnetRx { gso_size: 0, csum_ok: true }, "NEEDS_CSUM: partial, trusted");
-        assert_eq!(hdr(2, 0, 0), VnetRx { gso_size: 0, csum_ok: true }, "DATA_VALID");
-        assert_eq!(hdr(1, VIRTIO_NET_HDR_GSO_TCPV4, 1448), VnetRx { gso_size: 1448, csum_ok: true });
+        assert_eq!(hdr(0, 0, 0), VnetRx { gso_size: 0, checksum_verified: false }, "complete checksum: verify it");
+        assert_eq!(hdr(1, 0, 0), VnetRx { gso_size: 0, checksum_verified: true }, "NEEDS_CSUM: partial, trusted");
+        assert_eq!(hdr(2, 0, 0), VnetRx { gso_size: 0, checksum_verified: true }, "DATA_VALID");
+        assert_eq!(hdr(1, VIRTIO_NET_HDR_GSO_TCPV4, 1448), VnetRx { gso_size: 1448, checksum_verified: true });
         assert_eq!(hdr(1, VIRTIO_NET_HDR_GSO_TCPV6 | VIRTIO_NET_HDR_GSO_ECN, 1428).gso_size, 1428);
         assert_eq!(hdr(1, 3, 1400).gso_size, 0, "UDP GSO is not a TCP super-segment");
         // A size in a header that says no GSO is ignored.

@@ -26,7 +26,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
-use crate::{IoStats, PacketBatch, PacketIo};
+use crate::{DeviceCaps, IoStats, PacketIo, RxBatch, TxBatch};
 
 /// Batches smaller than this (ACKs, a few small segments) are written by
 /// the caller itself when the thread is idle: the receiving kernel's work
@@ -71,12 +71,12 @@ struct Shared {
 
 struct State {
     /// A batch for the thread to write.
-    full: Option<PacketBatch>,
+    full: Option<TxBatch>,
     /// The thread has a batch (queued in `full` or being written).
     busy: bool,
     /// The batch the thread last emptied, swapped in for the next full
     /// one (the caller's own earlier batch, so of the caller's shape).
-    spare: Option<PacketBatch>,
+    spare: Option<TxBatch>,
     /// The task that found the thread busy.
     waiting: Option<Waker>,
     shutdown: bool,
@@ -183,7 +183,7 @@ impl PacketIo for WriterThread {
         self.inner.mtu()
     }
 
-    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_recv_batch(&self, cx: &mut Context<'_>, batch: &mut RxBatch) -> Poll<io::Result<usize>> {
         self.inner.poll_recv_batch(cx, batch)
     }
 
@@ -194,7 +194,7 @@ impl PacketIo for WriterThread {
     /// the previous batch; the caller is woken when it is done. A small
     /// batch meeting an idle thread is written at once instead
     /// ([`INLINE_BELOW`]), in order with everything handed over before.
-    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut PacketBatch) -> Poll<io::Result<usize>> {
+    fn poll_send_batch(&self, cx: &mut Context<'_>, batch: &mut TxBatch) -> Poll<io::Result<usize>> {
         let mut st = self.shared.lock();
         if batch.unsent() == 0 {
             return Poll::Ready(Ok(batch.finish_send()));
@@ -212,7 +212,10 @@ impl PacketIo for WriterThread {
             }
             return Poll::Pending;
         }
-        let mut empty = st.spare.take().unwrap_or_else(|| PacketBatch::new(batch.capacity(), batch.max_packet_len()));
+        let mut empty = st
+            .spare
+            .take()
+            .unwrap_or_else(|| TxBatch::new(batch.capacity(), batch.max_packet_len()).with_caps(batch.caps()));
         let n = batch.unsent();
         std::mem::swap(batch, &mut empty);
         st.full = Some(empty);
@@ -232,16 +235,8 @@ impl PacketIo for WriterThread {
         s
     }
 
-    fn tso(&self) -> bool {
-        self.inner.tso()
-    }
-
-    fn checksum_offload(&self) -> bool {
-        self.inner.checksum_offload()
-    }
-
-    fn gather(&self) -> bool {
-        self.inner.gather()
+    fn caps(&self) -> DeviceCaps {
+        self.inner.caps()
     }
 }
 
@@ -268,7 +263,7 @@ impl std::fmt::Debug for WriterThread {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ChannelIo;
+    use crate::{ChannelIo, TxPacket};
     use std::sync::atomic::AtomicUsize;
     use std::time::Instant;
 
@@ -289,16 +284,16 @@ mod tests {
     }
 
     /// Adds packets numbered `from..from + n` of `size` bytes each.
-    fn fill_sized(batch: &mut PacketBatch, from: u32, n: u32, size: usize) {
+    fn fill_sized(batch: &mut TxBatch, from: u32, n: u32, size: usize) {
         let mut p = vec![0u8; size];
         for i in from..from + n {
             p[..4].copy_from_slice(&i.to_be_bytes());
-            batch.push(&p).unwrap();
+            batch.push(&mut TxPacket::copy_of(&p)).unwrap();
         }
     }
 
     /// Packets big enough that a batch of 16 goes to the thread.
-    fn fill(batch: &mut PacketBatch, from: u32, n: u32) {
+    fn fill(batch: &mut TxBatch, from: u32, n: u32) {
         fill_sized(batch, from, n, 1200);
     }
 
@@ -310,7 +305,7 @@ mod tests {
     fn receive(rx: ChannelIo, n: usize) -> thread::JoinHandle<Vec<u32>> {
         thread::spawn(move || {
             let mut got = Vec::new();
-            let mut b = PacketBatch::new(64, 1500);
+            let mut b = RxBatch::new(64, 1500);
             while got.len() < n {
                 block_on(|cx| rx.poll_recv_batch(cx, &mut b)).unwrap();
                 got.extend(b.iter().map(number));
@@ -333,7 +328,7 @@ mod tests {
         let (a, b) = ChannelIo::pair("a", "b", 1500, 8);
         let w = WriterThread::new(Arc::new(a)).unwrap();
         let rx = receive(b, 33 * 40);
-        let mut batch = PacketBatch::new(32, 1500);
+        let mut batch = TxBatch::new(32, 1500);
         let mut waited = 0;
         let mut next = 0u32;
         for k in 0..80 {
@@ -378,10 +373,10 @@ mod tests {
         fn mtu(&self) -> usize {
             1500
         }
-        fn poll_recv_batch(&self, _: &mut Context<'_>, _: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        fn poll_recv_batch(&self, _: &mut Context<'_>, _: &mut RxBatch) -> Poll<io::Result<usize>> {
             Poll::Pending
         }
-        fn poll_send_batch(&self, _: &mut Context<'_>, b: &mut PacketBatch) -> Poll<io::Result<usize>> {
+        fn poll_send_batch(&self, _: &mut Context<'_>, b: &mut TxBatch) -> Poll<io::Result<usize>> {
             if self.calls.fetch_add(1, Relaxed) < self.bad {
                 assert!(!self.panic, "a bug in the device");
                 return Poll::Ready(Err(io::Error::other("link down")));
@@ -404,7 +399,7 @@ mod tests {
         for panic in [false, true] {
             let dev = Arc::new(Flaky { calls: AtomicUsize::new(0), bad: 1, panic });
             let w = WriterThread::new(dev.clone()).unwrap();
-            let mut batch = PacketBatch::new(16, 1500);
+            let mut batch = TxBatch::new(16, 1500);
             for _ in 0..3 {
                 fill(&mut batch, 0, 16);
                 assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 16, "panic: {panic}");
@@ -424,11 +419,11 @@ mod tests {
     fn drop_writes_what_was_handed_over() {
         let (a, b) = ChannelIo::pair("a", "b", 1500, 64);
         let w = WriterThread::new(Arc::new(a)).unwrap();
-        let mut batch = PacketBatch::new(16, 1500);
+        let mut batch = TxBatch::new(16, 1500);
         fill(&mut batch, 100, 16);
         assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 16);
         drop(w);
-        let mut got = PacketBatch::new(64, 1500);
+        let mut got = RxBatch::new(64, 1500);
         assert_eq!(block_on(|cx| b.poll_recv_batch(cx, &mut got)).unwrap(), 16);
         assert_eq!(number(got.get(0).unwrap()), 100);
     }
@@ -440,7 +435,7 @@ mod tests {
     fn drop_gives_a_device_pushing_back_time_to_take_the_last_batch() {
         let (a, b) = ChannelIo::pair("a", "b", 1500, 4);
         let w = WriterThread::new(Arc::new(a)).unwrap();
-        let mut batch = PacketBatch::new(16, 1500);
+        let mut batch = TxBatch::new(16, 1500);
         fill(&mut batch, 0, 16);
         block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap();
         thread::sleep(Duration::from_millis(20));
@@ -452,7 +447,7 @@ mod tests {
             let mut got = Vec::new();
             let t0 = Instant::now();
             while got.len() < 16 && t0.elapsed() < Duration::from_secs(5) {
-                let mut rx = PacketBatch::new(16, 1500);
+                let mut rx = RxBatch::new(16, 1500);
                 if let Poll::Ready(Ok(_)) = block_on_timeout(|cx| b.poll_recv_batch(cx, &mut rx)) {
                     got.extend((0..rx.len()).map(|i| number(rx.get(i).unwrap())));
                 }
@@ -483,7 +478,7 @@ mod tests {
     fn drop_does_not_wait_for_a_device_that_never_drains() {
         let (a, _b) = ChannelIo::pair("a", "b", 1500, 4);
         let w = WriterThread::new(Arc::new(a)).unwrap();
-        let mut batch = PacketBatch::new(16, 1500);
+        let mut batch = TxBatch::new(16, 1500);
         fill(&mut batch, 0, 16);
         block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap();
         thread::sleep(Duration::from_millis(20));
@@ -498,8 +493,8 @@ mod tests {
     fn small_batches_are_written_at_once() {
         let (a, b) = ChannelIo::pair("a", "b", 1500, 64);
         let w = WriterThread::new(Arc::new(a)).unwrap();
-        let mut batch = PacketBatch::new(16, 1500);
-        let mut got = PacketBatch::new(64, 1500);
+        let mut batch = TxBatch::new(16, 1500);
+        let mut got = RxBatch::new(64, 1500);
         for round in 0..100u32 {
             fill_sized(&mut batch, round, 1, 60);
             assert_eq!(block_on(|cx| w.poll_send_batch(cx, &mut batch)).unwrap(), 1);

@@ -14,8 +14,8 @@ use mptun_io::testutil::{
     parse_udp, require_netns, tcp_packet, udp_checksums_ok, udp_echo_reply, unique_name, TcpFields,
 };
 use mptun_io::{
-    run_in_netns, spawn_tun_in_netns, Netns, NetnsGuard, PacketBatch, PacketIo, PacketIoExt, PcapReader, PcapTap,
-    TunConfig, TunDevice,
+    run_in_netns, spawn_tun_in_netns, Netns, NetnsGuard, PacketIo, PacketIoExt, PcapReader, PcapTap, RxBatch,
+    TunConfig, TunDevice, TxBatch, TxPacket,
 };
 use tokio::net::UdpSocket;
 use tokio::time::timeout;
@@ -67,7 +67,7 @@ impl Lab {
 
 /// Reads from `tun` until a UDP packet to `dst` shows up (the kernel also
 /// sends router solicitations and MLD reports into a fresh TUN).
-async fn recv_udp_to(tun: &dyn PacketIo, batch: &mut PacketBatch, dst: SocketAddr) -> Vec<u8> {
+async fn recv_udp_to(tun: &dyn PacketIo, batch: &mut RxBatch, dst: SocketAddr) -> Vec<u8> {
     loop {
         batch.clear();
         timeout(T, tun.recv_batch(batch)).await.expect("no packet on the TUN in time").unwrap();
@@ -82,7 +82,7 @@ async fn echo_once(lab: &Lab, tun: &dyn PacketIo, dst: &str) {
     let sock = lab.peer_socket(dst.is_ipv6());
     let payload = format!("ping {dst}");
     sock.send_to(payload.as_bytes(), dst).await.unwrap();
-    let mut batch = PacketBatch::for_io(tun);
+    let mut batch = RxBatch::for_io(tun);
     let req = recv_udp_to(tun, &mut batch, dst).await;
     assert!(udp_checksums_ok(&req), "the kernel hands the TUN complete checksums");
     let (src, _, body) = parse_udp(&req).unwrap();
@@ -173,9 +173,9 @@ async fn two_tuns_each_get_their_own_traffic() {
     // Nothing for 10.202/24 ever reached mtun0, and vice versa.
     let sock = lab.peer_socket(false);
     sock.send_to(b"only-t1", "10.202.0.2:8").await.unwrap();
-    let mut b1 = PacketBatch::for_io(&t1);
+    let mut b1 = RxBatch::for_io(&t1);
     recv_udp_to(&t1, &mut b1, "10.202.0.2:8".parse().unwrap()).await;
-    let mut b0 = PacketBatch::for_io(&t0);
+    let mut b0 = RxBatch::for_io(&t0);
     let stray = timeout(Duration::from_millis(200), async {
         loop {
             b0.clear();
@@ -205,8 +205,8 @@ async fn batching_drains_a_burst_in_few_wakeups() {
         sock.send_to(&(i as u32).to_be_bytes(), dst).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut batch = PacketBatch::new(64, tun.mtu());
-    let mut out = PacketBatch::new(64, tun.mtu());
+    let mut batch = RxBatch::new(64, tun.mtu());
+    let mut out = TxBatch::new(64, tun.mtu());
     let mut seen = Vec::new();
     let mut biggest = 0;
     while seen.len() < N {
@@ -217,7 +217,7 @@ async fn batching_drains_a_burst_in_few_wakeups() {
             if let Some((_, d, body)) = parse_udp(p) {
                 if d == dst {
                     seen.push(u32::from_be_bytes(body.try_into().unwrap()));
-                    out.push(&udp_echo_reply(p).unwrap()).unwrap();
+                    out.push(&mut TxPacket::copy_of(&udp_echo_reply(p).unwrap())).unwrap();
                 }
             }
         }
@@ -250,17 +250,40 @@ async fn offload_device_still_carries_plain_packets() {
     let sock = lab.peer_socket(false);
     let dst: SocketAddr = "10.201.0.2:9".parse().unwrap();
     sock.send_to(b"batched", dst).await.unwrap();
-    let mut batch = PacketBatch::for_io(&tun);
+    let mut batch = RxBatch::for_io(&tun);
     let req = recv_udp_to(&tun, &mut batch, dst).await;
-    let mut out = PacketBatch::for_io(&tun);
-    out.push(&udp_echo_reply(&req).unwrap()).unwrap();
-    out.push(&udp_echo_reply(&req).unwrap()).unwrap();
+    let mut out = TxBatch::for_io(&tun);
+    out.push(&mut TxPacket::copy_of(&udp_echo_reply(&req).unwrap())).unwrap();
+    out.push(&mut TxPacket::copy_of(&udp_echo_reply(&req).unwrap())).unwrap();
     assert_eq!(tun.send_batch(&mut out).await.unwrap(), 2);
     let mut buf = [0u8; 64];
     for _ in 0..2 {
         let (n, _) = timeout(T, sock.recv_from(&mut buf)).await.expect("offload batch reply lost").unwrap();
         assert_eq!(&buf[..n], b"batched");
     }
+}
+
+/// A TUN whose MTU is raised after it was opened (`ip link set mtu`) hands
+/// over packets longer than the slots it was sized for, and the read cuts
+/// them: such a packet is counted as dropped and the next one is read as
+/// usual, instead of being passed on cut (or, where the read reports the
+/// whole length, recorded past the end of its slot: a panic).
+#[tokio::test]
+async fn hostile_a_read_longer_than_the_slot_is_dropped() {
+    let Some(lab) = Lab::if_netns() else { return };
+    let cfg = tun_config("mtun0", &[("10.201.0.1", 24)]).offload(false);
+    let tun = spawn_tun_in_netns(lab.a.name(), &cfg).unwrap();
+    assert!(!tun.offload());
+    lab.a.ip(["link", "set", "mtun0", "mtu", "3000"]).unwrap();
+    let sock = run_in_netns(lab.a.name(), || std::net::UdpSocket::bind("10.201.0.1:0")).unwrap().unwrap();
+    let dst: SocketAddr = "10.201.0.9:9".parse().unwrap();
+    sock.send_to(&[0x5a; 2000], dst).unwrap();
+    sock.send_to(b"small", dst).unwrap();
+    let mut batch = RxBatch::for_io(&tun);
+    assert_eq!(batch.max_packet_len(), 1400);
+    let got = recv_udp_to(&tun, &mut batch, dst).await;
+    assert_eq!(parse_udp(&got).unwrap().2, b"small");
+    assert_eq!(tun.stats().rx_dropped, 1, "{:?}", tun.stats());
 }
 
 /// Packets the kernel took in from a TUN: one per write(2).
@@ -287,7 +310,7 @@ async fn offload_gso_super_packet_reaches_a_kernel_socket_intact() {
     };
     let isn = 7_000u32;
     tun.send(&seg(isn, 0, 0x02, &[2, 4, 0x05, 0xb4], &[])).await.unwrap();
-    let mut batch = PacketBatch::for_io(&tun);
+    let mut batch = RxBatch::for_io(&tun);
     let server_isn = timeout(T, async {
         loop {
             batch.clear();
@@ -313,9 +336,10 @@ async fn offload_gso_super_packet_reaches_a_kernel_socket_intact() {
         c.read_exact(&mut got).map(|_| got)
     });
     let writes_before = kernel_rx_packets(&lab.a, "mtun0");
-    let mut out = PacketBatch::for_io(&tun);
-    assert!(tun.tso());
-    out.push_gso(&seg(isn + 1, server_isn + 1, 0x18, &[], &data), LEN).unwrap();
+    let mut out = TxBatch::for_io(&tun);
+    assert!(tun.caps().tso);
+    out.push(&mut TxPacket::copy_of(&seg(isn + 1, server_isn + 1, 0x18, &[], &data)).with_segment_size(Some(LEN)))
+        .unwrap();
     assert_eq!(tun.send_batch(&mut out).await.unwrap(), 1);
     let writes = kernel_rx_packets(&lab.a, "mtun0") - writes_before;
     let got = tokio::task::spawn_blocking(move || reader.join().unwrap()).await.unwrap().expect("socket read");
@@ -323,7 +347,10 @@ async fn offload_gso_super_packet_reaches_a_kernel_socket_intact() {
     assert_eq!(writes, 1, "{SEGS} segments in one write");
     // A malformed super-packet is refused and counted, not written.
     let errors = tun.stats().tx_errors;
-    out.push_gso(&seg(isn + 1, server_isn + 1, 0x18, &[], &data)[..30], LEN).unwrap();
+    out.push(
+        &mut TxPacket::copy_of(&seg(isn + 1, server_isn + 1, 0x18, &[], &data)[..30]).with_segment_size(Some(LEN)),
+    )
+    .unwrap();
     assert_eq!(tun.send_batch(&mut out).await.unwrap(), 0);
     assert_eq!(tun.stats().tx_errors, errors + 1);
 }
@@ -378,9 +405,9 @@ async fn bulk_from_a_kernel_sender(gro: bool) {
             .unwrap()
         }
     });
-    let mut batch = PacketBatch::for_io(&tun);
+    let mut batch = RxBatch::for_io(&tun);
     batch.set_gro(gro);
-    let mut out = PacketBatch::for_io(&tun);
+    let mut out = TxBatch::for_io(&tun);
     let (mut peer, mut next, mut got, mut whole) = (None, 0u32, 0usize, 0usize);
     let mut seg = vec![0u8; 1500];
     timeout(T, async {
@@ -427,7 +454,7 @@ async fn bulk_from_a_kernel_sender(gro: bool) {
                         window: 65535,
                         options: &[2, 4, 5, 0xb4, 1, 3, 3, 7],
                     };
-                    out.push(&tcp_packet(me, src, f, &[])).unwrap();
+                    out.push(&mut TxPacket::copy_of(&tcp_packet(me, src, f, &[]))).unwrap();
                 } else if len > 0 {
                     assert_eq!(seq, next, "segments in order, none missing");
                     next = next.wrapping_add(len);
@@ -437,7 +464,7 @@ async fn bulk_from_a_kernel_sender(gro: bool) {
             if let Some(src) = peer {
                 let f = TcpFields { seq: 100, ack: next, flags: 0x10, window: 65535, options: &[] };
                 if out.is_empty() {
-                    out.push(&tcp_packet(me, src, f, &[])).unwrap();
+                    out.push(&mut TxPacket::copy_of(&tcp_packet(me, src, f, &[]))).unwrap();
                 }
                 tun.send_batch(&mut out).await.unwrap();
             }
@@ -463,11 +490,11 @@ async fn malformed_writes_are_counted_and_skipped() {
     let sock = lab.peer_socket(false);
     let dst: SocketAddr = "10.201.0.2:7".parse().unwrap();
     sock.send_to(b"x", dst).await.unwrap();
-    let mut batch = PacketBatch::for_io(&tun);
+    let mut batch = RxBatch::for_io(&tun);
     let req = recv_udp_to(&tun, &mut batch, dst).await;
-    let mut out = PacketBatch::for_io(&tun);
-    out.push(&[0x00; 20]).unwrap(); // version 0: the kernel refuses it
-    out.push(&udp_echo_reply(&req).unwrap()).unwrap();
+    let mut out = TxBatch::for_io(&tun);
+    out.push(&mut TxPacket::copy_of(&[0x00; 20])).unwrap(); // version 0: the kernel refuses it
+    out.push(&mut TxPacket::copy_of(&udp_echo_reply(&req).unwrap())).unwrap();
     assert_eq!(tun.send_batch(&mut out).await.unwrap(), 1);
     assert_eq!(tun.stats().tx_errors, 1);
     let mut buf = [0u8; 8];

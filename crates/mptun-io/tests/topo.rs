@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mptun_io::netns::ip;
 use mptun_io::testutil::{parse_udp, require_netns, udp_packet, unique_name};
-use mptun_io::{run_in_netns, spawn_tun_in_netns, Netns, PacketBatch, PacketIoExt, TunConfig};
+use mptun_io::{run_in_netns, spawn_tun_in_netns, Netns, PacketIoExt, RxBatch, TunConfig};
 use tokio::time::timeout;
 
 fn topo(args: &[&str]) -> String {
@@ -94,7 +94,7 @@ async fn lab_routes_each_mptun_address_over_its_own_path() {
     assert!(rx_packets(&srv, "s1") < s1_before + BURST, "not by veth 1");
 
     // The reply comes back into the TUN.
-    let mut batch = PacketBatch::for_io(&tun);
+    let mut batch = RxBatch::for_io(&tun);
     let reply = timeout(Duration::from_secs(5), async {
         loop {
             batch.clear();

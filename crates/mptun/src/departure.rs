@@ -13,8 +13,7 @@
 //! past the queue's limits (fq's `limit` and `flow_limit`); both counted.
 
 use mptun_io::paths::DeviceId;
-use mptun_io::HEADROOM;
-use mptun_proto::tcp::Tail;
+use mptun_io::{TxPacket, HEADROOM};
 use mptun_time::{Duration, Instant};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -36,22 +35,38 @@ pub(crate) const SMALL: usize = HEADROOM + 16 * 1024;
 /// A flow: (source, destination), as the core addressed the packet.
 pub(crate) type FlowKey = (SocketAddr, SocketAddr);
 
+/// A packet to hold until its departure time.
+pub(crate) struct Departure {
+    /// The flow it belongs to: it leaves after the flow's earlier packets.
+    pub(crate) flow: FlowKey,
+    /// Its earliest departure time.
+    pub(crate) at: Instant,
+    /// The device it goes to.
+    pub(crate) device: DeviceId,
+    /// The packet, already in the form that device takes
+    /// (`TxPacket::fit_to`): its payload still in the send buffer when the
+    /// device gathers (`DeviceCaps::gather`), so that a held super-segment
+    /// then costs neither a copy nor 64 KiB here, and its checksum settled.
+    pub(crate) packet: TxPacket,
+}
+
 /// One held packet.
 struct Held {
     departure: Instant,
     device: DeviceId,
-    /// The packet after [`HEADROOM`] bytes, as the driver built it (it goes
-    /// into a device batch by a buffer swap, not a copy).
-    buf: Vec<u8>,
-    len: usize,
-    /// Its payload, still in the send buffer, when the device it goes to
-    /// gathers (`PacketIo::gather`): `buf` then holds only the headers, and
-    /// a held super-segment costs neither a copy nor 64 KiB here.
-    tail: Tail,
-    /// TSO segment size of a super-segment.
-    gso: Option<usize>,
-    /// Its TCP checksum is left for the device (settled when it was held).
-    partial: bool,
+    packet: TxPacket,
+    /// Its bytes as counted in [`DepartureQueue::bytes`] when it was queued
+    /// (a push into a device batch empties the packet before it is popped).
+    bytes: usize,
+}
+
+/// The packet due next, left at the head of its flow until it is popped.
+pub(crate) struct Due<'a> {
+    /// The device it goes to.
+    pub(crate) device: DeviceId,
+    /// The packet, to push into the device's batch in place: one that did
+    /// not fit stays first in line, unchanged.
+    pub(crate) packet: &'a mut TxPacket,
 }
 
 /// Why a packet was not queued.
@@ -80,37 +95,33 @@ pub(crate) struct DepartureQueue {
 }
 
 impl DepartureQueue {
-    /// Holds the packet `buf[HEADROOM..HEADROOM + len]` (followed by
-    /// `tail`) of `flow` for `device` until `departure` (after the flow's
-    /// earlier packets). A refused packet's buffer comes back with the
-    /// reason.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn push(
-        &mut self,
-        now: Instant,
-        flow: FlowKey,
-        departure: Instant,
-        device: DeviceId,
-        buf: Vec<u8>,
-        len: usize,
-        tail: Tail,
-        (gso, partial): (Option<usize>, bool),
-    ) -> Result<(), (Refused, Vec<u8>)> {
-        debug_assert!(HEADROOM + len <= buf.len());
-        if departure > now + HORIZON {
-            return Err((Refused::Horizon, buf));
+    /// Holds `d.packet` until `d.at`, after its flow's earlier packets.
+    /// A refused packet is dropped (its buffer kept for reuse).
+    pub(crate) fn push(&mut self, now: Instant, d: Departure) -> Result<(), Refused> {
+        let Departure { flow, at, device, packet } = d;
+        if at > now + HORIZON {
+            self.recycle(packet.into_buffer());
+            return Err(Refused::Horizon);
+        }
+        // The queue's limit before the flow's entry: a refused packet of a
+        // new flow must not leave an empty one behind.
+        if self.len >= LIMIT {
+            self.recycle(packet.into_buffer());
+            return Err(Refused::Limit);
         }
         let q = self.flows.entry(flow).or_default();
-        if self.len >= LIMIT || q.len() >= FLOW_LIMIT {
-            return Err((Refused::Limit, buf));
+        if q.len() >= FLOW_LIMIT {
+            self.recycle(packet.into_buffer());
+            return Err(Refused::Limit);
         }
-        self.bytes += len + tail.len();
+        let bytes = packet.packet_len();
+        self.bytes += bytes;
         self.len += 1;
         // A flow's packets leave in order: one stamped earlier than its
         // predecessor (a retransmission) waits for it.
-        let departure = q.back().map_or(departure, |b| b.departure.max(departure));
+        let departure = q.back().map_or(at, |b| b.departure.max(at));
         let was_empty = q.is_empty();
-        q.push_back(Held { departure, device, buf, len, tail, gso, partial });
+        q.push_back(Held { departure, device, packet, bytes });
         if was_empty {
             self.order += 1;
             self.heads.push(Reverse((departure, self.order, flow)));
@@ -129,21 +140,20 @@ impl DepartureQueue {
     }
 
     /// The next packet due by `now` plus the slack, earliest flow head
-    /// first: (device, packet, TSO segment size, checksum left for the
-    /// device), left in place. A packet with a tail shows its headers only.
-    pub(crate) fn peek_due(&self, now: Instant) -> Option<(DeviceId, &[u8], Option<usize>, bool)> {
+    /// first, left in place.
+    pub(crate) fn peek_due(&mut self, now: Instant) -> Option<Due<'_>> {
         let Reverse((t, _, flow)) = self.heads.peek()?;
         if *t > now + TIMER_SLACK {
             return None;
         }
-        let h = self.flows.get(flow)?.front()?;
-        Some((h.device, &h.buf[HEADROOM..HEADROOM + h.len], h.gso, h.partial))
+        let h = self.flows.get_mut(flow)?.front_mut()?;
+        Some(Due { device: h.device, packet: &mut h.packet })
     }
 
-    /// Removes the packet [`DepartureQueue::peek_due`] shows and returns its
-    /// buffer and length (the packet after [`HEADROOM`] bytes) and its
-    /// tail; hand spare buffers back with [`DepartureQueue::recycle`].
-    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Vec<u8>, usize, Tail)> {
+    /// Removes the packet [`DepartureQueue::peek_due`] shows and returns it
+    /// (what a push left of it: hand its buffer back with
+    /// [`DepartureQueue::recycle`]).
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<TxPacket> {
         let Reverse((t, _, flow)) = *self.heads.peek()?;
         if t > now + TIMER_SLACK {
             return None;
@@ -159,8 +169,8 @@ impl DepartureQueue {
             self.flows.remove(&flow);
         }
         self.len -= 1;
-        self.bytes -= h.len + h.tail.len();
-        Some((h.buf, h.len, h.tail))
+        self.bytes -= h.bytes;
+        Some(h.packet)
     }
 
     /// Returns a buffer for reuse.
@@ -195,6 +205,7 @@ impl DepartureQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mptun_io::TxChecksum;
 
     fn t(us: u64) -> Instant {
         Instant::from_micros(us)
@@ -206,31 +217,31 @@ mod tests {
 
     /// The next due packet's device (the flow's port in these tests) and bytes.
     fn pop(q: &mut DepartureQueue, now: Instant) -> Option<(usize, Vec<u8>)> {
-        let dev = q.peek_due(now)?.0;
-        let (p, len, _) = q.pop_due(now)?;
-        let out = p[HEADROOM..HEADROOM + len].to_vec();
-        q.recycle(p);
+        let dev = q.peek_due(now)?.device;
+        let p = q.pop_due(now)?;
+        let out = p.head().to_vec();
+        q.recycle(p.into_buffer());
         Some((dev, out))
-    }
-
-    /// `packet` in a buffer as the driver builds it.
-    fn held(packet: &[u8]) -> Vec<u8> {
-        let mut b = vec![0u8; HEADROOM];
-        b.extend_from_slice(packet);
-        b
     }
 
     /// Holds `packet` (in a buffer of its own), as the driver does.
     fn push(
         q: &mut DepartureQueue,
         now: Instant,
-        f: FlowKey,
+        flow: FlowKey,
         at: Instant,
-        dev: DeviceId,
+        device: DeviceId,
         packet: &[u8],
         gso: Option<usize>,
     ) -> Result<(), Refused> {
-        q.push(now, f, at, dev, held(packet), packet.len(), Tail::default(), (gso, false)).map_err(|(r, _)| r)
+        let packet = TxPacket::copy_of(packet).with_segment_size(gso);
+        q.push(now, Departure { flow, at, device, packet })
+    }
+
+    /// What `peek_due` shows: device, headers, segment size, checksum.
+    fn peek(q: &mut DepartureQueue, now: Instant) -> Option<(DeviceId, Vec<u8>, Option<usize>, TxChecksum)> {
+        let d = q.peek_due(now)?;
+        Some((d.device, d.packet.head().to_vec(), d.packet.segment_size(), d.packet.checksum()))
     }
 
     #[test]
@@ -263,23 +274,50 @@ mod tests {
         let mut q = DepartureQueue::default();
         push(&mut q, t(0), flow(1), t(50), 3, b"a", Some(1448)).unwrap();
         push(&mut q, t(0), flow(1), t(60), 3, b"b", None).unwrap();
-        assert_eq!(q.peek_due(t(0)), None);
-        assert_eq!(q.peek_due(t(50)), Some((3, &b"a"[..], Some(1448), false)));
-        let (p, len, _) = q.pop_due(t(50)).unwrap();
-        assert_eq!(&p[HEADROOM..HEADROOM + len], b"a");
-        assert_eq!(q.peek_due(t(50)), Some((3, &b"b"[..], None, false)), "60 is within the slack of 50");
+        assert!(q.peek_due(t(0)).is_none());
+        assert_eq!(peek(&mut q, t(50)), Some((3, b"a".to_vec(), Some(1448), TxChecksum::Complete)));
+        let p = q.pop_due(t(50)).unwrap();
+        assert_eq!(p.head(), b"a");
+        assert_eq!(
+            peek(&mut q, t(50)),
+            Some((3, b"b".to_vec(), None, TxChecksum::Complete)),
+            "60 is within 50's slack"
+        );
         assert_eq!(q.len(), 1);
     }
 
     #[test]
     fn a_tail_waits_with_its_headers_and_counts() {
         let mut q = DepartureQueue::default();
-        let tail = Tail::gather([bytes::Bytes::from_static(b"payload"), bytes::Bytes::from_static(b"!")]).unwrap();
-        q.push(t(0), flow(1), t(50), 3, held(b"hdr"), 3, tail.clone(), (Some(1448), true)).unwrap();
+        let tail = [bytes::Bytes::from_static(b"payload"), bytes::Bytes::from_static(b"!")];
+        let packet = TxPacket::copy_of(b"hdr")
+            .with_tail(&tail)
+            .unwrap()
+            .with_segment_size(Some(1448))
+            .with_checksum(TxChecksum::Partial);
+        q.push(t(0), Departure { flow: flow(1), at: t(50), device: 3, packet }).unwrap();
         assert_eq!(q.bytes(), 3 + 8, "the tail's bytes are held too");
-        assert_eq!(q.peek_due(t(50)), Some((3, &b"hdr"[..], Some(1448), true)));
-        let (p, len, got) = q.pop_due(t(50)).unwrap();
-        assert_eq!((&p[HEADROOM..HEADROOM + len], got), (&b"hdr"[..], tail));
+        assert_eq!(peek(&mut q, t(50)), Some((3, b"hdr".to_vec(), Some(1448), TxChecksum::Partial)));
+        let p = q.pop_due(t(50)).unwrap();
+        assert_eq!((p.head(), p.tail()), (&b"hdr"[..], &tail[..]));
+        assert_eq!((q.len(), q.bytes()), (0, 0));
+    }
+
+    /// A due packet goes into a device batch where it lies: one that does
+    /// not fit stays first in line as it was, one that went in is popped
+    /// empty, and the queue counts its bytes until then.
+    #[test]
+    fn a_due_packet_is_pushed_in_place() {
+        let mut q = DepartureQueue::default();
+        push(&mut q, t(0), flow(1), t(1), 0, &[7; 100], None).unwrap();
+        push(&mut q, t(0), flow(1), t(1), 0, &[8; 50], None).unwrap();
+        let mut batch = mptun_io::TxBatch::new(1, 1500);
+        batch.push(q.peek_due(t(1)).unwrap().packet).unwrap();
+        assert_eq!((q.len(), q.bytes()), (2, 150), "counted until popped");
+        assert!(q.pop_due(t(1)).unwrap().is_empty(), "what the push left");
+        let due = q.peek_due(t(1)).unwrap();
+        assert_eq!(batch.push(due.packet), Err(mptun_io::PushError::Full));
+        assert_eq!(pop(&mut q, t(1)), Some((0, vec![8; 50])), "still there, unchanged");
         assert_eq!((q.len(), q.bytes()), (0, 0));
     }
 
@@ -298,11 +336,28 @@ mod tests {
         assert_eq!(q.len(), FLOW_LIMIT + 1);
     }
 
+    /// A packet of a new flow refused because the queue is full leaves
+    /// nothing behind: flow after flow offered while the queue is at its
+    /// limit must not grow it.
+    #[test]
+    fn hostile_refused_new_flows_leave_no_entry_behind() {
+        let mut q = DepartureQueue::default();
+        for i in 0..LIMIT {
+            push(&mut q, t(0), flow((i / FLOW_LIMIT) as u16), t(1), 0, b"x", None).unwrap();
+        }
+        let flows = q.flows.len();
+        for n in 0..1000 {
+            assert_eq!(push(&mut q, t(0), flow(100 + n), t(1), 0, b"y", None), Err(Refused::Limit));
+        }
+        assert_eq!(q.flows.len(), flows, "no entry for a refused flow");
+        assert!(!q.holds(&flow(100)));
+    }
+
     #[test]
     fn buffers_are_recycled() {
         let mut q = DepartureQueue::default();
         push(&mut q, t(0), flow(1), t(1), 0, &[7; 1500], None).unwrap();
-        let (p, _, _) = q.pop_due(t(1)).unwrap();
+        let p = q.pop_due(t(1)).unwrap().into_buffer();
         let ptr = p.as_ptr();
         q.recycle(p);
         let b = q.take_buffer(64);

@@ -10,9 +10,10 @@
 //! 3. dispatch accepted connections to listeners;
 //! 4. move due packets out of the departure queue, then `poll_transmit`
 //!    until `None`: due packets go into their device's batch, later ones into
-//!    the departure queue; for a device that gathers, a data packet's
-//!    payload stays in the send buffer all the way (`Transmit::tail`,
-//!    `PacketBatch::push_gather`) and only its headers are copied;
+//!    the departure queue, each in the form its device takes
+//!    (`TxPacket::fit_to`, `TxBatch::push`); for a device that gathers, a
+//!    data packet's payload stays in the send buffer all the way
+//!    (`Transmit::tail`) and only its headers are copied;
 //! 5. `poll_event` until `None`, then wake the tasks whose connection became
 //!    readable, writable, connected or failed; reap closed orphans;
 //! 6. write the batches (by default a hand-over to each device's writer
@@ -30,12 +31,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use mptun_io::paths::DeviceId;
-use mptun_io::{PacketBatch, PacketIo, PushError, SharedPcap, HEADROOM};
-use mptun_proto::tcp::Event;
+use mptun_io::{PacketIo, PushError, RxBatch, SharedPcap, TxBatch, TxChecksum, TxPacket, HEADROOM, MAX_TAIL_PARTS};
+use mptun_proto::tcp::{Event, Transmit};
 use mptun_proto::{ConnConfig, ConnectionHandle};
 use mptun_time::{Duration, Instant};
 
-use crate::departure::{self, DepartureQueue, Refused, TIMER_SLACK};
+use crate::departure::{self, Departure, DepartureQueue, Refused, TIMER_SLACK};
 use crate::state::{ConnState, Shared, State, BACKLOG};
 use crate::timer::{HrTimer, SPIN_BELOW};
 use crate::StreamOptions;
@@ -75,8 +76,10 @@ const SCRATCH: usize = 65_535;
 
 struct Device {
     io: Arc<dyn PacketIo>,
-    rx: PacketBatch,
-    tx: PacketBatch,
+    rx: RxBatch,
+    /// Built for the device's capabilities: each packet goes in in the
+    /// form the device takes.
+    tx: TxBatch,
     dead: bool,
 }
 
@@ -126,13 +129,13 @@ impl Driver {
         let devices = devices
             .into_iter()
             .map(|io| {
-                let mut rx = PacketBatch::for_io(&*io);
+                let mut rx = RxBatch::for_io(&*io);
                 // The core takes a super-segment as one segment: a 64 KiB
                 // GRO read costs one header and no copy (its buffer is lent
                 // to the receive queue, step 1b), not 45 headers and copies
                 // (`StackBuilder::gro`).
                 rx.set_gro(gro);
-                let tx = PacketBatch::for_io(&*io);
+                let tx = TxBatch::for_io(&*io);
                 Device { io, rx, tx, dead: false }
             })
             .collect();
@@ -345,45 +348,19 @@ impl Driver {
     /// everything held once it shuts down.
     fn transmit(&mut self, st: &mut State, now: Instant, due_by: Instant) -> bool {
         // Held packets first: they are older than anything the endpoint
-        // produces now, and a flow's packets must stay in order.
-        while let Some((dev, packet, gso, partial)) = self.departures.peek_due(due_by) {
-            let d = &mut self.devices[dev];
-            let r = if swappable(d, gso) {
-                // Moved, not copied: the slot's old buffer becomes a spare.
-                if d.tx.is_full() {
-                    return true;
-                }
-                let (mut buf, len, tail) = self.departures.pop_due(due_by).expect("peeked");
-                // Its checksum was settled for this device when it was held
-                // (and a tail kept only for a device that gathers).
-                let r = if !tail.is_empty() {
-                    let r = d.tx.push_gather(&buf[HEADROOM..HEADROOM + len], tail.parts(), gso);
-                    st.stats.tx_gathered += r.is_ok() as u64;
-                    r
-                } else if partial {
-                    d.tx.push_swap_partial(&mut buf, len, gso)
-                } else {
-                    d.tx.push_swap(&mut buf, len, gso)
-                };
-                self.departures.recycle(buf);
-                r
-            } else {
-                let r = push(d, packet, gso);
-                if r == Err(PushError::Full) {
-                    // Not room for all its segments: it stays first in line.
-                    return true;
-                }
-                let (buf, _, tail) = self.departures.pop_due(due_by).expect("peeked");
-                // A tail is held only for a device that gathers, which
-                // takes super-segments whole (`gathers`); capabilities are
-                // fixed for a device's life.
-                debug_assert!(tail.is_empty(), "a tail is kept only for a device that gathers");
-                self.departures.recycle(buf);
-                r
-            };
-            if r.is_err() {
-                st.stats.tx_oversize += 1;
+        // produces now, and a flow's packets must stay in order. Each went
+        // into the form its device takes when it was held.
+        while let Some(due) = self.departures.peek_due(due_by) {
+            let d = &mut self.devices[due.device];
+            match push(&mut d.tx, due.packet, st) {
+                // Not room for it (or all its wire segments): it stays
+                // first in line.
+                Err(PushError::Full) => return true,
+                Err(_) => st.stats.tx_oversize += 1,
+                Ok(()) => {}
             }
+            let spare = self.departures.pop_due(due_by).expect("peeked");
+            self.departures.recycle(spare.into_buffer());
             self.batch_since.get_or_insert(now);
         }
         let mut made = 0usize;
@@ -407,46 +384,35 @@ impl Driver {
             let d = &mut self.devices[dev];
             let mut full = d.tx.is_full();
             let due = t.departure <= due_by + TIMER_SLACK && !full && !self.departures.holds(&flow);
-            // A payload left in the send buffer (`gather_payload`) stays
-            // there, now or held for later, for a device that writes it
-            // behind the headers; otherwise it is copied in here (a device
-            // that cannot gather, a super-segment cut here).
-            let gathered = !t.tail.is_empty() && t.checksum_partial && gathers(d, t.segment_size);
-            let len = if t.tail.is_empty() || gathered {
-                t.len
-            } else {
-                st.stats.tx_tail_copied += 1;
-                t.assemble(&mut self.scratch[HEADROOM..])
-            };
-            let partial = settle_checksum(d, &mut self.scratch[HEADROOM..HEADROOM + len], &t);
+            // Into the form the device takes, now or held for later: a
+            // payload left in the send buffer (`gather_payload`) stays
+            // there for a device that writes it behind the headers, and is
+            // copied in here otherwise; a checksum left partial stays so
+            // only for a device that completes it.
+            let mut p = tx_packet(std::mem::take(&mut self.scratch), &t);
+            let pieces = !p.tail().is_empty();
+            if let Err(e) = p.fit_to(d.tx.caps()) {
+                tracing::warn!(device = d.io.name(), "could not complete a checksum: {e}");
+            }
+            st.stats.tx_tail_copied += (pieces && p.tail().is_empty()) as u64;
             if due {
                 self.batch_since.get_or_insert(now);
-                let r = if gathered {
-                    // Only the headers are copied; the scratch buffer stays.
-                    let r = d.tx.push_gather(&self.scratch[HEADROOM..HEADROOM + len], t.tail.parts(), t.segment_size);
-                    st.stats.tx_gathered += r.is_ok() as u64;
-                    r
-                } else if swappable(d, t.segment_size) {
-                    if partial {
-                        d.tx.push_swap_partial(&mut self.scratch, len, t.segment_size)
-                    } else {
-                        d.tx.push_swap(&mut self.scratch, len, t.segment_size)
-                    }
-                } else {
-                    push(d, &self.scratch[HEADROOM..HEADROOM + len], t.segment_size)
-                };
-                if self.scratch.len() < HEADROOM + SCRATCH {
-                    // A slot's first buffer, MTU-sized: from now on it
-                    // takes super-segments too.
-                    self.scratch.resize(HEADROOM + SCRATCH, 0);
-                }
-                match r {
-                    Ok(()) => continue,
+                match push(&mut d.tx, &mut p, st) {
                     // Not room for all of a super-segment's wire segments.
                     Err(PushError::Full) => full = true,
-                    Err(e) => {
-                        st.stats.tx_oversize += 1;
-                        tracing::warn!(device = d.io.name(), "dropped an outgoing packet: {e}");
+                    r => {
+                        if let Err(e) = r {
+                            st.stats.tx_oversize += 1;
+                            tracing::warn!(device = d.io.name(), "dropped an outgoing packet: {e}");
+                        }
+                        // A slot's old buffer, or this one where the packet
+                        // was copied (its headers, or its wire segments).
+                        self.scratch = p.into_buffer();
+                        if self.scratch.len() < HEADROOM + SCRATCH {
+                            // A slot's first buffer, MTU-sized: from now on it
+                            // takes super-segments too.
+                            self.scratch.resize(HEADROOM + SCRATCH, 0);
+                        }
                         continue;
                     }
                 }
@@ -457,25 +423,17 @@ impl Driver {
             // data, or the headers of a gathered one, its tail beside them)
             // copied into a small recycled buffer, so that thousands held
             // do not each keep 64 KiB.
-            let n = HEADROOM + len;
-            let buf = if n >= departure::SMALL {
-                let spare = self.departures.take_buffer(HEADROOM + SCRATCH);
-                std::mem::replace(&mut self.scratch, spare)
+            let n = HEADROOM + p.len();
+            self.scratch = if n >= departure::SMALL {
+                self.departures.take_buffer(HEADROOM + SCRATCH)
             } else {
-                let mut b = self.departures.take_buffer(n);
-                b[..n].copy_from_slice(&self.scratch[..n]);
-                b
+                let small = self.departures.take_buffer(n);
+                p.move_into(small)
             };
-            let tail = if gathered { t.tail } else { Default::default() };
-            match self.departures.push(now, flow, t.departure, dev, buf, len, tail, (t.segment_size, partial)) {
+            match self.departures.push(now, Departure { flow, at: t.departure, device: dev, packet: p }) {
                 Ok(()) => st.stats.tx_held += 1,
-                Err((why, buf)) => {
-                    self.departures.recycle(buf);
-                    match why {
-                        Refused::Horizon => st.stats.tx_horizon_drops += 1,
-                        Refused::Limit => st.stats.tx_queue_drops += 1,
-                    }
-                }
+                Err(Refused::Horizon) => st.stats.tx_horizon_drops += 1,
+                Err(Refused::Limit) => st.stats.tx_queue_drops += 1,
             }
             if full {
                 return true;
@@ -617,47 +575,25 @@ impl Drop for Driver {
     }
 }
 
-/// Settles a new packet's checksum for the device it goes to: it stays
-/// partial (returns true) only if the stack left it so and the device
-/// completes it on the path the packet takes (moved in whole, see
-/// [`swappable`]); otherwise it is completed here, as a NIC without
-/// checksum offload needs it.
-fn settle_checksum(d: &Device, packet: &mut [u8], t: &mptun_proto::tcp::Transmit) -> bool {
-    if !t.checksum_partial {
-        return false;
-    }
-    if d.io.checksum_offload() && swappable(d, t.segment_size) {
-        return true;
-    }
-    if let Err(e) = mptun_wire::gso::complete_checksum(packet) {
-        tracing::warn!(device = d.io.name(), "could not complete a checksum: {e}");
-    }
-    false
+/// The packet `poll_transmit` built in `buf` (after [`HEADROOM`] bytes), as
+/// it goes to a device.
+fn tx_packet(buf: Vec<u8>, t: &Transmit) -> TxPacket {
+    const _: () = assert!(mptun_proto::tcp::TAIL_PARTS <= MAX_TAIL_PARTS, "a tail fits a slot");
+    let checksum = if t.checksum_partial { TxChecksum::Partial } else { TxChecksum::Complete };
+    TxPacket::new(buf, t.len)
+        .with_tail(t.tail.parts())
+        .expect("a tail fits a slot")
+        .with_segment_size(t.segment_size)
+        .with_checksum(checksum)
 }
 
-/// Whether a packet can go to `d` with its payload still in the send
-/// buffer ([`PacketBatch::push_gather`]): the device writes the
-/// payload behind the headers and completes the checksum, and cuts the
-/// packet itself if it is a super-segment.
-fn gathers(d: &Device, gso: Option<usize>) -> bool {
-    d.io.gather() && d.io.checksum_offload() && swappable(d, gso)
-}
-
-/// Whether a packet can move into `d`'s batch as it is (by
-/// [`PacketBatch::push_swap`]): it is not a super-segment, or the device
-/// cuts super-segments itself.
-fn swappable(d: &Device, gso: Option<usize>) -> bool {
-    gso.is_none() || d.io.tso()
-}
-
-/// Adds a copy of a packet to a device's batch: a TSO super-segment whole if
-/// the device cuts it (`PacketIo::tso`), else cut here into wire segments.
-fn push(d: &mut Device, packet: &[u8], segment_size: Option<usize>) -> Result<(), PushError> {
-    match segment_size {
-        Some(size) if d.io.tso() => d.tx.push_gso(packet, size),
-        Some(size) => d.tx.push_segments(packet, size),
-        None => d.tx.push(packet),
-    }
+/// Pushes `p` into a device's batch, counting one that went with its
+/// payload still in the send buffer.
+fn push(tx: &mut TxBatch, p: &mut TxPacket, st: &mut State) -> Result<(), PushError> {
+    let gathered = !p.tail().is_empty();
+    let r = tx.push(p);
+    st.stats.tx_gathered += (gathered && r.is_ok()) as u64;
+    r
 }
 
 fn wake_all(st: &mut State, out: &mut Vec<Waker>) {

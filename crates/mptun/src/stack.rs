@@ -34,6 +34,8 @@ pub(crate) struct StackInner {
     devices: Vec<Arc<dyn PacketIo>>,
     paths: Vec<Path>,
     default_cfg: ConnConfig,
+    /// Every device cuts TSO super-segments itself ([`mptun_io::DeviceCaps::tso`]).
+    devices_tso: bool,
     high_res_timer: bool,
 }
 
@@ -154,7 +156,7 @@ impl StackBuilder {
     }
 
     /// Whether data segments reach devices that can take them
-    /// ([`PacketIo::gather`], a TUN with offload) with their payload still
+    /// ([`mptun_io::DeviceCaps::gather`], a TUN with offload) with their payload still
     /// in the send buffer, written behind the headers by the device's
     /// `writev` (on by default): the payload is then copied once on its
     /// way out, by the kernel, as a kernel socket's is, instead of first
@@ -222,8 +224,14 @@ impl StackBuilder {
         // Checksums are left to the devices when every one completes them
         // (a TUN with offload): the send path then never sums a payload.
         let mut tcp = self.tcp.clone();
-        tcp.checksum_offload = devices.iter().all(|d| d.checksum_offload());
-        tcp.gather_payload = self.gather && tcp.checksum_offload && devices.iter().all(|d| d.gather());
+        tcp.checksum_offload = devices.iter().all(|d| d.caps().checksum_offload);
+        tcp.gather_payload = self.gather && tcp.checksum_offload && devices.iter().all(|d| d.caps().gather);
+        // Super-segments only for devices that cut them: one for another is
+        // cut on its way into the device's batch, a slot per wire segment,
+        // and a peer announcing a tiny MSS with a large window makes one of
+        // more wire segments than a batch has slots.
+        let devices_tso = devices.iter().all(|d| d.caps().tso);
+        tcp.tso &= devices_tso;
         let default_cfg = ConnConfig { tcp: tcp.clone(), mptcp: mptcp.clone() };
         let mut ep = Endpoint::new(EndpointConfig { tcp, mptcp, limits: self.limits.clone() }, seed);
         // Each subflow's MSS from the MTU of the device its address lives on.
@@ -236,7 +244,7 @@ impl StackBuilder {
         let high_res_timer = driver.high_resolution_timer();
         let span = tracing::info_span!("mptun", paths = ?paths.iter().map(|p| p.local).collect::<Vec<_>>());
         tokio::spawn(tracing::Instrument::instrument(driver, span));
-        Ok(Stack { inner: Arc::new(StackInner { shared, devices, paths, default_cfg, high_res_timer }) })
+        Ok(Stack { inner: Arc::new(StackInner { shared, devices, paths, default_cfg, devices_tso, high_res_timer }) })
     }
 
     /// Wraps the devices in pcap taps if asked; returns them and the writers
@@ -340,6 +348,13 @@ impl Stack {
     /// options they were opened with.
     pub fn checksum_offload(&self) -> bool {
         self.inner.default_cfg.tcp.checksum_offload
+    }
+
+    /// Whether every device of the stack cuts TSO super-segments itself: a
+    /// connection builds super-segments only then, whatever options it was
+    /// opened with.
+    pub(crate) fn devices_tso(&self) -> bool {
+        self.inner.devices_tso
     }
 
     /// Whether the stack's connections leave payloads in their send

@@ -41,7 +41,9 @@ pub struct RuntimeStats {
     pub tx_queue_drops: u64,
     /// Packets dropped because no path owns their source address.
     pub tx_no_route: u64,
-    /// Packets dropped because they exceed the device MTU.
+    /// Packets dropped because they exceed what the device takes: its MTU,
+    /// or, for a super-segment cut into wire segments on its way to a
+    /// device without TSO, the slots of a batch (or are malformed).
     pub tx_oversize: u64,
     /// Packets dropped because a device write failed.
     pub tx_errors: u64,

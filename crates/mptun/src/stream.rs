@@ -75,6 +75,7 @@ impl MptcpStream {
         // A property of the devices, not of the stream.
         cfg.tcp.checksum_offload = stack.checksum_offload();
         cfg.tcp.gather_payload = stack.zero_copy_send();
+        cfg.tcp.tso &= stack.devices_tso();
         let scheduler = options.scheduler.clone();
         let (h, local) = shared.update(|st| {
             if st.driver_gone || st.shutdown {

@@ -131,6 +131,37 @@ async fn payloads_gathered_by_the_device_arrive_intact() {
     let _ = std::fs::remove_file(&file);
 }
 
+/// Peers that announce a tiny MSS (88 bytes) and acknowledge promptly, to
+/// stacks whose devices cut no super-segments themselves: a window of a few
+/// hundred segments must not make a super-segment of more wire segments
+/// than a device batch takes, which could never be sent and would keep
+/// every later packet of every connection waiting behind it. Both ways (a
+/// connection the stack opens, one it accepts), the transfers complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_a_tiny_mss_on_a_device_without_tso_stalls_nothing() {
+    let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
+    let tiny = || mptun::TcpConfig { mss: 88, ..Default::default() };
+    let stack = |ip: &str, dev: ChannelIo| {
+        Stack::builder().path(ip.parse().unwrap(), Arc::new(dev) as Arc<dyn PacketIo>).tcp_config(tiny()).build()
+    };
+    let (sa, sb) = (stack("10.0.0.1", a).unwrap(), stack("10.0.0.2", b).unwrap());
+    let listener = MptcpListener::bind(&sb, "10.0.0.2:5000").await.unwrap();
+    const N: usize = 2 << 20;
+    let (up, down) = (Pattern::bytes(5, N), Pattern::bytes(6, N));
+    let server = tokio::spawn({
+        let down = down.clone();
+        async move { exchange(listener.accept().await.unwrap().0, down).await }
+    });
+    let client = MptcpStream::connect(&sa, "10.0.0.2:5000").await.unwrap();
+    let both = async { (exchange(client, up.clone()).await, server.await.unwrap()) };
+    let ((got_down, _), (got_up, _)) = timeout(Duration::from_secs(30), both).await.expect("a transfer stalled");
+    assert!(got_up == up && got_down == down, "{} and {} of {N} bytes, intact", got_up.len(), got_down.len());
+    for s in [&sa, &sb] {
+        let rs = s.runtime_stats();
+        assert_eq!((rs.tx_oversize, rs.tx_errors), (0, 0), "{rs:?}");
+    }
+}
+
 /// `read_chunk`, the zero-copy read, carries whole streams (MPTCP and
 /// plain), alone or mixed with `read`: pieces of at most the size asked,
 /// the bytes in order, `None` at the end and after it.
@@ -346,14 +377,14 @@ impl PacketIo for Stalling {
     fn poll_recv_batch(
         &self,
         cx: &mut std::task::Context<'_>,
-        b: &mut mptun_io::PacketBatch,
+        b: &mut mptun_io::RxBatch,
     ) -> std::task::Poll<std::io::Result<usize>> {
         self.inner.poll_recv_batch(cx, b)
     }
     fn poll_send_batch(
         &self,
         cx: &mut std::task::Context<'_>,
-        b: &mut mptun_io::PacketBatch,
+        b: &mut mptun_io::TxBatch,
     ) -> std::task::Poll<std::io::Result<usize>> {
         {
             let mut g = self.closed.lock().unwrap();
@@ -586,14 +617,14 @@ async fn a_device_panicking_in_its_drop_does_not_hang_shutdown() {
         fn poll_recv_batch(
             &self,
             cx: &mut std::task::Context<'_>,
-            b: &mut mptun_io::PacketBatch,
+            b: &mut mptun_io::RxBatch,
         ) -> std::task::Poll<std::io::Result<usize>> {
             self.0.poll_recv_batch(cx, b)
         }
         fn poll_send_batch(
             &self,
             cx: &mut std::task::Context<'_>,
-            b: &mut mptun_io::PacketBatch,
+            b: &mut mptun_io::TxBatch,
         ) -> std::task::Poll<std::io::Result<usize>> {
             self.0.poll_send_batch(cx, b)
         }
