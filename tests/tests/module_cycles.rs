@@ -19,11 +19,7 @@ fn mptun_cli_top_level_modules_have_no_cycle() {
     assert_acyclic("tools/mptun/src");
 }
 
-/// Off while mptcp/handshake.rs takes `JoinLimits` from endpoint, which
-/// uses mptcp: the restructuring of mptcp removes that edge, and then the
-/// `ignore` goes.
 #[test]
-#[ignore = "endpoint<->mptcp cycle removed by the mptcp restructuring"]
 fn mptun_proto_top_level_modules_have_no_cycle() {
     assert_acyclic("crates/mptun-proto/src");
 }
