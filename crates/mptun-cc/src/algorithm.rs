@@ -3,6 +3,7 @@
 use core::fmt;
 use core::str::FromStr;
 
+use crate::coupled::{Balia, Lia, Olia};
 use crate::{CongestionControl, Cubic, CubicConfig, Reno};
 
 /// The congestion control algorithms this crate implements.
@@ -13,18 +14,33 @@ pub enum Algorithm {
     /// CUBIC with HyStart ([`Cubic`]), Linux's default.
     #[default]
     Cubic,
+    /// RFC 6356's coupled LIA ([`Lia`]); NewReno on a single path.
+    Lia,
+    /// OLIA ([`Olia`]); NewReno on a single path.
+    Olia,
+    /// BALIA ([`Balia`]); NewReno on a single path.
+    Balia,
 }
 
 impl Algorithm {
     /// Every algorithm, for help texts and test matrices.
-    pub const ALL: [Algorithm; 2] = [Algorithm::Reno, Algorithm::Cubic];
+    pub const ALL: [Algorithm; 5] =
+        [Algorithm::Reno, Algorithm::Cubic, Algorithm::Lia, Algorithm::Olia, Algorithm::Balia];
 
     /// The kernel's name for it.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Reno => "reno",
             Algorithm::Cubic => "cubic",
+            Algorithm::Lia => "lia",
+            Algorithm::Olia => "olia",
+            Algorithm::Balia => "balia",
         }
+    }
+
+    /// Whether it couples the subflows of a multipath connection.
+    pub fn is_coupled(self) -> bool {
+        matches!(self, Algorithm::Lia | Algorithm::Olia | Algorithm::Balia)
     }
 }
 
@@ -40,7 +56,10 @@ impl FromStr for Algorithm {
         match s.to_ascii_lowercase().as_str() {
             "reno" | "newreno" => Ok(Algorithm::Reno),
             "cubic" => Ok(Algorithm::Cubic),
-            _ => Err(ParseError::new("congestion control algorithm", s, &["reno", "cubic"])),
+            "lia" | "coupled" => Ok(Algorithm::Lia),
+            "olia" => Ok(Algorithm::Olia),
+            "balia" => Ok(Algorithm::Balia),
+            _ => Err(ParseError::new("congestion control algorithm", s, &["reno", "cubic", "lia", "olia", "balia"])),
         }
     }
 }
@@ -67,6 +86,14 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
+/// Builds the controller of each new subflow: how a controller written
+/// outside this crate is plugged into a stack (quinn-proto's
+/// `ControllerFactory`), in place of an [`Algorithm`] by name.
+pub trait ControllerFactory: Send + Sync + fmt::Debug {
+    /// A fresh controller for one subflow.
+    fn build(&self) -> Box<dyn CongestionControl>;
+}
+
 /// A controller with default tunables.
 pub fn new_controller(algorithm: Algorithm) -> Box<dyn CongestionControl> {
     new_controller_with(algorithm, CubicConfig::default())
@@ -77,6 +104,9 @@ pub fn new_controller_with(algorithm: Algorithm, cubic: CubicConfig) -> Box<dyn 
     match algorithm {
         Algorithm::Reno => Box::new(Reno::new()),
         Algorithm::Cubic => Box::new(Cubic::new(cubic)),
+        Algorithm::Lia => Box::new(Lia::new()),
+        Algorithm::Olia => Box::new(Olia::new()),
+        Algorithm::Balia => Box::new(Balia::new()),
     }
 }
 
@@ -93,7 +123,13 @@ mod tests {
         }
         assert_eq!("CUBIC".parse::<Algorithm>(), Ok(Algorithm::Cubic));
         let err = "bbr".parse::<Algorithm>().unwrap_err();
-        assert_eq!(err.to_string(), "unknown congestion control algorithm \"bbr\" (expected one of: reno, cubic)");
+        assert_eq!(
+            err.to_string(),
+            "unknown congestion control algorithm \"bbr\" (expected one of: reno, cubic, lia, olia, balia)"
+        );
+        for a in Algorithm::ALL {
+            assert_eq!(new_controller(a).is_coupled(), a.is_coupled(), "{a}");
+        }
         for p in [PacerKind::Edt, PacerKind::Quantum, PacerKind::None] {
             assert_eq!(p.to_string().parse::<PacerKind>(), Ok(p));
         }

@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 mod algorithm;
+pub mod coupled;
 mod cubic;
 mod hystart;
 mod minmax;
@@ -37,7 +38,7 @@ mod pacing;
 mod reno;
 mod rtt;
 
-pub use algorithm::{new_controller, new_controller_with, Algorithm, ParseError};
+pub use algorithm::{new_controller, new_controller_with, Algorithm, ControllerFactory, ParseError};
 pub use cubic::{cubic_root, Cubic, CubicConfig, BICTCP_BETA_SCALE, BICTCP_HZ, HZ};
 pub use hystart::{
     hystart_delay_thresh, HystartRoundStart, HYSTART_ACK_TRAIN, HYSTART_DELAY, HYSTART_DELAY_MAX_US,
@@ -223,6 +224,17 @@ pub trait CongestionControl: Send + core::fmt::Debug {
     fn slow_start_exit(&self) -> Option<SlowStartExit> {
         None
     }
+    /// The subflows of this subflow's multipath connection, given before
+    /// every input and timeout the subflow processes, when
+    /// [`CongestionControl::is_coupled`] says the controller reads it: what a
+    /// coupled controller ([`coupled`]) decides with. Never given for plain
+    /// TCP, so a coupled controller there behaves as its single-path self.
+    fn set_coupling(&mut self, _coupling: &coupled::Coupling<'_>) {}
+    /// Whether the controller reads the connection's subflows: only then
+    /// does the connection build the [`coupled::Coupling`] for it.
+    fn is_coupled(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed controller is a controller, so code generic over
@@ -263,6 +275,12 @@ impl<C: CongestionControl + ?Sized> CongestionControl for Box<C> {
     }
     fn slow_start_exit(&self) -> Option<SlowStartExit> {
         (**self).slow_start_exit()
+    }
+    fn set_coupling(&mut self, coupling: &coupled::Coupling<'_>) {
+        (**self).set_coupling(coupling)
+    }
+    fn is_coupled(&self) -> bool {
+        (**self).is_coupled()
     }
 }
 

@@ -18,6 +18,17 @@ pub fn tcp_slow_start(state: &mut CcState, acked: u32) -> u32 {
     leftover
 }
 
+/// Slow start's share of an ACK of `acked` packets, as every kernel
+/// controller takes it first: the packets left for congestion avoidance,
+/// `None` when slow start took them all (`tcp_reno_cong_avoid`).
+pub(crate) fn slow_start_first(state: &mut CcState, acked: u32) -> Option<u32> {
+    if !state.in_slow_start() {
+        return Some(acked);
+    }
+    let left = tcp_slow_start(state, acked);
+    (left > 0).then_some(left)
+}
+
 /// Linux `tcp_cong_avoid_ai`: one packet of growth per `w` packets acked.
 ///
 /// Credits accumulated while `w` was larger are applied gently (one packet)
@@ -66,15 +77,10 @@ impl CongestionControl for Reno {
     fn pkts_acked(&mut self, _state: &mut CcState, _sample: &AckSample, _now: Instant) {}
 
     fn cong_avoid(&mut self, state: &mut CcState, _ack: u32, acked: u32, _now: Instant) {
-        let mut acked = acked;
-        if state.in_slow_start() {
-            acked = tcp_slow_start(state, acked);
-            if acked == 0 {
-                return;
-            }
+        if let Some(acked) = slow_start_first(state, acked) {
+            let w = state.cwnd;
+            tcp_cong_avoid_ai(state, w, acked);
         }
-        let w = state.cwnd;
-        tcp_cong_avoid_ai(state, w, acked);
     }
 
     fn ssthresh(&mut self, state: &CcState) -> u32 {

@@ -16,6 +16,7 @@
 
 mod close;
 mod config;
+mod coupling;
 mod fallback;
 mod handshake;
 mod hook;
@@ -89,6 +90,9 @@ pub struct Connection {
     closed_event_sent: bool,
     /// What the connection counted itself (its subflows count their own).
     counters: Counters,
+    /// The subflows as a coupled controller sees them (`coupling.rs`),
+    /// kept to reuse its allocation.
+    coupling: Vec<mptun_cc::coupled::SubflowCc>,
     /// Time of the last input, timer or output call: what application calls
     /// (which carry no time) act at.
     last_now: Instant,
@@ -122,6 +126,7 @@ impl Connection {
             events: VecDeque::new(),
             closed_event_sent: false,
             counters: Counters::default(),
+            coupling: Vec::new(),
             last_now: now,
             cfg,
         }
@@ -225,6 +230,7 @@ impl Connection {
         self.last_now = self.last_now.max(now);
         let single_subflow = self.subflows.count() == 1;
         let ofo_empty = self.rx.buf.ofo_is_empty();
+        self.couple(idx);
         let Some(slot) = self.subflows.get_mut(idx) else { return };
         let una_before = slot.tcp.snd_una();
         // The peer's sender shares the window across subflows (Linux raises a

@@ -151,9 +151,12 @@ impl Connection {
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.last_now = self.last_now.max(now);
         for i in 0..self.subflows.slot_count() {
-            let Some(slot) = self.subflows.get_mut(i) else { continue };
+            let Some(slot) = self.subflows.get(i) else { continue };
             if slot.tcp.poll_timeout().is_some_and(|t| t <= now) {
-                slot.tcp.handle_timeout(now);
+                self.couple(i);
+                if let Some(slot) = self.subflows.get_mut(i) {
+                    slot.tcp.handle_timeout(now);
+                }
             }
             if self.timers.take_expired(Timer::JoinAck(i), now) {
                 let _ = self.fire(Timer::JoinAck(i), now);

@@ -102,6 +102,9 @@ pub struct TcpConfig {
     pub nagle: bool,
     /// Congestion control (CUBIC by default, as in Linux).
     pub congestion_control: Algorithm,
+    /// A controller from outside `mptun-cc`, built for every subflow in
+    /// place of `congestion_control` when set.
+    pub controller: Option<std::sync::Arc<dyn mptun_cc::ControllerFactory>>,
     /// CUBIC and HyStart tunables (Linux module parameters), used when
     /// `congestion_control` is CUBIC.
     pub cubic: CubicConfig,
@@ -198,6 +201,7 @@ impl Default for TcpConfig {
             sack: true,
             nagle: false,
             congestion_control: Algorithm::Cubic,
+            controller: None,
             cubic: CubicConfig::default(),
             pacer: PacerKind::Edt,
             pacing_horizon: Duration::ZERO,

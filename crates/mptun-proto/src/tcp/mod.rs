@@ -48,6 +48,7 @@
 
 pub(crate) mod autotune;
 pub mod config;
+mod coupling;
 mod input;
 mod output;
 mod pmtu;
@@ -192,6 +193,8 @@ pub struct Subflow {
     bytes_acked: u64,
     bytes_sent: u64,
     bytes_retrans: u64,
+    /// `bytes_acked` at the last two losses (`coupling`).
+    loss_marks: [u64; 2],
     scratch: Vec<u8>,
 }
 
@@ -273,7 +276,10 @@ impl Subflow {
         state: State,
     ) -> Self {
         let mut ccs = CcState::new(cfg.initial_cwnd);
-        let mut cc = mptun_cc::new_controller_with(cfg.congestion_control, cfg.cubic);
+        let mut cc = match &cfg.controller {
+            Some(f) => f.build(),
+            None => mptun_cc::new_controller_with(cfg.congestion_control, cfg.cubic),
+        };
         cc.init(&mut ccs, now);
         let pacer = mptun_cc::new_pacer(cfg.pacer, cfg.mss as u32 + ip_tcp_header_len(&local));
         let rcv_wscale = if cfg.window_scaling { wscale_for(cfg.recv_buffer.max()) } else { 0 };
@@ -357,6 +363,7 @@ impl Subflow {
             bytes_acked: 0,
             bytes_sent: 0,
             bytes_retrans: 0,
+            loss_marks: [0; 2],
             scratch: Vec::new(),
             cfg,
         }

@@ -618,6 +618,7 @@ impl Subflow {
             self.counters.tcp_ext_tcp_reno_recovery += 1;
         }
         let prior_cwnd = self.ccs.cwnd;
+        self.mark_loss();
         self.ccs.ssthresh = self.cc.ssthresh(&self.ccs);
         self.high_seq = self.snd_nxt;
         self.scoreboard.prr_start(prior_cwnd);
@@ -648,6 +649,7 @@ impl Subflow {
     /// Linux `tcp_enter_loss`: everything not SACKed is lost, cwnd back to 1.
     pub(super) fn enter_loss(&mut self, now: Instant) {
         if !matches!(self.ca_state, CaState::Loss) {
+            self.mark_loss();
             self.scoreboard.set_prior_cwnd(self.ccs.cwnd);
             if matches!(self.ca_state, CaState::Open | CaState::Disorder) || self.snd_una == self.high_seq {
                 self.ccs.ssthresh = self.cc.ssthresh(&self.ccs);

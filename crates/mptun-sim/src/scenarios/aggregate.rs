@@ -7,6 +7,7 @@
 use super::transfer::{self, TransferResult, TransferSpec};
 use crate::report::WallClock;
 use crate::world::PathSpec;
+use mptun_cc::Algorithm;
 use mptun_link::LinkConfig;
 use mptun_proto::endpoint::EndpointConfig;
 use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
@@ -84,6 +85,10 @@ pub struct SubflowBytes {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub scenario: &'static str,
+    /// The congestion control, when not the default (so that the reports,
+    /// and the digests, of the default runs stay as they were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cc: Option<&'static str>,
     pub seed: u64,
     pub size_bytes: u64,
     pub paths: Vec<String>,
@@ -106,6 +111,8 @@ pub struct Params {
     pub seed: u64,
     /// (time, path index, down?) link events, both directions.
     pub events: Vec<(Instant, usize, bool)>,
+    /// Congestion control of both ends' subflows (coupled or not).
+    pub cc: Algorithm,
 }
 
 impl Default for Params {
@@ -118,6 +125,7 @@ impl Default for Params {
             size: 32 * 1024 * 1024,
             seed: 1,
             events: Vec::new(),
+            cc: Algorithm::Cubic,
         }
     }
 }
@@ -162,6 +170,7 @@ pub fn run_named_traced(
     let sum: f64 = p.paths.iter().map(|p| p.rate_bps as f64).sum();
     let mut report = Report {
         scenario: name,
+        cc: (p.cc != Algorithm::default()).then(|| p.cc.name()),
         seed: p.seed,
         size_bytes: p.size,
         paths: p
@@ -192,6 +201,8 @@ pub fn run_named_traced(
 }
 
 pub fn run(p: &Params) -> Report {
-    let (c, s) = mptcp_configs(p.paths.len());
+    let (mut c, mut s) = mptcp_configs(p.paths.len());
+    c.tcp.congestion_control = p.cc;
+    s.tcp.congestion_control = p.cc;
     run_named("aggregate", p, c, s)
 }
