@@ -51,7 +51,8 @@ pub(crate) struct Common {
     /// Plain TCP instead of MPTCP (either stack).
     #[arg(long)]
     no_mptcp: bool,
-    /// Congestion control: reno or cubic (mptun); any the kernel has (--kernel).
+    /// Congestion control: reno, cubic, or coupled across the subflows: lia, olia, balia (mptun); any the
+    /// kernel has (--kernel).
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
     /// MPTCP scheduler policy (mptun): default, penalise, penalise-guarded, mptcp-org.
