@@ -4,7 +4,9 @@
 //! runs, files larger than the server allows or than its disk holds. The
 //! server must never change what existed before the request, must write
 //! only into the directory it was given, and must tell the client why it
-//! refuses (the client prints it and fails).
+//! refuses (the client prints it and fails). And the CPU figures of tests
+//! far shorter than a scheduler tick, which must still be ones a machine
+//! can have.
 //!
 //! Each test runs `serve --kernel` and `send --kernel` as a user does, over
 //! loopback in a namespace of its own, with scratch directories of its own.
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use mptun_io::testutil::{require_netns, unique_name};
 use mptun_io::{Netns, NetnsGuard};
-use support::{mptun_bin, run, Running};
+use support::{json_document, mptun_bin, run, Running};
 
 /// A directory of the test's own, removed with all it holds (symlinks
 /// themselves, not what they point to) when the test ends, passed or not.
@@ -222,4 +224,78 @@ fn hostile_tool_serve_refuses_a_file_the_disk_cannot_hold() {
     assert!(ok, "{err}; server: {}", srv.output());
     assert_eq!(bytes(&seen("small")), bytes(&small), "stored on the tmpfs");
     assert!(!out.join("small").exists(), "the tmpfs was not the server's directory");
+}
+
+/// The CPUs this machine has: no process uses more than their time.
+fn cpus() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as f64
+}
+
+/// Tests of a few KiB, a file and the pattern, either way: every CPU
+/// utilisation either end reports (its own and the peer's, total, user and
+/// system) is one a process can have on this machine, at most 100 % per
+/// CPU; and what the receiver reports of itself is what its peer reports
+/// of it (one window, measured once).
+#[test]
+fn hostile_tool_cpu_utilisation_of_a_tiny_transfer_is_a_possible_one() {
+    let Some(Case { ns, s, out }) = case("hsc") else { return };
+    let limit = 100.0 * cpus();
+    let mut runs: Vec<Vec<String>> = Vec::new();
+    for i in 0..4 {
+        let f = s.file(&format!("client/f{i}"), 4096);
+        runs.push(vec!["--file".into(), f.to_str().unwrap().into()]);
+    }
+    for _ in 0..2 {
+        runs.push(vec!["-n".into(), "4K".into()]);
+        runs.push(vec!["-n".into(), "4K".into(), "-R".into()]);
+    }
+    let mut bad = Vec::new();
+    for (i, args) in runs.iter().enumerate() {
+        let port = (5301 + i).to_string();
+        let srv = Running::spawn_ready(
+            Some(ns.name()),
+            &[
+                "serve",
+                "--kernel",
+                "-B",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-1",
+                "--json",
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+            "Server listening",
+            Duration::from_secs(10),
+        );
+        let mut extra: Vec<&str> = vec!["--json"];
+        extra.extend(args.iter().map(String::as_str));
+        let o = send(&ns, &port, &extra);
+        assert!(o.status.success(), "send {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let client = json_document("send", &o.stdout);
+        let (st, stdout, stderr) = srv.finish(Duration::from_secs(10));
+        assert!(st.success(), "serve: {stderr}");
+        let server = json_document("serve", stdout.as_bytes());
+        for (side, doc) in [("client", &client), ("server", &server)] {
+            let cpu = &doc["end"]["cpu_utilization_percent"];
+            for key in ["host_total", "host_user", "host_system", "remote_total", "remote_user", "remote_system"] {
+                let v = cpu[key].as_f64().unwrap_or_else(|| panic!("{side}: no {key} in {cpu}"));
+                if !(0.0..=limit).contains(&v) {
+                    bad.push(format!("send {args:?}: the {side}'s {key} is {v:.1} % (at most {limit} %)"));
+                }
+            }
+        }
+        // The receiver's own figure and the one its trailer gave the sender.
+        let reverse = args.iter().any(|a| a == "-R");
+        let (receiver, sender) = if reverse { (&client, &server) } else { (&server, &client) };
+        let own = receiver["end"]["cpu_utilization_percent"]["host_total"].as_f64().unwrap();
+        let told = sender["end"]["cpu_utilization_percent"]["remote_total"].as_f64().unwrap();
+        if (own - told).abs() > 1e-6 * own.abs().max(1.0) {
+            bad.push(format!("send {args:?}: the receiver reports {own} % of itself, the sender {told} % of it"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
