@@ -176,6 +176,12 @@ impl Running {
         r
     }
 
+    /// The process's id (`ip netns exec` execs what it runs, so this is
+    /// the program's own: its `/proc/PID/root` shows its mount namespace).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// Sends `sig` (libc::SIGINT, ...) to the process (`ip netns exec`
     /// execs mptun, so the pid is mptun's).
     pub fn signal(&self, sig: i32) {

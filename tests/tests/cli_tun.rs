@@ -144,7 +144,9 @@ fn cli_file_both_directions() {
     assert_eq!(v["end"]["mptcp"]["sha256_received"], Value::String(want));
     assert!(std::fs::read(&back).unwrap() == data, "the received file differs");
     assert_eq!(v["start"]["test_start"]["reverse"], 1);
-    // The same file checked with BLAKE3 instead, both ends computing it.
+    // The same file checked with BLAKE3 instead, both ends computing it;
+    // the first copy goes first (the server stores only new files).
+    std::fs::remove_file(dir.join("in/payload.bin")).unwrap();
     let v = json(
         &run(
             Some(lab.a.name()),

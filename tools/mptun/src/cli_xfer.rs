@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use mptun::{Algorithm, MptcpListener, MptcpStream, PacerKind, PmConfig, Policy, Stack, StreamOptions};
 
-use crate::bulk::{self, ClientTest, Pattern, ServerConfig, Settings, Sink, Source};
+use crate::bulk::{self, ClientTest, OutputDir, Pattern, ServerConfig, Settings, Sink, Source};
 use crate::cli_shared::JsonDocument;
 use crate::conn::{Conn, CounterSource};
 use crate::control::{Amount, HashKind, Request, MAX_BYTES};
@@ -100,9 +100,14 @@ pub(crate) struct ServeArgs {
     /// Serve one test, then exit.
     #[arg(short = '1', long)]
     one_off: bool,
-    /// Where files sent with `send --file` are stored (under their base name).
+    /// Where files sent with `send --file` are stored (under their base
+    /// name; only new files: a name already taken is refused).
     #[arg(long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
+    /// Refuse a file larger than this, e.g. 1G (one that does not fit in
+    /// the output directory's free space is refused anyway).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "output_dir")]
+    max_file_size: Option<u64>,
     /// The file a client asking `send --reverse --file` receives.
     #[arg(long, value_name = "PATH")]
     file: Option<PathBuf>,
@@ -468,18 +473,16 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
 
 pub(crate) fn run_serve(a: ServeArgs) -> Result<Verdict> {
     let plan = a.common.check(false)?;
-    if let Some(d) = &a.output_dir {
-        if !d.is_dir() {
-            bail!("--output-dir {}: not a directory", d.display());
-        }
-    }
+    // Opened now, once: what a client sends goes into this directory
+    // whatever its path names later.
+    let output_dir = a.output_dir.as_deref().map(|d| OutputDir::open(d, a.max_file_size)).transpose()?;
     if let Some(f) = &a.file {
         let m = std::fs::metadata(f).map_err(|e| anyhow!("--file {}: {e}", f.display()))?;
         if !m.is_file() {
             bail!("--file {}: not a regular file", f.display());
         }
     }
-    let cfg = ServerConfig { output_dir: a.output_dir.clone(), file: a.file.clone() };
+    let cfg = ServerConfig { output_dir, file: a.file.clone() };
     let json = plan.settings.json;
     let rt = runtime()?;
     rt.block_on(async move {

@@ -21,6 +21,8 @@
 
 use anyhow::{bail, Result};
 
+use crate::host::CpuUse;
+
 /// Request magic.
 pub(crate) const REQUEST_MAGIC: [u8; 4] = *b"MPTN";
 /// Response magic.
@@ -297,9 +299,12 @@ pub(crate) struct Trailer {
     pub(crate) bytes: u64,
     /// Segments this side retransmitted (saturating at u32::MAX).
     pub(crate) retransmits: u32,
-    /// First data byte to the last, microseconds.
+    /// This side's span of the data, microseconds: the sender's from its
+    /// start to its trailer, the receiver's from the first data byte to
+    /// the last.
     pub(crate) elapsed_us: u64,
-    /// CPU time of the process during the test, microseconds.
+    /// CPU time of the process within exactly that span, microseconds,
+    /// so that the peer's utilisation is these over `elapsed_us`.
     pub(crate) cpu_user_us: u64,
     pub(crate) cpu_sys_us: u64,
     /// The data bytes' digest ([`HashKind`]: the request's).
@@ -307,6 +312,19 @@ pub(crate) struct Trailer {
 }
 
 impl Trailer {
+    /// A side's trailer: `bytes` moved, `retransmits` (saturating), and
+    /// the span they took with the CPU time in it.
+    pub(crate) fn new(bytes: u64, retransmits: u64, span: CpuUse, digest: [u8; 32]) -> Trailer {
+        Trailer {
+            bytes,
+            retransmits: retransmits.min(u64::from(u32::MAX)) as u32,
+            elapsed_us: span.wall_us,
+            cpu_user_us: span.user_us,
+            cpu_sys_us: span.sys_us,
+            digest,
+        }
+    }
+
     pub(crate) fn encode(&self) -> [u8; TRAILER_LEN] {
         let mut b = [0u8; TRAILER_LEN];
         b[..4].copy_from_slice(&TRAILER_MAGIC);

@@ -30,7 +30,8 @@ pub(super) struct Meter {
 }
 
 impl Meter {
-    pub(super) fn new(settings: Settings, sender: bool, total: Option<u64>, conn: &Conn) -> Meter {
+    /// A meter whose intervals count from `start`.
+    pub(super) fn new(settings: Settings, sender: bool, total: Option<u64>, conn: &Conn, start: Instant) -> Meter {
         let pb = match total {
             Some(t) if settings.progress && !settings.json && std::io::stderr().is_terminal() => {
                 let pb = ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::stderr());
@@ -47,7 +48,7 @@ impl Meter {
         Meter {
             settings,
             sender,
-            start: Instant::now(),
+            start,
             last_t: 0.0,
             last_bytes: 0,
             last_retrans: probe.retrans_segs,

@@ -9,6 +9,7 @@
 
 mod meter;
 mod outcome;
+mod output;
 mod pipeline;
 mod transfer;
 
@@ -25,6 +26,7 @@ use crate::conn::{Conn, CounterSource};
 use crate::control::{self, Amount, Request, Response};
 use crate::report::{self, Report};
 use outcome::{assemble, start_section};
+pub(crate) use output::OutputDir;
 use transfer::{recv_phase, send_phase};
 
 /// Bytes per write: iperf3's TCP default. A block is made, hashed and
@@ -177,8 +179,54 @@ pub(crate) async fn refuse(mut conn: Conn, why: &'static str) {
 
 /// What a server offers.
 pub(crate) struct ServerConfig {
-    pub(crate) output_dir: Option<PathBuf>,
+    /// Where files sent to it go.
+    pub(crate) output_dir: Option<OutputDir>,
+    /// What it sends to a client asking for its file.
     pub(crate) file: Option<PathBuf>,
+}
+
+/// What the server does for `req`: its source (it sends), its sink (it
+/// receives), and the byte count it announces; or why it refuses.
+fn plan(req: &Request, cfg: &ServerConfig) -> Result<(Option<Source>, Sink, u64)> {
+    match (&req.file, req.reverse) {
+        (Some(name), false) => {
+            let dir = cfg
+                .output_dir
+                .as_ref()
+                .ok_or_else(|| anyhow!("this server stores no files (start it with --output-dir DIR)"))?;
+            // Its size is checked before a byte is stored: a file comes
+            // with its byte count, never for a duration.
+            let Amount::Bytes(len) = req.amount else { bail!("a file is sent with its size, not for a duration") };
+            let (f, path) = dir.create(name, len)?;
+            Ok((None, Sink::File(f, path), 0))
+        }
+        (Some(_), true) => {
+            let path = cfg
+                .file
+                .as_ref()
+                .ok_or_else(|| anyhow!("this server has no file to send (start it with --file PATH)"))?;
+            let f = std::fs::File::open(path).map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
+            let len = f.metadata()?.len();
+            if len == 0 {
+                bail!("{} is empty", path.display());
+            }
+            Ok((Some(Source::File(f, path.clone())), Sink::Discard, len))
+        }
+        (None, true) => {
+            let n = match req.amount {
+                Amount::Bytes(n) => n,
+                Amount::DurationMs(_) => 0,
+            };
+            Ok((Some(Source::Pattern(Pattern::new(2))), Sink::Discard, n))
+        }
+        (None, false) => Ok((None, Sink::Discard, 0)),
+    }
+}
+
+/// Answers a request with a refusal carrying `why`, and closes.
+async fn refuse_now(conn: &mut Conn, why: &str) {
+    conn.write_all(&Response { refused: Some(why.into()), amount: 0 }.encode()).await.ok();
+    conn.shutdown().await.ok();
 }
 
 /// Runs one test as the server.
@@ -202,49 +250,16 @@ pub(crate) async fn run_server(
         Ok(r) => r,
         Err(e) => {
             let msg = format!("bad request: {e:#}");
-            conn.write_all(&Response { refused: Some(msg.clone()), amount: 0 }.encode()).await.ok();
-            conn.shutdown().await.ok();
+            refuse_now(&mut conn, &msg).await;
             bail!("{msg}");
         }
     };
     // Decide, and tell the client either way.
-    let plan: Result<(Option<Source>, Sink, u64)> = (|| match (&req.file, req.reverse) {
-        (Some(name), false) => {
-            let dir = cfg
-                .output_dir
-                .as_ref()
-                .ok_or_else(|| anyhow!("this server stores no files (start it with --output-dir DIR)"))?;
-            let path = dir.join(name);
-            let f = std::fs::File::create(&path).map_err(|e| anyhow!("cannot create {}: {e}", path.display()))?;
-            Ok((None, Sink::File(f, path), 0))
-        }
-        (Some(_), true) => {
-            let path = cfg
-                .file
-                .as_ref()
-                .ok_or_else(|| anyhow!("this server has no file to send (start it with --file PATH)"))?;
-            let f = std::fs::File::open(path).map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
-            let len = f.metadata()?.len();
-            if len == 0 {
-                bail!("{} is empty", path.display());
-            }
-            Ok((Some(Source::File(f, path.clone())), Sink::Discard, len))
-        }
-        (None, true) => {
-            let n = match req.amount {
-                Amount::Bytes(n) => n,
-                Amount::DurationMs(_) => 0,
-            };
-            Ok((Some(Source::Pattern(Pattern::new(2))), Sink::Discard, n))
-        }
-        (None, false) => Ok((None, Sink::Discard, 0)),
-    })();
-    let (source, sink, amount) = match plan {
+    let (source, sink, amount) = match plan(&req, cfg) {
         Ok(p) => p,
         Err(e) => {
             let msg = format!("{e:#}");
-            conn.write_all(&Response { refused: Some(msg.clone()), amount: 0 }.encode()).await.ok();
-            conn.shutdown().await.ok();
+            refuse_now(&mut conn, &msg).await;
             bail!("refused the test: {msg}");
         }
     };
@@ -277,4 +292,34 @@ pub(crate) async fn run_server(
         recv_phase(&mut conn, sink, total, req.hash, settings, &counters, resp.len() as u64).await?
     };
     Ok(assemble(start, intervals, outcome, sfmax, file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::HashKind;
+
+    /// A file comes with its size, checked before anything is stored: one
+    /// asked for a duration (no size to check) is refused, and nothing is
+    /// created.
+    #[test]
+    fn a_file_for_a_duration_is_refused() {
+        let dir = std::env::temp_dir().join(format!("mptun-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = ServerConfig { output_dir: Some(OutputDir::open(&dir, None).unwrap()), file: None };
+        let mut req = Request {
+            reverse: false,
+            amount: Amount::DurationMs(1000),
+            file: Some("f".into()),
+            cookie: String::new(),
+            hash: HashKind::Sha256,
+        };
+        let why = plan(&req, &cfg).err().map(|e| e.to_string()).unwrap_or_default();
+        let created = dir.join("f").exists();
+        req.amount = Amount::Bytes(3);
+        let stored = plan(&req, &cfg).is_ok() && dir.join("f").exists();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(why.contains("not for a duration"), "{why}");
+        assert!(!created && stored);
+    }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::{Settings, Summary, BLKSIZE};
 use crate::conn::Conn;
 use crate::control::{Amount, HashKind, Request, Trailer};
-use crate::host::uname;
+use crate::host::{uname, utilisation, CpuUse};
 use crate::probe::Probe;
 use crate::report::{
     self, http_date, Connected, Cpu, End, EndReceiver, EndSender, EndStream, HostPort, Interval, MptcpEnd, Report,
@@ -22,7 +22,8 @@ pub(super) struct Outcome {
     pub(super) peer: Trailer,
     /// Local end of the data phase (sender: the receiver's trailer arrived).
     pub(super) local_elapsed: f64,
-    pub(super) cpu: (u64, u64),
+    /// This process's CPU time over its span of the test.
+    pub(super) cpu: CpuUse,
     pub(super) final_probe: Probe,
     pub(super) counters: BTreeMap<String, u64>,
     pub(super) peer_summary: Summary,
@@ -87,14 +88,6 @@ pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bo
     }
 }
 
-fn pct(us: u64, elapsed_s: f64) -> f64 {
-    if elapsed_s <= 0.0 {
-        0.0
-    } else {
-        us as f64 / 1e6 / elapsed_s * 100.0
-    }
-}
-
 pub(super) fn assemble(
     mut start: Start,
     intervals: Vec<Interval>,
@@ -142,15 +135,16 @@ pub(super) fn assemble(
             }
         })
         .collect();
-    let local_secs = o.local_elapsed.max(1e-9);
-    let remote_secs = (o.peer.elapsed_us as f64 / 1e6).max(1e-9);
+    // Each side's CPU time over the span it was read in: ours over ours,
+    // the peer's over its trailer's elapsed time, which is that span.
+    let (wall, peer_wall) = (o.cpu.wall_us, o.peer.elapsed_us);
     let cpu = Cpu {
-        host_total: pct(o.cpu.0 + o.cpu.1, local_secs),
-        host_user: pct(o.cpu.0, local_secs),
-        host_system: pct(o.cpu.1, local_secs),
-        remote_total: pct(o.peer.cpu_user_us + o.peer.cpu_sys_us, remote_secs),
-        remote_user: pct(o.peer.cpu_user_us, remote_secs),
-        remote_system: pct(o.peer.cpu_sys_us, remote_secs),
+        host_total: utilisation(o.cpu.user_us + o.cpu.sys_us, wall),
+        host_user: utilisation(o.cpu.user_us, wall),
+        host_system: utilisation(o.cpu.sys_us, wall),
+        remote_total: utilisation(o.peer.cpu_user_us + o.peer.cpu_sys_us, peer_wall),
+        remote_user: utilisation(o.peer.cpu_user_us, peer_wall),
+        remote_system: utilisation(o.peer.cpu_sys_us, peer_wall),
     };
     let peer_cc =
         if o.peer_summary.congestion.is_empty() { "unknown".to_string() } else { o.peer_summary.congestion.clone() };

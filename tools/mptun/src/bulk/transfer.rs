@@ -17,7 +17,7 @@ use super::pipeline::{Block, Consumer, Hash, Producer};
 use super::{Settings, Sink, Source, Summary, BLKSIZE, RECV_BUF};
 use crate::conn::{Conn, CounterSource};
 use crate::control::{self, Amount, HashKind, Trailer, STOP_MAGIC};
-use crate::host::cpu_us;
+use crate::host::{CpuSpan, CpuUse};
 use crate::report::Interval;
 use crate::signals;
 
@@ -93,14 +93,16 @@ pub(super) async fn send_phase(
         Amount::Bytes(n) => Some(n),
         Amount::DurationMs(_) => None,
     };
-    let mut meter = Meter::new(settings, true, total, conn);
+    // The sender's span, for its trailer and its own figures: from the
+    // start of its data to its trailer, and to the receiver's answer.
+    let span = CpuSpan::start();
+    let mut meter = Meter::new(settings, true, total, conn, span.started());
     let mut ticker =
         tokio::time::interval_at(tokio::time::Instant::now() + meter.settings.interval, meter.settings.interval);
     let deadline = match amount {
         Amount::DurationMs(ms) => Some(tokio::time::Instant::now() + Duration::from_millis(ms)),
         Amount::Bytes(_) => None,
     };
-    let cpu0 = cpu_us();
     let file_path = match &source {
         Source::File(_, path) => Some(path.clone()),
         Source::Pattern(_) => None,
@@ -208,15 +210,7 @@ pub(super) async fn send_phase(
     drop(blocks);
     let digest = hash.finish();
     let probe = conn.probe();
-    let cpu1 = cpu_us();
-    let trailer = Trailer {
-        bytes: sent,
-        retransmits: probe.retrans_segs.min(u64::from(u32::MAX)) as u32,
-        elapsed_us: meter.start.elapsed().as_micros() as u64,
-        cpu_user_us: cpu1.0 - cpu0.0,
-        cpu_sys_us: cpu1.1 - cpu0.1,
-        digest,
-    };
+    let trailer = Trailer::new(sent, probe.retrans_segs, span.until_now(), digest);
     let sent_total = sent;
     write_all_metered(conn, &trailer.encode(), &mut meter, &mut ticker, &|c| data_acked(c, sent_total)).await?;
     conn.shutdown().await.ok();
@@ -277,9 +271,9 @@ pub(super) async fn send_phase(
     }
     meter.finish(conn, sent_total);
     let local_elapsed = meter.elapsed();
+    let cpu = span.until_now();
     let peer = Trailer::decode(&back[..back.len().min(control::TRAILER_LEN)]).context("the receiver's trailer")?;
     let peer_summary = parse_summary(back.get(control::TRAILER_LEN + 4..).unwrap_or(&[]));
-    let cpu2 = cpu_us();
     // One snapshot for the total and its parts, so the total is their sum.
     let final_probe = conn.probe();
     let local = Trailer { retransmits: final_probe.retrans_segs.min(u64::from(u32::MAX)) as u32, ..trailer };
@@ -288,7 +282,7 @@ pub(super) async fn send_phase(
         local,
         peer,
         local_elapsed,
-        cpu: (cpu2.0 - cpu0.0, cpu2.1 - cpu0.1),
+        cpu,
         final_probe,
         counters: counters.read(),
         peer_summary,
@@ -323,14 +317,15 @@ pub(super) async fn recv_phase(
     counters: &CounterSource,
     pre_written: u64,
 ) -> Result<(Outcome, Vec<Interval>, usize, Option<PathBuf>)> {
-    let mut meter = Meter::new(settings, false, total, conn);
+    let mut meter = Meter::new(settings, false, total, conn, Instant::now());
     let mut ticker =
         tokio::time::interval_at(tokio::time::Instant::now() + meter.settings.interval, meter.settings.interval);
-    let cpu0 = cpu_us();
     let mut data = Consumer::start(sink, RECV_BUF, hash_kind);
     // Bytes read: all but the last TRAILER_LEN are known to be data.
     let mut read: u64 = 0;
-    let mut first: Option<Instant> = None;
+    // The receiver's span, its rate's and its CPU figures' alike: from the
+    // first data read to the end of the stream.
+    let mut first: Option<CpuSpan> = None;
     let mut last = Instant::now();
     // Interrupted: the STOP has gone to the sender, whose data must end by then.
     let mut stop_deadline: Option<tokio::time::Instant> = None;
@@ -357,7 +352,7 @@ pub(super) async fn recv_phase(
             }
             Some(Ok(0)) => break,
             Some(Ok(n)) => {
-                first.get_or_insert_with(Instant::now);
+                first.get_or_insert_with(CpuSpan::start);
                 last = Instant::now();
                 read += n as u64;
                 let received = read.saturating_sub(control::TRAILER_LEN as u64);
@@ -374,22 +369,14 @@ pub(super) async fn recv_phase(
     }
     let received = read.saturating_sub(control::TRAILER_LEN as u64);
     meter.finish(conn, received);
-    let elapsed = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+    let cpu = first.map_or(CpuUse::default(), |f| f.until_now());
     let (consumed, tail) = data.finish().await?;
     debug_assert_eq!(consumed.bytes, received);
     let peer = Trailer::decode(&tail).context("the sender's trailer")?;
     let digest = consumed.digest;
     let file_path = consumed.file;
-    let cpu1 = cpu_us();
     let probe = conn.probe();
-    let local = Trailer {
-        bytes: received,
-        retransmits: probe.retrans_segs.min(u64::from(u32::MAX)) as u32,
-        elapsed_us: (elapsed * 1e6) as u64,
-        cpu_user_us: cpu1.0 - cpu0.0,
-        cpu_sys_us: cpu1.1 - cpu0.1,
-        digest,
-    };
+    let local = Trailer::new(received, probe.retrans_segs, cpu, digest);
     let counters_now = counters.read();
     let summary =
         Summary { counters: counters_now.clone(), congestion: conn.congestion(), subflows_max: meter.subflows_max };
@@ -415,8 +402,8 @@ pub(super) async fn recv_phase(
         sender: false,
         local,
         peer,
-        local_elapsed: elapsed,
-        cpu: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
+        local_elapsed: cpu.wall_us as f64 / 1e6,
+        cpu,
         final_probe: probe,
         counters: counters_now,
         peer_summary: Summary::default(),
