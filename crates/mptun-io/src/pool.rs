@@ -4,8 +4,8 @@
 //! A GRO read brings up to 64 KiB of one flow's data in one buffer. Copying
 //! the payload out of it into a fresh allocation costs a pass over every byte
 //! and, whenever the allocator hands out pages it had returned to the
-//! kernel, a page fault and a zeroing per 4 KiB (BENCH.md: a quarter of the
-//! runtime's samples during a download). Instead the buffer itself moves
+//! kernel, a page fault and a zeroing per 4 KiB, a large share of a
+//! download's time. Instead the buffer itself moves
 //! into the core as a `Bytes` (the core keeps slices of it in its receive
 //! queues, and charges them, see `mptun_proto::RECV_ZERO_COPY_MIN`), the
 //! batch slot takes a recycled buffer in its place, and the lent buffer

@@ -3,10 +3,8 @@
 //! Writing a packet into a TUN does more than copy it: the kernel receives
 //! it inside the `write(2)`, so the peer's whole receive path (IP, TCP, the
 //! wake-up of the reading application, and for an ACK the peer's next
-//! transmissions) runs on the writer's CPU. Profiled on a 2-core machine
-//! during an upload, that was over a third of the driver task's time (the
-//! copy 16 %, the wake-ups 21 %, of a task busy 85 % of a CPU), all of it
-//! in series with building the next packets. [`WriterThread`]
+//! transmissions) runs on the writer's CPU: a large share of the driver
+//! task's time, in series with building the next packets. [`WriterThread`]
 //! moves the writes to a dedicated thread, double-buffered: the driver
 //! fills one batch while the thread writes the other, the way a NIC's
 //! transmit ring decouples a driver from the wire.
@@ -31,10 +29,9 @@ use crate::{DeviceCaps, IoStats, PacketIo, RxBatch, TxBatch};
 /// Batches smaller than this (ACKs, a few small segments) are written by
 /// the caller itself when the thread is idle: the receiving kernel's work
 /// for them is small, and a hand-over would delay each ACK by a thread
-/// wake-up. Measured on downloads from a BBR sender, which sizes its
-/// window by the round trip it sees: with every batch handed over, plain
-/// TCP lost 27 % (medians of 4 runs each); with this rule, none beyond the
-/// noise (crates/mptun/BENCH.md, "Writer threads").
+/// wake-up: a sender that sizes its window by the round trip it sees
+/// (BBR) gets a longer one if every ACK waits for a hand-over, and moves
+/// less.
 pub const INLINE_BELOW: usize = 16 * 1024;
 
 /// How long the thread sleeps on a device that pushed back before it

@@ -57,15 +57,14 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// devices read again. Without it one iteration built the whole send
 /// buffer (4 MiB, about a millisecond of copying) before writing any of it
 /// or reading an ACK, and the sender measured its own backlog as round
-/// trip: 0.8–1.4 ms on a veth path whose kernel side answers in 11 µs
-/// (median); with it 0.14–0.68 ms (crates/mptun/BENCH.md).
+/// trip.
 const TX_BYTES_PER_ITERATION: usize = 256 * 1024;
 /// Longest a due packet waits in a batch for company; see step 6.
 const MAX_HOLD: Duration = Duration::from_micros(100);
 /// Longest the driver waits, once the stack is dropped, for its devices to
 /// take what it still held and the resets it sends every connection (a
 /// writer thread still busy with the previous batch): without it the
-/// resets were dropped with the driver and the peers were left with
+/// resets would be dropped with the driver, leaving the peers with
 /// half-open connections. The writer threads then give a device that
 /// still pushes back as long again for their last batch.
 const SHUTDOWN_DRAIN: Duration = mptun_io::DRAIN_ON_DROP;

@@ -125,8 +125,8 @@ fn print_all(b: &[u8]) -> anyhow::Result<()> {
 /// mimalloc rather than glibc's malloc: the runtime's receive path allocates
 /// a buffer per received super-segment (up to 64 KiB) and frees it when the
 /// application has read it; glibc returns such memory to the kernel at the
-/// top of its heap and faults it in again, zeroed, for the next one, which
-/// cost mptun's receiver 40 % of its goodput (`crates/mptun/BENCH.md`).
+/// top of its heap and faults it in again, zeroed, for the next one, a
+/// cost that shows in the receiver's goodput.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

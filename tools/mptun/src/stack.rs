@@ -15,8 +15,7 @@ use std::net::SocketAddr;
 /// or moved between them, and every hand-over between them (data written,
 /// data arrived, window opened) and every device readiness woke the other
 /// worker: a futex or eventfd wake-up and an IPI each, which cost more
-/// than the second core gave (crates/mptun/BENCH.md, "One thread for the
-/// application and its stack", has the measurements).
+/// than the second core gave.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")
 }

@@ -30,10 +30,8 @@ pub(crate) use output::OutputDir;
 use transfer::{recv_phase, send_phase};
 
 /// Bytes per write: iperf3's TCP default. A block is made, hashed and
-/// written while it is still in the core's cache; 256 KiB blocks (and
-/// 512 KiB receive buffers) moved 0.37–0.78 of iperf3's rate with XXH3
-/// (the slow runs stalled at half the CPU) where 128 KiB moved 0.87–0.94,
-/// and 64 KiB 0.57 (more system calls) (crates/mptun/BENCH.md).
+/// written while it is still in the core's cache; larger blocks fall out
+/// of it and stall, smaller ones cost more system calls.
 pub(crate) const BLKSIZE: usize = 128 * 1024;
 /// Bytes a receiver's buffer holds: reads fill it until less than a
 /// quarter is left, then it goes to the hashing thread whole (or it is

@@ -17,10 +17,7 @@
 //! hand-over cost more than it saved. A block made on one core and written
 //! from another, or read on one and hashed on another, crosses the caches,
 //! and the threads' wake-ups stall the connection when the two cores are
-//! busy; measured on two cores (crates/mptun/BENCH.md), inline moved
-//! 1.05–1.1× as much over the kernel's MPTCP with each hash and, over
-//! mptun's own stack, 2× (BLAKE3) to 3× (SHA-256) as much
-//! ([`Producer::start`] and [`Consumer::start`] choose).
+//! busy ([`Producer::start`] and [`Consumer::start`] choose).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;

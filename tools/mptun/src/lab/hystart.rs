@@ -4,7 +4,7 @@
 //! netem counts them), 75 ms each way and a 619-packet bottleneck buffer
 //! (1 BDP of 1514-byte frames, packets waiting for the link); mptun's
 //! stack runs it twice (`legacy` and `fixed` round start, unpaced as the
-//! patch's sender), the kernel once (this kernel has the fix) as the
+//! patch's sender), the kernel once (a kernel with the fix, 6.14 on) as the
 //! anchor, read from its `TcpExtTCPHystart*` counters and `TCP_INFO`.
 //!
 //! Delivered bytes and the bottleneck's tail utilisation are measured at

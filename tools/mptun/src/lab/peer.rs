@@ -176,8 +176,8 @@ fn stack(a: &PeerArgs) -> Result<Stack> {
     let cfg = stream_options(a, StreamOptions::default())?.config().clone();
     // The lab reproduces the simulator's scenarios: its receiver takes and
     // acknowledges wire segments one by one, and so does this one (with
-    // GRO whole, one ACK per 64 KiB, HyStart's legacy round start no longer
-    // exits by delay in the `hystart` scenario: it ran into loss at 4 BDP).
+    // GRO whole, one ACK per 64 KiB changes the ACK pattern HyStart's delay
+    // test judges, and the legacy exit would no longer match the simulator's).
     let mut b = Stack::builder().tcp_config(cfg.tcp).mptcp_config(cfg.mptcp).gro(false);
     for (addr, dev) in pathspec::create_tuns(&pathspec::topology(t)?)? {
         b = b.path(addr, dev);

@@ -123,8 +123,7 @@ fn vs_sim(sim: &Summary, lab: &Summary) -> Vec<VsSim> {
 
 /// The simulator's prediction runs with TSO super-segments, as mptun on
 /// the lab's TUN devices and the kernel on its veths send: in `rwnd` the
-/// slow subflow's slow-start exit, and with it the goodput, depends on it
-/// (docs/lab.md).
+/// slow subflow's slow-start exit, and with it the goodput, depends on it.
 const SIM_TSO: bool = true;
 
 /// A path of the case as linkem spells the simulator's link.
