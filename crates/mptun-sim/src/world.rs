@@ -1,4 +1,11 @@
-//! The event loop: two hosts, N paths, virtual time.
+//! The event loop: two hosts joined by links, virtual time.
+//!
+//! A [`Topology`] names its links (each one direction, with today's link
+//! model) and routes packets by source address through one or more of them;
+//! several routes may share a link, so subflows and flows may meet in one
+//! queue. [`PathSpec`]s, two hosts joined by disjoint paths of one link
+//! each way, are the special case every older scenario uses, and they run
+//! exactly as they did.
 
 use crate::host::Host;
 use mptun_link::{Link, LinkConfig, LinkStats, Verdict};
@@ -45,10 +52,44 @@ impl Default for SimConfig {
     }
 }
 
-struct PathState {
-    spec: PathSpec,
-    ab: Link,
-    ba: Link,
+/// One route: the addresses it joins and the links a packet crosses, in
+/// order, each way (indices into [`Topology::links`]).
+#[derive(Clone, Debug)]
+pub struct RouteSpec {
+    pub addr_a: IpAddr,
+    pub addr_b: IpAddr,
+    pub a_to_b: Vec<usize>,
+    pub b_to_a: Vec<usize>,
+}
+
+/// Named one-way links and the routes through them.
+#[derive(Clone, Debug, Default)]
+pub struct Topology {
+    pub links: Vec<(String, LinkConfig)>,
+    pub routes: Vec<RouteSpec>,
+}
+
+impl Topology {
+    /// Disjoint paths: path `i` is links `2i` (A→B) and `2i + 1` (B→A).
+    pub fn from_paths(paths: &[PathSpec]) -> Self {
+        let mut t = Topology::default();
+        for (i, p) in paths.iter().enumerate() {
+            t.links.push((format!("path{i}-a2b"), p.a_to_b));
+            t.links.push((format!("path{i}-b2a"), p.b_to_a));
+            t.routes.push(RouteSpec {
+                addr_a: p.addr_a,
+                addr_b: p.addr_b,
+                a_to_b: vec![2 * i],
+                b_to_a: vec![2 * i + 1],
+            });
+        }
+        t
+    }
+}
+
+struct LinkState {
+    name: String,
+    link: Link,
 }
 
 /// A packet on its way; ordered by arrival time, then by send order.
@@ -56,6 +97,8 @@ struct InFlight {
     at: Instant,
     order: u64,
     to: Side,
+    /// The route and the hop it enters next, when it has links left to cross.
+    next: Option<(usize, usize)>,
     data: Vec<u8>,
 }
 
@@ -76,12 +119,21 @@ impl Ord for InFlight {
     }
 }
 
-/// A change to apply at a given virtual time (a path going down, a rate change).
+/// A change to apply at a given virtual time (a path going down, a rate
+/// change): to path `path`'s two links ([`Topology::from_paths`]'s
+/// numbering).
 pub struct Action {
     pub at: Instant,
     pub path: usize,
     pub a_to_b: Option<LinkConfig>,
     pub b_to_a: Option<LinkConfig>,
+}
+
+/// A change of one link of a [`Topology`] at a given virtual time.
+struct LinkChange {
+    at: Instant,
+    link: usize,
+    config: LinkConfig,
 }
 
 /// Counters of the simulation itself.
@@ -104,9 +156,11 @@ pub struct Sim<A: Host, B: Host> {
     pub a: A,
     pub b: B,
     cfg: SimConfig,
-    paths: Vec<PathState>,
+    links: Vec<LinkState>,
+    routes: Vec<RouteSpec>,
     queue: BinaryHeap<Reverse<InFlight>>,
-    actions: Vec<Action>,
+    /// Pending link changes, latest first.
+    changes: Vec<LinkChange>,
     rng: ChaCha8Rng,
     now: Instant,
     order: u64,
@@ -115,19 +169,28 @@ pub struct Sim<A: Host, B: Host> {
 }
 
 impl<A: Host, B: Host> Sim<A, B> {
+    /// Two hosts joined by disjoint `paths`.
     pub fn new(cfg: SimConfig, a: A, b: B, paths: Vec<PathSpec>) -> Self {
-        let paths = paths
-            .into_iter()
-            .map(|spec| PathState { ab: Link::new(spec.a_to_b), ba: Link::new(spec.b_to_a), spec })
-            .collect();
+        Self::with_topology(cfg, a, b, Topology::from_paths(&paths))
+    }
+
+    /// Two hosts joined by `topology`. Panics on a route through a link it
+    /// does not have, or through none.
+    pub fn with_topology(cfg: SimConfig, a: A, b: B, topology: Topology) -> Self {
+        for r in &topology.routes {
+            assert!(!r.a_to_b.is_empty() && !r.b_to_a.is_empty(), "a route crosses at least one link each way: {r:?}");
+            assert!(r.a_to_b.iter().chain(&r.b_to_a).all(|&l| l < topology.links.len()), "no such link: {r:?}");
+        }
+        let links = topology.links.into_iter().map(|(name, c)| LinkState { name, link: Link::new(c) }).collect();
         Sim {
             a,
             b,
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             cfg,
-            paths,
+            links,
+            routes: topology.routes,
             queue: BinaryHeap::new(),
-            actions: Vec::new(),
+            changes: Vec::new(),
             now: Instant::ZERO,
             order: 0,
             pool: Vec::new(),
@@ -143,26 +206,57 @@ impl<A: Host, B: Host> Sim<A, B> {
         self.stats
     }
 
-    /// Link counters of path `i`: (A→B, B→A).
+    /// Link counters of route `i`'s first link each way: (A→B, B→A) (of
+    /// path `i` for [`Sim::new`]).
     pub fn link_stats(&self, i: usize) -> (LinkStats, LinkStats) {
-        (self.paths[i].ab.stats(), self.paths[i].ba.stats())
+        let r = &self.routes[i];
+        (self.links[r.a_to_b[0]].link.stats(), self.links[r.b_to_a[0]].link.stats())
     }
 
+    /// Every link's name and counters, in the topology's order.
+    pub fn links(&self) -> impl Iterator<Item = (&str, LinkStats)> {
+        self.links.iter().map(|l| (l.name.as_str(), l.link.stats()))
+    }
+
+    /// Routes (paths, for [`Sim::new`]).
     pub fn path_count(&self) -> usize {
-        self.paths.len()
+        self.routes.len()
     }
 
-    /// Schedules a link change.
+    /// Schedules a change of path `action.path`'s links.
     pub fn schedule(&mut self, action: Action) {
-        self.actions.push(action);
-        self.actions.sort_by_key(|a| Reverse(a.at));
+        let r = &self.routes[action.path];
+        let (ab, ba) = (r.a_to_b[0], r.b_to_a[0]);
+        // Pushed B→A first: changes due at one instant apply last-scheduled
+        // first, so A→B is applied before B→A, as one path's were.
+        if let Some(c) = action.b_to_a {
+            self.schedule_link(action.at, ba, c);
+        }
+        if let Some(c) = action.a_to_b {
+            self.schedule_link(action.at, ab, c);
+        }
     }
 
-    fn route(&self, from: Side, src: IpAddr) -> Option<usize> {
-        self.paths.iter().position(|p| match from {
-            Side::A => p.spec.addr_a == src,
-            Side::B => p.spec.addr_b == src,
-        })
+    /// Schedules a change of link `link` (an index into the topology's links).
+    pub fn schedule_link(&mut self, at: Instant, link: usize, config: LinkConfig) {
+        self.changes.push(LinkChange { at, link, config });
+        // Latest first, so the next one pops off the end (a stable sort:
+        // changes due at one instant pop last-scheduled first).
+        self.changes.sort_by_key(|c| Reverse(c.at));
+    }
+
+    /// The route a packet from `side` takes: the one joining its source
+    /// and destination, else the first from its source (policy routing by
+    /// source address, as disjoint paths have it).
+    fn route(&self, from: Side, src: IpAddr, dst: IpAddr) -> Option<usize> {
+        let ends = |r: &RouteSpec| match from {
+            Side::A => (r.addr_a, r.addr_b),
+            Side::B => (r.addr_b, r.addr_a),
+        };
+        self.routes
+            .iter()
+            .position(|r| ends(r) == (src, dst))
+            .or_else(|| self.routes.iter().position(|r| ends(r).0 == src))
     }
 
     fn transmit_all(&mut self, side: Side) {
@@ -180,14 +274,15 @@ impl<A: Host, B: Host> Sim<A, B> {
                 return;
             };
             buf.truncate(out.len);
-            let Some(p) = self.route(side, out.src) else {
+            let Some(p) = self.route(side, out.src, out.dst) else {
                 self.stats.packets_sent += 1;
                 self.stats.no_route += 1;
                 self.pool.push(buf);
                 continue;
             };
             let Some(size) = out.segment_size.filter(|_| out.len > self.cfg.mtu) else {
-                self.put_on_link(side, p, buf);
+                self.stats.packets_sent += 1;
+                self.put_on_link(side, p, 0, buf);
                 continue;
             };
             // The device's segmentation: each wire segment meets the link
@@ -200,7 +295,8 @@ impl<A: Host, B: Host> Sim<A, B> {
                     match segs.next_into(&mut seg) {
                         Ok(Some(n)) => {
                             seg.truncate(n);
-                            self.put_on_link(side, p, seg);
+                            self.stats.packets_sent += 1;
+                            self.put_on_link(side, p, 0, seg);
                         }
                         Ok(None) => {
                             self.pool.push(seg);
@@ -219,18 +315,17 @@ impl<A: Host, B: Host> Sim<A, B> {
         }
     }
 
-    /// Offers one wire packet to path `p`'s link away from `side`.
-    fn put_on_link(&mut self, side: Side, p: usize, mut buf: Vec<u8>) {
+    /// Offers one wire packet, sent by `side` on route `route`, to the
+    /// route's link number `hop` in that direction.
+    fn put_on_link(&mut self, side: Side, route: usize, hop: usize, mut buf: Vec<u8>) {
         let now = self.now;
-        self.stats.packets_sent += 1;
-        let link = match side {
-            Side::A => &mut self.paths[p].ab,
-            Side::B => &mut self.paths[p].ba,
+        let r = &self.routes[route];
+        let (hops, to) = match side {
+            Side::A => (&r.a_to_b, Side::B),
+            Side::B => (&r.b_to_a, Side::A),
         };
-        let to = match side {
-            Side::A => Side::B,
-            Side::B => Side::A,
-        };
+        let next = (hop + 1 < hops.len()).then_some((route, hop + 1));
+        let link = &mut self.links[hops[hop]].link;
         match link.offer(now, buf.len(), &mut self.rng) {
             Verdict::Dropped(_) => self.pool.push(buf),
             Verdict::Deliver { release, duplicate, corrupt_bit } => {
@@ -239,10 +334,10 @@ impl<A: Host, B: Host> Sim<A, B> {
                 }
                 if let Some(d) = duplicate {
                     self.order += 1;
-                    self.queue.push(Reverse(InFlight { at: d, order: self.order, to, data: buf.clone() }));
+                    self.queue.push(Reverse(InFlight { at: d, order: self.order, to, next, data: buf.clone() }));
                 }
                 self.order += 1;
-                self.queue.push(Reverse(InFlight { at: release, order: self.order, to, data: buf }));
+                self.queue.push(Reverse(InFlight { at: release, order: self.order, to, next, data: buf }));
             }
         }
     }
@@ -251,7 +346,7 @@ impl<A: Host, B: Host> Sim<A, B> {
         let mut t = self.queue.peek().map(|r| r.0.at);
         t = Instant::min_opt(t, self.a.poll_timeout());
         t = Instant::min_opt(t, self.b.poll_timeout());
-        t = Instant::min_opt(t, self.actions.last().map(|a| a.at));
+        t = Instant::min_opt(t, self.changes.last().map(|c| c.at));
         t
     }
 
@@ -299,18 +394,21 @@ impl<A: Host, B: Host> Sim<A, B> {
             self.now = self.now.max(t);
             self.stats.events += 1;
             let now = self.now;
-            while self.actions.last().is_some_and(|a| a.at <= now) {
-                let act = self.actions.pop().expect("peeked");
-                let p = &mut self.paths[act.path];
-                if let Some(c) = act.a_to_b {
-                    p.ab.set_config(c);
-                }
-                if let Some(c) = act.b_to_a {
-                    p.ba.set_config(c);
-                }
+            while self.changes.last().is_some_and(|c| c.at <= now) {
+                let c = self.changes.pop().expect("peeked");
+                self.links[c.link].link.set_config(c.config);
             }
             while self.queue.peek().is_some_and(|r| r.0.at <= now) {
                 let Reverse(pkt) = self.queue.pop().expect("peeked");
+                if let Some((route, hop)) = pkt.next {
+                    // Out of one link, into the route's next one.
+                    let from = match pkt.to {
+                        Side::A => Side::B,
+                        Side::B => Side::A,
+                    };
+                    self.put_on_link(from, route, hop, pkt.data);
+                    continue;
+                }
                 self.stats.packets_delivered += 1;
                 self.stats.bytes_delivered += pkt.data.len() as u64;
                 match pkt.to {

@@ -5,7 +5,8 @@ use crate::units::{parse_duration, parse_rate, parse_ratio, parse_size};
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use mptun::{Algorithm, PacerKind};
-use mptun_sim::scenarios::{cc_compare, edt_rr, hystart, tcp_single};
+use mptun_sim::scenarios::bottleneck::Bottleneck;
+use mptun_sim::scenarios::{cc_compare, edt_rr, hystart, shared_bottleneck, tcp_single};
 
 #[derive(Args)]
 pub(crate) struct SimArgs {
@@ -33,6 +34,42 @@ enum Scenario {
     Fallback(crate::cli_sim_mptcp::AggregateArgs),
     /// The slow-subflow penalty scenario matrix (suite/unbounded/rwnd/sndbuf/both) per scheduler policy.
     Penalise(crate::cli_sim_mptcp::PenaliseArgs),
+    /// An MPTCP connection (2 subflows) and a TCP flow through one bottleneck
+    /// (default 20 Mbit/s, 40 ms RTT, 1-BDP buffer): each flow's share, coupled or not.
+    SharedBottleneck(SharedBottleneckArgs),
+}
+
+#[derive(Args)]
+struct SharedBottleneckArgs {
+    #[command(flatten)]
+    json: Json,
+    /// The MPTCP connection's congestion control: cubic, reno, lia, olia, balia.
+    #[arg(long, default_value_t = Algorithm::Cubic)]
+    cc: Algorithm,
+    /// The TCP flow's congestion control.
+    #[arg(long, default_value_t = Algorithm::Cubic)]
+    tcp_cc: Algorithm,
+    /// The MPTCP connection's scheduler policy: default, penalise, penalise-guarded, mptcp-org.
+    #[arg(long, default_value_t = mptun::Policy::Default)]
+    policy: mptun::Policy,
+    /// Bottleneck rate, both directions.
+    #[arg(long, default_value = "20mbit", value_parser = parse_rate)]
+    rate: u64,
+    /// Round-trip propagation delay.
+    #[arg(long, default_value = "40ms", value_parser = parse_duration)]
+    rtt: mptun_time::Duration,
+    /// Bottleneck buffer in packets (default: 1 BDP).
+    #[arg(long)]
+    queue: Option<usize>,
+    /// Length of the run (shares are counted over its second half).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: mptun_time::Duration,
+    /// Order-preserving delay jitter on the bottleneck (breaks droptail's
+    /// phase effects; seeds differ only through it).
+    #[arg(long, default_value = "500us", value_parser = parse_duration)]
+    jitter: mptun_time::Duration,
+    #[command(flatten)]
+    seed: Seed,
 }
 
 #[derive(Args)]
@@ -166,6 +203,7 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
         Scenario::Failover(a) => crate::cli_sim_mptcp::run_failover(a),
         Scenario::Fallback(a) => crate::cli_sim_mptcp::run_fallback(a),
         Scenario::Penalise(a) => crate::cli_sim_mptcp::run_penalise(a),
+        Scenario::SharedBottleneck(b) => run_shared_bottleneck(b),
         Scenario::TcpSingle(t) => {
             let p = tcp_single::Params {
                 size: t.size,
@@ -215,6 +253,42 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn run_shared_bottleneck(b: SharedBottleneckArgs) -> Result<()> {
+    let p = shared_bottleneck::Params {
+        bottleneck: Bottleneck { rate_bps: b.rate, rtt: b.rtt, queue_packets: b.queue, jitter: b.jitter },
+        duration: b.duration,
+        mptcp_cc: b.cc,
+        tcp_cc: b.tcp_cc,
+        policy: b.policy,
+        seed: b.seed.seed,
+    };
+    let r = shared_bottleneck::run(&p);
+    if b.json.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!(
+        "shared-bottleneck: {:.1} Mbit/s, {:.0} ms RTT, buffer {} packets, {:.0} s; bottleneck {:.1} % used, {} drops",
+        r.rate_bps as f64 / 1e6,
+        r.rtt_ms,
+        r.queue_packets,
+        r.duration_s,
+        r.bottleneck.utilisation * 100.0,
+        r.bottleneck.dropped_queue
+    );
+    for f in &r.flows {
+        println!(
+            "  {:<5} {:<6} {} subflow(s): {:6.2} Mbit/s, share {:.3}",
+            f.kind,
+            f.cc,
+            f.subflows,
+            f.goodput_bps / 1e6,
+            f.share
+        );
+    }
+    Ok(())
 }
 
 fn run_hystart(h: HystartArgs) -> Result<()> {

@@ -10,11 +10,11 @@
 //! on the same hosts), each with its own controller; nothing else differs
 //! (same MSS, pacer, buffers), so the shares are the controllers' doing.
 
+use super::bottleneck::Bottleneck;
 use crate::apps::BulkApp;
 use crate::stack::StackHost;
 use crate::world::{PathSpec, Sim, SimConfig};
 use mptun_cc::Algorithm;
-use mptun_link::LinkConfig;
 use mptun_proto::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
 use mptun_time::{Duration, Instant};
 use serde::Serialize;
@@ -123,10 +123,8 @@ fn round3(x: f64) -> f64 {
 
 /// The shared path: the data direction's buffer is the bottleneck.
 pub fn path(p: &Params) -> (PathSpec, usize, u64) {
-    let base = LinkConfig { rate_bps: Some(p.rate_bps), delay: p.rtt / 2, ..Default::default() };
-    let bdp = base.bdp_bytes(p.rtt) / 1500;
-    let queue = p.queue_packets.unwrap_or(bdp as usize).max(2);
-    let link = LinkConfig { limit_packets: Some(queue), ..base };
+    let b = Bottleneck { rate_bps: p.rate_bps, rtt: p.rtt, queue_packets: p.queue_packets, jitter: Duration::ZERO };
+    let (link, queue, bdp) = b.link();
     let spec = PathSpec {
         addr_a: "10.0.5.1".parse().expect("literal"),
         addr_b: "10.0.5.2".parse().expect("literal"),

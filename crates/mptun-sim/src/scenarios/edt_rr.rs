@@ -45,6 +45,7 @@
 //!
 //! [`TcpConfig::max_pacing_rate`]: mptun_proto::tcp::TcpConfig::max_pacing_rate
 
+use super::seed32;
 use crate::rr::{LatencyStats, RrApp, RrClient, RrHost, RrServer};
 use crate::world::{PathSpec, Sim, SimConfig};
 use mptun_cc::PacerKind;
@@ -116,12 +117,6 @@ pub struct Report {
     pub wall_s: f64,
     /// SHA-256 of this report without its wall-clock fields (see [`crate::report::run_digest`]).
     pub run_digest: String,
-}
-
-fn seed32(seed: u64, salt: u8) -> [u8; 32] {
-    let mut s = [salt; 32];
-    s[..8].copy_from_slice(&seed.to_le_bytes());
-    s
 }
 
 /// Runs the request/response test with one pacer.

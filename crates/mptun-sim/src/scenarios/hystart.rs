@@ -20,6 +20,7 @@
 //! than their real framing; only ACKs are small, and they use the other
 //! direction.)
 
+use super::seed32;
 use crate::apps::BulkApp;
 use crate::stack::StackHost;
 use crate::tap::Tap;
@@ -185,12 +186,6 @@ pub fn path(p: &Params) -> (PathSpec, usize) {
         b_to_a: link,
     };
     (spec, queue)
-}
-
-fn seed32(seed: u64, salt: u8) -> [u8; 32] {
-    let mut s = [salt; 32];
-    s[..8].copy_from_slice(&seed.to_le_bytes());
-    s
 }
 
 /// What the per-step observer learns about the sender.

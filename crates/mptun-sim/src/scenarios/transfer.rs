@@ -2,6 +2,7 @@
 //! over the given paths, bulk data in one or both directions, hashed on both
 //! ends.
 
+use super::seed32;
 use crate::apps::BulkApp;
 use crate::report::{counters_map, LinkReport};
 use crate::stack::StackHost;
@@ -76,12 +77,6 @@ pub struct TransferResult {
     /// Not serialised: HyStart exit as reported by the client's controller.
     #[serde(skip)]
     pub slow_start_exit: Option<(&'static str, u32)>,
-}
-
-fn seed32(seed: u64, salt: u8) -> [u8; 32] {
-    let mut s = [salt; 32];
-    s[..8].copy_from_slice(&seed.to_le_bytes());
-    s
 }
 
 /// One sample of one subflow of the traced connection.
