@@ -4,7 +4,11 @@
 //! packets the kernel handed up with the checksum left to the device
 //! (virtio `NEEDS_CSUM`) and of its super-packets (one read of up to 64 KiB)
 //! included, so a reader who looks for damaged segments finds only real
-//! damage. mptun as client (two paths) and as server.
+//! damage; and a connection both ends closed in order ends without a reset
+//! from mptun, though the stack is shut down (as a tool's exit does) the
+//! moment the application has read the peer's end of stream, with the
+//! subflows' FIN exchanges still under way. mptun as client (two paths)
+//! and as server.
 //!
 //! Needs root: skipped with a reason otherwise, failed when MPTUN_REQUIRE_NETNS=1.
 
@@ -158,6 +162,12 @@ fn check(case: &str, seen: &Seen) {
         &seen.bad[..seen.bad.len().min(8)]
     );
     assert!(seen.received_super > 0, "{case}: no super-packet from the kernel was recorded, so none was checked");
+    assert!(seen.fin_from_mptun > 0 && seen.fin_to_mptun > 0, "{case}: both ends close in order: {seen:?}");
+    assert!(
+        seen.resets_from_mptun.is_empty(),
+        "{case}: mptun reset a connection both ends closed in order: {:?}",
+        seen.resets_from_mptun
+    );
 }
 
 /// A two-path lab whose `kernel` side runs MPTCP (with a `subflow` endpoint
