@@ -171,11 +171,15 @@ fn check(case: &str, seen: &Seen) {
 }
 
 /// A two-path lab whose `kernel` side runs MPTCP (with a `subflow` endpoint
-/// on path 2 if `subflow_endpoint`), and a capture file for mptun's stack.
-fn lab_with_capture(case: &str, kernel: Side, subflow_endpoint: bool) -> (Lab, Capture) {
+/// on path 2 if `subflow_endpoint`), and a capture file for mptun's stack;
+/// `None` (the test skipped, with the reason printed) without root.
+fn lab_with_capture(case: &str, kernel: Side, subflow_endpoint: bool) -> Option<(Lab, Capture)> {
+    if require_netns().is_some() {
+        return None;
+    }
     let lab = Lab::new(case, 2).unwrap();
     lab.kernel_mptcp(kernel, subflow_endpoint).unwrap();
-    (lab, Capture::new(case))
+    Some((lab, Capture::new(case)))
 }
 
 /// The kernel's end on a thread of its own: the socket `open` gives sends
@@ -212,11 +216,8 @@ async fn exchange_then_check(
 /// send and read to the end, then the stack is shut down as a tool's exit does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capture_of_mptun_as_client_to_the_kernel() {
-    if require_netns().is_some() {
-        return;
-    }
     let case = "pcc";
-    let (lab, cap) = lab_with_capture(case, Side::B, false);
+    let Some((lab, cap)) = lab_with_capture(case, Side::B, false) else { return };
     let ours = [lab.mptun_addr(Side::A, 1), lab.mptun_addr(Side::A, 2)];
     let stack = Stack::builder()
         .path(ours[0], lab.tun(Side::A, "pcc1", &[1]).unwrap())
@@ -235,11 +236,8 @@ async fn capture_of_mptun_as_client_to_the_kernel() {
 /// mptun listening in B; as above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capture_of_mptun_as_server_to_the_kernel() {
-    if require_netns().is_some() {
-        return;
-    }
     let case = "pcs";
-    let (lab, cap) = lab_with_capture(case, Side::A, true);
+    let Some((lab, cap)) = lab_with_capture(case, Side::A, true) else { return };
     let ours = [lab.mptun_addr(Side::B, 1)];
     let stack = Stack::builder().path(ours[0], lab.tun(Side::B, "pcs1", &[1]).unwrap()).pcap(&cap.0).build().unwrap();
     let at = SocketAddr::new(ours[0], 5312);
