@@ -81,7 +81,23 @@ impl<T: PacketIo> PacketIo for PcapTap<T> {
         let from = batch.len();
         let r = self.inner.poll_recv_batch(cx, batch);
         if let Poll::Ready(Ok(_)) = r {
-            self.record(batch.iter().skip(from));
+            // A checksum the sending stack left for the hardware is
+            // recorded completed, as that hardware would have put it on a
+            // wire: a reader that verifies checksums then flags only real
+            // damage. The copy is the capture's; the stack gets the packet
+            // as it came (and trusts it, never summing it), so only a
+            // capture pays for the sum. A super-packet is recorded whole,
+            // as it was read and as the stack took it, with its IP length.
+            let packets: Vec<Cow<'_, [u8]>> = (from..batch.len())
+                .filter_map(|i| {
+                    let p = batch.get(i)?;
+                    let Some((start, offset)) = batch.partial_checksum(i) else { return Some(Cow::Borrowed(p)) };
+                    let mut c = p.to_vec();
+                    mptun_wire::checksum::complete_partial(&mut c, start, offset);
+                    Some(Cow::Owned(c))
+                })
+                .collect();
+            self.record(packets.iter().map(|c| c.as_ref()));
         }
         r
     }

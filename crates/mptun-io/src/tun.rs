@@ -329,7 +329,7 @@ impl TunDevice {
             return Ok(0);
         }
         let rx = vnet_rx(&buf[..HEADROOM]);
-        batch.commit_whole(n - HEADROOM, rx.gso_size, rx.checksum_verified);
+        batch.commit_whole(n - HEADROOM, rx.gso_size, rx.checksum_verified, rx.partial);
         if rx.gso_size != 0 {
             AtomicIoStats::add(&self.stats.rx_gro_whole, 1);
         }
@@ -401,6 +401,9 @@ pub(crate) struct VnetRx {
     /// The kernel vouches for the TCP checksum (`DATA_VALID`) or left it
     /// partial for the hardware (`NEEDS_CSUM`): it must not be verified.
     pub checksum_verified: bool,
+    /// `NEEDS_CSUM`'s `csum_start` and `csum_offset`: where a capture
+    /// completes the checksum that the packet carries only partly.
+    pub partial: Option<(u16, u16)>,
 }
 
 /// Reads the `virtio_net_hdr` in front of a received packet.
@@ -410,7 +413,13 @@ pub(crate) fn vnet_rx(hdr: &[u8]) -> VnetRx {
         VIRTIO_NET_HDR_GSO_TCPV4 | VIRTIO_NET_HDR_GSO_TCPV6 => u16::from_le_bytes([hdr[4], hdr[5]]),
         _ => 0,
     };
-    VnetRx { gso_size, checksum_verified: flags & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) != 0 }
+    let partial = (flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0)
+        .then(|| (u16::from_le_bytes([hdr[6], hdr[7]]), u16::from_le_bytes([hdr[8], hdr[9]])));
+    VnetRx {
+        gso_size,
+        checksum_verified: flags & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) != 0,
+        partial,
+    }
 }
 /// Offset of the checksum field in a TCP header (`csum_offset`).
 const TCP_CSUM_OFFSET: u16 = 16;
@@ -737,12 +746,24 @@ mod tests {
             h[0] = flags;
             h[1] = gso_type;
             h[4..6].copy_from_slice(&size.to_le_bytes());
+            // csum_start 20 (an IPv4 header), csum_offset 16 (TCP's field).
+            h[6..8].copy_from_slice(&20u16.to_le_bytes());
+            h[8..10].copy_from_slice(&16u16.to_le_bytes());
             vnet_rx(&h)
         };
-        assert_eq!(hdr(0, 0, 0), VnetRx { gso_size: 0, checksum_verified: false }, "complete checksum: verify it");
-        assert_eq!(hdr(1, 0, 0), VnetRx { gso_size: 0, checksum_verified: true }, "NEEDS_CSUM: partial, trusted");
-        assert_eq!(hdr(2, 0, 0), VnetRx { gso_size: 0, checksum_verified: true }, "DATA_VALID");
-        assert_eq!(hdr(1, VIRTIO_NET_HDR_GSO_TCPV4, 1448), VnetRx { gso_size: 1448, checksum_verified: true });
+        let partial = Some((20, 16));
+        assert_eq!(
+            hdr(0, 0, 0),
+            VnetRx { gso_size: 0, checksum_verified: false, partial: None },
+            "complete checksum: verify it"
+        );
+        assert_eq!(
+            hdr(1, 0, 0),
+            VnetRx { gso_size: 0, checksum_verified: true, partial },
+            "NEEDS_CSUM: partial, trusted, and where to complete it"
+        );
+        assert_eq!(hdr(2, 0, 0), VnetRx { gso_size: 0, checksum_verified: true, partial: None }, "DATA_VALID");
+        assert_eq!(hdr(1, VIRTIO_NET_HDR_GSO_TCPV4, 1448), VnetRx { gso_size: 1448, checksum_verified: true, partial });
         assert_eq!(hdr(1, VIRTIO_NET_HDR_GSO_TCPV6 | VIRTIO_NET_HDR_GSO_ECN, 1428).gso_size, 1428);
         assert_eq!(hdr(1, 3, 1400).gso_size, 0, "UDP GSO is not a TCP super-segment");
         // A size in a header that says no GSO is ignored.

@@ -428,6 +428,12 @@ async fn bulk_from_a_kernel_sender(gro: bool) {
                 // Cut (and checksum) as a device would: the kernel left the
                 // checksum partial and says so.
                 assert!(batch.checksum_verified(i), "a local sender's packet: CHECKSUM_PARTIAL");
+                // Where a capture completes it: from the TCP header on, into
+                // TCP's field; completed, it verifies.
+                assert_eq!(batch.partial_checksum(i), Some((20, 16)), "csum_start and csum_offset");
+                let mut done = p.to_vec();
+                assert!(mptun_wire::checksum::complete_partial(&mut done, 20, 16));
+                assert!(tcp4_checksum_ok(&done), "completed, the checksum verifies");
                 let size = batch.gso_size(i).unwrap_or(1460);
                 if p.len() > 1500 {
                     assert!(batch.gso_size(i).is_some(), "a {}-byte packet without its segment size", p.len());

@@ -68,6 +68,17 @@ const MAX_HOLD: Duration = Duration::from_micros(100);
 /// half-open connections. The writer threads then give a device that
 /// still pushes back as long again for their last batch.
 const SHUTDOWN_DRAIN: Duration = mptun_io::DRAIN_ON_DROP;
+/// Longest a connection the application closed and let go, all its data
+/// acknowledged, may take once the stack is dropped to finish its close
+/// (the peer's DATA_FIN and the subflows' FIN exchanges) before it is
+/// reset with the rest. A kernel
+/// socket closes in the background after its process exits; a stack that
+/// ends with its process can give it only a moment, or a tool that exits
+/// the instant it has its answer resets every connection in the middle of
+/// its orderly close. A peer that answers in a few round trips of any
+/// ordinary path makes it in time, one that does not is not worth the
+/// process waiting longer for.
+const SHUTDOWN_LINGER: Duration = mptun_io::DRAIN_ON_DROP;
 /// How often closed connections nobody owns are swept from the endpoint.
 const SWEEP_EVERY: Duration = Duration::from_millis(1000);
 /// Largest packet the endpoint may write (an IPv6 jumbo aside).
@@ -104,9 +115,20 @@ pub(crate) struct Driver {
     pcaps: Vec<SharedPcap>,
     /// Packets went through since the last flush.
     pcap_dirty: bool,
-    /// Set when the stack was dropped: until then the devices must have
-    /// taken the resets ([`SHUTDOWN_DRAIN`]).
-    draining_until: Option<Instant>,
+    /// How far ending has got, once the stack was dropped.
+    ending: Option<Ending>,
+}
+
+/// The phases of a stack that was dropped.
+#[derive(Clone, Copy)]
+enum Ending {
+    /// Until then the stack runs on for the connections the application
+    /// closed and let go with all their data acknowledged, so they finish
+    /// their close ([`SHUTDOWN_LINGER`]); every other connection was reset.
+    Linger(Instant),
+    /// What was left is reset; until then the devices must have taken the
+    /// resets ([`SHUTDOWN_DRAIN`]).
+    Drain(Instant),
 }
 
 enum Step {
@@ -150,7 +172,7 @@ impl Driver {
             batch_since: None,
             pcaps,
             pcap_dirty: false,
-            draining_until: None,
+            ending: None,
         }
     }
 
@@ -186,15 +208,9 @@ impl Driver {
         let shared = self.shared.clone();
         let mut st = shared.lock();
         st.stats.iterations += 1;
-        if st.shutdown {
+        let lingering = if st.shutdown { self.ending(&mut st) } else { None };
+        if let Some(Ending::Drain(deadline)) = self.ending {
             let now = shared.clock.now();
-            let deadline = match self.draining_until {
-                Some(t) => t,
-                None => {
-                    self.shut_down(&mut st);
-                    *self.draining_until.insert(now + SHUTDOWN_DRAIN)
-                }
-            };
             // What the fq still holds leaves now, each flow's packets in
             // order and its reset behind them: a reset sent ahead of data
             // it counts (its sequence number past what the peer has seen)
@@ -275,7 +291,9 @@ impl Driver {
         st.stats.app_wakeups += self.wake.len() as u64;
         st.stats.held_packets = self.departures.len() as u64;
         st.stats.held_bytes = self.departures.bytes() as u64;
+        // Back at the end of a linger even if the orphans go quiet.
         let mut next = Instant::min_opt(st.ep.poll_timeout(), self.departures.next_departure());
+        next = Instant::min_opt(next, lingering);
         if !self.pcaps.is_empty() {
             // Come back for the next flush even if the stack goes idle.
             self.pcap_dirty |= received || more_tx || self.devices.iter().any(|d| !d.tx.is_empty());
@@ -506,20 +524,42 @@ impl Driver {
         }
     }
 
-    /// The stack is gone: reset every connection (as a process exit does)
-    /// and fail every waiting task.
-    fn shut_down(&mut self, st: &mut State) {
-        let handles: Vec<_> = st.ep.handles().collect();
-        for h in handles {
-            if !st.ep.is_closed(h) {
-                st.ep.abort(h);
+    /// Moves a dropped stack on: at once, its listeners are closed and
+    /// every connection the application still holds (or never accepted)
+    /// reset, as a process exit does, and so is one it closed with data
+    /// still unacknowledged, which would not be delivered in a moment
+    /// anyway; those it closed and let go with all their data through
+    /// linger until their close is over ([`Endpoint::is_finished`]) or
+    /// [`SHUTDOWN_LINGER`] has passed, and what is left of them then is
+    /// reset too and drained. Returns the end of the linger while it lasts.
+    ///
+    /// [`Endpoint::is_finished`]: mptun_proto::Endpoint::is_finished
+    fn ending(&mut self, st: &mut State) -> Option<Instant> {
+        let now = self.shared.clock.now();
+        let until = match self.ending {
+            Some(Ending::Drain(_)) => return None,
+            Some(Ending::Linger(until)) => until,
+            None => {
+                for id in st.listeners.keys().copied().collect::<Vec<_>>() {
+                    crate::listener::close(st, id);
+                }
+                abort_all(st, |st, h| !(is_orphan(st, h) && st.ep.all_data_acked(h)));
+                wake_all(st, &mut self.wake);
+                for w in self.wake.drain(..) {
+                    w.wake();
+                }
+                now + SHUTDOWN_LINGER
             }
+        };
+        let closing = st.conns.keys().any(|&h| is_orphan(st, h) && !st.ep.is_finished(h));
+        if closing && now < until {
+            self.ending = Some(Ending::Linger(until));
+            return Some(until);
         }
         // The resets leave with the drain (`transmit`), behind what is held.
-        wake_all(st, &mut self.wake);
-        for w in self.wake.drain(..) {
-            w.wake();
-        }
+        abort_all(st, |_, _| true);
+        self.ending = Some(Ending::Drain(now + SHUTDOWN_DRAIN));
+        None
     }
 }
 
@@ -593,6 +633,21 @@ fn push(tx: &mut TxBatch, p: &mut TxPacket, st: &mut State) -> Result<(), PushEr
     let r = tx.push(p);
     st.stats.tx_gathered += (gathered && r.is_ok()) as u64;
     r
+}
+
+/// Resets every connection `which` picks that is not closed yet.
+fn abort_all(st: &mut State, which: impl Fn(&State, ConnectionHandle) -> bool) {
+    let handles: Vec<_> = st.ep.handles().collect();
+    for h in handles {
+        if !st.ep.is_closed(h) && which(st, h) {
+            st.ep.abort(h);
+        }
+    }
+}
+
+/// The application closed `h` and let it go: it finishes on its own.
+fn is_orphan(st: &State, h: ConnectionHandle) -> bool {
+    st.conns.get(&h).is_some_and(|cs| cs.refs == 0)
 }
 
 fn wake_all(st: &mut State, out: &mut Vec<Waker>) {

@@ -122,20 +122,24 @@ impl MptcpListener {
 }
 
 impl Drop for MptcpListener {
-    /// Connections not yet accepted are reset, as when a kernel listener closes.
     fn drop(&mut self) {
         let id = self.id;
-        self.stack.shared().update(|st| {
-            if let Some(l) = st.listeners.remove(&id) {
-                for a in own_addrs(&st.local_ips, l.addr) {
-                    st.ep.unlisten(a);
-                }
-                for h in l.queue {
-                    st.ep.abort(h);
-                    st.release(h);
-                }
-            }
-        });
+        self.stack.shared().update(|st| close(st, id));
+    }
+}
+
+/// Closes listener `id` (dropped, or its stack ending): its addresses take
+/// no more connections, and those not yet accepted are reset, as when a
+/// kernel listener closes.
+pub(crate) fn close(st: &mut State, id: u64) {
+    if let Some(l) = st.listeners.remove(&id) {
+        for a in own_addrs(&st.local_ips, l.addr) {
+            st.ep.unlisten(a);
+        }
+        for h in l.queue {
+            st.ep.abort(h);
+            st.release(h);
+        }
     }
 }
 

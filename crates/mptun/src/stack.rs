@@ -22,8 +22,10 @@ use crate::{StreamInfo, StreamOptions};
 /// [`crate::MptcpListener`] lives on one.
 ///
 /// Cheap to clone. The driver task runs for as long as any clone (streams
-/// and listeners hold one) exists; when the last goes, open connections are
-/// reset, as when a process exits.
+/// and listeners hold one) exists; when the last goes, connections still
+/// open are reset, as when a process exits, and those the application
+/// closed and let go, all their data acknowledged, first get a moment to
+/// finish their close.
 #[derive(Clone)]
 pub struct Stack {
     pub(crate) inner: Arc<StackInner>,
@@ -294,9 +296,14 @@ impl Stack {
     }
 
     /// Ends the stack now, for every handle, and returns once its driver
-    /// has stopped: every connection reset as when the last handle is
-    /// dropped, what the devices still held written or dropped (within
-    /// the same short drain), and, where this was the last handle, the
+    /// has stopped: as when the last handle is dropped, every connection
+    /// still open (or closed with data still unacknowledged) reset and
+    /// every listener closed at once; those the application closed and
+    /// let go, all their data acknowledged, given a moment (at most
+    /// [`mptun_io::DRAIN_ON_DROP`]) to finish their close, and reset if
+    /// they have not, so that a connection both ends closed in order ends
+    /// without a reset; what the devices still held written or dropped
+    /// (within as short a drain); and, where this was the last handle, the
     /// devices released, so a writer thread has finished and a capture is
     /// complete on disk. Dropping the stack does the same without the
     /// wait, for a program that must not block on it; a test or a tool

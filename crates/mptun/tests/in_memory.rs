@@ -20,6 +20,18 @@ fn pair() -> (Stack, Stack) {
     (sa, sb)
 }
 
+/// As [`pair`], the first stack recording into `file`.
+fn pair_capturing_a(file: &std::path::Path) -> (Stack, Stack) {
+    let (a, b) = ChannelIo::pair("a", "b", 1500, 1024);
+    let sa = Stack::builder()
+        .path("10.0.0.1".parse().unwrap(), Arc::new(a) as Arc<dyn PacketIo>)
+        .pcap(file)
+        .build()
+        .unwrap();
+    let sb = Stack::builder().path("10.0.0.2".parse().unwrap(), Arc::new(b) as Arc<dyn PacketIo>).build().unwrap();
+    (sa, sb)
+}
+
 async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static>(
     s: S,
     data: Vec<u8>,
@@ -443,14 +455,8 @@ async fn a_stack_dropped_while_its_device_is_busy_still_resets_its_connections()
 
 #[tokio::test]
 async fn pcap_capture_is_flushed_while_the_stack_runs() {
-    let (a, b) = ChannelIo::pair("a", "b", 1500, 1024);
     let file = std::env::temp_dir().join(format!("mptun-capture-{}.pcap", std::process::id()));
-    let sa = Stack::builder()
-        .path("10.0.0.1".parse().unwrap(), Arc::new(a) as Arc<dyn PacketIo>)
-        .pcap(&file)
-        .build()
-        .unwrap();
-    let sb = Stack::builder().path("10.0.0.2".parse().unwrap(), Arc::new(b) as Arc<dyn PacketIo>).build().unwrap();
+    let (sa, sb) = pair_capturing_a(&file);
     let l = MptcpListener::bind(&sb, "10.0.0.2:9").await.unwrap();
     let mut c = MptcpStream::connect(&sa, "10.0.0.2:9").await.unwrap();
     let (mut s, _) = l.accept().await.unwrap();
@@ -563,6 +569,58 @@ async fn shutdown_returns_with_the_last_packets_sent_and_captured() {
     assert_eq!(ended.expect_err("a reset, not an end of stream").kind(), std::io::ErrorKind::ConnectionReset);
     let nstat = sb.counters().to_nstat();
     assert!(!nstat.contains("TcpExtTCPChallengeACK"), "{nstat}");
+}
+
+/// A tool that exits the moment it has its answer: the request written and
+/// the stream shut down, the answer read (to the end of stream, or just
+/// its bytes while the peer's close is still to come), the stream dropped
+/// and the stack shut down at once. The close both ends make in order is
+/// finished, not cut short: the capture holds FINs both ways and no reset
+/// from the stack that went, MPTCP or plain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stack_shut_down_right_after_an_orderly_close_sends_no_reset() {
+    for (mptcp, to_eof, port) in [(true, true, 5020), (true, false, 5021), (false, true, 5022), (false, false, 5023)] {
+        let what = format!("mptcp {mptcp}, read to the end {to_eof}");
+        let file = std::env::temp_dir().join(format!("mptun-close-{}-{port}.pcap", std::process::id()));
+        let (sa, sb) = pair_capturing_a(&file);
+        let l = MptcpListener::bind(&sb, ("10.0.0.2", port)).await.unwrap();
+        let opts = sa.stream_options().mptcp(mptcp);
+        let mut c = MptcpStream::connect_with(&sa, ("10.0.0.2", port), opts).await.unwrap();
+        let (mut s, _) = l.accept().await.unwrap();
+        let server = tokio::spawn(async move {
+            let mut request = Vec::new();
+            s.read_to_end(&mut request).await.unwrap();
+            s.write_all(b"answer").await.unwrap();
+            // The end of stream a moment after the answer, as a server
+            // that writes its answer and then closes: the other stack is
+            // shut down in between when it does not read to the end.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            s.shutdown().await.unwrap();
+            request
+        });
+        c.write_all(b"request").await.unwrap();
+        c.shutdown().await.unwrap();
+        let mut answer = vec![0u8; 6];
+        timeout(Duration::from_secs(5), c.read_exact(&mut answer)).await.unwrap().unwrap();
+        if to_eof {
+            assert_eq!(timeout(Duration::from_secs(5), c.read(&mut [0u8; 8])).await.unwrap().unwrap(), 0, "{what}");
+        }
+        drop(c);
+        timeout(Duration::from_secs(5), sa.shutdown()).await.expect("the driver stops within its linger and drain");
+        assert_eq!(timeout(Duration::from_secs(5), server).await.unwrap().unwrap(), b"request");
+        let ours: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let (mut resets, mut fins_out, mut fins_in) = (0, 0, 0);
+        let mut r = mptun_io::PcapReader::open(&file).unwrap();
+        while let Some(rec) = r.next_record().unwrap() {
+            let p = mptun_wire::parse_tcp_packet(&rec.data).expect("a whole packet");
+            resets += (p.src == ours && p.tcp.flags.rst()) as usize;
+            fins_out += (p.src == ours && p.tcp.flags.fin()) as usize;
+            fins_in += (p.dst == ours && p.tcp.flags.fin()) as usize;
+        }
+        let _ = std::fs::remove_file(&file);
+        assert_eq!(resets, 0, "{what}: the stack reset a connection both ends closed in order");
+        assert!(fins_out > 0 && fins_in > 0, "{what}: FINs both ways ({fins_out} out, {fins_in} in)");
+    }
 }
 
 /// A stream still held when its stack is shut down reads an error, never

@@ -27,6 +27,9 @@ pub struct RxSlot {
     /// The device vouched for the TCP checksum (see
     /// [`RxBatch::checksum_verified`]).
     checksum_verified: bool,
+    /// Where the sum of a checksum left partial starts and where its field
+    /// is from there (see [`RxBatch::partial_checksum`]).
+    partial: Option<(u16, u16)>,
 }
 
 impl sealed::Sealed for Rx {}
@@ -91,6 +94,20 @@ impl PacketBatch<Rx> {
         index < self.len && self.meta[index].dir.checksum_verified
     }
 
+    /// For a received packet at `index` whose checksum the sending stack
+    /// left for the hardware (`NEEDS_CSUM`): where the sum starts
+    /// (`csum_start`, from the IP header on) and where the field lies from
+    /// there (`csum_offset`). The field holds only the pseudo-header sum
+    /// until [`mptun_wire::checksum::complete_partial`] finishes it, which
+    /// whatever shows the packet to a reader (a capture) must do: the stack
+    /// itself trusts such a packet ([`Self::checksum_verified`]) and never
+    /// needs the sum. Reported only in [`Self::set_gro`] mode, as
+    /// `checksum_verified` is.
+    pub fn partial_checksum(&self, index: usize) -> Option<(usize, usize)> {
+        let (start, offset) = self.meta[..self.len].get(index)?.dir.partial?;
+        Some((usize::from(start), usize::from(offset)))
+    }
+
     /// The packet at `index` as `Bytes`, without a copy: the slot's buffer
     /// moves into the result and the slot takes a recycled buffer at least
     /// as large in its place, so the slot no longer holds the packet (it
@@ -144,10 +161,11 @@ impl PacketBatch<Rx> {
     /// Marks the slot [`Self::next_free_whole`] gave out as holding `n`
     /// bytes after the headroom: a super-packet cut every `gso` payload
     /// bytes on the wire (0: an ordinary packet), whose TCP checksum the
-    /// device vouched for if `checksum_verified`.
-    pub(crate) fn commit_whole(&mut self, n: usize, gso: u16, checksum_verified: bool) {
+    /// device vouched for if `checksum_verified`, and left partial at
+    /// `partial` (`csum_start`, `csum_offset`) if it says so.
+    pub(crate) fn commit_whole(&mut self, n: usize, gso: u16, checksum_verified: bool, partial: Option<(u16, u16)>) {
         debug_assert!(self.len < self.slots.len() && HEADROOM + n <= self.slots[self.len].len());
-        self.fill_next(n, SlotMeta { gso, dir: RxSlot { checksum_verified } });
+        self.fill_next(n, SlotMeta { gso, dir: RxSlot { checksum_verified, partial } });
     }
 
     /// The free slots (whole vectors, headroom included) and their length
@@ -208,13 +226,18 @@ mod tests {
         b.set_gro(true);
         let slot = b.next_free_whole(4000).unwrap();
         assert!(slot.len() >= HEADROOM + 4000);
-        b.commit_whole(4000, 1448, true);
+        b.commit_whole(4000, 1448, true, Some((20, 16)));
         assert_eq!((b.gso_size(0), b.checksum_verified(0), b.get(0).unwrap().len()), (Some(1448), true, 4000));
+        assert_eq!(b.partial_checksum(0), Some((20, 16)));
         b.receive(&[1; 60]).unwrap();
-        assert_eq!((b.gso_size(1), b.checksum_verified(1)), (None, false));
+        assert_eq!((b.gso_size(1), b.checksum_verified(1), b.partial_checksum(1)), (None, false, None));
         b.clear();
         b.receive(&[2; 60]).unwrap();
-        assert_eq!((b.gso_size(0), b.checksum_verified(0)), (None, false), "cleared: nothing left of the last read");
-        assert_eq!((b.gso_size(5), b.checksum_verified(5)), (None, false));
+        assert_eq!(
+            (b.gso_size(0), b.checksum_verified(0), b.partial_checksum(0)),
+            (None, false, None),
+            "cleared: nothing left of the last read"
+        );
+        assert_eq!((b.gso_size(5), b.checksum_verified(5), b.partial_checksum(5)), (None, false, None));
     }
 }

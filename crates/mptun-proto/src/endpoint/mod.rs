@@ -441,6 +441,18 @@ impl Endpoint {
         self.conn(h).is_none_or(|c| c.is_closed())
     }
 
+    /// Everything the application wrote on `h` was acknowledged, or the
+    /// connection is gone ([`crate::mptcp::Connection::all_data_acked`]).
+    pub fn all_data_acked(&self, h: ConnectionHandle) -> bool {
+        self.conn(h).is_none_or(|c| c.all_data_acked())
+    }
+
+    /// The connection is gone or only TIME_WAIT is left of it
+    /// ([`crate::mptcp::Connection::is_finished`]).
+    pub fn is_finished(&self, h: ConnectionHandle) -> bool {
+        self.conn(h).is_none_or(|c| c.is_finished())
+    }
+
     /// (local, remote) addresses of the connection's initial subflow.
     pub fn addresses(&self, h: ConnectionHandle) -> Option<(SocketAddr, SocketAddr)> {
         self.conn(h).and_then(|c| c.addresses())

@@ -215,4 +215,23 @@ impl Connection {
     pub fn is_closed(&self) -> bool {
         self.subflows.live().all(|s| s.tcp.is_closed())
     }
+
+    /// The peer acknowledged every byte the application wrote (at the data
+    /// level in MPTCP mode, on the subflow in plain mode): at most the FIN
+    /// (the DATA_FIN) is left to deliver.
+    pub fn all_data_acked(&self) -> bool {
+        if self.plain() {
+            return self.subflow(0).is_none_or(|s| s.send_queued() == 0);
+        }
+        !self.tx.write_seq.gt(self.tx.una)
+    }
+
+    /// Every subflow is closed (its close over, or reset) or in TIME_WAIT
+    /// (both FINs went and ours was acknowledged): [`Self::abort`] would
+    /// send nothing, and a host that goes away now leaves the peer waiting
+    /// for nothing, as the kernel's timewait sockets when their process
+    /// exits.
+    pub fn is_finished(&self) -> bool {
+        self.subflows.live().all(|s| matches!(s.tcp.state(), crate::tcp::State::Closed | crate::tcp::State::TimeWait))
+    }
 }

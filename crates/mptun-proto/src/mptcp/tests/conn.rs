@@ -535,12 +535,16 @@ fn a_finished_connection_is_released_without_a_reset() {
     let sh = n.b.accept().unwrap();
     n.a.send(h, b"ping").unwrap_or(0);
     n.a.close(h);
+    assert!(!n.a.all_data_acked(h), "written, not yet acknowledged");
     n.run(Duration::from_millis(50), &mut pass());
     let mut buf = vec![0u8; 64];
     assert_eq!(n.read_b(sh, &mut buf), b"ping");
+    assert!(n.a.all_data_acked(h) && n.b.all_data_acked(sh));
+    assert!(!n.a.is_finished(h) && !n.b.is_finished(sh), "one side closed: the close is not over");
     n.b.close(sh);
     n.run(Duration::from_millis(200), &mut pass());
     assert!(n.a.recv_finished(h));
+    assert!(n.a.is_finished(h) && n.b.is_finished(sh), "both closed: TIME_WAIT or gone");
     n.a.abort(h);
     n.b.abort(sh);
     let mut rsts = 0;
