@@ -15,7 +15,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::allow::{Allow, Rule};
+use super::allow::{Allow, Denied, Own, Rule};
 use super::dest::Dest;
 use super::header::{self, Key, Reject, ReplayGuard, Reply};
 use super::report::{Counters, Reporter};
@@ -45,6 +45,9 @@ pub(crate) struct ExitArgs {
 struct Ctx {
     key: Key,
     allow: Allow,
+    /// The stack's own addresses (and the listen address), which the
+    /// interfaces do not list: reserved as the host's.
+    own_extra: Vec<std::net::IpAddr>,
     replay: Mutex<ReplayGuard>,
     connect_timeout: Duration,
     reporter: Arc<Reporter>,
@@ -90,9 +93,15 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
         let reporter = Reporter::new("exit", a.carrier.json);
         let rules: Vec<String> = a.allow.iter().map(|r| format!("{r:?}")).collect();
         reporter.listening(&what, json!({"listen": a.listen.to_string(), "allow_rules": rules.len()}));
+        let mut own_extra: Vec<std::net::IpAddr> = match &plan {
+            Stackish::Mptun(paths) => paths.iter().map(|p| p.addr.addr).collect(),
+            Stackish::Kernel => Vec::new(),
+        };
+        own_extra.push(a.listen.ip());
         let ctx = Arc::new(Ctx {
             key,
             allow,
+            own_extra,
             replay: Mutex::new(ReplayGuard::default()),
             connect_timeout: a.carrier.connect_timeout,
             reporter: reporter.clone(),
@@ -206,22 +215,35 @@ fn report_refusal(r: &Reporter, id: u64, peer: &str, dest: Option<&str>, f: Refu
     r.refused(id, peer, dest, &why, counter, kind);
 }
 
-/// Checks `dest` against --allow, resolves a name, and connects to the
-/// first allowed address that answers.
+/// The refusal of `dest`, naming the reserved class when only that kept
+/// an otherwise covered address out.
+fn not_allowed(dest: &Dest, denied: Option<(SocketAddr, Denied)>) -> Refused {
+    let why = match denied {
+        Some((a, Denied::Reserved(class))) => {
+            format!("{dest} is not allowed: {a} is {}, which only a rule written for it allows (--allow)", class.what())
+        }
+        _ => format!("{dest} is not allowed (--allow)"),
+    };
+    Refused { rep: Some(Rep::NotAllowed), why, kind: Kind::Refused }
+}
+
+/// Checks `dest` against --allow (with the exit host's addresses as they
+/// are now), resolves a name, and connects to the first allowed address
+/// that answers.
 async fn connect_out(ctx: &Ctx, dest: &Dest) -> Result<TcpStream, Refused> {
-    let not_allowed =
-        || Refused { rep: Some(Rep::NotAllowed), why: format!("{dest} is not allowed (--allow)"), kind: Kind::Refused };
+    let own = Own::here(&ctx.own_extra).map_err(|e| Refused {
+        rep: Some(Rep::GeneralFailure),
+        why: format!("cannot list the exit host's addresses: {e}"),
+        kind: Kind::Failed,
+    })?;
     let addrs: Vec<SocketAddr> = match dest {
         Dest::Addr(a) => {
-            if !ctx.allow.permits_addr(*a) {
-                return Err(not_allowed());
-            }
+            ctx.allow.permits(None, *a, &own).map_err(|d| not_allowed(dest, Some((*a, d))))?;
             vec![*a]
         }
         Dest::Name(name, port) => {
-            let by_name = ctx.allow.permits_name(name, *port);
-            if !by_name && !ctx.allow.has_networks() {
-                return Err(not_allowed());
+            if !ctx.allow.permits_name(name, *port) && !ctx.allow.has_networks() {
+                return Err(not_allowed(dest, None));
             }
             let resolved = tokio::time::timeout(ctx.connect_timeout, tokio::net::lookup_host((name.as_str(), *port)))
                 .await
@@ -235,9 +257,20 @@ async fn connect_out(ctx: &Ctx, dest: &Dest) -> Result<TcpStream, Refused> {
                     why: format!("resolving {name}: {e}"),
                     kind: Kind::Failed,
                 })?;
-            let v: Vec<SocketAddr> = resolved.filter(|a| by_name || ctx.allow.permits_addr(*a)).collect();
+            let mut denied = None;
+            let v: Vec<SocketAddr> = resolved
+                .filter(|a| match ctx.allow.permits(Some(name), *a, &own) {
+                    Ok(()) => true,
+                    Err(d) => {
+                        if denied.is_none() || matches!(d, Denied::Reserved(_)) {
+                            denied = Some((*a, d));
+                        }
+                        false
+                    }
+                })
+                .collect();
             if v.is_empty() {
-                return Err(not_allowed());
+                return Err(not_allowed(dest, denied));
             }
             v
         }
