@@ -418,6 +418,21 @@ fn proxy_arguments_say_what_is_wrong() {
         (vec!["proxy", "exit", "--kernel", "--topology", "lab-b:1", "--key-file", &key], "--kernel"),
         (vec!["proxy", "local", "--exit", "nowhere", "--topology", "lab-a:2", "--key-file", &key], "not ADDR"),
         (vec!["proxy", "local", "--exit", "10.0.0.1"], "--key-file"),
+        (
+            vec![
+                "proxy",
+                "local",
+                "--exit",
+                "10.0.0.1",
+                "--topology",
+                "lab-a:2",
+                "--key-file",
+                &key,
+                "--memory-budget",
+                "64K",
+            ],
+            "less than one relay costs (512 KiB)",
+        ),
     ] {
         let o = px::support::run(None, &args, Duration::from_secs(10));
         let err = String::from_utf8_lossy(&o.stderr);

@@ -11,12 +11,16 @@
 #[path = "proxy_support.rs"]
 mod px;
 
-use std::net::SocketAddr;
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use mptun_io::netns::run_in_netns;
 use mptun_io::testutil::require_netns;
-use mptun_tests::http::HttpServer;
-use mptun_tests::lab::Side;
+use mptun_tests::http::{body, HttpServer};
+use mptun_tests::lab::{Lab, Side};
 use px::*;
 
 /// `/etc/netns/NS/hosts`, which `ip netns exec NS` mounts over /etc/hosts:
@@ -37,6 +41,100 @@ impl Drop for NetnsHosts {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A destination in `ns` that accepts connections and then neither reads
+/// nor writes (a tarpit): they are held until the drop.
+struct Tarpit {
+    stop: Arc<AtomicBool>,
+    held: Arc<Mutex<Vec<TcpStream>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Tarpit {
+    fn start(ns: &str, addr: SocketAddr) -> Tarpit {
+        let l = run_in_netns(ns, || TcpListener::bind(addr)).unwrap().unwrap();
+        l.set_nonblocking(true).unwrap();
+        let (stop, held) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
+        let (s2, h2) = (stop.clone(), held.clone());
+        let thread = std::thread::spawn(move || {
+            while !s2.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((s, _)) => h2.lock().unwrap().push(s),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Tarpit { stop, held, thread: Some(thread) }
+    }
+
+    fn held(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+}
+
+impl Drop for Tarpit {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Opens a SOCKS5 connection in A to the local proxy and sends a CONNECT
+/// for `dest` (no authentication); the reply is left to the caller.
+fn socks_request(lab: &Lab, dest: SocketAddr) -> TcpStream {
+    let to: SocketAddr = "127.0.0.1:1080".parse().unwrap();
+    let mut s = run_in_netns(lab.a.name(), || TcpStream::connect(to)).unwrap().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut b = [0u8; 2];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(b, [5, 0], "no authentication");
+    let SocketAddr::V4(d) = dest else { panic!("IPv4 only") };
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&d.ip().octets());
+    req.extend_from_slice(&d.port().to_be_bytes());
+    s.write_all(&req).unwrap();
+    s
+}
+
+/// The SOCKS reply code to a request sent by [`socks_request`].
+fn socks_reply(s: &mut TcpStream) -> u8 {
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).unwrap();
+    rep[1]
+}
+
+/// Raises this process's open-file limit to its hard limit (the flood
+/// tests hold thousands of sockets).
+fn raise_nofile() {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+/// `n` TCP connections from namespace `ns` to `to`, opened without
+/// waiting (non-blocking connect) and never written to.
+fn idle_connections(ns: &str, to: SocketAddr, n: usize) -> Vec<socket2::Socket> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    run_in_netns(ns, || {
+        (0..n)
+            .filter_map(|_| {
+                let s = Socket::new(Domain::for_address(to), Type::STREAM, None).ok()?;
+                s.set_nonblocking(true).ok()?;
+                let _ = s.connect(&SockAddr::from(to)); // EINPROGRESS
+                Some(s)
+            })
+            .collect()
+    })
+    .unwrap()
 }
 
 /// `--allow 0.0.0.0/0:8000` (the documented "open to the web" shape) must
@@ -130,4 +228,78 @@ fn hostile_tool_exit_refuses_its_own_services() {
     let why: Vec<&str> = of_kind(&ev, "refused").iter().filter_map(|e| e["reason"].as_str()).collect();
     assert!(why.iter().any(|w| w.contains("loopback")), "the reason names the class: {why:?}");
     drop(local);
+}
+
+/// 2000 connections to the local proxy that never send a SOCKS greeting,
+/// and 2000 to the exit that never send a header: a real client's
+/// download still goes through, promptly.
+#[test]
+fn hostile_tool_idle_connections_do_not_lock_out_a_client() {
+    if require_netns().is_some() || !have("curl") {
+        return;
+    }
+    raise_nofile();
+    let (lab, dir, key) = lab_with_key("pxh-idle", 2);
+    let _http = HttpServer::start(lab.b.name(), SocketAddr::from(([0, 0, 0, 0], HTTP_PORT))).unwrap();
+    let exit = exit(&lab, &key, &["--allow", "10.0.1.2:8080"]);
+    let local = local(&lab, &key, &exit_addr(&lab), &[]);
+    let to_exit: SocketAddr = exit_addr(&lab).parse().unwrap();
+    let _idle_local = idle_connections(lab.a.name(), "127.0.0.1:1080".parse().unwrap(), 2000);
+    let _idle_exit = idle_connections(lab.a.name(), to_exit, 2000);
+    std::thread::sleep(Duration::from_millis(1500));
+    let out_file = dir.file("got.bin");
+    let t0 = Instant::now();
+    let o = curl(&lab, &["--socks5-hostname", "127.0.0.1:1080", "-o", &out_file, &url("10.0.1.2", 1 << 20, 4)], 5);
+    let secs = t0.elapsed().as_secs_f64();
+    assert!(
+        o.status.success(),
+        "a real client behind 2000 idle connections at each end: curl {:?} after {secs:.1} s: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(std::fs::read(&out_file).unwrap() == body(1 << 20, 4), "content");
+    println!("served in {secs:.2} s behind 2000 idle connections at each end");
+    let lev = wait_events(&local, "a summary", Duration::from_secs(3), |e| !of_kind(e, "summary").is_empty());
+    let last = of_kind(&lev, "summary").last().cloned().cloned().unwrap();
+    assert!(last["evicted"].as_u64().unwrap_or(0) > 0, "idle handshakes were evicted at the local: {last}");
+    let xev = wait_events(&exit, "a summary", Duration::from_secs(3), |e| !of_kind(e, "summary").is_empty());
+    let last = of_kind(&xev, "summary").last().cloned().cloned().unwrap();
+    assert!(last["handshakes"].as_u64().unwrap_or(u64::MAX) <= 256, "handshakes in progress are bounded: {last}");
+}
+
+/// --memory-budget: a relay that would go over it waits for room (and is
+/// served when a relay ends), or is refused with a reason that names the
+/// budget, counted; the SOCKS client gets reply 1.
+#[test]
+fn hostile_tool_memory_budget_queues_then_refuses() {
+    if require_netns().is_some() {
+        return;
+    }
+    let (lab, _dir, key) = lab_with_key("pxh-budget", 2);
+    let dest: SocketAddr = "10.0.1.2:9090".parse().unwrap();
+    let tarpit = Tarpit::start(lab.b.name(), dest);
+    let exit = exit(&lab, &key, &["--allow", "10.0.1.2:9090"]);
+    // Room for one relay of the local proxy (two paths: 512 KiB), not two.
+    let local = local(&lab, &key, &exit_addr(&lab), &["--memory-budget", "700K"]);
+    let mut first = socks_request(&lab, dest);
+    assert_eq!(socks_reply(&mut first), 0);
+    let mut second = socks_request(&lab, dest);
+    std::thread::sleep(Duration::from_millis(1000));
+    // A reset, so the relay ends at once (a FIN would leave it half-open
+    // towards the silent destination).
+    socket2::SockRef::from(&first).set_linger(Some(Duration::ZERO)).unwrap();
+    drop(first);
+    assert_eq!(socks_reply(&mut second), 0, "queued, then served once the first relay ended");
+    let t0 = Instant::now();
+    let mut third = socks_request(&lab, dest);
+    assert_eq!(socks_reply(&mut third), 1, "over the budget: general failure");
+    println!("refused after {:.1} s in the queue", t0.elapsed().as_secs_f64());
+    let ev = wait_events(&local, "the refusal", Duration::from_secs(3), |e| !of_kind(e, "refused").is_empty());
+    let r = of_kind(&ev, "refused")[0].clone();
+    assert!(r["reason"].as_str().unwrap().contains("--memory-budget"), "{r}");
+    assert!(tarpit.held() >= 2, "the relays reached the destination");
+    drop(second);
+    let end = interrupt(local);
+    assert_eq!(end["over_budget"].as_u64(), Some(1), "{end}");
+    drop(exit);
 }

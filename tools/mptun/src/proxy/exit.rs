@@ -15,6 +15,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use super::admit::{Cut, Handshake, NotAdmitted};
 use super::allow::{Allow, Denied, Own, Rule};
 use super::dest::Dest;
 use super::header::{self, Key, Reject, ReplayGuard, Reply};
@@ -24,9 +25,6 @@ use super::{serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
 use crate::kernel::{self, KernelOptions};
 use crate::stack::{end_stack, runtime};
-
-/// How long the local proxy has to send its header.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
 pub(crate) struct ExitArgs {
@@ -77,6 +75,7 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
         eprintln!("mptun: warning: no --allow rule: every destination will be refused");
     }
     let plan = a.carrier.check()?;
+    let limits = a.carrier.limits(&plan)?;
     runtime()?.block_on(async move {
         let (listener, what, stack) = match &plan {
             Stackish::Mptun(paths) => {
@@ -106,13 +105,7 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
             connect_timeout: a.carrier.connect_timeout,
             reporter: reporter.clone(),
         });
-        let served = serve_loop(
-            reporter,
-            &a.carrier,
-            || listener.accept(),
-            |c, peer, id, stop| serve(ctx.clone(), c, peer, id, stop),
-        )
-        .await;
+        let served = serve_loop(reporter, &a.carrier, limits, stack.clone(), || listener.accept(), ctx, serve).await;
         drop(listener);
         end_stack(stack).await;
         served
@@ -136,14 +129,23 @@ enum Kind {
     Stale,
 }
 
-async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut stop: Stop) {
+async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut stop: Stop, hs: Handshake) {
     let r = &ctx.reporter;
     let peer_s = peer.to_string();
     let started = Instant::now();
-    let req = match tokio::time::timeout(HEADER_TIMEOUT, header::read_request(&mut conn, &ctx.key)).await {
+    let req = match hs.bound(header::read_request(&mut conn, &ctx.key)).await {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => return r.refused(id, &peer_s, None, &format!("header: {e}"), &r.counters.failed, "failed"),
-        Err(_) => return r.refused(id, &peer_s, None, "no header within 10 s", &r.counters.failed, "failed"),
+        Err(Cut::TimedOut) => {
+            let why = format!("no header within {} s", super::admit::HANDSHAKE.as_secs());
+            return r.refused(id, &peer_s, None, &why, &r.counters.failed, "failed");
+        }
+        Err(Cut::Evicted(why)) => {
+            if let Conn::Kernel(k) = &conn {
+                super::relay::reset_on_drop(k);
+            }
+            return r.refused(id, &peer_s, None, &hs.gate().eviction_text(why), &r.counters.failed, "failed");
+        }
     };
     // The request's tag when it is authentic: the answer to a stale or
     // replayed header is then one its sender can verify (a local proxy
@@ -174,11 +176,18 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         }
     };
     let dest_s = req.dest.to_string();
-    let out = tokio::select! {
-        o = connect_out(&ctx, &req.dest) => o,
-        _ = stop.wait() => Err(Refused { rep: Some(Rep::GeneralFailure), why: "interrupted".into(), kind: Kind::Failed }),
+    let admitted = hs.admit().await.map_err(|e| match e {
+        NotAdmitted::Evicted(why) => Refused { rep: Some(Rep::GeneralFailure), why, kind: Kind::Failed },
+        NotAdmitted::Full(why) => Refused { rep: Some(Rep::GeneralFailure), why, kind: Kind::Refused },
+    });
+    let out = match admitted {
+        Ok(a) => tokio::select! {
+            o = connect_out(&ctx, &req.dest) => o.map(|o| (o, a)),
+            _ = stop.wait() => Err(Refused { rep: Some(Rep::GeneralFailure), why: "interrupted".into(), kind: Kind::Failed }),
+        },
+        Err(f) => Err(f),
     };
-    let mut out = match out {
+    let (mut out, mut admitted) = match out {
         Ok(s) => s,
         Err(f) => {
             if let Some(rep) = f.rep {
@@ -188,6 +197,7 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         }
     };
     out.set_nodelay(true).ok();
+    admitted.track(&conn);
     let bound = out.local_addr().ok();
     let to = out.peer_addr().ok();
     let ok = header::encode_reply(&ctx.key, &req.tag, &Reply { rep: Rep::Succeeded, bound });
@@ -197,6 +207,7 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
     r.connect(id, &peer_s, &dest_s, json!({"address": to.map(|a| a.to_string()), "stack": conn.stack_name()}));
     let session = Session { id, peer: peer_s, dest: dest_s, started };
     super::relay_and_report(r, session, &mut out, &mut conn, false, ["local proxy", "destination"], &mut stop).await;
+    drop(admitted);
 }
 
 fn report_refusal(r: &Reporter, id: u64, peer: &str, dest: Option<&str>, f: Refused) {
