@@ -82,6 +82,15 @@ impl Drop for Tarpit {
     }
 }
 
+/// A lab, its key, and a [`Tarpit`] in B at 10.0.1.2:9090 (B's own
+/// address: the tests allow it by a rule for exactly that address).
+fn tarpit_lab(case: &str) -> (Lab, Dir, String, SocketAddr, Tarpit) {
+    let (lab, dir, key) = lab_with_key(case, 2);
+    let dest: SocketAddr = "10.0.1.2:9090".parse().unwrap();
+    let tarpit = Tarpit::start(lab.b.name(), dest);
+    (lab, dir, key, dest, tarpit)
+}
+
 /// Opens a SOCKS5 connection in A to the local proxy and sends a CONNECT
 /// for `dest` (no authentication); the reply is left to the caller.
 fn socks_request(lab: &Lab, dest: SocketAddr) -> TcpStream {
@@ -135,6 +144,24 @@ fn idle_connections(ns: &str, to: SocketAddr, n: usize) -> Vec<socket2::Socket> 
             .collect()
     })
     .unwrap()
+}
+
+/// `ss -tno` in `ns` for established connections matching `filter`, once
+/// a line shows the keepalive timer (ss shows the retransmission timer
+/// instead while data is unacknowledged), or what it showed last after 2 s.
+fn ss_keepalive(ns: &str, filter: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let o = std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-tnoH", "state", "established", filter])
+            .output()
+            .expect("ss");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        if out.contains("keepalive") || Instant::now() > deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `--allow 0.0.0.0/0:8000` (the documented "open to the web" shape) must
@@ -267,6 +294,81 @@ fn hostile_tool_idle_connections_do_not_lock_out_a_client() {
     assert!(last["handshakes"].as_u64().unwrap_or(u64::MAX) <= 256, "handshakes in progress are bounded: {last}");
 }
 
+/// A relay that moves nothing ends after --idle-timeout, at the exit and
+/// at the local proxy, and the kernel sockets have TCP keepalive on (a
+/// dead peer is found even before that).
+#[test]
+fn hostile_tool_idle_relays_end() {
+    if require_netns().is_some() {
+        return;
+    }
+    let (lab, _dir, key, dest, tarpit) = tarpit_lab("pxh-tarpit");
+    for (idle_end, exit_extra, local_extra) in
+        [("exit", vec!["--idle-timeout", "2"], vec![]), ("local", vec![], vec!["--idle-timeout", "2"])]
+    {
+        let mut xa = vec!["--allow", "10.0.1.2:9090"];
+        xa.extend(exit_extra);
+        let exit = exit(&lab, &key, &xa);
+        let local = local(&lab, &key, &exit_addr(&lab), &local_extra);
+        let mut s = socks_request(&lab, dest);
+        assert_eq!(socks_reply(&mut s), 0, "connected to the tarpit");
+        let t0 = Instant::now();
+        let out = ss_keepalive(lab.b.name(), "dport = :9090");
+        assert!(out.contains("keepalive"), "the exit's socket to the destination has keepalive: {out:?}");
+        let inn = ss_keepalive(lab.a.name(), "sport = :1080");
+        assert!(inn.contains("keepalive"), "the local's socket to the client has keepalive: {inn:?}");
+        s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+        let mut b = [0u8; 16];
+        let r = s.read(&mut b);
+        let secs = t0.elapsed().as_secs_f64();
+        assert!(
+            matches!(r, Ok(0) | Err(_)) && secs < 6.0,
+            "the relay to a tarpit ends after 2 s idle at the {idle_end}: read {r:?} after {secs:.1} s"
+        );
+        let who = if idle_end == "exit" { &exit } else { &local };
+        let ev = wait_events(who, "the idle close", Duration::from_secs(5), |e| !of_kind(e, "close").is_empty());
+        let c = of_kind(&ev, "close")[0].clone();
+        assert!(c["reason"].as_str().unwrap().contains("idle"), "{c}");
+        drop(local);
+        drop(exit);
+    }
+    assert!(tarpit.held() >= 2);
+}
+
+/// A client that leaves while the exit is still dialling a destination
+/// that never answers (its SYNs dropped) ends the dial at once, at the
+/// local proxy and at the exit, instead of after --connect-timeout.
+#[test]
+fn hostile_tool_dial_ends_when_the_client_leaves() {
+    if require_netns().is_some() || !have("iptables") {
+        return;
+    }
+    let (lab, _dir, key) = lab_with_key("pxh-dial", 2);
+    let dest = SocketAddr::new(lab.kernel_addr(Side::A, 1), 9091);
+    let drop_syn = ["-A", "OUTPUT", "-p", "tcp", "-d", &dest.ip().to_string(), "--dport", "9091", "-j", "DROP"];
+    let st = std::process::Command::new("ip")
+        .args(["netns", "exec", lab.b.name(), "iptables"])
+        .args(drop_syn)
+        .status()
+        .unwrap();
+    assert!(st.success(), "iptables {drop_syn:?}");
+    let allow = dest.to_string();
+    let exit = exit(&lab, &key, &["--allow", &allow, "--connect-timeout", "8"]);
+    let local = local(&lab, &key, &exit_addr(&lab), &["--connect-timeout", "8"]);
+    let s = socks_request(&lab, dest);
+    std::thread::sleep(Duration::from_millis(700));
+    let t0 = Instant::now();
+    drop(s);
+    for (end, r) in [("local", &local), ("exit", &exit)] {
+        let ev = wait_events(r, "the end of the dial", Duration::from_secs(3), |e| {
+            e.iter().any(|x| x["event"] == "failed" && x["dest"] == allow.as_str())
+        });
+        let f = ev.iter().find(|x| x["event"] == "failed").unwrap();
+        println!("{end} after {:.2} s: {f}", t0.elapsed().as_secs_f64());
+        assert!(f["reason"].as_str().unwrap().contains("left"), "{end}: {f}");
+    }
+}
+
 /// --memory-budget: a relay that would go over it waits for room (and is
 /// served when a relay ends), or is refused with a reason that names the
 /// budget, counted; the SOCKS client gets reply 1.
@@ -275,9 +377,7 @@ fn hostile_tool_memory_budget_queues_then_refuses() {
     if require_netns().is_some() {
         return;
     }
-    let (lab, _dir, key) = lab_with_key("pxh-budget", 2);
-    let dest: SocketAddr = "10.0.1.2:9090".parse().unwrap();
-    let tarpit = Tarpit::start(lab.b.name(), dest);
+    let (lab, _dir, key, dest, tarpit) = tarpit_lab("pxh-budget");
     let exit = exit(&lab, &key, &["--allow", "10.0.1.2:9090"]);
     // Room for one relay of the local proxy (two paths: 512 KiB), not two.
     let local = local(&lab, &key, &exit_addr(&lab), &["--memory-budget", "700K"]);

@@ -48,6 +48,7 @@ struct Ctx {
     own_extra: Vec<std::net::IpAddr>,
     replay: Mutex<ReplayGuard>,
     connect_timeout: Duration,
+    idle_timeout: Duration,
     reporter: Arc<Reporter>,
 }
 
@@ -103,6 +104,7 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
             own_extra,
             replay: Mutex::new(ReplayGuard::default()),
             connect_timeout: a.carrier.connect_timeout,
+            idle_timeout: a.carrier.idle_timeout,
             reporter: reporter.clone(),
         });
         let served = serve_loop(reporter, &a.carrier, limits, stack.clone(), || listener.accept(), ctx, serve).await;
@@ -133,6 +135,9 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
     let r = &ctx.reporter;
     let peer_s = peer.to_string();
     let started = Instant::now();
+    if let Conn::Kernel(k) = &conn {
+        super::relay::keepalive(k);
+    }
     let req = match hs.bound(header::read_request(&mut conn, &ctx.key)).await {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => return r.refused(id, &peer_s, None, &format!("header: {e}"), &r.counters.failed, "failed"),
@@ -176,13 +181,26 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         }
     };
     let dest_s = req.dest.to_string();
-    let admitted = hs.admit().await.map_err(|e| match e {
-        NotAdmitted::Evicted(why) => Refused { rep: Some(Rep::GeneralFailure), why, kind: Kind::Failed },
-        NotAdmitted::Full(why) => Refused { rep: Some(Rep::GeneralFailure), why, kind: Kind::Refused },
-    });
+    // The local proxy sends nothing after the header until it has the
+    // answer: its connection closing means its client has gone, and the
+    // wait for a relay or the dial ends with it.
+    let mut early = Vec::new();
+    let left = |when: &str, why: String| Refused {
+        rep: None,
+        why: format!("the local proxy left while {when}: {why}"),
+        kind: Kind::Failed,
+    };
+    let admitted = tokio::select! {
+        a = hs.admit() => a.map_err(|e| match e {
+            NotAdmitted::Evicted(why) => Refused { rep: Some(Rep::GeneralFailure), why, kind: Kind::Failed },
+            NotAdmitted::Full(why) => Refused { rep: Some(Rep::GeneralFailure), why, kind: Kind::Refused },
+        }),
+        why = super::relay::gone(&mut conn, &mut early) => Err(left("waiting for a relay", why)),
+    };
     let out = match admitted {
         Ok(a) => tokio::select! {
             o = connect_out(&ctx, &req.dest) => o.map(|o| (o, a)),
+            why = super::relay::gone(&mut conn, &mut early) => Err(left("connecting to the destination", why)),
             _ = stop.wait() => Err(Refused { rep: Some(Rep::GeneralFailure), why: "interrupted".into(), kind: Kind::Failed }),
         },
         Err(f) => Err(f),
@@ -197,6 +215,7 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         }
     };
     out.set_nodelay(true).ok();
+    super::relay::keepalive(&out);
     admitted.track(&conn);
     let bound = out.local_addr().ok();
     let to = out.peer_addr().ok();
@@ -205,7 +224,7 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         return r.refused(id, &peer_s, Some(&dest_s), &format!("local proxy: {e}"), &r.counters.failed, "failed");
     }
     r.connect(id, &peer_s, &dest_s, json!({"address": to.map(|a| a.to_string()), "stack": conn.stack_name()}));
-    let session = Session { id, peer: peer_s, dest: dest_s, started };
+    let session = Session { id, peer: peer_s, dest: dest_s, started, idle: ctx.idle_timeout, early };
     super::relay_and_report(r, session, &mut out, &mut conn, false, ["local proxy", "destination"], &mut stop).await;
     drop(admitted);
 }

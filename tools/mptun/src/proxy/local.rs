@@ -69,6 +69,7 @@ struct Ctx {
     transparent: bool,
     dialer: Dialer,
     connect_timeout: Duration,
+    idle_timeout: Duration,
     reporter: Arc<Reporter>,
 }
 
@@ -109,6 +110,7 @@ pub(crate) fn run(a: LocalArgs) -> Result<()> {
             transparent: a.transparent,
             dialer,
             connect_timeout: a.carrier.connect_timeout,
+            idle_timeout: a.carrier.idle_timeout,
             reporter: reporter.clone(),
         });
         let served = serve_loop(reporter, &a.carrier, limits, stack.clone(), || listener.accept(), ctx, serve).await;
@@ -136,6 +138,7 @@ async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, 
     let r = &ctx.reporter;
     let peer_s = peer.to_string();
     client.set_nodelay(true).ok();
+    super::relay::keepalive(&client);
     let redirected = if ctx.transparent { super::transparent::original_dst(&client) } else { Ok(None) };
     let (dest, socks) = match redirected {
         Ok(Some(orig)) => (Dest::Addr(orig), false),
@@ -157,12 +160,18 @@ async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, 
     };
     let dest_s = dest.to_string();
     let started = Instant::now();
-    let setup = match hs.admit().await {
-        Ok(a) => Ok(a),
-        Err(NotAdmitted::Evicted(why)) => Err(SetupError::failed(Rep::GeneralFailure, why)),
-        Err(NotAdmitted::Full(why)) => {
-            Err(SetupError { rep: Rep::GeneralFailure, why, refused: true, wrong_key: false })
-        }
+    // The client owes nothing until the SOCKS reply: it leaving ends the
+    // wait, and what it sends early is passed on first.
+    let mut early = Vec::new();
+    let left =
+        |why: String| SetupError::failed(Rep::GeneralFailure, format!("the client left while connecting: {why}"));
+    let setup = tokio::select! {
+        a = hs.admit() => match a {
+            Ok(a) => Ok(a),
+            Err(NotAdmitted::Evicted(why)) => Err(SetupError::failed(Rep::GeneralFailure, why)),
+            Err(NotAdmitted::Full(why)) => Err(SetupError { rep: Rep::GeneralFailure, why, refused: true, wrong_key: false }),
+        },
+        why = super::relay::gone(&mut client, &mut early) => Err(left(why)),
     };
     let setup = match setup {
         Ok(mut admitted) => tokio::select! {
@@ -170,6 +179,7 @@ async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, 
                 admitted.track(&conn);
                 (conn, bound, admitted)
             }),
+            why = super::relay::gone(&mut client, &mut early) => Err(left(why)),
             _ = stop.wait() => Err(SetupError::failed(Rep::GeneralFailure, "interrupted")),
         },
         Err(e) => Err(e),
@@ -188,6 +198,9 @@ async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, 
             return r.refused(id, &peer_s, Some(&dest_s), &e.why, counter, kind);
         }
     };
+    if let Conn::Kernel(k) = &conn {
+        super::relay::keepalive(k);
+    }
     if socks {
         if let Err(e) = socks5::write_reply(&mut client, Rep::Succeeded, bound).await {
             return r.refused(id, &peer_s, Some(&dest_s), &format!("client: {e}"), &r.counters.failed, "failed");
@@ -199,7 +212,7 @@ async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, 
         &dest_s,
         json!({"mode": if socks { "socks5" } else { "transparent" }, "exit_bound": bound.map(|b| b.to_string()), "stack": conn.stack_name()}),
     );
-    let session = Session { id, peer: peer_s, dest: dest_s, started };
+    let session = Session { id, peer: peer_s, dest: dest_s, started, idle: ctx.idle_timeout, early };
     super::relay_and_report(r, session, &mut client, &mut conn, true, ["client", "exit"], &mut stop).await;
 }
 

@@ -8,7 +8,8 @@
 //! - `dest`: destinations; `socks5`: the SOCKS5 server side;
 //!   `header`: the authenticated exit header; `allow`: the exit's rules;
 //!   `admit`: the bounds on handshakes and relays;
-//!   `relay`: both directions with backpressure and half-close;
+//!   `relay`: both directions with backpressure, half-close and an idle
+//!   timeout;
 //!   `transparent`: `SO_ORIGINAL_DST`; `report`: events and counters;
 //!   `local`, `exit`: the two commands.
 
@@ -94,6 +95,10 @@ pub(crate) struct Carrier {
     /// Of those, from one address (an IPv6 /64) at most; a newcomer beyond it ends that address's oldest.
     #[arg(long, default_value_t = 128, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_handshakes_per_source: u32,
+    /// End a relay when no byte has moved either way for this long (its kernel sockets also get TCP
+    /// keepalive).
+    #[arg(long, default_value = "600", value_name = "SECS", value_parser = parse_secs)]
+    idle_timeout: Duration,
     /// What the relays may hold in buffers at once (512M, 2G, ...): their copy buffers and their
     /// connections' on mptun's stack; a relay that would go over waits, then is refused.
     #[arg(long, default_value = "1G", value_name = "SIZE", value_parser = parse_size)]
@@ -269,6 +274,11 @@ struct Session {
     peer: String,
     dest: String,
     started: Instant,
+    /// `--idle-timeout`.
+    idle: Duration,
+    /// What the near side sent while its connection was being set up,
+    /// passed on before the relay reads more.
+    early: Vec<u8>,
 }
 
 /// Relays between the plain TCP side and the MPTCP side (`tcp_is_near`:
@@ -287,16 +297,25 @@ async fn relay_and_report(
 ) {
     use relay::{End, Moved, Outcome};
     use std::sync::atomic::Ordering::Relaxed;
+    use tokio::io::AsyncWriteExt;
     let moved = Arc::new(Moved::default());
     r.track(&moved);
+    let idle = s.idle;
     let outcome = {
         let (mut tr, mut tw) = tcp.split();
         let (mut mr, mut mw) = tokio::io::split(&mut *conn);
         let run = async {
+            if !s.early.is_empty() {
+                let sent = if tcp_is_near { mw.write_all(&s.early).await } else { tw.write_all(&s.early).await };
+                if let Err(e) = sent {
+                    return Outcome::Failed(End::Far, e);
+                }
+                moved.up.fetch_add(s.early.len() as u64, Relaxed);
+            }
             if tcp_is_near {
-                relay::relay((&mut tr, &mut tw), (&mut mr, &mut mw), &moved).await
+                relay::relay((&mut tr, &mut tw), (&mut mr, &mut mw), &moved, idle).await
             } else {
-                relay::relay((&mut mr, &mut mw), (&mut tr, &mut tw), &moved).await
+                relay::relay((&mut mr, &mut mw), (&mut tr, &mut tw), &moved, idle).await
             }
         };
         tokio::select! {
@@ -309,6 +328,7 @@ async fn relay_and_report(
         Some(Outcome::Closed) => "closed".to_string(),
         Some(Outcome::Failed(End::Near, e)) => format!("{}: {e}", names[0]),
         Some(Outcome::Failed(End::Far, e)) => format!("{}: {e}", names[1]),
+        Some(Outcome::Idle(d)) => format!("idle for {} s (--idle-timeout)", d.as_secs_f64()),
         None => "interrupted".to_string(),
     };
     if !matches!(outcome, Some(Outcome::Closed)) {
