@@ -262,10 +262,6 @@ pub(crate) enum NotAdmitted {
 }
 
 impl Handshake {
-    pub(crate) fn gate(&self) -> &Arc<Gate> {
-        &self.gate
-    }
-
     /// Runs `f` until it completes, the handshake's deadline passes or it
     /// is evicted.
     pub(crate) async fn bound<F: std::future::Future>(&self, f: F) -> Result<F::Output, Cut> {

@@ -145,11 +145,11 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
             let why = format!("no header within {} s", super::admit::HANDSHAKE.as_secs());
             return r.refused(id, &peer_s, None, &why, &r.counters.failed, "failed");
         }
-        Err(Cut::Evicted(why)) => {
+        Err(Cut::Evicted(_)) => {
             if let Conn::Kernel(k) = &conn {
                 super::relay::reset_on_drop(k);
             }
-            return r.refused(id, &peer_s, None, &hs.gate().eviction_text(why), &r.counters.failed, "failed");
+            return r.evicted();
         }
     };
     // The request's tag when it is authentic: the answer to a stale or

@@ -151,9 +151,9 @@ async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, 
             Err(Cut::TimedOut) => {
                 return r.refused(id, &peer_s, None, "SOCKS negotiation timed out", &r.counters.failed, "failed")
             }
-            Err(Cut::Evicted(why)) => {
+            Err(Cut::Evicted(_)) => {
                 super::relay::reset_on_drop(&client);
-                return r.refused(id, &peer_s, None, &hs.gate().eviction_text(why), &r.counters.failed, "failed");
+                return r.evicted();
             }
         },
         Err(e) => return r.refused(id, &peer_s, None, &format!("SO_ORIGINAL_DST: {e}"), &r.counters.failed, "failed"),

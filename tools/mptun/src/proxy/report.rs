@@ -142,6 +142,13 @@ impl Reporter {
         self.line(v, format!("#{id} {peer} -> {}: {kind}: {why}", dest.unwrap_or("?")));
     }
 
+    /// A connection ended in its handshake to make room, before it said
+    /// anything valid: counted (failed, and `evicted` by the gate) but not
+    /// printed, as a flood of them would otherwise flood the log too.
+    pub(crate) fn evicted(&self) {
+        Counters::bump(&self.counters.failed);
+    }
+
     pub(crate) fn closed(&self, c: Closed<'_>) {
         let c2 = &self.counters;
         Counters::bump(&c2.closed);
