@@ -419,7 +419,7 @@ impl Drop for Charge {
 mod tests {
     use super::*;
 
-    const SHORT: Duration = Duration::from_millis(300);
+    const SHORT: Duration = Duration::from_secs(1);
 
     fn gate(handshakes: usize, per_source: usize, relays: usize, memory: u64) -> Arc<Gate> {
         let l = Limits { handshake: SHORT, handshakes, per_source, relays, memory, relay_cost: 100, carrier_cost: 60 };
