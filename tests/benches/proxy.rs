@@ -14,6 +14,19 @@
 //!
 //! Prints figures, asserts nothing about speed; it fails only when a
 //! transfer does (wrong size, a tool erroring).
+//!
+//! `--flood` measures instead what hostile clients cost a real one: the
+//! same download through one proxy pair over two paths of `--rate` each
+//! (100mbit: a tbf shaper both ways; `--rate 0`: unconstrained), alone and
+//! while `--idle` (2000) connections at each end never send a SOCKS
+//! greeting or an exit header and `--slow` (100) SOCKS5 clients send
+//! theirs a byte a second, each reconnecting when the proxy ends it, at
+//! most once per `--renew` seconds (10), alternating, `--runs` times; then
+//! the goodput ratio and the largest RSS of each proxy seen in each phase:
+//!
+//! ```sh
+//! cargo bench -p mptun-tests --bench proxy -- --flood --bytes 512M --runs 3
+//! ```
 
 #[path = "../tests/cli_support.rs"]
 mod support;
@@ -29,6 +42,9 @@ use serde_json::Value;
 use support::{run, Running};
 
 const KEY: &str = "px-bench-key-0123456789abcdef\n";
+
+#[path = "proxy/flood.rs"]
+mod flood;
 
 fn arg(name: &str) -> Option<String> {
     let a: Vec<String> = std::env::args().collect();
@@ -76,20 +92,36 @@ fn curl(lab: &Lab, pre: &[&str], args: &[&str], n: u64) -> f64 {
     n as f64 * 8.0 / secs
 }
 
+/// A scratch directory (removed by the caller) with the key file in it.
+fn key_file(case: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("mptun-px-{case}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key");
+    std::fs::write(&key, KEY).unwrap();
+    (dir, key.display().to_string())
+}
+
+/// The exit in B on mptun's stack (path 1), allowing the HTTP server, and
+/// the local proxy in A on two paths; `extra` goes to both. (exit, local)
+fn start_pair(lab: &Lab, key: &str, extra: &[&str]) -> (Running, Running) {
+    let exit_addr = exit_addr(lab);
+    let mut xa =
+        vec!["proxy", "exit", "--topology", "lab-b:1", "--key-file", key, "--allow", "10.0.1.2:8080", "--json"];
+    let mut la = vec!["proxy", "local", "--topology", "lab-a:2", "--exit", &exit_addr, "--key-file", key, "--json"];
+    xa.extend_from_slice(extra);
+    la.extend_from_slice(extra);
+    let exit = Running::start(Some(lab.b.name()), &xa, "\"listening\"", Duration::from_secs(15));
+    let local = Running::start(Some(lab.a.name()), &la, "\"listening\"", Duration::from_secs(15));
+    (exit, local)
+}
+
+/// Where the local proxy reaches the exit.
+fn exit_addr(lab: &Lab) -> String {
+    format!("{}:1081", lab.mptun_addr(Side::B, 1))
+}
+
 fn proxy_run(lab: &Lab, key: &str, url: &str, n: u64) -> (f64, Vec<u64>) {
-    let exit = Running::start(
-        Some(lab.b.name()),
-        &["proxy", "exit", "--topology", "lab-b:1", "--key-file", key, "--allow", "10.0.1.2:8080", "--json"],
-        "\"listening\"",
-        Duration::from_secs(15),
-    );
-    let exit_addr = format!("{}:1081", lab.mptun_addr(Side::B, 1));
-    let local = Running::start(
-        Some(lab.a.name()),
-        &["proxy", "local", "--topology", "lab-a:2", "--exit", &exit_addr, "--key-file", key, "--json"],
-        "\"listening\"",
-        Duration::from_secs(15),
-    );
+    let (exit, local) = start_pair(lab, key, &[]);
     let bps = curl(lab, &[], &["--socks5", "127.0.0.1:1080", url], n);
     let mut sf = Vec::new();
     for _ in 0..100 {
@@ -144,17 +176,16 @@ fn main() {
         println!("skipped: curl is not installed");
         return;
     }
+    if std::env::args().any(|a| a == "--flood") {
+        return flood::main();
+    }
     let n = parse_bytes(&arg("--bytes").unwrap_or_else(|| "512M".into()));
     let runs: usize = arg("--runs").map_or(3, |r| r.parse().expect("--runs N"));
     let mptcpize = Command::new("mptcpize").arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
     let lab = Lab::new("px-bench", 2).unwrap();
     lab.kernel_mptcp(Side::A, true).unwrap();
     lab.kernel_mptcp(Side::B, false).unwrap();
-    let dir = std::env::temp_dir().join(format!("mptun-px-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = dir.join("key");
-    std::fs::write(&key, KEY).unwrap();
-    let key = key.display().to_string();
+    let (dir, key) = key_file("bench");
     let _http = HttpServer::start(lab.b.name(), SocketAddr::from(([0, 0, 0, 0], 8080))).unwrap();
     let _http_mptcp = HttpServer::start_mptcp(lab.b.name(), SocketAddr::from(([0, 0, 0, 0], 8081))).unwrap();
     let url = |port: u16, seed: usize| format!("http://10.0.1.2:{port}/bytes/{n}/{seed}");

@@ -15,7 +15,8 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::allow::{Allow, Rule};
+use super::admit::{Cut, Handshake, NotAdmitted};
+use super::allow::{Allow, Denied, Own, Rule};
 use super::dest::Dest;
 use super::header::{self, Key, Reject, ReplayGuard, Reply};
 use super::report::{Counters, Reporter};
@@ -24,9 +25,6 @@ use super::{serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
 use crate::kernel::{self, KernelOptions};
 use crate::stack::{end_stack, runtime};
-
-/// How long the local proxy has to send its header.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
 pub(crate) struct ExitArgs {
@@ -45,8 +43,12 @@ pub(crate) struct ExitArgs {
 struct Ctx {
     key: Key,
     allow: Allow,
+    /// The stack's own addresses (and the listen address), which the
+    /// interfaces do not list: reserved as the host's.
+    own_extra: Vec<std::net::IpAddr>,
     replay: Mutex<ReplayGuard>,
     connect_timeout: Duration,
+    idle_timeout: Duration,
     reporter: Arc<Reporter>,
 }
 
@@ -74,6 +76,7 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
         eprintln!("mptun: warning: no --allow rule: every destination will be refused");
     }
     let plan = a.carrier.check()?;
+    let limits = a.carrier.limits(&plan)?;
     runtime()?.block_on(async move {
         let (listener, what, stack) = match &plan {
             Stackish::Mptun(paths) => {
@@ -90,20 +93,21 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
         let reporter = Reporter::new("exit", a.carrier.json);
         let rules: Vec<String> = a.allow.iter().map(|r| format!("{r:?}")).collect();
         reporter.listening(&what, json!({"listen": a.listen.to_string(), "allow_rules": rules.len()}));
+        let mut own_extra: Vec<std::net::IpAddr> = match &plan {
+            Stackish::Mptun(paths) => paths.iter().map(|p| p.addr.addr).collect(),
+            Stackish::Kernel => Vec::new(),
+        };
+        own_extra.push(a.listen.ip());
         let ctx = Arc::new(Ctx {
             key,
             allow,
+            own_extra,
             replay: Mutex::new(ReplayGuard::default()),
             connect_timeout: a.carrier.connect_timeout,
+            idle_timeout: a.carrier.idle_timeout,
             reporter: reporter.clone(),
         });
-        let served = serve_loop(
-            reporter,
-            &a.carrier,
-            || listener.accept(),
-            |c, peer, id, stop| serve(ctx.clone(), c, peer, id, stop),
-        )
-        .await;
+        let served = serve_loop(reporter, &a.carrier, limits, stack.clone(), || listener.accept(), ctx, serve).await;
         drop(listener);
         end_stack(stack).await;
         served
@@ -127,14 +131,26 @@ enum Kind {
     Stale,
 }
 
-async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut stop: Stop) {
+async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut stop: Stop, hs: Handshake) {
     let r = &ctx.reporter;
     let peer_s = peer.to_string();
     let started = Instant::now();
-    let req = match tokio::time::timeout(HEADER_TIMEOUT, header::read_request(&mut conn, &ctx.key)).await {
+    if let Conn::Kernel(k) = &conn {
+        super::relay::keepalive(k);
+    }
+    let req = match hs.bound(header::read_request(&mut conn, &ctx.key)).await {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => return r.refused(id, &peer_s, None, &format!("header: {e}"), &r.counters.failed, "failed"),
-        Err(_) => return r.refused(id, &peer_s, None, "no header within 10 s", &r.counters.failed, "failed"),
+        Err(Cut::TimedOut) => {
+            let why = format!("no header within {} s", super::admit::HANDSHAKE.as_secs());
+            return r.refused(id, &peer_s, None, &why, &r.counters.failed, "failed");
+        }
+        Err(Cut::Evicted(_)) => {
+            if let Conn::Kernel(k) = &conn {
+                super::relay::reset_on_drop(k);
+            }
+            return r.evicted();
+        }
     };
     // The request's tag when it is authentic: the answer to a stale or
     // replayed header is then one its sender can verify (a local proxy
@@ -165,11 +181,31 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         }
     };
     let dest_s = req.dest.to_string();
-    let out = tokio::select! {
-        o = connect_out(&ctx, &req.dest) => o,
-        _ = stop.wait() => Err(Refused { rep: Some(Rep::GeneralFailure), why: "interrupted".into(), kind: Kind::Failed }),
+    // The local proxy sends nothing after the header until it has the
+    // answer: its connection closing means its client has gone, and the
+    // wait for a relay or the dial ends with it.
+    let mut early = Vec::new();
+    let left = |when: &str, why: String| Refused {
+        rep: None,
+        why: format!("the local proxy left while {when}: {why}"),
+        kind: Kind::Failed,
     };
-    let mut out = match out {
+    let admitted = tokio::select! {
+        a = hs.admit() => a.map_err(|e| match e {
+            NotAdmitted::Evicted(why) => Refused { rep: Some(Rep::GeneralFailure), why, kind: Kind::Failed },
+            NotAdmitted::Full(why) => Refused { rep: Some(Rep::GeneralFailure), why, kind: Kind::Refused },
+        }),
+        why = super::relay::gone(&mut conn, &mut early) => Err(left("waiting for a relay", why)),
+    };
+    let out = match admitted {
+        Ok(a) => tokio::select! {
+            o = connect_out(&ctx, &req.dest) => o.map(|o| (o, a)),
+            why = super::relay::gone(&mut conn, &mut early) => Err(left("connecting to the destination", why)),
+            _ = stop.wait() => Err(Refused { rep: Some(Rep::GeneralFailure), why: "interrupted".into(), kind: Kind::Failed }),
+        },
+        Err(f) => Err(f),
+    };
+    let (mut out, mut admitted) = match out {
         Ok(s) => s,
         Err(f) => {
             if let Some(rep) = f.rep {
@@ -179,6 +215,8 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         }
     };
     out.set_nodelay(true).ok();
+    super::relay::keepalive(&out);
+    admitted.track(&conn);
     let bound = out.local_addr().ok();
     let to = out.peer_addr().ok();
     let ok = header::encode_reply(&ctx.key, &req.tag, &Reply { rep: Rep::Succeeded, bound });
@@ -186,8 +224,9 @@ async fn serve(ctx: Arc<Ctx>, mut conn: Conn, peer: SocketAddr, id: u64, mut sto
         return r.refused(id, &peer_s, Some(&dest_s), &format!("local proxy: {e}"), &r.counters.failed, "failed");
     }
     r.connect(id, &peer_s, &dest_s, json!({"address": to.map(|a| a.to_string()), "stack": conn.stack_name()}));
-    let session = Session { id, peer: peer_s, dest: dest_s, started };
+    let session = Session { id, peer: peer_s, dest: dest_s, started, idle: ctx.idle_timeout, early };
     super::relay_and_report(r, session, &mut out, &mut conn, false, ["local proxy", "destination"], &mut stop).await;
+    drop(admitted);
 }
 
 fn report_refusal(r: &Reporter, id: u64, peer: &str, dest: Option<&str>, f: Refused) {
@@ -206,22 +245,35 @@ fn report_refusal(r: &Reporter, id: u64, peer: &str, dest: Option<&str>, f: Refu
     r.refused(id, peer, dest, &why, counter, kind);
 }
 
-/// Checks `dest` against --allow, resolves a name, and connects to the
-/// first allowed address that answers.
+/// The refusal of `dest`, naming the reserved class when only that kept
+/// an otherwise covered address out.
+fn not_allowed(dest: &Dest, denied: Option<(SocketAddr, Denied)>) -> Refused {
+    let why = match denied {
+        Some((a, Denied::Reserved(class))) => {
+            format!("{dest} is not allowed: {a} is {}, which only a rule written for it allows (--allow)", class.what())
+        }
+        _ => format!("{dest} is not allowed (--allow)"),
+    };
+    Refused { rep: Some(Rep::NotAllowed), why, kind: Kind::Refused }
+}
+
+/// Checks `dest` against --allow (with the exit host's addresses as they
+/// are now), resolves a name, and connects to the first allowed address
+/// that answers.
 async fn connect_out(ctx: &Ctx, dest: &Dest) -> Result<TcpStream, Refused> {
-    let not_allowed =
-        || Refused { rep: Some(Rep::NotAllowed), why: format!("{dest} is not allowed (--allow)"), kind: Kind::Refused };
+    let own = Own::here(&ctx.own_extra).map_err(|e| Refused {
+        rep: Some(Rep::GeneralFailure),
+        why: format!("cannot list the exit host's addresses: {e}"),
+        kind: Kind::Failed,
+    })?;
     let addrs: Vec<SocketAddr> = match dest {
         Dest::Addr(a) => {
-            if !ctx.allow.permits_addr(*a) {
-                return Err(not_allowed());
-            }
+            ctx.allow.permits(None, *a, &own).map_err(|d| not_allowed(dest, Some((*a, d))))?;
             vec![*a]
         }
         Dest::Name(name, port) => {
-            let by_name = ctx.allow.permits_name(name, *port);
-            if !by_name && !ctx.allow.has_networks() {
-                return Err(not_allowed());
+            if !ctx.allow.permits_name(name, *port) && !ctx.allow.has_networks() {
+                return Err(not_allowed(dest, None));
             }
             let resolved = tokio::time::timeout(ctx.connect_timeout, tokio::net::lookup_host((name.as_str(), *port)))
                 .await
@@ -235,9 +287,20 @@ async fn connect_out(ctx: &Ctx, dest: &Dest) -> Result<TcpStream, Refused> {
                     why: format!("resolving {name}: {e}"),
                     kind: Kind::Failed,
                 })?;
-            let v: Vec<SocketAddr> = resolved.filter(|a| by_name || ctx.allow.permits_addr(*a)).collect();
+            let mut denied = None;
+            let v: Vec<SocketAddr> = resolved
+                .filter(|a| match ctx.allow.permits(Some(name), *a, &own) {
+                    Ok(()) => true,
+                    Err(d) => {
+                        if denied.is_none() || matches!(d, Denied::Reserved(_)) {
+                            denied = Some((*a, d));
+                        }
+                        false
+                    }
+                })
+                .collect();
             if v.is_empty() {
-                return Err(not_allowed());
+                return Err(not_allowed(dest, denied));
             }
             v
         }

@@ -6,7 +6,7 @@
 //! docs/proxy.md; the replay defence (timestamp window plus a cache of the
 //! nonces seen in it) is [`ReplayGuard`].
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeSet, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -302,13 +302,17 @@ pub(crate) async fn read_reply<S: AsyncRead + Unpin>(
 /// nonce is kept until its timestamp leaves the window, after which a
 /// replay is stale anyway, so the memory is bounded by the connection rate
 /// (and capped at [`REPLAY_CACHE`]).
+///
+/// Entries leave in order of expiry, not of arrival: clients' clocks
+/// differ, and one request stamped at the far edge of the window must not
+/// hold the ones behind it (and with them the cap) after they expired.
+/// When the cap is reached by live entries the newcomer is refused; what is
+/// remembered is never dropped early, as that would let its replay through.
 #[derive(Default)]
 pub(crate) struct ReplayGuard {
     seen: HashSet<[u8; NONCE_LEN]>,
-    /// (expiry, nonce) in arrival order; expiries are not sorted (clients'
-    /// clocks differ), so pruning pops expired entries from the front and
-    /// lets later ones wait: an entry lives at most 2 windows.
-    order: VecDeque<(u64, [u8; NONCE_LEN])>,
+    /// (expiry, nonce), the earliest expiry first.
+    by_expiry: BTreeSet<(u64, [u8; NONCE_LEN])>,
 }
 
 impl ReplayGuard {
@@ -317,23 +321,22 @@ impl ReplayGuard {
         if skew.unsigned_abs() > u128::from(WINDOW_MS) {
             return Err(Reject::Stale { skew_ms: skew.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64 });
         }
-        while let Some(&(exp, n)) = self.order.front() {
-            if exp >= now_ms && self.order.len() < REPLAY_CACHE {
+        while let Some(&(exp, n)) = self.by_expiry.first() {
+            if exp >= now_ms {
                 break;
             }
-            if exp >= now_ms {
-                // Full of live entries.
-                return if self.seen.contains(&r.nonce) { Err(Reject::Replayed) } else { Err(Reject::CacheFull) };
-            }
-            self.order.pop_front();
+            self.by_expiry.pop_first();
             self.seen.remove(&n);
         }
-        if !self.seen.insert(r.nonce) {
+        if self.seen.contains(&r.nonce) {
             return Err(Reject::Replayed);
         }
-        // Kept until the later of its timestamp's window end and now +
-        // window (a timestamp from the future stays fresh that long).
-        self.order.push_back((now_ms.max(r.timestamp_ms) + WINDOW_MS, r.nonce));
+        if self.seen.len() >= REPLAY_CACHE {
+            return Err(Reject::CacheFull);
+        }
+        self.seen.insert(r.nonce);
+        // A replay after its timestamp's window has closed is stale.
+        self.by_expiry.insert((r.timestamp_ms + WINDOW_MS, r.nonce));
         Ok(())
     }
 
@@ -472,6 +475,30 @@ mod tests {
         assert_eq!(g.check(&req(now + 2 * WINDOW_MS, 9), now + 2 * WINDOW_MS), Ok(()));
         assert_eq!(g.len(), 1, "expired nonces pruned");
         assert!(matches!(g.check(&req(0, 1), u64::MAX), Err(Reject::Stale { .. })));
+    }
+
+    /// One request stamped at the far edge of the window must not keep a
+    /// full cache full once the requests behind it have expired: entries
+    /// leave in order of expiry, not of arrival.
+    #[test]
+    fn hostile_replay_guard_prunes_by_expiry() {
+        let now = 10_000_000u64;
+        let mk = |i: u32, ts: u64| {
+            let mut nonce = [0u8; 16];
+            nonce[..4].copy_from_slice(&i.to_be_bytes());
+            Request { dest: Dest::Name("x".into(), 1), timestamp_ms: ts, nonce, tag: [0; 32] }
+        };
+        let mut g = ReplayGuard::default();
+        assert_eq!(g.check(&mk(0, now + WINDOW_MS - 1000), now), Ok(()), "stamped 29 s ahead");
+        for i in 1..REPLAY_CACHE as u32 {
+            assert_eq!(g.check(&mk(i, now), now), Ok(()));
+        }
+        assert_eq!(g.check(&mk(u32::MAX, now), now), Err(Reject::CacheFull), "full of live nonces");
+        // 31 s later every entry but the first has expired.
+        let later = now + WINDOW_MS + 1000;
+        assert_eq!(g.check(&mk(u32::MAX, later), later), Ok(()), "room once the others expired");
+        assert_eq!(g.len(), 2);
+        assert_eq!(g.check(&mk(0, now + WINDOW_MS - 1000), later), Err(Reject::Replayed), "the first still guards");
     }
 
     #[test]

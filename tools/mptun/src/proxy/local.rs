@@ -15,6 +15,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use super::admit::{Cut, Handshake, NotAdmitted, HANDSHAKE};
 use super::dest::Dest;
 use super::header::{self, BadReply, Key};
 use super::report::Reporter;
@@ -26,8 +27,6 @@ use crate::stack::{connect_error, end_stack, runtime};
 
 /// The exit's port when --exit gives none.
 pub(crate) const DEFAULT_EXIT_PORT: u16 = 1081;
-/// How long a client has for its SOCKS negotiation, and the exit for its answer.
-const HANDSHAKE: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
 pub(crate) struct LocalArgs {
@@ -70,6 +69,7 @@ struct Ctx {
     transparent: bool,
     dialer: Dialer,
     connect_timeout: Duration,
+    idle_timeout: Duration,
     reporter: Arc<Reporter>,
 }
 
@@ -83,6 +83,7 @@ pub(crate) fn run(a: LocalArgs) -> Result<()> {
         None => Users::default(),
     };
     let plan = a.carrier.check()?;
+    let limits = a.carrier.limits(&plan)?;
     runtime()?.block_on(async move {
         let dialer = match &plan {
             Stackish::Mptun(paths) => Dialer::Mptun(super::build_stack(paths)?),
@@ -109,11 +110,10 @@ pub(crate) fn run(a: LocalArgs) -> Result<()> {
             transparent: a.transparent,
             dialer,
             connect_timeout: a.carrier.connect_timeout,
+            idle_timeout: a.carrier.idle_timeout,
             reporter: reporter.clone(),
         });
-        let served =
-            serve_loop(reporter, &a.carrier, || listener.accept(), |s, peer, id, stop| serve(ctx.clone(), s, peer, id, stop))
-                .await;
+        let served = serve_loop(reporter, &a.carrier, limits, stack.clone(), || listener.accept(), ctx, serve).await;
         end_stack(stack).await;
         served
     })
@@ -134,30 +134,57 @@ impl SetupError {
     }
 }
 
-async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, mut stop: Stop) {
+async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, mut stop: Stop, hs: Handshake) {
     let r = &ctx.reporter;
     let peer_s = peer.to_string();
     client.set_nodelay(true).ok();
+    super::relay::keepalive(&client);
     let redirected = if ctx.transparent { super::transparent::original_dst(&client) } else { Ok(None) };
     let (dest, socks) = match redirected {
         Ok(Some(orig)) => (Dest::Addr(orig), false),
-        Ok(None) => match tokio::time::timeout(HANDSHAKE, socks5::accept(&mut client, &ctx.users)).await {
+        Ok(None) => match hs.bound(socks5::accept(&mut client, &ctx.users)).await {
             Ok(Ok(d)) => (d, true),
             Ok(Err(e @ (Refusal::Auth | Refusal::Reply(..)))) => {
                 return r.refused(id, &peer_s, None, &e.to_string(), &r.counters.refused, "refused")
             }
             Ok(Err(e)) => return r.refused(id, &peer_s, None, &e.to_string(), &r.counters.failed, "failed"),
-            Err(_) => return r.refused(id, &peer_s, None, "SOCKS negotiation timed out", &r.counters.failed, "failed"),
+            Err(Cut::TimedOut) => {
+                return r.refused(id, &peer_s, None, "SOCKS negotiation timed out", &r.counters.failed, "failed")
+            }
+            Err(Cut::Evicted(_)) => {
+                super::relay::reset_on_drop(&client);
+                return r.evicted();
+            }
         },
         Err(e) => return r.refused(id, &peer_s, None, &format!("SO_ORIGINAL_DST: {e}"), &r.counters.failed, "failed"),
     };
     let dest_s = dest.to_string();
     let started = Instant::now();
+    // The client owes nothing until the SOCKS reply: it leaving ends the
+    // wait, and what it sends early is passed on first.
+    let mut early = Vec::new();
+    let left =
+        |why: String| SetupError::failed(Rep::GeneralFailure, format!("the client left while connecting: {why}"));
     let setup = tokio::select! {
-        s = open(&ctx, &dest) => s,
-        _ = stop.wait() => Err(SetupError::failed(Rep::GeneralFailure, "interrupted")),
+        a = hs.admit() => match a {
+            Ok(a) => Ok(a),
+            Err(NotAdmitted::Evicted(why)) => Err(SetupError::failed(Rep::GeneralFailure, why)),
+            Err(NotAdmitted::Full(why)) => Err(SetupError { rep: Rep::GeneralFailure, why, refused: true, wrong_key: false }),
+        },
+        why = super::relay::gone(&mut client, &mut early) => Err(left(why)),
     };
-    let (mut conn, bound) = match setup {
+    let setup = match setup {
+        Ok(mut admitted) => tokio::select! {
+            s = open(&ctx, &dest) => s.map(|(conn, bound)| {
+                admitted.track(&conn);
+                (conn, bound, admitted)
+            }),
+            why = super::relay::gone(&mut client, &mut early) => Err(left(why)),
+            _ = stop.wait() => Err(SetupError::failed(Rep::GeneralFailure, "interrupted")),
+        },
+        Err(e) => Err(e),
+    };
+    let (mut conn, bound, _admitted) = match setup {
         Ok(x) => x,
         Err(e) => {
             if socks {
@@ -171,6 +198,9 @@ async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, 
             return r.refused(id, &peer_s, Some(&dest_s), &e.why, counter, kind);
         }
     };
+    if let Conn::Kernel(k) = &conn {
+        super::relay::keepalive(k);
+    }
     if socks {
         if let Err(e) = socks5::write_reply(&mut client, Rep::Succeeded, bound).await {
             return r.refused(id, &peer_s, Some(&dest_s), &format!("client: {e}"), &r.counters.failed, "failed");
@@ -182,7 +212,7 @@ async fn serve(ctx: Arc<Ctx>, mut client: TcpStream, peer: SocketAddr, id: u64, 
         &dest_s,
         json!({"mode": if socks { "socks5" } else { "transparent" }, "exit_bound": bound.map(|b| b.to_string()), "stack": conn.stack_name()}),
     );
-    let session = Session { id, peer: peer_s, dest: dest_s, started };
+    let session = Session { id, peer: peer_s, dest: dest_s, started, idle: ctx.idle_timeout, early };
     super::relay_and_report(r, session, &mut client, &mut conn, true, ["client", "exit"], &mut stop).await;
 }
 

@@ -7,10 +7,13 @@
 //!
 //! - `dest`: destinations; `socks5`: the SOCKS5 server side;
 //!   `header`: the authenticated exit header; `allow`: the exit's rules;
-//!   `relay`: both directions with backpressure and half-close;
+//!   `admit`: the bounds on handshakes and relays;
+//!   `relay`: both directions with backpressure, half-close and an idle
+//!   timeout;
 //!   `transparent`: `SO_ORIGINAL_DST`; `report`: events and counters;
 //!   `local`, `exit`: the two commands.
 
+mod admit;
 mod allow;
 mod dest;
 mod exit;
@@ -34,7 +37,7 @@ use mptun::Stack;
 use crate::conn::Conn;
 use crate::pathspec::{self, parse_path, PathSpec};
 use crate::signals;
-use crate::units::parse_secs;
+use crate::units::{parse_secs, parse_size};
 
 /// `mptun proxy ...`
 #[derive(Args, Debug)]
@@ -81,9 +84,25 @@ pub(crate) struct Carrier {
     /// Give up on a connect (to the exit, or the exit's to the destination) after this long.
     #[arg(long, default_value = "10", value_name = "SECS", value_parser = parse_secs)]
     connect_timeout: Duration,
-    /// Connections relayed at once at most; more wait in the listen queue.
+    /// Connections relayed at once at most; more wait for one to end (within the 10 s a handshake may
+    /// take), then are refused.
     #[arg(long, default_value_t = 1024, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_connections: u32,
+    /// Connections in their handshake at once at most (the SOCKS negotiation or the exit header, then
+    /// the wait for a relay); a newcomer beyond it ends the oldest.
+    #[arg(long, default_value_t = 256, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_handshakes: u32,
+    /// Of those, from one address (an IPv6 /64) at most; a newcomer beyond it ends that address's oldest.
+    #[arg(long, default_value_t = 128, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_handshakes_per_source: u32,
+    /// End a relay when no byte has moved either way for this long (its kernel sockets also get TCP
+    /// keepalive).
+    #[arg(long, default_value = "600", value_name = "SECS", value_parser = parse_secs)]
+    idle_timeout: Duration,
+    /// What the relays may hold in buffers at once (512M, 2G, ...): their copy buffers and their
+    /// connections' on mptun's stack; a relay that would go over waits, then is refused.
+    #[arg(long, default_value = "1G", value_name = "SIZE", value_parser = parse_size)]
+    memory_budget: u64,
 }
 
 /// The MPTCP side, checked.
@@ -109,6 +128,48 @@ impl Carrier {
         }
         Ok(Stackish::Mptun(paths))
     }
+
+    /// The bounds of [`admit`]: what a relay costs is its two copy buffers
+    /// and, on mptun's stack, its connection's initial buffers (the stack's
+    /// defaults, one subflow per path of this end) until the stack says
+    /// more. Checked before anything is created.
+    fn limits(&self, plan: &Stackish) -> Result<admit::Limits> {
+        let carrier_cost = match plan {
+            Stackish::Mptun(paths) => {
+                let o = mptun::StreamOptions::default();
+                let c = o.config();
+                (c.tcp.send_buffer.initial() + c.tcp.recv_buffer.initial()) as u64 * paths.len().max(1) as u64
+            }
+            Stackish::Kernel => 0,
+        };
+        let relay_cost = 2 * relay::BUF as u64 + carrier_cost;
+        if self.memory_budget < relay_cost {
+            bail!("--memory-budget {} is less than one relay costs ({} KiB)", self.memory_budget, relay_cost >> 10);
+        }
+        Ok(admit::Limits {
+            handshake: admit::HANDSHAKE,
+            handshakes: self.max_handshakes as usize,
+            per_source: self.max_handshakes_per_source as usize,
+            relays: self.max_connections as usize,
+            memory: self.memory_budget,
+            relay_cost,
+            carrier_cost,
+        })
+    }
+}
+
+/// Lifts this process's open-file limit to its hard limit: every handshake
+/// and relay holds sockets, and the default soft limit (often 1024) is
+/// below what `--max-connections` and `--max-handshakes` allow.
+fn raise_nofile() {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit; failure leaves the limit as it was.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
 }
 
 /// mptun's stack over freshly created TUN devices (inside the runtime).
@@ -121,6 +182,7 @@ fn build_stack(paths: &[PathSpec]) -> Result<Stack> {
 }
 
 pub(crate) fn run(a: ProxyArgs) -> Result<()> {
+    raise_nofile();
     match a.cmd {
         ProxyCmd::Local(a) => local::run(a),
         ProxyCmd::Exit(a) => exit::run(a),
@@ -138,33 +200,46 @@ impl Stop {
     }
 }
 
-/// The accept loop both ends run: takes connections while fewer than
-/// `max` are being served, hands each to `serve` with a number, prints a
-/// summary every interval, and on a signal stops accepting, lets live
-/// connections end as interrupted (2 s at most) and prints the totals.
-async fn serve_loop<T, A, AF, S, SF>(
+/// The accept loop both ends run: takes every connection at once (the
+/// gate bounds those in their handshake by ending the oldest), hands each
+/// to `serve` with the end's context, a number and its place among the
+/// handshakes, samples the stack's buffers for the memory budget and
+/// prints a summary every interval, and on a signal stops accepting, lets
+/// live connections end as interrupted (2 s at most) and prints the
+/// totals.
+async fn serve_loop<C, T, A, AF, S, SF>(
     reporter: Arc<report::Reporter>,
     c: &Carrier,
+    limits: admit::Limits,
+    stack: Option<Stack>,
     mut accept: A,
+    ctx: C,
     serve: S,
 ) -> Result<()>
 where
+    C: Clone,
     T: Send + 'static,
     A: FnMut() -> AF,
     AF: Future<Output = std::io::Result<(T, SocketAddr)>>,
-    S: Fn(T, SocketAddr, u64, Stop) -> SF,
+    S: Fn(C, T, SocketAddr, u64, Stop, admit::Handshake) -> SF,
     SF: Future<Output = ()> + Send + 'static,
 {
+    let gate = admit::Gate::new(&limits, reporter.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let limit = Arc::new(tokio::sync::Semaphore::new(c.max_connections as usize));
     let summaries = tokio::spawn(reporter.clone().summaries(c.interval));
+    let sampler = stack.map(|stack| {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                t.tick().await;
+                gate.budget.sample(&stack);
+            }
+        })
+    });
     let mut tasks = tokio::task::JoinSet::new();
     let mut next_id = 1u64;
     loop {
-        let permit = tokio::select! {
-            p = limit.clone().acquire_owned() => p.expect("never closed"),
-            _ = signals::wait() => break,
-        };
         let (conn, peer) = tokio::select! {
             r = accept() => match r {
                 Ok(x) => x,
@@ -179,16 +254,16 @@ where
         };
         while tasks.try_join_next().is_some() {}
         report::Counters::bump(&reporter.counters.accepted);
-        let fut = serve(conn, peer, next_id, Stop(stop_rx.clone()));
+        let handshake = gate.enter(peer);
+        tasks.spawn(serve(ctx.clone(), conn, peer, next_id, Stop(stop_rx.clone()), handshake));
         next_id += 1;
-        tasks.spawn(async move {
-            fut.await;
-            drop(permit);
-        });
     }
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(2), async { while tasks.join_next().await.is_some() {} }).await;
     summaries.abort();
+    if let Some(s) = sampler {
+        s.abort();
+    }
     reporter.summary(None, true);
     Ok(())
 }
@@ -199,6 +274,11 @@ struct Session {
     peer: String,
     dest: String,
     started: Instant,
+    /// `--idle-timeout`.
+    idle: Duration,
+    /// What the near side sent while its connection was being set up,
+    /// passed on before the relay reads more.
+    early: Vec<u8>,
 }
 
 /// Relays between the plain TCP side and the MPTCP side (`tcp_is_near`:
@@ -217,16 +297,25 @@ async fn relay_and_report(
 ) {
     use relay::{End, Moved, Outcome};
     use std::sync::atomic::Ordering::Relaxed;
+    use tokio::io::AsyncWriteExt;
     let moved = Arc::new(Moved::default());
     r.track(&moved);
+    let idle = s.idle;
     let outcome = {
         let (mut tr, mut tw) = tcp.split();
         let (mut mr, mut mw) = tokio::io::split(&mut *conn);
         let run = async {
+            if !s.early.is_empty() {
+                let sent = if tcp_is_near { mw.write_all(&s.early).await } else { tw.write_all(&s.early).await };
+                if let Err(e) = sent {
+                    return Outcome::Failed(End::Far, e);
+                }
+                moved.up.fetch_add(s.early.len() as u64, Relaxed);
+            }
             if tcp_is_near {
-                relay::relay((&mut tr, &mut tw), (&mut mr, &mut mw), &moved).await
+                relay::relay((&mut tr, &mut tw), (&mut mr, &mut mw), &moved, idle).await
             } else {
-                relay::relay((&mut mr, &mut mw), (&mut tr, &mut tw), &moved).await
+                relay::relay((&mut mr, &mut mw), (&mut tr, &mut tw), &moved, idle).await
             }
         };
         tokio::select! {
@@ -239,6 +328,7 @@ async fn relay_and_report(
         Some(Outcome::Closed) => "closed".to_string(),
         Some(Outcome::Failed(End::Near, e)) => format!("{}: {e}", names[0]),
         Some(Outcome::Failed(End::Far, e)) => format!("{}: {e}", names[1]),
+        Some(Outcome::Idle(d)) => format!("idle for {} s (--idle-timeout)", d.as_secs_f64()),
         None => "interrupted".to_string(),
     };
     if !matches!(outcome, Some(Outcome::Closed)) {

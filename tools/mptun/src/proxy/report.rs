@@ -32,6 +32,17 @@ pub(crate) struct Counters {
     pub(crate) replayed: AtomicU64,
     /// Authentic headers outside the timestamp window (exit).
     pub(crate) stale: AtomicU64,
+    /// Handshakes ended to make room for newer ones (they count as failed).
+    pub(crate) evicted: AtomicU64,
+    /// Connections refused because no relay slot (`--max-connections`) or
+    /// no room in `--memory-budget` came within the handshake time (they
+    /// count as refused).
+    pub(crate) over_budget: AtomicU64,
+    /// Connections in their handshake now (a gauge, not a total).
+    pub(crate) handshakes: AtomicU64,
+    /// What the relays are charged against the memory budget now, bytes
+    /// (a gauge).
+    pub(crate) budget_used: AtomicU64,
     /// Bytes relayed towards the destination / back, of ended connections
     /// (live ones add theirs in [`Reporter::summary`]).
     pub(crate) bytes_up: AtomicU64,
@@ -131,6 +142,13 @@ impl Reporter {
         self.line(v, format!("#{id} {peer} -> {}: {kind}: {why}", dest.unwrap_or("?")));
     }
 
+    /// A connection ended in its handshake to make room, before it said
+    /// anything valid: counted (failed, and `evicted` by the gate) but not
+    /// printed, as a flood of them would otherwise flood the log too.
+    pub(crate) fn evicted(&self) {
+        Counters::bump(&self.counters.failed);
+    }
+
     pub(crate) fn closed(&self, c: Closed<'_>) {
         let c2 = &self.counters;
         Counters::bump(&c2.closed);
@@ -209,13 +227,16 @@ impl Reporter {
             "refused": Counters::get(&c.refused), "failed": Counters::get(&c.failed),
             "wrong_key": Counters::get(&c.wrong_key), "replayed": Counters::get(&c.replayed),
             "stale": Counters::get(&c.stale),
+            "evicted": Counters::get(&c.evicted), "over_budget": Counters::get(&c.over_budget),
+            "handshakes": Counters::get(&c.handshakes), "budget_used": Counters::get(&c.budget_used),
             "bytes_up": up, "bytes_down": down,
             "interval_s": (secs * 1000.0).round() / 1000.0,
             "bits_per_second_up": bps_up.round(), "bits_per_second_down": bps_down.round(),
         });
         let text = format!(
-            "{}: {active} active, {} accepted, {} closed, {} refused, {} failed, {} wrong key, {} replayed, {} stale; {up} bytes up, {down} down{}",
+            "{}: {active} active ({} in handshake), {} accepted, {} closed, {} refused, {} failed, {} wrong key, {} replayed, {} stale, {} evicted, {} over budget; {up} bytes up, {down} down{}",
             if last { "total" } else { "summary" },
+            Counters::get(&c.handshakes),
             Counters::get(&c.accepted),
             Counters::get(&c.closed),
             Counters::get(&c.refused),
@@ -223,6 +244,8 @@ impl Reporter {
             Counters::get(&c.wrong_key),
             Counters::get(&c.replayed),
             Counters::get(&c.stale),
+            Counters::get(&c.evicted),
+            Counters::get(&c.over_budget),
             if secs > 0.0 { format!(" ({:.2} Mbit/s up, {:.2} down)", bps_up / 1e6, bps_down / 1e6) } else { String::new() }
         );
         self.line(v, text);
