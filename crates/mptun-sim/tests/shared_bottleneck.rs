@@ -11,7 +11,7 @@ fn share(cc: Algorithm, seeds: u64) -> f64 {
     for r in &runs {
         assert_eq!(r.flows[0].kind, "mptcp");
         assert_eq!(r.flows[0].subflows, 2, "both subflows up: {r:?}");
-        assert!(r.bottleneck.utilisation > 0.9, "the bottleneck is full: {r:?}");
+        assert!(r.links[0].utilisation > 0.9, "the bottleneck is full: {r:?}");
     }
     runs.iter().map(|r| r.flows[0].share).sum::<f64>() / runs.len() as f64
 }

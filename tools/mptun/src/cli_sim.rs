@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use mptun::{Algorithm, PacerKind};
 use mptun_sim::scenarios::bottleneck::Bottleneck;
-use mptun_sim::scenarios::{cc_compare, edt_rr, hystart, shared_bottleneck, tcp_single};
+use mptun_sim::scenarios::{cc_compare, edt_rr, hystart, network, shared_bottleneck, tcp_single};
 
 #[derive(Args)]
 pub(crate) struct SimArgs {
@@ -37,6 +37,22 @@ enum Scenario {
     /// An MPTCP connection (2 subflows) and a TCP flow through one bottleneck
     /// (default 20 Mbit/s, 40 ms RTT, 1-BDP buffer): each flow's share, coupled or not.
     SharedBottleneck(SharedBottleneckArgs),
+    /// Runs a scenario file: links, routes and flows in TOML (docs/scenarios/).
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The scenario file.
+    file: std::path::PathBuf,
+    #[command(flatten)]
+    json: Json,
+    /// Congestion control of the scenario's MPTCP connections (their file's `cc` otherwise).
+    #[arg(long)]
+    cc: Option<Algorithm>,
+    /// Seed (the file's otherwise).
+    #[arg(long)]
+    seed: Option<u64>,
 }
 
 #[derive(Args)]
@@ -204,6 +220,11 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
         Scenario::Fallback(a) => crate::cli_sim_mptcp::run_fallback(a),
         Scenario::Penalise(a) => crate::cli_sim_mptcp::run_penalise(a),
         Scenario::SharedBottleneck(b) => run_shared_bottleneck(b),
+        Scenario::Run(r) => {
+            let o = crate::scenario_file::Overrides { mptcp_cc: r.cc, seed: r.seed };
+            let spec = crate::scenario_file::load(&r.file, o)?;
+            print_network(&crate::scenario_file::run(&spec)?, r.json.json)
+        }
         Scenario::TcpSingle(t) => {
             let p = tcp_single::Params {
                 size: t.size,
@@ -265,27 +286,29 @@ fn run_shared_bottleneck(b: SharedBottleneckArgs) -> Result<()> {
         seed: b.seed.seed,
     };
     let r = shared_bottleneck::run(&p);
-    if b.json.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+    print_network(&r, b.json.json)
+}
+
+/// A network run's report: JSON, or a line per link and per flow.
+pub(crate) fn print_network(r: &network::Report, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
         return Ok(());
     }
-    println!(
-        "shared-bottleneck: {:.1} Mbit/s, {:.0} ms RTT, buffer {} packets, {:.0} s; bottleneck {:.1} % used, {} drops",
-        r.rate_bps as f64 / 1e6,
-        r.rtt_ms,
-        r.queue_packets,
-        r.duration_s,
-        r.bottleneck.utilisation * 100.0,
-        r.bottleneck.dropped_queue
-    );
+    println!("{}: {:.0} s, seed {}, goodput measured from {:.0} s", r.scenario, r.duration_s, r.seed, r.measure_from_s);
+    for l in &r.links {
+        println!("  link {:<12} {:5.1} % used, {} drops", l.name, l.utilisation * 100.0, l.dropped_queue);
+    }
     for f in &r.flows {
+        let by_link: Vec<String> = f.bytes_by_link.iter().map(|(l, b)| format!("{l} {b}")).collect();
         println!(
-            "  {:<5} {:<6} {} subflow(s): {:6.2} Mbit/s, share {:.3}",
+            "  {:<5} {:<6} {} subflow(s): {:6.2} Mbit/s, share {:.3}{}",
             f.kind,
             f.cc,
             f.subflows,
             f.goodput_bps / 1e6,
-            f.share
+            f.share,
+            if by_link.len() > 1 { format!(" ({})", by_link.join(", ")) } else { String::new() }
         );
     }
     Ok(())

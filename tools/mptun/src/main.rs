@@ -24,6 +24,7 @@ mod plot;
 mod probe;
 mod proxy;
 mod report;
+mod scenario_file;
 mod signals;
 mod stack;
 mod traces;

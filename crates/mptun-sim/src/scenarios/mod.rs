@@ -8,6 +8,7 @@ pub mod edt_rr;
 pub mod failover;
 pub mod fallback;
 pub mod hystart;
+pub mod network;
 pub mod penalise;
 pub mod shared_bottleneck;
 pub mod tcp_single;

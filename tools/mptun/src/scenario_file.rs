@@ -1,0 +1,184 @@
+//! Scenario files: a network (links, routes, flows with their stack
+//! options, duration, seed) described in TOML, so that a researcher runs
+//! `mptun sim run FILE` without writing Rust. The file's words are this
+//! tool's units (`20mbit`, `40ms`); the simulator gets a typed
+//! [`network::Spec`].
+
+use crate::units::{parse_duration, parse_rate};
+use anyhow::{anyhow, bail, Context, Result};
+use mptun::{Algorithm, Policy};
+use mptun_sim::scenarios::bottleneck::Bottleneck;
+use mptun_sim::scenarios::network::{self, Flow, FlowKind, LinkSpec, Route, Spec};
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::Path;
+
+/// Largest scenario file read: a description, not data.
+const MAX_FILE: u64 = 1 << 20;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    name: Option<String>,
+    duration: String,
+    #[serde(default)]
+    seed: Option<u64>,
+    /// Goodput is measured from here (default: half the run).
+    measure_from: Option<String>,
+    #[serde(rename = "link")]
+    links: Vec<FileLink>,
+    #[serde(rename = "route")]
+    routes: Vec<FileRoute>,
+    #[serde(rename = "flow")]
+    flows: Vec<FileFlow>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLink {
+    name: String,
+    rate: String,
+    /// One way.
+    delay: String,
+    /// Packets; default one BDP of 1500-byte packets over the link's
+    /// round trip (twice `delay`).
+    queue: Option<usize>,
+    /// Order-preserving delay jitter.
+    jitter: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRoute {
+    a: IpAddr,
+    b: IpAddr,
+    links: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileFlow {
+    kind: String,
+    from: Vec<IpAddr>,
+    to: IpAddr,
+    cc: Option<String>,
+    scheduler: Option<String>,
+    start: Option<String>,
+    stop: Option<String>,
+}
+
+/// What the command line changes in a file's scenario.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Overrides {
+    /// The MPTCP flows' congestion control.
+    pub(crate) mptcp_cc: Option<Algorithm>,
+    pub(crate) seed: Option<u64>,
+}
+
+/// Reads the scenario in `path`.
+pub(crate) fn load(path: &Path, o: Overrides) -> Result<Spec> {
+    let len = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?.len();
+    if len > MAX_FILE {
+        bail!("{}: {len} bytes; a scenario file is at most {MAX_FILE}", path.display());
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let stem = path.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
+    parse(&text, &stem, o).with_context(|| format!("{}", path.display()))
+}
+
+/// Parses a scenario file's text (`name` when the file gives none).
+pub(crate) fn parse(text: &str, name: &str, o: Overrides) -> Result<Spec> {
+    let f: File = toml::from_str(text).map_err(|e| anyhow!("{e}"))?;
+    let links = f
+        .links
+        .iter()
+        .map(|l| {
+            let delay = parse_duration(&l.delay).with_context(|| format!("link {}: delay", l.name))?;
+            let link = Bottleneck {
+                rate_bps: parse_rate(&l.rate).with_context(|| format!("link {}: rate", l.name))?,
+                rtt: delay * 2,
+                queue_packets: l.queue,
+                jitter: l.jitter.as_deref().map(parse_duration).transpose()?.unwrap_or_default(),
+            };
+            Ok(LinkSpec { name: l.name.clone(), link })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let routes = f.routes.into_iter().map(|r| Route { a: r.a, b: r.b, links: r.links }).collect();
+    let flows = f
+        .flows
+        .iter()
+        .enumerate()
+        .map(|(i, fl)| {
+            let kind = match fl.kind.as_str() {
+                "mptcp" => FlowKind::Mptcp,
+                "tcp" => FlowKind::Tcp,
+                k => bail!("flow {i}: kind `{k}` (mptcp or tcp)"),
+            };
+            let cc = match (&kind, o.mptcp_cc, &fl.cc) {
+                (FlowKind::Mptcp, Some(cc), _) => cc,
+                (_, _, Some(c)) => c.parse().map_err(|e| anyhow!("flow {i}: {e}"))?,
+                _ => Algorithm::default(),
+            };
+            let policy: Policy = match &fl.scheduler {
+                Some(s) => s.parse().map_err(|e| anyhow!("flow {i}: {e}"))?,
+                None => Policy::Default,
+            };
+            let time = |s: &Option<String>| s.as_deref().map(parse_duration).transpose();
+            Ok(Flow {
+                kind,
+                from: fl.from.clone(),
+                to: fl.to,
+                cc,
+                policy,
+                start: time(&fl.start)?.unwrap_or_default(),
+                stop: time(&fl.stop)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Spec {
+        name: f.name.unwrap_or_else(|| name.into()),
+        links,
+        routes,
+        flows,
+        duration: parse_duration(&f.duration).context("duration")?,
+        measure_from: f.measure_from.as_deref().map(parse_duration).transpose().context("measure_from")?,
+        seed: o.seed.or(f.seed).unwrap_or(1),
+    })
+}
+
+/// Runs a parsed scenario.
+pub(crate) fn run(spec: &Spec) -> Result<network::Report> {
+    network::run(spec).map_err(|e| anyhow!("{e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHARED: &str = include_str!("../../../docs/scenarios/shared-bottleneck.toml");
+
+    #[test]
+    fn the_shipped_file_is_the_builtin_experiment() {
+        let spec = parse(SHARED, "x", Overrides { mptcp_cc: Some(Algorithm::Lia), seed: Some(2) }).unwrap();
+        let builtin = mptun_sim::scenarios::shared_bottleneck::spec(&mptun_sim::scenarios::shared_bottleneck::Params {
+            mptcp_cc: Algorithm::Lia,
+            seed: 2,
+            ..Default::default()
+        });
+        assert_eq!(format!("{spec:?}"), format!("{builtin:?}"), "the file describes `sim shared-bottleneck`");
+    }
+
+    #[test]
+    fn bad_files_say_what_is_wrong() {
+        let bad = |text: &str| parse(text, "x", Overrides::default()).unwrap_err().to_string();
+        assert!(bad("duration = 1").contains("invalid type"), "{}", bad("duration = 1"));
+        let no_flows = "duration = \"1s\"\nlink = []\nroute = []\n";
+        assert!(bad(no_flows).contains("flow"), "{}", bad(no_flows));
+        let unknown = SHARED.replace("kind = \"tcp\"", "kind = \"quic\"");
+        assert!(bad(&unknown).contains("kind `quic`"), "{}", bad(&unknown));
+        let extra = format!("{SHARED}\nbogus = 1\n");
+        assert!(bad(&extra).contains("bogus"), "{}", bad(&extra));
+        let cc = SHARED.replace("cc = \"cubic\"", "cc = \"vegas\"");
+        assert!(bad(&cc).contains("vegas"), "{}", bad(&cc));
+    }
+}
