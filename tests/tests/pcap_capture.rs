@@ -215,7 +215,7 @@ async fn exchange_then_check(
 /// mptun in A, a TUN per path, connects to a kernel MPTCP listener in B; both
 /// send and read to the end, then the stack is shut down as a tool's exit does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn capture_of_mptun_as_client_to_the_kernel() {
+async fn hostile_tool_pcap_of_mptun_as_client_verifies_and_ends_without_reset() {
     let case = "pcc";
     let Some((lab, cap)) = lab_with_capture(case, Side::B, false) else { return };
     let ours = [lab.mptun_addr(Side::A, 1), lab.mptun_addr(Side::A, 2)];
@@ -235,7 +235,7 @@ async fn capture_of_mptun_as_client_to_the_kernel() {
 /// A kernel MPTCP client in A (a `subflow` endpoint on path 2) connects to
 /// mptun listening in B; as above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn capture_of_mptun_as_server_to_the_kernel() {
+async fn hostile_tool_pcap_of_mptun_as_server_verifies_and_ends_without_reset() {
     let case = "pcs";
     let Some((lab, cap)) = lab_with_capture(case, Side::A, true) else { return };
     let ours = [lab.mptun_addr(Side::B, 1)];

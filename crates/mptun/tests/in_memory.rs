@@ -578,7 +578,7 @@ async fn shutdown_returns_with_the_last_packets_sent_and_captured() {
 /// finished, not cut short: the capture holds FINs both ways and no reset
 /// from the stack that went, MPTCP or plain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stack_shut_down_right_after_an_orderly_close_sends_no_reset() {
+async fn hostile_a_stack_shut_down_right_after_an_orderly_close_sends_no_reset() {
     for (mptcp, to_eof, port) in [(true, true, 5020), (true, false, 5021), (false, true, 5022), (false, false, 5023)] {
         let what = format!("mptcp {mptcp}, read to the end {to_eof}");
         let file = std::env::temp_dir().join(format!("mptun-close-{}-{port}.pcap", std::process::id()));
