@@ -174,6 +174,45 @@ async fn hostile_a_tiny_mss_on_a_device_without_tso_stalls_nothing() {
     }
 }
 
+/// A peer with a tiny MSS whose reader starts late: the bytes it was
+/// offered a window for are held, not dropped. Before in-order segments were
+/// coalesced, each 76-byte one cost a chunk of 256 bytes more, the window
+/// announced at the start (256 KiB) overran the memory budget once the
+/// reader lagged, and the connection layer dropped what the subflow had
+/// acknowledged (`MPTcpExtRcvPruned`): hundreds of holes, each repaired by
+/// a connection-level retransmission timeout, and a transfer of a second
+/// took minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_mss_peer_whose_reader_lags_loses_nothing() {
+    let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
+    let tiny = || mptun::TcpConfig { mss: 88, ..Default::default() };
+    let stack = |ip: &str, dev: ChannelIo| {
+        Stack::builder().path(ip.parse().unwrap(), Arc::new(dev) as Arc<dyn PacketIo>).tcp_config(tiny()).build()
+    };
+    let (sa, sb) = (stack("10.0.0.1", a).unwrap(), stack("10.0.0.2", b).unwrap());
+    let listener = MptcpListener::bind(&sb, "10.0.0.2:5000").await.unwrap();
+    const N: usize = 1 << 20;
+    let data = Pattern::bytes(7, N);
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    let mut client = MptcpStream::connect(&sa, "10.0.0.2:5000").await.unwrap();
+    let sent = data.clone();
+    let run = async move {
+        client.write_all(&sent).await.unwrap();
+        client.shutdown().await.unwrap();
+        server.await.unwrap()
+    };
+    let got = timeout(Duration::from_secs(20), run).await.expect("the transfer stalled");
+    assert!(got == data, "{} of {N} bytes, intact", got.len());
+    let c = sb.counters();
+    assert_eq!((c.mptcp_rcv_pruned, c.mptcp_ofo_pruned, c.mptcp_retrans), (0, 0, 0), "{c:?}");
+}
+
 /// `read_chunk`, the zero-copy read, carries whole streams (MPTCP and
 /// plain), alone or mixed with `read`: pieces of at most the size asked,
 /// the bytes in order, `None` at the end and after it.

@@ -5,7 +5,7 @@
 //! Offsets are 64-bit stream offsets, not sequence numbers, so the queue never
 //! has to reason about wrap-around.
 
-use super::ofo::{unpin, OfoQueue, Src, CHUNK_OVERHEAD, COPY_BELOW};
+use super::ofo::{unpin, OfoQueue, Src, CHUNK_OVERHEAD, COALESCE_MAX, COPY_BELOW};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 
@@ -19,8 +19,9 @@ pub(crate) const MEM_SLACK: usize = 64 * 1024 + CHUNK_OVERHEAD;
 /// The memory budget of a receive queue whose window is `window` bytes, in
 /// [`RecvBuf::mem_charged`] terms: twice the window, as Linux's `sk_rcvbuf`
 /// is about twice the window it advertises (`tcp_adv_win_scale`), plus
-/// [`MEM_SLACK`]. A peer that keeps to the window with segments of 256 bytes
-/// or more never reaches it; past it the out-of-order tail is pruned.
+/// [`MEM_SLACK`]. A peer that keeps to the window never reaches it with
+/// data in order (short segments are coalesced) or with out-of-order
+/// segments of 256 bytes or more; past it the out-of-order tail is pruned.
 pub(crate) fn mem_budget(window: usize) -> usize {
     window.saturating_mul(2).saturating_add(MEM_SLACK)
 }
@@ -76,6 +77,17 @@ struct Piece {
 #[derive(Debug, Default)]
 pub(crate) struct RecvBuf {
     ready: VecDeque<Piece>,
+    /// In-order bytes too short to be pieces of their own ([`COPY_BELOW`]),
+    /// appended to one buffer as Linux's `tcp_try_coalesce` appends to the
+    /// tail skb: a peer's tiny segments cost their bytes, not a chunk of
+    /// [`CHUNK_OVERHEAD`] each. It follows `ready` and is sealed into it
+    /// before anything is queued behind it or read.
+    tail: BytesMut,
+    /// Bytes appended since a read or a long piece ended the run: the room
+    /// the next tail buffer gets (as much again, doubling up to
+    /// [`COALESCE_MAX`], as the out-of-order queue's runs do).
+    tail_run: usize,
+    /// In-order bytes, `ready`'s and `tail`'s.
     ready_len: usize,
     ready_spare: usize,
     /// Offset of the next in-order byte (`rcv_nxt` as an offset).
@@ -107,7 +119,14 @@ impl RecvBuf {
     /// the bytes, the spare capacity of their buffers and
     /// [`CHUNK_OVERHEAD`] per chunk, in order and out of order.
     pub fn mem_charged(&self) -> usize {
-        self.ready_len + self.ready_spare + CHUNK_OVERHEAD * self.ready.len() + self.ofo.mem_charged()
+        self.ready_len + self.ready_spare + self.tail.capacity() - self.tail.len()
+            + self.ready_overhead()
+            + self.ofo.mem_charged()
+    }
+
+    /// [`CHUNK_OVERHEAD`] for each in-order chunk, the tail's buffer included.
+    fn ready_overhead(&self) -> usize {
+        CHUNK_OVERHEAD * (self.ready.len() + (self.tail.capacity() > 0) as usize)
     }
 
     /// Makes room for `len` bytes at offset `off` within `budget` (Linux
@@ -189,7 +208,7 @@ impl RecvBuf {
         if off <= self.next {
             // In order, after dropping the already-received prefix.
             let before = self.next;
-            self.push_ready(data.tail_from((self.next - off) as usize), true, 0);
+            self.push_in_order(&data, (self.next - off) as usize, spare_max);
             self.next = end;
             // Pull in everything the out-of-order queue now continues, each
             // range as one chunk.
@@ -230,7 +249,49 @@ impl RecvBuf {
         res
     }
 
+    /// Queues bytes `from..` of an in-order segment: a long one as a piece
+    /// of its own (a slice of a shared buffer, not a copy), a short one
+    /// appended to the tail buffer, which a run of them grows by doubling
+    /// within `spare_max` of spare room.
+    fn push_in_order(&mut self, data: &Src<'_>, from: usize, spare_max: usize) {
+        let n = data.len() - from;
+        if n >= COPY_BELOW {
+            self.push_ready(data.tail_from(from), true, 0);
+            return;
+        }
+        let bytes = match data {
+            Src::Bytes(b) => &b[from..],
+            Src::Slice(s) => &s[from..],
+        };
+        if self.tail.capacity() - self.tail.len() < n {
+            self.seal_tail();
+            let cap = (self.tail_run + n).min(COALESCE_MAX).min(n.saturating_add(spare_max)).max(n);
+            self.tail = BytesMut::with_capacity(cap);
+        }
+        self.tail.extend_from_slice(bytes);
+        self.tail_run += n;
+        self.ready_len += n;
+    }
+
+    /// Moves the tail buffer into `ready` as a piece (its bytes are
+    /// already counted in `ready_len`), its spare room charged until the
+    /// piece is read.
+    fn seal_tail(&mut self) {
+        if self.tail.capacity() == 0 {
+            return;
+        }
+        let t = std::mem::take(&mut self.tail);
+        if t.is_empty() {
+            return;
+        }
+        let spare = t.capacity() - t.len();
+        self.ready_spare += spare;
+        self.ready.push_back(Piece { data: t.freeze(), last: true, spare });
+    }
+
     fn push_ready(&mut self, data: Bytes, last: bool, spare: usize) {
+        self.seal_tail();
+        self.tail_run = 0;
         self.ready_len += data.len();
         self.ready_spare += spare;
         self.ready.push_back(Piece { data, last, spare });
@@ -261,8 +322,16 @@ impl RecvBuf {
         head
     }
 
+    /// A read begins: the tail buffer becomes a piece the read can take,
+    /// and the bytes after it begin a run of their own.
+    fn reading(&mut self) {
+        self.seal_tail();
+        self.tail_run = 0;
+    }
+
     /// Copies up to `out.len()` in-order bytes to `out`.
     pub fn read(&mut self, out: &mut [u8]) -> usize {
+        self.reading();
         let mut n = 0;
         while n < out.len() {
             let Some(front) = self.ready.front_mut() else { break };
@@ -284,6 +353,7 @@ impl RecvBuf {
     /// copied once, here (the application reading with [`RecvBuf::read`]
     /// copies them anyway).
     pub fn read_chunk(&mut self, max: usize) -> Option<Bytes> {
+        self.reading();
         let front = self.ready.front_mut()?;
         if front.last || front.data.len() >= max {
             if front.data.len() <= max {
@@ -318,6 +388,7 @@ impl RecvBuf {
     /// the remainder copied, see `split_front`): the application's
     /// zero-copy read. Pieces of a reassembled range come one by one.
     pub fn read_piece(&mut self, max: usize) -> Option<Bytes> {
+        self.reading();
         let front = self.ready.front()?;
         if max == 0 {
             return None;
@@ -333,10 +404,11 @@ impl RecvBuf {
     #[cfg(test)]
     fn check(&self) {
         self.ofo.check();
-        assert_eq!(self.ready_len, self.ready.iter().map(|p| p.data.len()).sum::<usize>());
+        assert_eq!(self.ready_len, self.ready.iter().map(|p| p.data.len()).sum::<usize>() + self.tail.len());
         assert_eq!(self.ready_spare, self.ready.iter().map(|p| p.spare).sum::<usize>());
         assert!(self.ready.iter().all(|p| !p.data.is_empty()));
         assert!(self.ready.back().is_none_or(|p| p.last));
+        assert!(self.tail.len() <= COALESCE_MAX);
         assert!(self.mem_charged() >= self.ready_len + self.ofo_len());
     }
 }
@@ -367,6 +439,35 @@ mod tests {
         assert!(r.ofo_is_empty());
         assert_eq!(drain(&mut r), b"abcdefgh");
         assert!(r.insert(3, b"d").duplicate);
+    }
+
+    /// Tiny in-order segments are coalesced (Linux `tcp_try_coalesce`):
+    /// 256 KiB of 64-byte segments cost about their bytes, not a chunk each
+    /// (without coalescing they were charged five times their bytes and a
+    /// window of 256 KiB overran a budget of 576 KiB).
+    #[test]
+    fn tiny_in_order_segments_cost_their_bytes() {
+        let mut r = RecvBuf::default();
+        let seg = [9u8; 64];
+        let budget = mem_budget(256 * 1024);
+        for i in 0..4096u64 {
+            let room = r.make_room(i * 64, 64, budget);
+            assert!(room.fits, "segment {i}: {room:?}, charged {}", r.mem_charged());
+            r.insert_within(i * 64, Src::Slice(&seg), room.spare);
+        }
+        r.check();
+        assert_eq!(r.ready_len(), 4096 * 64);
+        assert!(r.mem_charged() < 2 * r.ready_len(), "{} for {}", r.mem_charged(), r.ready_len());
+        // The bytes come out in pieces of many segments: buffers doubling
+        // from one segment to 64 KiB.
+        let mut pieces = 0;
+        while let Some(p) = r.read_chunk(usize::MAX) {
+            assert!(p.iter().all(|&b| b == 9));
+            pieces += 1;
+        }
+        assert!(pieces <= 16, "{pieces} pieces");
+        assert_eq!(r.mem_charged(), 0);
+        r.check();
     }
 
     #[test]
