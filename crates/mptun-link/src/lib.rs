@@ -16,6 +16,13 @@
 
 #![forbid(unsafe_code)]
 
+mod codel;
+mod hist;
+
+pub use codel::CodelParams;
+pub use hist::Histogram;
+
+use codel::Codel;
 use mptun_time::{Duration, Instant};
 use rand::Rng;
 use std::collections::VecDeque;
@@ -52,6 +59,16 @@ pub enum LossModel {
     GilbertElliott { p: f64, r: f64, loss_bad: f64, loss_good: f64 },
 }
 
+/// How the queue in front of the serializer decides what to drop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Qdisc {
+    /// Drop only what does not fit the limit (`pfifo`/`bfifo`).
+    #[default]
+    DropTail,
+    /// CoDel (Linux `sch_codel`), within the same limit.
+    Codel(CodelParams),
+}
+
 /// Parameters of one link direction. `Default` is an ideal wire: infinitely fast, no delay.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct LinkConfig {
@@ -73,6 +90,8 @@ pub struct LinkConfig {
     pub corrupt: f64,
     /// A link that is down drops every packet.
     pub down: bool,
+    /// The queue discipline at the serializer.
+    pub qdisc: Qdisc,
 }
 
 impl LinkConfig {
@@ -91,6 +110,8 @@ pub enum DropCause {
     QueueFull,
     /// The link was down.
     LinkDown,
+    /// The queue discipline dropped it at dequeue (CoDel).
+    Aqm,
 }
 
 /// The fate of one offered packet.
@@ -113,6 +134,8 @@ pub struct LinkStats {
     pub dropped_loss: u64,
     pub dropped_queue: u64,
     pub dropped_down: u64,
+    /// Dropped by the queue discipline (CoDel's `drop_count`).
+    pub dropped_aqm: u64,
     pub duplicated: u64,
     pub corrupted: u64,
     pub reordered: u64,
@@ -134,6 +157,10 @@ pub struct Link {
     occupancy_bytes: usize,
     ge_bad: bool,
     stats: LinkStats,
+    /// CoDel's state, while the qdisc is CoDel.
+    codel: Option<Codel>,
+    /// Time each delivered packet waited for the serializer, ns.
+    queue_delay: Histogram,
 }
 
 impl Link {
@@ -146,7 +173,22 @@ impl Link {
             occupancy_bytes: 0,
             ge_bad: false,
             stats: LinkStats::default(),
+            codel: Self::codel_for(&config),
+            queue_delay: Histogram::new(),
         }
+    }
+
+    fn codel_for(config: &LinkConfig) -> Option<Codel> {
+        match config.qdisc {
+            Qdisc::DropTail => None,
+            Qdisc::Codel(p) => Some(Codel::new(p)),
+        }
+    }
+
+    /// The queueing delays delivered packets met (time from the offer to
+    /// the start of their serialization, ns): the standing queue a flow builds.
+    pub fn queue_delay(&self) -> &Histogram {
+        &self.queue_delay
     }
 
     pub fn config(&self) -> &LinkConfig {
@@ -156,6 +198,9 @@ impl Link {
     /// Change parameters at run time (a path going down, a rate change).
     /// Packets already accepted keep their release times, as with `tc qdisc change`.
     pub fn set_config(&mut self, config: LinkConfig) {
+        if config.qdisc != self.config.qdisc {
+            self.codel = Self::codel_for(&config);
+        }
         self.config = config;
     }
 
@@ -234,6 +279,17 @@ impl Link {
             return Verdict::Dropped(DropCause::Loss);
         }
         let start = self.busy_until.max(now);
+        if let Some(codel) = &mut self.codel {
+            // Dequeued at `start`: dropped there, it held its place in the
+            // queue until then but takes no serialization time.
+            if codel.on_dequeue(start, start - now, self.occupancy_bytes, len) {
+                self.occupancy.push_back((start, len));
+                self.occupancy_bytes += len;
+                self.stats.dropped_aqm += 1;
+                return Verdict::Dropped(DropCause::Aqm);
+            }
+        }
+        self.queue_delay.record((start - now).as_nanos() as u64);
         let tx_end = match self.config.rate_bps {
             Some(rate) if rate > 0 => {
                 let ns = (len as u128 * 8 * 1_000_000_000).div_ceil(rate as u128);

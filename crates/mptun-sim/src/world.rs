@@ -218,6 +218,12 @@ impl<A: Host, B: Host> Sim<A, B> {
         self.links.iter().map(|l| (l.name.as_str(), l.link.stats()))
     }
 
+    /// Every link's name and the queueing delays its packets met, in the
+    /// topology's order.
+    pub fn link_queue_delays(&self) -> impl Iterator<Item = (&str, &mptun_link::Histogram)> {
+        self.links.iter().map(|l| (l.name.as_str(), l.link.queue_delay()))
+    }
+
     /// Routes (paths, for [`Sim::new`]).
     pub fn path_count(&self) -> usize {
         self.routes.len()

@@ -7,7 +7,7 @@
 //! releasing on the same thread keeps the heap unshared and the arrival stamps honest.
 
 use crate::clock::{self, DeadlineTimer};
-use crate::hist::{HistSummary, Histogram};
+use crate::hist::{summary_us, HistSummary, Histogram};
 use crate::packet::{PacketSocket, Recv};
 use crate::spec::format_spec;
 use mptun_link::{DropCause, Link, LinkConfig, Verdict};
@@ -72,6 +72,8 @@ pub struct DropReport {
     pub loss: u64,
     pub queue_full: u64,
     pub link_down: u64,
+    /// Dropped by CoDel.
+    pub aqm: u64,
     pub oversize: u64,
     pub tx_error: u64,
     pub rx_kernel: u64,
@@ -140,6 +142,7 @@ impl Direction {
                 loss: l.dropped_loss,
                 queue_full: l.dropped_queue,
                 link_down: l.dropped_down,
+                aqm: l.dropped_aqm,
                 oversize: s.io.dropped_oversize,
                 tx_error: s.io.dropped_tx_error,
                 rx_kernel: s.io.dropped_rx_kernel,
@@ -150,8 +153,8 @@ impl Direction {
             queue_max_packets: l.max_queue_packets,
             held_now: s.held,
             held_max: s.held_max,
-            release_error_us: s.release_error.summary_us(),
-            delay_us: s.delay.summary_us(),
+            release_error_us: summary_us(&s.release_error),
+            delay_us: summary_us(&s.delay),
         }
     }
 }
@@ -247,7 +250,7 @@ pub fn run(
             return Ok(true);
         }
         match s.link.offer(now, len, &mut rng) {
-            Verdict::Dropped(DropCause::Loss | DropCause::QueueFull | DropCause::LinkDown) => {}
+            Verdict::Dropped(DropCause::Loss | DropCause::QueueFull | DropCause::LinkDown | DropCause::Aqm) => {}
             Verdict::Deliver { release, duplicate, corrupt_bit } => {
                 let mut frame = buf[..len].to_vec();
                 if let Some(bit) = corrupt_bit {

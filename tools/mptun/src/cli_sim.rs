@@ -278,7 +278,13 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
 
 fn run_shared_bottleneck(b: SharedBottleneckArgs) -> Result<()> {
     let p = shared_bottleneck::Params {
-        bottleneck: Bottleneck { rate_bps: b.rate, rtt: b.rtt, queue_packets: b.queue, jitter: b.jitter },
+        bottleneck: Bottleneck {
+            rate_bps: b.rate,
+            rtt: b.rtt,
+            queue_packets: b.queue,
+            jitter: b.jitter,
+            qdisc: Default::default(),
+        },
         duration: b.duration,
         mptcp_cc: b.cc,
         tcp_cc: b.tcp_cc,

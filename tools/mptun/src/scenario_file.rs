@@ -7,6 +7,7 @@
 use crate::units::{parse_duration, parse_rate};
 use anyhow::{anyhow, bail, Context, Result};
 use mptun::{Algorithm, Policy};
+use mptun_link::{CodelParams, Qdisc};
 use mptun_sim::scenarios::bottleneck::Bottleneck;
 use mptun_sim::scenarios::network::{self, Flow, FlowKind, LinkSpec, Route, Spec};
 use serde::Deserialize;
@@ -45,6 +46,12 @@ struct FileLink {
     queue: Option<usize>,
     /// Order-preserving delay jitter.
     jitter: Option<String>,
+    /// Queue discipline: "droptail" (the default) or "codel" (Linux
+    /// `sch_codel`, target 5 ms and interval 100 ms unless given).
+    qdisc: Option<String>,
+    /// CoDel's target and interval.
+    target: Option<String>,
+    interval: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -87,6 +94,22 @@ pub(crate) fn load(path: &Path, o: Overrides) -> Result<Spec> {
 }
 
 /// Parses a scenario file's text (`name` when the file gives none).
+/// A link's queue discipline from its `qdisc`, `target` and `interval`.
+fn qdisc(l: &FileLink) -> Result<Qdisc> {
+    let codel_only = l.target.is_some() || l.interval.is_some();
+    match l.qdisc.as_deref().unwrap_or("droptail") {
+        "droptail" if !codel_only => Ok(Qdisc::DropTail),
+        "droptail" => bail!("target and interval are CoDel's: set qdisc = \"codel\""),
+        "codel" => {
+            let d = CodelParams::default();
+            let target = l.target.as_deref().map(parse_duration).transpose()?.unwrap_or(d.target);
+            let interval = l.interval.as_deref().map(parse_duration).transpose()?.unwrap_or(d.interval);
+            Ok(Qdisc::Codel(CodelParams { target, interval }))
+        }
+        other => bail!("unknown qdisc {other:?} (droptail or codel)"),
+    }
+}
+
 pub(crate) fn parse(text: &str, name: &str, o: Overrides) -> Result<Spec> {
     let f: File = toml::from_str(text).map_err(|e| anyhow!("{e}"))?;
     let links = f
@@ -99,6 +122,7 @@ pub(crate) fn parse(text: &str, name: &str, o: Overrides) -> Result<Spec> {
                 rtt: delay * 2,
                 queue_packets: l.queue,
                 jitter: l.jitter.as_deref().map(parse_duration).transpose()?.unwrap_or_default(),
+                qdisc: qdisc(l).with_context(|| format!("link {}: qdisc", l.name))?,
             };
             Ok(LinkSpec { name: l.name.clone(), link })
         })
@@ -156,6 +180,7 @@ mod tests {
     use super::*;
 
     const SHARED: &str = include_str!("../../../docs/scenarios/shared-bottleneck.toml");
+    const CODEL: &str = include_str!("../../../docs/scenarios/shared-bottleneck-codel.toml");
 
     #[test]
     fn the_shipped_file_is_the_builtin_experiment() {
@@ -166,6 +191,26 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(format!("{spec:?}"), format!("{builtin:?}"), "the file describes `sim shared-bottleneck`");
+    }
+
+    /// The CoDel file is the droptail one with the link's queue discipline
+    /// changed, and a qdisc the model lacks, or CoDel's knobs on droptail, are refused.
+    #[test]
+    fn a_link_takes_codel_with_its_parameters() {
+        let codel = parse(CODEL, "x", Overrides::default()).unwrap();
+        assert_eq!(codel.links[0].link.qdisc, Qdisc::Codel(CodelParams::default()));
+        assert_eq!(codel.links[0].link.queue_packets, Some(1000));
+        let tail = parse(SHARED, "x", Overrides::default()).unwrap();
+        assert_eq!(tail.links[0].link.qdisc, Qdisc::DropTail);
+        let tuned = CODEL.replace("qdisc = \"codel\"", "qdisc = \"codel\"\ntarget = \"2ms\"\ninterval = \"50ms\"");
+        let ms = mptun_time::Duration::from_millis;
+        let want = CodelParams { target: ms(2), interval: ms(50) };
+        assert_eq!(parse(&tuned, "x", Overrides::default()).unwrap().links[0].link.qdisc, Qdisc::Codel(want));
+        let bad = |text: &str| format!("{:#}", parse(text, "x", Overrides::default()).unwrap_err());
+        let red = CODEL.replace("qdisc = \"codel\"", "qdisc = \"red\"");
+        assert!(bad(&red).contains("unknown qdisc \"red\""), "{}", bad(&red));
+        let knob = SHARED.replace("jitter = \"500us\"", "jitter = \"500us\"\ntarget = \"2ms\"");
+        assert!(bad(&knob).contains("CoDel's"), "{}", bad(&knob));
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! One droptail bottleneck, alike both ways: what the experiments that
+//! One bottleneck (droptail unless told otherwise), alike both ways: what the experiments that
 //! make flows compete (`cc-compare`, `shared-bottleneck`) are built on.
 
-use mptun_link::{JitterMode, LinkConfig};
+use mptun_link::{JitterMode, LinkConfig, Qdisc};
 use mptun_time::Duration;
 
 /// The link, and its buffer in packets.
@@ -15,6 +15,8 @@ pub struct Bottleneck {
     pub queue_packets: Option<usize>,
     /// Order-preserving delay jitter (see `shared_bottleneck::Params`).
     pub jitter: Duration,
+    /// The queue discipline within the buffer.
+    pub qdisc: Qdisc,
 }
 
 impl Bottleneck {
@@ -24,6 +26,10 @@ impl Bottleneck {
         let bdp = base.bdp_bytes(self.rtt) / 1500;
         let queue = self.queue_packets.unwrap_or(bdp as usize).max(2);
         let jitter_mode = if self.jitter.is_zero() { base.jitter_mode } else { JitterMode::OrderPreserving };
-        (LinkConfig { limit_packets: Some(queue), jitter: self.jitter, jitter_mode, ..base }, queue, bdp)
+        (
+            LinkConfig { limit_packets: Some(queue), jitter: self.jitter, jitter_mode, qdisc: self.qdisc, ..base },
+            queue,
+            bdp,
+        )
     }
 }

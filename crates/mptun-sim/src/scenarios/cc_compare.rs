@@ -123,7 +123,13 @@ fn round3(x: f64) -> f64 {
 
 /// The shared path: the data direction's buffer is the bottleneck.
 pub fn path(p: &Params) -> (PathSpec, usize, u64) {
-    let b = Bottleneck { rate_bps: p.rate_bps, rtt: p.rtt, queue_packets: p.queue_packets, jitter: Duration::ZERO };
+    let b = Bottleneck {
+        rate_bps: p.rate_bps,
+        rtt: p.rtt,
+        queue_packets: p.queue_packets,
+        jitter: Duration::ZERO,
+        qdisc: Default::default(),
+    };
     let (link, queue, bdp) = b.link();
     let spec = PathSpec {
         addr_a: "10.0.5.1".parse().expect("literal"),

@@ -118,8 +118,14 @@ pub struct LinkReport {
     pub name: String,
     pub delivered_bytes: u64,
     pub dropped_queue: u64,
+    /// Dropped by the queue discipline (CoDel); 0 under droptail.
+    pub dropped_aqm: u64,
     /// Delivered bytes over what the link could carry in the run.
     pub utilisation: f64,
+    /// Median and 99th percentile of the time packets waited in the
+    /// link's queue, ms (bucket upper bounds, within 1/64: `mptun_link::Histogram`).
+    pub queue_delay_p50_ms: f64,
+    pub queue_delay_p99_ms: f64,
 }
 
 /// What a run reports.
@@ -322,15 +328,20 @@ pub fn run(spec: &Spec) -> Result<Report, SpecError> {
     for f in &mut flows {
         f.share = f.goodput_bps / total;
     }
+    let ms = |h: &mptun_link::Histogram, q| h.quantile(q) as f64 / 1e6;
     let links = sim
         .links()
+        .zip(sim.link_queue_delays())
         .step_by(2)
         .zip(&spec.links)
-        .map(|((_, st), l)| LinkReport {
+        .map(|(((_, st), (_, delays)), l)| LinkReport {
             name: l.name.clone(),
             delivered_bytes: st.delivered_bytes,
             dropped_queue: st.dropped_queue,
+            dropped_aqm: st.dropped_aqm,
             utilisation: st.delivered_bytes as f64 / (l.link.rate_bps as f64 / 8.0 * stop_time.as_secs_f64()).max(1.0),
+            queue_delay_p50_ms: ms(delays, 0.5),
+            queue_delay_p99_ms: ms(delays, 0.99),
         })
         .collect();
     let delivered: u64 = flows.iter().map(|f| f.bytes).sum();

@@ -45,6 +45,7 @@ impl Default for Params {
                 rtt: Duration::from_millis(40),
                 queue_packets: None,
                 jitter: Duration::from_micros(500),
+                qdisc: Default::default(),
             },
             duration: Duration::from_secs(60),
             mptcp_cc: Algorithm::Cubic,
