@@ -453,6 +453,40 @@ mod tests {
         assert_eq!(l.stats().reordered, fast as u64);
     }
 
+    /// Under CoDel a queue kept 20 ms deep is dropped from, once the
+    /// delay stayed above target for an interval; a dropped packet takes no
+    /// serialization time (the next one leaves when it would have), and
+    /// the delays of the delivered ones are recorded.
+    #[test]
+    fn codel_drops_from_a_standing_queue_and_frees_the_serializer() {
+        let mut l = Link::new(LinkConfig {
+            rate_bps: Some(8_000_000), // 1 ms per 1000 bytes
+            limit_packets: Some(1000),
+            qdisc: Qdisc::Codel(CodelParams::default()),
+            ..Default::default()
+        });
+        let mut r = rng();
+        let mut first_drop = None;
+        // Two packets offered per millisecond, one leaves: the queue grows.
+        for i in 0..400u64 {
+            for _ in 0..2 {
+                let before = l.busy_until;
+                if l.offer(Instant::from_millis(i), 1000, &mut r) == Verdict::Dropped(DropCause::Aqm) {
+                    first_drop.get_or_insert(i);
+                    assert_eq!(l.busy_until, before, "a dropped packet is not serialized");
+                }
+            }
+        }
+        // A packet offered at t ms leaves at about 2t: the sojourn passes
+        // the 5 ms target at a dequeue near 10 ms, and the first drop is an
+        // interval later in dequeue time, 110 ms, a packet offered at 54 ms.
+        assert_eq!(first_drop, Some(54));
+        assert!(l.stats().dropped_aqm > 1 && l.stats().dropped_queue == 0, "{:?}", l.stats());
+        assert_eq!(l.queue_delay().count(), l.stats().delivered_packets);
+        let tail = Link::new(LinkConfig { qdisc: Qdisc::DropTail, ..*l.config() });
+        assert_eq!(tail.stats().dropped_aqm, 0);
+    }
+
     #[test]
     fn down_link_drops_everything() {
         let mut l = Link::new(LinkConfig { down: true, ..Default::default() });
