@@ -53,6 +53,27 @@ impl Series {
         self.csv.is_some() || self.plot.is_some()
     }
 
+    /// Writes the per-flow series of a traced network run as asked:
+    /// `DIR/<scenario>.csv`, `DIR/<scenario>.svg`.
+    pub(crate) fn emit_flows(
+        &self,
+        report: &mptun_sim::scenarios::network::Report,
+        samples: &[mptun_sim::scenarios::network::FlowSample],
+    ) -> Result<()> {
+        let name = report.scenario.as_str();
+        if let Some(dir) = &self.csv {
+            let p = crate::traces::write_flow_csv(dir, name, &report.flows, samples)?;
+            eprintln!("wrote {}", p.display());
+        }
+        if let Some(dir) = &self.plot {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            let p = dir.join(format!("{name}.svg"));
+            crate::plot::flow_panels(&p, name, &report.flows, samples)?;
+            eprintln!("wrote {}", p.display());
+        }
+        Ok(())
+    }
+
     /// Writes the series of a traced run as asked: `DIR/<name>.csv` for
     /// `--csv`, `DIR/<name>.svg` (titled `title`) for `--plot`.
     pub(crate) fn emit(&self, name: &str, title: &str, samples: &[SubflowSample]) -> Result<()> {

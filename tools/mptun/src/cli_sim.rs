@@ -53,6 +53,8 @@ struct RunArgs {
     /// Seed (the file's otherwise).
     #[arg(long)]
     seed: Option<u64>,
+    #[command(flatten)]
+    series: Series,
 }
 
 #[derive(Args)]
@@ -223,7 +225,13 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
         Scenario::Run(r) => {
             let o = crate::scenario_file::Overrides { mptcp_cc: r.cc, seed: r.seed };
             let spec = crate::scenario_file::load(&r.file, o)?;
-            print_network(&crate::scenario_file::run(&spec)?, r.json.json)
+            if !r.series.wanted() {
+                return print_network(&crate::scenario_file::run(&spec)?, r.json.json);
+            }
+            let (report, samples) =
+                network::run_traced(&spec, Some(crate::traces::SAMPLE)).map_err(|e| anyhow::anyhow!("{e}"))?;
+            r.series.emit_flows(&report, &samples)?;
+            print_network(&report, r.json.json)
         }
         Scenario::TcpSingle(t) => {
             let p = tcp_single::Params {

@@ -2,6 +2,7 @@
 //! DejaVu font so a plot renders the same on a machine without fonts).
 
 use anyhow::{anyhow, Result};
+use mptun_sim::scenarios::network::{FlowReport, FlowSample};
 use mptun_sim::scenarios::transfer::SubflowSample;
 use plotters::prelude::*;
 use std::path::Path;
@@ -65,6 +66,77 @@ pub(crate) fn cwnd_panels(path: &Path, title: &str, runs: &[(String, Vec<Subflow
             .map_err(|e| anyhow!("{e:?}"))?;
     }
     root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+/// A network run over time: each flow's goodput (what B received between
+/// samples) in one panel, each subflow's cwnd in the other.
+pub(crate) fn flow_panels(path: &Path, title: &str, flows: &[FlowReport], samples: &[FlowSample]) -> Result<()> {
+    register_font()?;
+    let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let root = root.titled(title, ("sans-serif", 20)).map_err(|e| anyhow!("{e:?}"))?;
+    let panels = root.split_evenly((2, 1));
+    let t_max = samples.iter().map(|s| s.t_s).fold(0.1, f64::max);
+    let label =
+        |i: usize| flows.get(i).map_or_else(|| format!("flow {i}"), |f| format!("flow {i} ({} {})", f.kind, f.cc));
+    // Goodput per flow.
+    let series: Vec<(String, Vec<(f64, f64)>)> = (0..flows.len())
+        .map(|i| (label(i), crate::traces::flow_goodput(samples, i).into_iter().map(|(t, b)| (t, b / 1e6)).collect()))
+        .collect();
+    line_panel(&panels[0], "goodput", "Mbit/s", t_max, &series)?;
+    // cwnd per subflow.
+    let mut keys: Vec<(usize, usize)> =
+        samples.iter().flat_map(|s| s.subflows.iter().map(move |sf| (s.flow, sf.subflow))).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let series: Vec<(String, Vec<(f64, f64)>)> = keys
+        .iter()
+        .map(|&(fl, sf)| {
+            let pts = samples
+                .iter()
+                .filter(|s| s.flow == fl)
+                .flat_map(|s| s.subflows.iter().filter(|x| x.subflow == sf).map(move |x| (s.t_s, f64::from(x.cwnd))))
+                .collect();
+            (format!("{} subflow {sf}", label(fl)), pts)
+        })
+        .collect();
+    line_panel(&panels[1], "congestion window", "cwnd (packets)", t_max, &series)?;
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+/// One panel of labelled lines over time.
+fn line_panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    caption: &str,
+    unit: &str,
+    t_max: f64,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<()> {
+    let y_max = series.iter().flat_map(|(_, p)| p.iter().map(|&(_, y)| y)).fold(1e-3, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart.configure_mesh().x_desc("time (s)").y_desc(unit).draw().map_err(|e| anyhow!("{e:?}"))?;
+    for (k, (label, pts)) in series.iter().enumerate() {
+        let colour = COLOURS[k % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), colour.stroke_width(1)))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
     Ok(())
 }
 

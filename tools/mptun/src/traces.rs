@@ -9,6 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use mptun_sim::scenarios::aggregate::{self, PathParams};
+use mptun_sim::scenarios::network::{FlowReport, FlowSample};
 use mptun_sim::scenarios::tcp_single;
 use mptun_sim::scenarios::transfer::{self, SubflowSample, Traced, TransferResult, TransferSpec};
 use mptun_time::{Duration, Instant};
@@ -64,6 +65,52 @@ pub(crate) fn write_csv(dir: &Path, name: &str, samples: &[SubflowSample]) -> Re
             s.penalized,
             s.receiver_ofo_queue
         )?;
+    }
+    f.flush()?;
+    Ok(path)
+}
+
+/// One flow's goodput between consecutive samples, as (t_s, bit/s), from
+/// what B received.
+pub(crate) fn flow_goodput(samples: &[FlowSample], flow: usize) -> Vec<(f64, f64)> {
+    let mine: Vec<&FlowSample> = samples.iter().filter(|s| s.flow == flow).collect();
+    mine.windows(2)
+        .map(|w| {
+            let dt = (w[1].t_s - w[0].t_s).max(1e-9);
+            (w[1].t_s, w[1].received.saturating_sub(w[0].received) as f64 * 8.0 / dt)
+        })
+        .collect()
+}
+
+/// Writes `DIR/<name>.csv` for a network run, a row per flow, subflow and
+/// sample: t_s,flow,kind,cc,subflow,cwnd,ssthresh,srtt_us,bytes_acked,received,goodput_bps
+/// (`received` and `goodput_bps`, the flow's since the previous sample, are
+/// the flow's, on each of its rows).
+pub(crate) fn write_flow_csv(
+    dir: &Path,
+    name: &str,
+    flows: &[FlowReport],
+    samples: &[FlowSample],
+) -> Result<std::path::PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join(format!("{name}.csv"));
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?,
+    );
+    writeln!(f, "t_s,flow,kind,cc,subflow,cwnd,ssthresh,srtt_us,bytes_acked,received,goodput_bps")?;
+    let mut last: BTreeMap<usize, (f64, u64)> = BTreeMap::new();
+    for s in samples {
+        let (t0, r0) = last.insert(s.flow, (s.t_s, s.received)).unwrap_or((0.0, 0));
+        let dt = s.t_s - t0;
+        let goodput = if dt > 0.0 { s.received.saturating_sub(r0) as f64 * 8.0 / dt } else { 0.0 };
+        let (kind, cc) = flows.get(s.flow).map_or(("?", "?"), |r| (r.kind, r.cc));
+        for sf in &s.subflows {
+            writeln!(
+                f,
+                "{:.3},{},{kind},{cc},{},{},{},{},{},{},{goodput:.0}",
+                s.t_s, s.flow, sf.subflow, sf.cwnd, sf.ssthresh, sf.srtt_us, sf.bytes_acked, s.received
+            )?;
+        }
     }
     f.flush()?;
     Ok(path)

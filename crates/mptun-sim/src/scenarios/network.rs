@@ -11,6 +11,7 @@
 //! window, by default the second half of the run.
 
 use super::bottleneck::Bottleneck;
+use super::transfer::SubflowSample;
 use crate::apps::BulkApp;
 use crate::stack::StackHost;
 use crate::world::{RouteSpec, Sim, SimConfig, Topology};
@@ -238,8 +239,28 @@ fn open(a: &mut StackHost, now: Instant, f: &Flow, seed: u64) -> Running {
     Running { handle: Some(h), port: a.ep.addresses(h).map_or(0, |(l, _)| l.port()) }
 }
 
+/// One flow at one instant of a traced run: what B received so far and
+/// each subflow's state at A, the sender.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct FlowSample {
+    pub t_s: f64,
+    /// Index of the flow in the spec.
+    pub flow: usize,
+    /// Bytes B's application received on it so far.
+    pub received: u64,
+    /// Its subflows (one for a TCP flow), `subflow` their ids.
+    pub subflows: Vec<SubflowSample>,
+}
+
 /// Runs `spec`.
 pub fn run(spec: &Spec) -> Result<Report, SpecError> {
+    run_traced(spec, None).map(|(r, _)| r)
+}
+
+/// Runs `spec`, sampling every flow each `every` (none when `None`). The
+/// samples do not touch the run: its report, digest included, is the one
+/// [`run`] gives.
+pub fn run_traced(spec: &Spec, every: Option<Duration>) -> Result<(Report, Vec<FlowSample>), SpecError> {
     let wall = std::time::Instant::now();
     let (topo, first_links) = build(spec)?;
     let mut a = StackHost::new(Endpoint::new(client_config(spec), super::seed32(spec.seed, 0xA)));
@@ -258,14 +279,19 @@ pub fn run(spec: &Spec) -> Result<Report, SpecError> {
     // The instants something happens to a flow, and the measurement's start.
     let end = Instant::ZERO + spec.duration;
     let measure = Instant::ZERO + spec.measure_from.unwrap_or(spec.duration / 2).min(spec.duration);
+    let every = every.filter(|d| !d.is_zero());
+    let sample_at = |t: Instant| every.is_some_and(|e| (t - Instant::ZERO).as_nanos().is_multiple_of(e.as_nanos()));
+    let ticks = every.map_or(0, |e| (spec.duration.as_nanos() / e.as_nanos()) as u64);
     let mut marks: Vec<Instant> = spec
         .flows
         .iter()
         .flat_map(|f| [Some(f.start), f.stop].into_iter().flatten())
         .map(|d| Instant::ZERO + d)
         .chain([measure])
+        .chain((1..=ticks).map(|k| Instant::ZERO + every.expect("ticks") * k as u32))
         .filter(|&t| t > Instant::ZERO && t < end)
         .collect();
+    let mut samples: Vec<FlowSample> = Vec::new();
     marks.sort();
     marks.dedup();
     let mut at_measure: Vec<u64> = vec![0; spec.flows.len()];
@@ -273,6 +299,9 @@ pub fn run(spec: &Spec) -> Result<Report, SpecError> {
     for t in marks {
         sim.run(|s| s.now() >= t, None, |_, _, _| {});
         let now = sim.now();
+        if sample_at(t) {
+            sample(&sim, &running, t, &mut samples);
+        }
         if t == measure {
             for (i, r) in running.iter().enumerate() {
                 at_measure[i] = received_by(&sim.b, r.port);
@@ -294,6 +323,9 @@ pub fn run(spec: &Spec) -> Result<Report, SpecError> {
     }
     sim.run(|_| false, None, |_, _, _| {});
     let stop_time = sim.now();
+    if sample_at(end) {
+        sample(&sim, &running, end, &mut samples);
+    }
     let secs = (stop_time - measure).as_secs_f64().max(1e-9);
     let mut flows: Vec<FlowReport> = Vec::new();
     for (i, f) in spec.flows.iter().enumerate() {
@@ -358,5 +390,33 @@ pub fn run(spec: &Spec) -> Result<Report, SpecError> {
         run_digest: String::new(),
     };
     report.run_digest = crate::report::run_digest(&report);
-    Ok(report)
+    Ok((report, samples))
+}
+
+/// Every flow's sample at `t`.
+fn sample(sim: &Sim<StackHost, StackHost>, running: &[Running], t: Instant, out: &mut Vec<FlowSample>) {
+    let t_s = (t - Instant::ZERO).as_secs_f64();
+    for (flow, r) in running.iter().enumerate() {
+        let subflows = r
+            .handle
+            .and_then(|h| sim.a.ep.conn(h))
+            .map(|c| {
+                c.info()
+                    .subflows
+                    .iter()
+                    .map(|s| SubflowSample {
+                        t_s,
+                        subflow: s.id,
+                        cwnd: s.tcp.cwnd,
+                        ssthresh: s.tcp.ssthresh,
+                        srtt_us: s.tcp.srtt.as_micros() as u64,
+                        bytes_acked: s.tcp.bytes_acked,
+                        penalized: s.penalized,
+                        receiver_ofo_queue: 0,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(FlowSample { t_s, flow, received: received_by(&sim.b, r.port), subflows });
+    }
 }
