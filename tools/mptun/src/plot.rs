@@ -33,14 +33,7 @@ pub(crate) fn cwnd_panels(path: &Path, title: &str, runs: &[(String, Vec<Subflow
     for ((label, samples), area) in runs.iter().zip(panels.iter()) {
         let t_max = samples.iter().map(|s| s.t_s).fold(0.1, f64::max);
         let w_max = samples.iter().map(|s| s.cwnd).max().unwrap_or(10) as f64 * 1.1;
-        let mut chart = ChartBuilder::on(area)
-            .caption(label, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0.0..t_max, 0.0..w_max)
-            .map_err(|e| anyhow!("{e:?}"))?;
-        chart.configure_mesh().x_desc("time (s)").y_desc("cwnd (packets)").draw().map_err(|e| anyhow!("{e:?}"))?;
+        let mut chart = time_chart(area, label, "cwnd (packets)", t_max, w_max)?;
         let mut ids: Vec<usize> = samples.iter().map(|s| s.subflow).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -106,6 +99,31 @@ pub(crate) fn flow_panels(path: &Path, title: &str, flows: &[FlowReport], sample
     Ok(())
 }
 
+/// A chart over time, 0..`t_max` s by 0..`y_max` in `unit`, its mesh drawn.
+fn time_chart<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    caption: &str,
+    unit: &str,
+    t_max: f64,
+    y_max: f64,
+) -> Result<
+    ChartContext<
+        'a,
+        SVGBackend<'b>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    chart.configure_mesh().x_desc("time (s)").y_desc(unit).draw().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(chart)
+}
+
 /// One panel of labelled lines over time.
 fn line_panel(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
@@ -115,14 +133,7 @@ fn line_panel(
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<()> {
     let y_max = series.iter().flat_map(|(_, p)| p.iter().map(|&(_, y)| y)).fold(1e-3, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 16))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..t_max, 0.0..y_max)
-        .map_err(|e| anyhow!("{e:?}"))?;
-    chart.configure_mesh().x_desc("time (s)").y_desc(unit).draw().map_err(|e| anyhow!("{e:?}"))?;
+    let mut chart = time_chart(area, caption, unit, t_max, y_max)?;
     for (k, (label, pts)) in series.iter().enumerate() {
         let colour = COLOURS[k % COLOURS.len()];
         chart
@@ -163,14 +174,7 @@ pub(crate) fn subflow_panels(path: &Path, title: &str, samples: &[SubflowSample]
     ];
     for ((caption, unit, f), area) in metrics.iter().zip(panels.iter()) {
         let y_max = rows.iter().map(f).fold(1e-3, f64::max) * 1.1;
-        let mut chart = ChartBuilder::on(area)
-            .caption(*caption, ("sans-serif", 16))
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(55)
-            .build_cartesian_2d(0.0..t_max, 0.0..y_max)
-            .map_err(|e| anyhow!("{e:?}"))?;
-        chart.configure_mesh().x_desc("time (s)").y_desc(*unit).draw().map_err(|e| anyhow!("{e:?}"))?;
+        let mut chart = time_chart(area, caption, unit, t_max, y_max)?;
         for (k, id) in ids.iter().enumerate() {
             let colour = COLOURS[k % COLOURS.len()];
             let pts: Vec<&crate::traces::Row<'_>> = rows.iter().filter(|r| r.s.subflow == *id).collect();

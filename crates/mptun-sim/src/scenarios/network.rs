@@ -397,26 +397,10 @@ pub fn run_traced(spec: &Spec, every: Option<Duration>) -> Result<(Report, Vec<F
 fn sample(sim: &Sim<StackHost, StackHost>, running: &[Running], t: Instant, out: &mut Vec<FlowSample>) {
     let t_s = (t - Instant::ZERO).as_secs_f64();
     for (flow, r) in running.iter().enumerate() {
-        let subflows = r
-            .handle
-            .and_then(|h| sim.a.ep.conn(h))
-            .map(|c| {
-                c.info()
-                    .subflows
-                    .iter()
-                    .map(|s| SubflowSample {
-                        t_s,
-                        subflow: s.id,
-                        cwnd: s.tcp.cwnd,
-                        ssthresh: s.tcp.ssthresh,
-                        srtt_us: s.tcp.srtt.as_micros() as u64,
-                        bytes_acked: s.tcp.bytes_acked,
-                        penalized: s.penalized,
-                        receiver_ofo_queue: 0,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut subflows = Vec::new();
+        if let Some(c) = r.handle.and_then(|h| sim.a.ep.conn(h)) {
+            super::transfer::sample_subflows(&mut subflows, t, c, 0);
+        }
         out.push(FlowSample { t_s, flow, received: received_by(&sim.b, r.port), subflows });
     }
 }

@@ -106,7 +106,8 @@ pub fn run(spec: &TransferSpec) -> TransferResult {
     run_with_subflow_trace(spec, false).result
 }
 
-fn sample_subflows(out: &mut Vec<SubflowSample>, now: Instant, c: &mptun_proto::Connection, rx_ofo: u64) {
+/// Every subflow of `c` at `now`, with the receiver's OFO count `rx_ofo`.
+pub(crate) fn sample_subflows(out: &mut Vec<SubflowSample>, now: Instant, c: &mptun_proto::Connection, rx_ofo: u64) {
     for s in c.info().subflows {
         out.push(SubflowSample {
             t_s: now.as_secs_f64(),
