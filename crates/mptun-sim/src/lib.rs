@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod apps;
+pub mod cross;
 pub mod host;
 pub mod report;
 pub mod rr;

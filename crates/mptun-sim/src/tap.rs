@@ -77,17 +77,7 @@ impl<H: Host> Host for Tap<H> {
 mod tests {
     use super::*;
 
-    struct Sink;
-    impl Host for Sink {
-        fn handle_packet(&mut self, _: Instant, _: &[u8]) {}
-        fn handle_timeout(&mut self, _: Instant) {}
-        fn poll_transmit(&mut self, _: Instant, _: &mut [u8]) -> Option<Outgoing> {
-            None
-        }
-        fn poll_timeout(&self) -> Option<Instant> {
-            None
-        }
-    }
+    use crate::host::NullHost as Sink;
 
     #[test]
     fn utilisation_counts_framing_and_half_open_windows() {

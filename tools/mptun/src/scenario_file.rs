@@ -72,6 +72,13 @@ struct FileFlow {
     scheduler: Option<String>,
     start: Option<String>,
     stop: Option<String>,
+    /// kind = "udp": unresponsive traffic at `rate` (IP bytes while on),
+    /// in `packet`-byte IP packets (1500), on for `on` and off for `off`
+    /// (neither: constant).
+    rate: Option<String>,
+    packet: Option<usize>,
+    on: Option<String>,
+    off: Option<String>,
 }
 
 /// What the command line changes in a file's scenario.
@@ -133,10 +140,26 @@ pub(crate) fn parse(text: &str, name: &str, o: Overrides) -> Result<Spec> {
         .iter()
         .enumerate()
         .map(|(i, fl)| {
+            let time = |s: &Option<String>| s.as_deref().map(parse_duration).transpose();
+            let udp_only = fl.rate.is_some() || fl.packet.is_some() || fl.on.is_some() || fl.off.is_some();
             let kind = match fl.kind.as_str() {
+                "mptcp" | "tcp" if udp_only => bail!("flow {i}: rate, packet, on and off are for kind = \"udp\""),
                 "mptcp" => FlowKind::Mptcp,
                 "tcp" => FlowKind::Tcp,
-                k => bail!("flow {i}: kind `{k}` (mptcp or tcp)"),
+                "udp" => {
+                    let rate = fl.rate.as_deref().ok_or_else(|| anyhow!("flow {i}: a udp flow needs a rate"))?;
+                    let (on, off) = (time(&fl.on)?.unwrap_or_default(), time(&fl.off)?.unwrap_or_default());
+                    if on.is_zero() != off.is_zero() {
+                        bail!("flow {i}: on and off go together");
+                    }
+                    FlowKind::Unresponsive {
+                        rate_bps: parse_rate(rate).with_context(|| format!("flow {i}: rate"))?,
+                        packet: fl.packet.unwrap_or(1500),
+                        on,
+                        off,
+                    }
+                }
+                k => bail!("flow {i}: kind `{k}` (mptcp, tcp or udp)"),
             };
             let cc = match (&kind, o.mptcp_cc, &fl.cc) {
                 (FlowKind::Mptcp, Some(cc), _) => cc,
@@ -147,7 +170,6 @@ pub(crate) fn parse(text: &str, name: &str, o: Overrides) -> Result<Spec> {
                 Some(s) => s.parse().map_err(|e| anyhow!("flow {i}: {e}"))?,
                 None => Policy::Default,
             };
-            let time = |s: &Option<String>| s.as_deref().map(parse_duration).transpose();
             Ok(Flow {
                 kind,
                 from: fl.from.clone(),
@@ -181,6 +203,7 @@ mod tests {
 
     const SHARED: &str = include_str!("../../../docs/scenarios/shared-bottleneck.toml");
     const CODEL: &str = include_str!("../../../docs/scenarios/shared-bottleneck-codel.toml");
+    const CROSS: &str = include_str!("../../../docs/scenarios/cross-traffic.toml");
     const IMPROVE: &str = include_str!("../../../docs/scenarios/improve.toml");
     const IMPROVE_TCP: &str = include_str!("../../../docs/scenarios/improve-tcp.toml");
 
@@ -211,6 +234,31 @@ mod tests {
             let mp = goodput(IMPROVE, Some(cc));
             assert!(mp > tcp * 1.1, "{cc}: {mp} against the best single path's {tcp}");
         }
+    }
+
+    /// Unresponsive cross traffic: the UDP flow gets what it offers (5
+    /// Mbit/s half the time: 14 of the 30 measured seconds are on), the
+    /// responsive flows share the rest and the link stays full; a udp flow
+    /// without a rate, or TCP with a rate, is refused.
+    #[test]
+    fn unresponsive_traffic_takes_what_it_sends() {
+        let spec = parse(CROSS, "x", Overrides::default()).unwrap();
+        assert!(matches!(spec.flows[2].kind, FlowKind::Unresponsive { rate_bps: 5_000_000, packet: 1500, .. }));
+        let r = run(&spec).unwrap();
+        let offered = 5e6 * 14.0 / 30.0;
+        let udp = &r.flows[2];
+        assert_eq!((udp.kind, udp.subflows), ("udp", 0));
+        assert!((udp.goodput_bps / offered - 1.0).abs() < 0.1, "{} of {offered}", udp.goodput_bps);
+        let responsive: f64 = r.flows[..2].iter().map(|f| f.goodput_bps).sum();
+        assert!(responsive > 14e6, "the rest of 20 Mbit/s: {responsive}");
+        assert!(r.links[0].utilisation > 0.95, "{:?}", r.links[0]);
+        let bad = |text: &str| format!("{:#}", parse(text, "x", Overrides::default()).unwrap_err());
+        let no_rate = CROSS.replace("rate = \"5mbit\"\n", "");
+        assert!(bad(&no_rate).contains("needs a rate"), "{}", bad(&no_rate));
+        let half = CROSS.replace("off = \"2s\"\n", "");
+        assert!(bad(&half).contains("on and off go together"), "{}", bad(&half));
+        let tcp = CROSS.replace("kind = \"udp\"", "kind = \"tcp\"");
+        assert!(bad(&tcp).contains("are for kind = \"udp\""), "{}", bad(&tcp));
     }
 
     /// The CoDel file is the droptail one with the link's queue discipline

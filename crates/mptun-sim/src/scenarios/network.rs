@@ -13,6 +13,7 @@
 use super::bottleneck::Bottleneck;
 use super::transfer::SubflowSample;
 use crate::apps::BulkApp;
+use crate::cross::{Source, WithCross};
 use crate::stack::StackHost;
 use crate::world::{RouteSpec, Sim, SimConfig, Topology};
 use mptun_cc::Algorithm;
@@ -47,6 +48,26 @@ pub enum FlowKind {
     Mptcp,
     /// A plain TCP flow from the first of `from`.
     Tcp,
+    /// Unresponsive UDP from the first of `from` (IPv4), at `rate_bps` of
+    /// IP bytes while on, in packets of `packet` bytes: on for `on`, off
+    /// for `off` (zero: constant rate), whatever the network does.
+    Unresponsive { rate_bps: u64, packet: usize, on: Duration, off: Duration },
+}
+
+impl FlowKind {
+    /// The flow is TCP, MPTCP or plain: a connection with congestion control.
+    pub fn responsive(&self) -> bool {
+        matches!(self, FlowKind::Mptcp | FlowKind::Tcp)
+    }
+
+    /// The report's name of the kind.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FlowKind::Mptcp => "mptcp",
+            FlowKind::Tcp => "tcp",
+            FlowKind::Unresponsive { .. } => "udp",
+        }
+    }
 }
 
 /// One flow from A to B.
@@ -94,7 +115,7 @@ impl std::error::Error for SpecError {}
 /// One flow's figures.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct FlowReport {
-    /// `mptcp` or `tcp`.
+    /// `mptcp`, `tcp` or `udp` (unresponsive; its goodput counts IP bytes).
     pub kind: &'static str,
     pub cc: &'static str,
     /// The scheduler policy (MPTCP only).
@@ -176,8 +197,16 @@ fn build(spec: &Spec) -> Result<(Topology, Vec<String>), SpecError> {
         if f.from.is_empty() {
             return Err(SpecError("a flow leaves from at least one address".into()));
         }
-        if f.kind == FlowKind::Tcp && f.from.len() > 1 {
-            return Err(SpecError("a TCP flow leaves from one address".into()));
+        if f.kind != FlowKind::Mptcp && f.from.len() > 1 {
+            return Err(SpecError("a TCP or unresponsive flow leaves from one address".into()));
+        }
+        if let FlowKind::Unresponsive { rate_bps, packet, .. } = f.kind {
+            if !(f.from[0].is_ipv4() && f.to.is_ipv4()) {
+                return Err(SpecError("unresponsive traffic is IPv4".into()));
+            }
+            if rate_bps == 0 || !(28..=1500).contains(&packet) {
+                return Err(SpecError("unresponsive traffic needs a rate and packets of 28 to 1500 bytes".into()));
+            }
         }
         for a in &f.from {
             if !spec.routes.iter().any(|r| r.a == *a) {
@@ -195,9 +224,41 @@ fn build(spec: &Spec) -> Result<(Topology, Vec<String>), SpecError> {
 }
 
 /// A running flow.
+#[derive(Clone, Copy, Default)]
 struct Running {
     handle: Option<ConnectionHandle>,
     port: u16,
+    /// Its source among A's unresponsive ones.
+    cross: Option<usize>,
+}
+
+/// The hosts of a network run.
+type NetSim = Sim<WithCross<StackHost>, WithCross<StackHost>>;
+
+/// What B received of flow `r` so far: its application's bytes, or the IP
+/// bytes of an unresponsive flow.
+fn got(sim: &NetSim, r: &Running) -> u64 {
+    match r.cross {
+        Some(k) => sim.b.received(k),
+        None => received_by(&sim.b.inner, r.port),
+    }
+}
+
+/// A's unresponsive sources, and for each flow its source's index.
+fn sources(spec: &Spec) -> (Vec<Source>, Vec<Option<usize>>) {
+    let mut out = Vec::new();
+    let index = spec
+        .flows
+        .iter()
+        .map(|f| match f.kind {
+            FlowKind::Unresponsive { rate_bps, packet, on, off } => {
+                out.push(Source { src: f.from[0], dst: f.to, rate_bps, packet, on, off, start: f.start, stop: f.stop });
+                Some(out.len() - 1)
+            }
+            _ => None,
+        })
+        .collect();
+    (out, index)
 }
 
 /// Bytes B's apps received on the connection whose client port is `port`.
@@ -231,12 +292,13 @@ fn open(a: &mut StackHost, now: Instant, f: &Flow, seed: u64) -> Running {
     cfg.tcp.congestion_control = f.cc;
     cfg.mptcp.enabled = f.kind == FlowKind::Mptcp;
     cfg.mptcp.scheduler = f.policy;
+    debug_assert!(f.kind.responsive());
     let server = SocketAddr::new(f.to, 5201);
     let h = a.ep.connect_conn(now, SocketAddr::new(f.from[0], 0), server, cfg).expect("the endpoint has free ports");
     // More than any link carries in the run: the flow stays backlogged.
     a.attach(h, BulkApp::new(u64::MAX / 4, seed));
     a.pump(now);
-    Running { handle: Some(h), port: a.ep.addresses(h).map_or(0, |(l, _)| l.port()) }
+    Running { handle: Some(h), port: a.ep.addresses(h).map_or(0, |(l, _)| l.port()), cross: None }
 }
 
 /// One flow at one instant of a traced run: what B received so far and
@@ -269,13 +331,14 @@ pub fn run_traced(spec: &Spec, every: Option<Duration>) -> Result<(Report, Vec<F
         b.ep.listen(SocketAddr::new(to, 5201));
     }
     b.accept_template = Some(BulkApp::new(0, 0));
-    let mut running: Vec<Running> = spec.flows.iter().map(|_| Running { handle: None, port: 0 }).collect();
+    let (cross, cross_index) = sources(spec);
+    let mut running: Vec<Running> = cross_index.iter().map(|&cross| Running { cross, ..Running::default() }).collect();
     let seed_of = |i: usize| spec.seed ^ ((i as u64 + 1) << 16);
-    for (i, f) in spec.flows.iter().enumerate().filter(|(_, f)| f.start.is_zero()) {
+    for (i, f) in spec.flows.iter().enumerate().filter(|(_, f)| f.start.is_zero() && f.kind.responsive()) {
         running[i] = open(&mut a, Instant::ZERO, f, seed_of(i));
     }
     let cfg = SimConfig { seed: spec.seed, max_time: spec.duration, ..Default::default() };
-    let mut sim = Sim::with_topology(cfg, a, b, topo);
+    let mut sim = Sim::with_topology(cfg, WithCross::new(a, cross), WithCross::new(b, Vec::new()), topo);
     // The instants something happens to a flow, and the measurement's start.
     let end = Instant::ZERO + spec.duration;
     let measure = Instant::ZERO + spec.measure_from.unwrap_or(spec.duration / 2).min(spec.duration);
@@ -304,17 +367,17 @@ pub fn run_traced(spec: &Spec, every: Option<Duration>) -> Result<(Report, Vec<F
         }
         if t == measure {
             for (i, r) in running.iter().enumerate() {
-                at_measure[i] = received_by(&sim.b, r.port);
+                at_measure[i] = got(&sim, r);
             }
         }
         for (i, f) in spec.flows.iter().enumerate() {
-            if Instant::ZERO + f.start == t {
-                running[i] = open(&mut sim.a, now, f, seed_of(i));
+            if Instant::ZERO + f.start == t && f.kind.responsive() {
+                running[i] = open(&mut sim.a.inner, now, f, seed_of(i));
             }
             if f.stop.is_some_and(|s| Instant::ZERO + s == t) {
-                stopped[i] = Some(received_by(&sim.b, running[i].port));
+                stopped[i] = Some(got(&sim, &running[i]));
                 if let Some(h) = running[i].handle {
-                    if let Some(c) = sim.a.ep.conn_mut(h) {
+                    if let Some(c) = sim.a.inner.ep.conn_mut(h) {
                         c.abort();
                     }
                 }
@@ -330,8 +393,8 @@ pub fn run_traced(spec: &Spec, every: Option<Duration>) -> Result<(Report, Vec<F
     let mut flows: Vec<FlowReport> = Vec::new();
     for (i, f) in spec.flows.iter().enumerate() {
         let r = &running[i];
-        let bytes = stopped[i].unwrap_or_else(|| received_by(&sim.b, r.port));
-        let conn = r.handle.and_then(|h| sim.a.ep.conn(h));
+        let bytes = stopped[i].unwrap_or_else(|| got(&sim, r));
+        let conn = r.handle.and_then(|h| sim.a.inner.ep.conn(h));
         let bytes_by_link = conn
             .map(|c| {
                 c.info()
@@ -346,8 +409,8 @@ pub fn run_traced(spec: &Spec, every: Option<Duration>) -> Result<(Report, Vec<F
             })
             .unwrap_or_default();
         flows.push(FlowReport {
-            kind: if f.kind == FlowKind::Mptcp { "mptcp" } else { "tcp" },
-            cc: f.cc.name(),
+            kind: f.kind.name(),
+            cc: if f.kind.responsive() { f.cc.name() } else { "none" },
             scheduler: (f.kind == FlowKind::Mptcp).then(|| f.policy.name()),
             subflows: conn.map_or(0, |c| c.info().subflows.len()),
             goodput_bps: bytes.saturating_sub(at_measure[i]) as f64 * 8.0 / secs,
@@ -394,13 +457,13 @@ pub fn run_traced(spec: &Spec, every: Option<Duration>) -> Result<(Report, Vec<F
 }
 
 /// Every flow's sample at `t`.
-fn sample(sim: &Sim<StackHost, StackHost>, running: &[Running], t: Instant, out: &mut Vec<FlowSample>) {
+fn sample(sim: &NetSim, running: &[Running], t: Instant, out: &mut Vec<FlowSample>) {
     let t_s = (t - Instant::ZERO).as_secs_f64();
     for (flow, r) in running.iter().enumerate() {
         let mut subflows = Vec::new();
-        if let Some(c) = r.handle.and_then(|h| sim.a.ep.conn(h)) {
+        if let Some(c) = r.handle.and_then(|h| sim.a.inner.ep.conn(h)) {
             super::transfer::sample_subflows(&mut subflows, t, c, 0);
         }
-        out.push(FlowSample { t_s, flow, received: received_by(&sim.b, r.port), subflows });
+        out.push(FlowSample { t_s, flow, received: got(sim, r), subflows });
     }
 }
