@@ -24,6 +24,12 @@ fn mptun_proto_top_level_modules_have_no_cycle() {
     assert_acyclic("crates/mptun-proto/src");
 }
 
+/// The wire codec: `ip` names `gso` only in a doc comment and its tests.
+#[test]
+fn mptun_wire_top_level_modules_have_no_cycle() {
+    assert_acyclic("crates/mptun-wire/src");
+}
+
 /// The checker itself: what counts as a dependency and what does not, and
 /// that a cycle through `super::`, a root re-export or a group is found.
 #[test]

@@ -54,6 +54,7 @@
 mod clock;
 mod departure;
 mod driver;
+mod handle;
 mod info;
 mod listener;
 mod options;

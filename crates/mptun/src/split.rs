@@ -7,7 +7,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::stream::StreamInner;
+use crate::handle::StreamInner;
 
 /// The reading half of an [`crate::MptcpStream`].
 pub struct OwnedReadHalf {
@@ -42,8 +42,8 @@ macro_rules! addrs {
 
 addrs!(OwnedReadHalf);
 addrs!(OwnedWriteHalf);
-crate::stream::forward_read!(OwnedReadHalf);
-crate::stream::forward_write!(OwnedWriteHalf);
+crate::handle::forward_read!(OwnedReadHalf);
+crate::handle::forward_write!(OwnedWriteHalf);
 
 impl Drop for OwnedWriteHalf {
     fn drop(&mut self) {

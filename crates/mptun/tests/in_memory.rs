@@ -143,6 +143,17 @@ async fn payloads_gathered_by_the_device_arrive_intact() {
     let _ = std::fs::remove_file(&file);
 }
 
+/// Two stacks joined by channel devices without offloads (no TSO), each
+/// announcing an MSS of 88 bytes (76 of payload with timestamps).
+fn tiny_mss_pair() -> (Stack, Stack) {
+    let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
+    let tiny = || mptun::TcpConfig { mss: 88, ..Default::default() };
+    let stack = |ip: &str, dev: ChannelIo| {
+        Stack::builder().path(ip.parse().unwrap(), Arc::new(dev) as Arc<dyn PacketIo>).tcp_config(tiny()).build()
+    };
+    (stack("10.0.0.1", a).unwrap(), stack("10.0.0.2", b).unwrap())
+}
+
 /// Peers that announce a tiny MSS (88 bytes) and acknowledge promptly, to
 /// stacks whose devices cut no super-segments themselves: a window of a few
 /// hundred segments must not make a super-segment of more wire segments
@@ -151,12 +162,7 @@ async fn payloads_gathered_by_the_device_arrive_intact() {
 /// connection the stack opens, one it accepts), the transfers complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_a_tiny_mss_on_a_device_without_tso_stalls_nothing() {
-    let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
-    let tiny = || mptun::TcpConfig { mss: 88, ..Default::default() };
-    let stack = |ip: &str, dev: ChannelIo| {
-        Stack::builder().path(ip.parse().unwrap(), Arc::new(dev) as Arc<dyn PacketIo>).tcp_config(tiny()).build()
-    };
-    let (sa, sb) = (stack("10.0.0.1", a).unwrap(), stack("10.0.0.2", b).unwrap());
+    let (sa, sb) = tiny_mss_pair();
     let listener = MptcpListener::bind(&sb, "10.0.0.2:5000").await.unwrap();
     const N: usize = 2 << 20;
     let (up, down) = (Pattern::bytes(5, N), Pattern::bytes(6, N));
@@ -184,12 +190,7 @@ async fn hostile_a_tiny_mss_on_a_device_without_tso_stalls_nothing() {
 /// took minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiny_mss_peer_whose_reader_lags_loses_nothing() {
-    let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
-    let tiny = || mptun::TcpConfig { mss: 88, ..Default::default() };
-    let stack = |ip: &str, dev: ChannelIo| {
-        Stack::builder().path(ip.parse().unwrap(), Arc::new(dev) as Arc<dyn PacketIo>).tcp_config(tiny()).build()
-    };
-    let (sa, sb) = (stack("10.0.0.1", a).unwrap(), stack("10.0.0.2", b).unwrap());
+    let (sa, sb) = tiny_mss_pair();
     let listener = MptcpListener::bind(&sb, "10.0.0.2:5000").await.unwrap();
     const N: usize = 1 << 20;
     let data = Pattern::bytes(7, N);

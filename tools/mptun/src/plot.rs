@@ -40,23 +40,14 @@ pub(crate) fn cwnd_panels(path: &Path, title: &str, runs: &[(String, Vec<Subflow
         for (k, id) in ids.iter().enumerate() {
             let colour = COLOURS[k % COLOURS.len()];
             let pts: Vec<&SubflowSample> = samples.iter().filter(|s| s.subflow == *id).collect();
-            chart
-                .draw_series(LineSeries::new(pts.iter().map(|s| (s.t_s, s.cwnd as f64)), colour.stroke_width(1)))
-                .map_err(|e| anyhow!("{e:?}"))?
-                .label(format!("subflow {id}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+            draw_line(&mut chart, pts.iter().map(|s| (s.t_s, s.cwnd as f64)), colour, format!("subflow {id}"))?;
             let halvings =
                 pts.windows(2).filter(|w| w[1].penalized > w[0].penalized).map(|w| (w[1].t_s, w[1].cwnd as f64));
             chart
                 .draw_series(halvings.map(|p| Cross::new(p, 4, BLACK.stroke_width(1))))
                 .map_err(|e| anyhow!("{e:?}"))?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| anyhow!("{e:?}"))?;
+        draw_legend(&mut chart)?;
     }
     root.present().map_err(|e| anyhow!("{e:?}"))?;
     Ok(())
@@ -99,6 +90,38 @@ pub(crate) fn flow_panels(path: &Path, title: &str, flows: &[FlowReport], sample
     Ok(())
 }
 
+/// A chart of values over time in seconds.
+type TimeChart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// One labelled line of `chart`, in `colour`, with its legend entry.
+fn draw_line(
+    chart: &mut TimeChart<'_, '_>,
+    pts: impl IntoIterator<Item = (f64, f64)>,
+    colour: RGBColor,
+    label: String,
+) -> Result<()> {
+    chart
+        .draw_series(LineSeries::new(pts, colour.stroke_width(1)))
+        .map_err(|e| anyhow!("{e:?}"))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+    Ok(())
+}
+
+/// The legend of `chart`'s labelled lines.
+fn draw_legend<'a, 'b: 'a>(chart: &mut TimeChart<'a, 'b>) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))
+}
+
 /// A chart over time, 0..`t_max` s by 0..`y_max` in `unit`, its mesh drawn.
 fn time_chart<'a, 'b>(
     area: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
@@ -106,13 +129,7 @@ fn time_chart<'a, 'b>(
     unit: &str,
     t_max: f64,
     y_max: f64,
-) -> Result<
-    ChartContext<
-        'a,
-        SVGBackend<'b>,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
-> {
+) -> Result<TimeChart<'a, 'b>> {
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 16))
         .margin(10)
@@ -136,18 +153,9 @@ fn line_panel(
     let mut chart = time_chart(area, caption, unit, t_max, y_max)?;
     for (k, (label, pts)) in series.iter().enumerate() {
         let colour = COLOURS[k % COLOURS.len()];
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), colour.stroke_width(1)))
-            .map_err(|e| anyhow!("{e:?}"))?
-            .label(label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+        draw_line(&mut chart, pts.iter().copied(), colour, label.clone())?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("{e:?}"))?;
+    draw_legend(&mut chart)?;
     Ok(())
 }
 
@@ -178,20 +186,11 @@ pub(crate) fn subflow_panels(path: &Path, title: &str, samples: &[SubflowSample]
         for (k, id) in ids.iter().enumerate() {
             let colour = COLOURS[k % COLOURS.len()];
             let pts: Vec<&crate::traces::Row<'_>> = rows.iter().filter(|r| r.s.subflow == *id).collect();
-            chart
-                .draw_series(LineSeries::new(pts.iter().map(|r| (r.s.t_s, f(r))), colour.stroke_width(1)))
-                .map_err(|e| anyhow!("{e:?}"))?
-                .label(format!("subflow {id}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+            draw_line(&mut chart, pts.iter().map(|r| (r.s.t_s, f(r))), colour, format!("subflow {id}"))?;
             let marks = pts.windows(2).filter(|w| w[1].s.penalized > w[0].s.penalized).map(|w| (w[1].s.t_s, f(w[1])));
             chart.draw_series(marks.map(|p| Cross::new(p, 4, BLACK.stroke_width(1)))).map_err(|e| anyhow!("{e:?}"))?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| anyhow!("{e:?}"))?;
+        draw_legend(&mut chart)?;
     }
     root.present().map_err(|e| anyhow!("{e:?}"))?;
     Ok(())
