@@ -14,13 +14,13 @@ fn run(s: Scenario, p: Policy, seeds: u64) -> penalise::Report {
     })
 }
 
-/// `--compare`: a report per policy in `Policy::ALL`'s order, and a table
+/// `--compare`: a report per policy in `Policy::PENALTIES`'s order, and a table
 /// with a row per report whose deltas are against `default` (so its own
 /// row shows none); `default` never penalises.
 #[test]
 fn compare_table_rows_match_the_reports() {
     let reports = compare(Scenario::Sndbuf, 1, PenaltyConfig::default(), false);
-    let names: Vec<String> = Policy::ALL.iter().map(|p| p.to_string()).collect();
+    let names: Vec<String> = Policy::PENALTIES.iter().map(|p| p.to_string()).collect();
     assert_eq!(reports.iter().map(|r| r.policy.clone()).collect::<Vec<_>>(), names);
     let table = compare_table(&reports);
     let lines: Vec<&str> = table.lines().collect();
@@ -41,7 +41,7 @@ fn compare_table_rows_match_the_reports() {
 #[test]
 fn every_run_delivers_intact_data() {
     for s in Scenario::ALL {
-        for p in Policy::ALL {
+        for p in Policy::PENALTIES {
             let r = run(s, p, 1);
             assert!(r.summary.sha256_match, "{s} {p}");
             assert!(r.summary.per_seed.iter().all(|x| x.subflows == 2), "{s} {p}: a run used one subflow");

@@ -67,8 +67,9 @@ struct SharedBottleneckArgs {
     /// The TCP flow's congestion control.
     #[arg(long, default_value_t = Algorithm::Cubic)]
     tcp_cc: Algorithm,
-    /// The MPTCP connection's scheduler policy: default, penalise, penalise-guarded, mptcp-org.
-    #[arg(long, default_value_t = mptun::Policy::Default)]
+    /// The MPTCP connection's scheduler: minrtt (the multipath-tcp.org kernel's, which its coupled
+    /// controllers were built with), default (upstream Linux's), penalise, penalise-guarded, mptcp-org.
+    #[arg(long, default_value_t = mptun::Policy::MinRtt)]
     policy: mptun::Policy,
     /// Bottleneck rate, both directions.
     #[arg(long, default_value = "20mbit", value_parser = parse_rate)]

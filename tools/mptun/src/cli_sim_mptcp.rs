@@ -52,7 +52,7 @@ pub(crate) struct PenaliseArgs {
     /// suite, unbounded, rwnd, sndbuf or both.
     #[arg(long, default_value = "sndbuf")]
     scenario: Scenario,
-    /// default, penalise, penalise-guarded or mptcp-org.
+    /// default, penalise, penalise-guarded or mptcp-org (the matrix's policies), or minrtt.
     #[arg(long, default_value = "penalise-guarded")]
     policy: Policy,
     /// Number of RNG seeds to average over.

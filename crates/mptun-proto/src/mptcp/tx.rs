@@ -150,6 +150,11 @@ impl SubflowSlot {
             srtt: self.tcp.srtt(),
             ca_state: info.ca_state,
             cwnd_limited: info.cwnd_limited,
+            in_flight: self.tcp.packets_in_flight(),
+            unsent: self.tcp.unsent(),
+            // The smallest data segment: one that carries a whole DSS, so
+            // that a burst of k of these never ends in a runt.
+            mss: self.tcp.mss(DSS_FULL),
         }
     }
 

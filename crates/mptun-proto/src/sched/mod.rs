@@ -12,11 +12,14 @@
 //! with synthetic states and cannot reach into protocol state. Besides a
 //! pick, a scheduler may ask the connection for [`Request`]s (a window cut,
 //! a reinjection), which is how the penalty policies of [`penalise`] are
-//! written. [`registry`] builds the shipped ones by name.
+//! written. [`minrtt`] is the out-of-tree multipath-tcp.org kernel's
+//! default. [`registry`] builds the shipped ones by name.
 
+pub mod minrtt;
 pub mod penalise;
 pub mod registry;
 
+pub use minrtt::MinRttScheduler;
 pub use penalise::{PenaltyConfig, PenaltyScheduler};
 pub use registry::{new_scheduler, Policy};
 
@@ -51,6 +54,17 @@ pub struct SubflowView {
     pub ca_state: CaState,
     /// Linux `tcp_is_cwnd_limited`.
     pub cwnd_limited: bool,
+    /// Packets in flight (`tcp_packets_in_flight`): with `cwnd`, the room
+    /// a scheduler that pushes only what the window can send at once
+    /// (minRTT) hands over.
+    pub in_flight: u32,
+    /// Bytes handed to the subflow and not sent once yet
+    /// (`write_seq - snd_nxt`), part of `queued`.
+    pub unsent: usize,
+    /// Payload bytes of a data segment that carries a DSS mapping (the
+    /// subflow's `mss_cache` less the option): a burst of whole multiples
+    /// of it leaves no short segment behind.
+    pub mss: u32,
 }
 
 /// The connection-level context of a scheduling decision.
@@ -218,6 +232,9 @@ mod tests {
             srtt: None,
             ca_state: CaState::Open,
             cwnd_limited: true,
+            in_flight: 0,
+            unsent: 0,
+            mss: 1000,
         }
     }
 

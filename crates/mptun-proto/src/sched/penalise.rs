@@ -150,7 +150,8 @@ impl PenaltyScheduler {
     /// The policy's decision once a subflow was picked.
     fn decide(&mut self, subflows: &[SubflowView], conn: &ConnView) -> PenaltyDecision {
         match self.policy {
-            Policy::Default => PenaltyDecision::default(),
+            // Not built with a penalty (see `new_scheduler`).
+            Policy::Default | Policy::MinRtt => PenaltyDecision::default(),
             Policy::Penalise => self.rate_trigger(subflows, conn, false),
             Policy::PenaliseGuarded => self.rate_trigger(subflows, conn, true),
             Policy::MptcpOrg => self.mptcp_org(subflows, conn),
@@ -227,6 +228,9 @@ mod tests {
             srtt: Some(Duration::from_millis(srtt_ms)),
             ca_state: CaState::Open,
             cwnd_limited: true,
+            in_flight: 0,
+            unsent: 0,
+            mss: 1000,
         }
     }
 

@@ -2,7 +2,7 @@
 //! `net/mptcp/sched.c`, chosen by the `net.mptcp.scheduler` sysctl).
 
 use super::penalise::{PenaltyConfig, PenaltyScheduler};
-use super::{DefaultScheduler, Scheduler};
+use super::{DefaultScheduler, MinRttScheduler, Scheduler};
 use std::fmt;
 use std::str::FromStr;
 
@@ -23,11 +23,19 @@ pub enum Policy {
     /// The out-of-tree multipath-tcp.org kernel's variant: ssthresh is
     /// halved too, always.
     MptcpOrg,
+    /// The multipath-tcp.org kernel's default scheduler: lowest srtt, and
+    /// only as much as the chosen subflow's window can send at once.
+    MinRtt,
 }
 
 impl Policy {
-    /// Every policy, for sweeps (the `penalise` simulator scenario).
-    pub const ALL: [Policy; 4] = [Policy::Default, Policy::Penalise, Policy::PenaliseGuarded, Policy::MptcpOrg];
+    /// Every scheduler mptun ships.
+    pub const ALL: [Policy; 5] =
+        [Policy::Default, Policy::Penalise, Policy::PenaliseGuarded, Policy::MptcpOrg, Policy::MinRtt];
+
+    /// The slow-subflow penalty matrix: the default scheduler and the
+    /// three penalties on top of it (the `penalise` scenario's columns).
+    pub const PENALTIES: [Policy; 4] = [Policy::Default, Policy::Penalise, Policy::PenaliseGuarded, Policy::MptcpOrg];
 
     /// Name on the command line and in reports (what [`FromStr`] parses).
     pub fn name(self) -> &'static str {
@@ -36,6 +44,7 @@ impl Policy {
             Policy::Penalise => "penalise",
             Policy::PenaliseGuarded => "penalise-guarded",
             Policy::MptcpOrg => "mptcp-org",
+            Policy::MinRtt => "minrtt",
         }
     }
 }
@@ -49,10 +58,10 @@ impl fmt::Display for Policy {
 impl FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Policy::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown scheduler policy '{s}' (default, penalise, penalise-guarded, mptcp-org)"))
+        Policy::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown scheduler policy '{s}' ({})", names.join(", "))
+        })
     }
 }
 
@@ -60,6 +69,7 @@ impl FromStr for Policy {
 pub fn new_scheduler(policy: Policy, cfg: PenaltyConfig) -> Box<dyn Scheduler> {
     match policy {
         Policy::Default => Box::new(DefaultScheduler::new()),
+        Policy::MinRtt => Box::new(MinRttScheduler::new()),
         p => Box::new(PenaltyScheduler::new(p, cfg)),
     }
 }

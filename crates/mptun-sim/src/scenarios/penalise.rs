@@ -338,7 +338,7 @@ pub fn run(p: &Params) -> Report {
 
 /// All policies on one scenario, for `--compare`.
 pub fn compare(scenario: Scenario, seeds: u64, penalty: PenaltyConfig, tso: bool) -> Vec<Report> {
-    Policy::ALL
+    Policy::PENALTIES
         .into_iter()
         .map(|policy| run(&Params { scenario, policy, seeds, penalty, first_seed: 1, tso }))
         .collect()

@@ -32,7 +32,9 @@ pub struct Params {
     pub mptcp_cc: Algorithm,
     /// The TCP flow's.
     pub tcp_cc: Algorithm,
-    /// The MPTCP connection's scheduler policy.
+    /// The MPTCP connection's scheduler policy; minRTT by default, the
+    /// scheduler the multipath-tcp.org kernel ran its coupled controllers
+    /// with (see docs/scenarios/shared-bottleneck.toml).
     pub policy: Policy,
     pub seed: u64,
 }
@@ -50,7 +52,7 @@ impl Default for Params {
             duration: Duration::from_secs(60),
             mptcp_cc: Algorithm::Cubic,
             tcp_cc: Algorithm::Cubic,
-            policy: Policy::Default,
+            policy: Policy::MinRtt,
             seed: 1,
         }
     }
@@ -65,12 +67,13 @@ fn ip(s: &str) -> IpAddr {
 /// the first.
 pub fn spec(p: &Params) -> Spec {
     let (a0, a1, b) = (ip("10.0.1.1"), ip("10.0.2.1"), ip("10.0.1.2"));
-    let flow = |kind, from: Vec<IpAddr>, cc| Flow {
+    let flow = |kind: FlowKind, from: Vec<IpAddr>, cc| Flow {
+        // A scheduler is the MPTCP connection's; the TCP flow keeps the default.
+        policy: if matches!(kind, FlowKind::Mptcp) { p.policy } else { Policy::Default },
         kind,
         from,
         to: b,
         cc,
-        policy: p.policy,
         start: Duration::ZERO,
         stop: None,
     };

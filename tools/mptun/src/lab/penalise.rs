@@ -331,7 +331,7 @@ pub(crate) fn run(a: PenaliseArgs) -> Result<Verdict> {
             bail!("--policy {p}: the kernel runs its default scheduler only (--policy default)")
         }
         (LabStack::Kernel, false, _) => vec![Policy::Default],
-        (LabStack::Mptun, true, _) => Policy::ALL.to_vec(),
+        (LabStack::Mptun, true, _) => Policy::PENALTIES.to_vec(),
         (LabStack::Mptun, false, p) => vec![p.unwrap_or(Policy::PenaliseGuarded)],
     };
     let mut reports = Vec::new();
