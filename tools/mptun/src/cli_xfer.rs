@@ -237,9 +237,7 @@ impl Common {
                 a.to_string()
             }
             Some(c) => {
-                if c.is_empty() || c.len() > 15 || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                    bail!("--cc '{c}' is no congestion control name");
-                }
+                kernel::check_cc_name(c)?;
                 c.clone()
             }
             None if self.kernel => "default".into(),

@@ -28,6 +28,15 @@ const TCP_INFO_LEN: usize = 232;
 const SUBFLOW_ADDRS_LEN: usize = 256;
 const MAX_SUBFLOWS: usize = 16;
 
+/// Refuses what cannot name a kernel congestion control (`TCP_CONGESTION`
+/// takes up to 15 bytes of `[A-Za-z0-9_]`), before any socket exists.
+pub(crate) fn check_cc_name(c: &str) -> Result<()> {
+    if c.is_empty() || c.len() > 15 || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        anyhow::bail!("--cc '{c}' is no congestion control name");
+    }
+    Ok(())
+}
+
 /// Socket options shared by both stacks.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KernelOptions {

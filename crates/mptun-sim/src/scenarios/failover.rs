@@ -6,6 +6,7 @@
 
 use super::aggregate::{self, Params};
 use super::transfer::TraceSample;
+use mptun_cc::Algorithm;
 use mptun_time::{Duration, Instant};
 use serde::Serialize;
 
@@ -24,10 +25,17 @@ pub struct Report {
     pub recovered_path_used: bool,
 }
 
+/// The scenario with CUBIC at both ends.
 pub fn run(seed: u64, size: u64) -> Report {
+    run_with(seed, size, Algorithm::Cubic)
+}
+
+/// The scenario with congestion control `cc` at both ends (what
+/// `mptun lab failover --cc` predicts from).
+pub fn run_with(seed: u64, size: u64, cc: Algorithm) -> Report {
     let down = Instant::from_millis(5_000);
     let up = Instant::from_millis(15_000);
-    let p = Params { size, seed, events: vec![(down, 0, true), (up, 0, false)], ..Params::default() };
+    let p = Params { size, seed, events: vec![(down, 0, true), (up, 0, false)], cc, ..Params::default() };
     let (c, s) = aggregate::mptcp_configs(p.paths.len());
     let r = aggregate::run_named_traced("failover", &p, c, s, Some(Duration::from_millis(100)));
     let at = |t: Instant| -> u64 {

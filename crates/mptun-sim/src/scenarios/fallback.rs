@@ -3,6 +3,7 @@
 //! and the transfer complete over the one path.
 
 use super::aggregate::{self, Params};
+use mptun_cc::Algorithm;
 use mptun_proto::endpoint::EndpointConfig;
 use serde::Serialize;
 
@@ -14,8 +15,14 @@ pub struct Report {
     pub fallback: bool,
 }
 
+/// The scenario with CUBIC at both ends.
 pub fn run(seed: u64, size: u64) -> Report {
-    let p = Params { size, seed, ..Params::default() };
+    run_with(seed, size, Algorithm::Cubic)
+}
+
+/// The scenario with congestion control `cc` at both ends.
+pub fn run_with(seed: u64, size: u64, cc: Algorithm) -> Report {
+    let p = Params { size, seed, cc, ..Params::default() };
     let (client, _) = aggregate::mptcp_configs(p.paths.len());
     let mut server = EndpointConfig::default();
     server.mptcp.enabled = false;

@@ -26,7 +26,8 @@ pub(crate) struct AggregateArgs {
     /// Bytes to transfer (client to server).
     #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
     size: u64,
-    /// Congestion control at both ends (the simulator's is CUBIC).
+    /// Congestion control at both ends: reno, cubic, lia, olia, balia (mptun), any the kernel has
+    /// (--stack kernel). The simulator's prediction runs the same one, or CUBIC where it has no such.
     #[arg(long, default_value = "cubic")]
     cc: String,
     #[command(flatten)]
@@ -62,7 +63,7 @@ pub(super) fn specs(params: &Params) -> Vec<String> {
 }
 
 pub(crate) fn run(a: AggregateArgs) -> Result<Verdict> {
-    let params = Params { size: a.size, ..Params::default() };
+    let params = Params { size: a.size, cc: super::sim_cc(&a.cc), ..Params::default() };
     let specs = specs(&params);
     let sum_path_bps: f64 = params.paths.iter().map(|p| p.rate_bps as f64).sum();
     let topo = Topology::plan(&a.common)?.up(&specs, a.stack, true)?;

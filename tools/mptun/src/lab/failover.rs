@@ -39,8 +39,14 @@ struct LabReport {
 }
 
 /// The peers' arguments for an `aggregate`-path transfer of `size` bytes client → server.
-pub(super) fn aggregate_peers(stack: LabStack, size: u64, port: u16, server_mptcp: bool) -> (Vec<String>, Vec<String>) {
-    let mut srv: Vec<String> = ["lab", "peer", "--cc", "cubic"].map(String::from).to_vec();
+pub(super) fn aggregate_peers(
+    stack: LabStack,
+    size: u64,
+    port: u16,
+    server_mptcp: bool,
+    cc: &str,
+) -> (Vec<String>, Vec<String>) {
+    let mut srv: Vec<String> = vec!["lab".into(), "peer".into(), "--cc".into(), cc.into()];
     let mut cli = srv.clone();
     cli.extend(["--send".into(), size.to_string(), "--trace".into(), "--sample-ms".into(), "100".into()]);
     match (stack, server_mptcp) {
@@ -69,7 +75,7 @@ pub(crate) fn run(a: TransferArgs) -> Result<Verdict> {
     let params = aggregate::Params { size: a.size, ..aggregate::Params::default() };
     let (down, up) = (5.0, 15.0);
     let topo = Topology::plan(&a.common)?.up(&super::aggregate::specs(&params), a.stack, true)?;
-    let (srv, cli) = aggregate_peers(a.stack, a.size, 5401, true);
+    let (srv, cli) = aggregate_peers(a.stack, a.size, 5401, true, &a.cc);
     let events: Vec<Event<'_>> = vec![
         (Duration::from_secs_f64(down), Box::new(|| topo.ctl(1, &["down", "both"]).map(drop))),
         (Duration::from_secs_f64(up), Box::new(|| topo.ctl(1, &["up", "both"]).map(drop))),
@@ -87,7 +93,7 @@ pub(crate) fn run(a: TransferArgs) -> Result<Verdict> {
     };
     let path0_bytes_at_up = path0_at(up);
     let path0_bytes_at_end = path0_at(f64::INFINITY);
-    let sim = failover::run(1, a.size);
+    let sim = failover::run_with(1, a.size, a.sim_cc());
     let reinjected = (a.stack == LabStack::Mptun).then(|| cr.counter("MptunMPReinjectedBytes"));
     let goodput = a.size as f64 * 8.0 / cr.runtime_s.max(1e-9);
     let mut vs_sim = vec![

@@ -35,11 +35,11 @@ struct LabReport {
 pub(crate) fn run(a: TransferArgs) -> Result<Verdict> {
     let params = aggregate::Params { size: a.size, ..aggregate::Params::default() };
     let topo = Topology::plan(&a.common)?.up(&super::aggregate::specs(&params), a.stack, true)?;
-    let (srv, cli) = aggregate_peers(a.stack, a.size, 5501, false);
+    let (srv, cli) = aggregate_peers(a.stack, a.size, 5501, false, &a.cc);
     let limit = Duration::from_secs_f64(a.size as f64 * 8.0 / 5e6 + 60.0);
     let (cr, sr) = run_pair(&topo, &srv, &cli, limit, Vec::new())?;
     drop(topo);
-    let sim = fallback::run(1, a.size);
+    let sim = fallback::run_with(1, a.size, a.sim_cc());
     let goodput = a.size as f64 * 8.0 / cr.runtime_s.max(1e-9);
     let r = LabReport {
         scenario: "fallback",

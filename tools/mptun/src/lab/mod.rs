@@ -77,8 +77,26 @@ pub(crate) struct TransferArgs {
     /// Bytes to transfer (client to server).
     #[arg(long, short = 'n', default_value = "32M", value_parser = crate::units::parse_size)]
     pub(crate) size: u64,
+    /// Congestion control at both ends: reno, cubic, lia, olia, balia (mptun), any the kernel has
+    /// (--stack kernel). The simulator's prediction runs the same one, or CUBIC where it has no such.
+    #[arg(long, default_value = "cubic")]
+    pub(crate) cc: String,
     #[command(flatten)]
     pub(crate) common: topo::LabCommon,
+}
+
+impl TransferArgs {
+    /// The controller the simulator's prediction runs (`--cc` when the
+    /// simulator has it, CUBIC otherwise).
+    pub(crate) fn sim_cc(&self) -> mptun_cc::Algorithm {
+        sim_cc(&self.cc)
+    }
+}
+
+/// `name` as a simulator controller, CUBIC when the simulator has none of
+/// that name (a kernel-only one like bbr).
+pub(crate) fn sim_cc(name: &str) -> mptun_cc::Algorithm {
+    name.parse().unwrap_or(mptun_cc::Algorithm::Cubic)
 }
 
 /// Prints a report: JSON (the command's document), or the text form.

@@ -23,7 +23,7 @@ use super::report::{Counters, Reporter};
 use super::socks5::Rep;
 use super::{serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
-use crate::kernel::{self, KernelOptions};
+use crate::kernel;
 use crate::stack::{end_stack, runtime};
 
 #[derive(Args, Debug)]
@@ -79,14 +79,14 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
     let limits = a.carrier.limits(&plan)?;
     runtime()?.block_on(async move {
         let (listener, what, stack) = match &plan {
-            Stackish::Mptun(paths) => {
-                let stack = super::build_stack(paths)?;
+            Stackish::Mptun(paths, o) => {
+                let stack = super::build_stack(paths, o)?;
                 let l = MptcpListener::bind(&stack, a.listen).await.map_err(|e| anyhow!("listen {}: {e}", a.listen))?;
                 let what = format!("{} (mptun, {} path(s))", a.listen, paths.len());
                 (Listener::Mptun(l), what, Some(stack))
             }
-            Stackish::Kernel => {
-                let l = kernel::listen(a.listen, &KernelOptions { mptcp: true, ..Default::default() })?;
+            Stackish::Kernel(o) => {
+                let l = kernel::listen(a.listen, o)?;
                 (Listener::Kernel(l), format!("{} (kernel MPTCP)", a.listen), None)
             }
         };
@@ -94,8 +94,8 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
         let rules: Vec<String> = a.allow.iter().map(|r| format!("{r:?}")).collect();
         reporter.listening(&what, json!({"listen": a.listen.to_string(), "allow_rules": rules.len()}));
         let mut own_extra: Vec<std::net::IpAddr> = match &plan {
-            Stackish::Mptun(paths) => paths.iter().map(|p| p.addr.addr).collect(),
-            Stackish::Kernel => Vec::new(),
+            Stackish::Mptun(paths, _) => paths.iter().map(|p| p.addr.addr).collect(),
+            Stackish::Kernel(_) => Vec::new(),
         };
         own_extra.push(a.listen.ip());
         let ctx = Arc::new(Ctx {

@@ -59,7 +59,7 @@ fn parse_exit(s: &str) -> Result<SocketAddr> {
 /// How the MPTCP connections to the exit are opened.
 enum Dialer {
     Mptun(Stack),
-    Kernel,
+    Kernel(KernelOptions),
 }
 
 struct Ctx {
@@ -86,18 +86,18 @@ pub(crate) fn run(a: LocalArgs) -> Result<()> {
     let limits = a.carrier.limits(&plan)?;
     runtime()?.block_on(async move {
         let dialer = match &plan {
-            Stackish::Mptun(paths) => Dialer::Mptun(super::build_stack(paths)?),
-            Stackish::Kernel => Dialer::Kernel,
+            Stackish::Mptun(paths, o) => Dialer::Mptun(super::build_stack(paths, o)?),
+            Stackish::Kernel(o) => Dialer::Kernel(o.clone()),
         };
         let stack = match &dialer {
             Dialer::Mptun(s) => Some(s.clone()),
-            Dialer::Kernel => None,
+            Dialer::Kernel(_) => None,
         };
         let listener = tokio::net::TcpListener::bind(a.listen).await.map_err(|e| anyhow!("listen {}: {e}", a.listen))?;
         let reporter = Reporter::new("local", a.carrier.json);
         let via = match &plan {
-            Stackish::Mptun(p) => p.iter().map(|p| format!("{} on {}", p.addr.addr, p.dev)).collect::<Vec<_>>(),
-            Stackish::Kernel => vec!["kernel MPTCP".into()],
+            Stackish::Mptun(p, _) => p.iter().map(|p| format!("{} on {}", p.addr.addr, p.dev)).collect::<Vec<_>>(),
+            Stackish::Kernel(_) => vec!["kernel MPTCP".into()],
         };
         reporter.listening(
             &format!("{} (SOCKS5{}) -> exit {} via {}", a.listen, if a.transparent { ", transparent" } else { "" }, a.exit, via.join(", ")),
@@ -225,9 +225,7 @@ async fn open(ctx: &Ctx, dest: &Dest) -> Result<(Conn, Option<SocketAddr>), Setu
             Dialer::Mptun(stack) => {
                 MptcpStream::connect(stack, to).await.map(Conn::Mptun).map_err(|e| connect_error(to, &e))
             }
-            Dialer::Kernel => {
-                kernel::connect(to, &KernelOptions { mptcp: true, ..Default::default() }).await.map(Conn::Kernel)
-            }
+            Dialer::Kernel(o) => kernel::connect(to, o).await.map(Conn::Kernel),
         }
     };
     let mut conn = tokio::time::timeout(ctx.connect_timeout, connect)

@@ -35,6 +35,7 @@ use clap::{Args, Subcommand};
 use mptun::Stack;
 
 use crate::conn::Conn;
+use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, parse_path, PathSpec};
 use crate::signals;
 use crate::units::{parse_secs, parse_size};
@@ -71,6 +72,15 @@ pub(crate) struct Carrier {
     /// Carry the connections over the kernel's MPTCP (IPPROTO_MPTCP sockets) instead of mptun's stack.
     #[arg(long)]
     kernel: bool,
+    /// Congestion control of the MPTCP connections between the two ends: reno, cubic, or coupled across
+    /// the subflows: lia, olia, balia (mptun); any the kernel has (--kernel, TCP_CONGESTION). Each end
+    /// sets its own sending direction's.
+    #[arg(long, value_name = "NAME")]
+    cc: Option<String>,
+    /// MPTCP scheduler of the connections this end sends on (mptun): default, minrtt, penalise,
+    /// penalise-guarded, mptcp-org.
+    #[arg(long, value_name = "NAME")]
+    scheduler: Option<mptun::Policy>,
     /// The pre-shared key both ends read (at least 16 bytes, e.g.
     /// `head -c 32 /dev/urandom | base64`): it authenticates the exit header.
     #[arg(long, value_name = "FILE")]
@@ -105,10 +115,11 @@ pub(crate) struct Carrier {
     memory_budget: u64,
 }
 
-/// The MPTCP side, checked.
+/// The MPTCP side, checked: mptun's paths and the options of its
+/// connections (dialed and accepted), or the kernel's socket options.
 enum Stackish {
-    Mptun(Vec<PathSpec>),
-    Kernel,
+    Mptun(Vec<PathSpec>, Box<mptun::StreamOptions>),
+    Kernel(KernelOptions),
 }
 
 impl Carrier {
@@ -117,7 +128,21 @@ impl Carrier {
             if !self.paths.is_empty() || self.topology.is_some() {
                 bail!("--path/--topology configure mptun's TUN paths; --kernel uses the kernel's addresses and routes");
             }
-            return Ok(Stackish::Kernel);
+            if self.scheduler.is_some() {
+                bail!("--scheduler chooses mptun's scheduler; the kernel runs its own (net.mptcp.scheduler)");
+            }
+            if let Some(c) = &self.cc {
+                kernel::check_cc_name(c)?;
+            }
+            return Ok(Stackish::Kernel(KernelOptions { mptcp: true, cc: self.cc.clone(), ..Default::default() }));
+        }
+        let mut options = mptun::StreamOptions::default();
+        if let Some(c) = &self.cc {
+            let a: mptun::Algorithm = c.parse().map_err(|e| anyhow!("--cc: {e}"))?;
+            options = options.congestion_control(a);
+        }
+        if let Some(p) = self.scheduler {
+            options.config_mut().mptcp.scheduler = p;
         }
         let paths = match &self.topology {
             Some(t) => pathspec::topology(t)?,
@@ -126,7 +151,7 @@ impl Carrier {
         if paths.is_empty() {
             bail!("no paths: give --path dev=NAME,addr=A/PREFIX (repeatable) or --topology NAME, or --kernel");
         }
-        Ok(Stackish::Mptun(paths))
+        Ok(Stackish::Mptun(paths, Box::new(options)))
     }
 
     /// The bounds of [`admit`]: what a relay costs is its two copy buffers
@@ -135,12 +160,11 @@ impl Carrier {
     /// more. Checked before anything is created.
     fn limits(&self, plan: &Stackish) -> Result<admit::Limits> {
         let carrier_cost = match plan {
-            Stackish::Mptun(paths) => {
-                let o = mptun::StreamOptions::default();
+            Stackish::Mptun(paths, o) => {
                 let c = o.config();
                 (c.tcp.send_buffer.initial() + c.tcp.recv_buffer.initial()) as u64 * paths.len().max(1) as u64
             }
-            Stackish::Kernel => 0,
+            Stackish::Kernel(_) => 0,
         };
         let relay_cost = 2 * relay::BUF as u64 + carrier_cost;
         if self.memory_budget < relay_cost {
@@ -172,9 +196,12 @@ fn raise_nofile() {
     }
 }
 
-/// mptun's stack over freshly created TUN devices (inside the runtime).
-fn build_stack(paths: &[PathSpec]) -> Result<Stack> {
-    let mut b = Stack::builder();
+/// mptun's stack over freshly created TUN devices (inside the runtime);
+/// `options` become its defaults, so the connections it dials and those
+/// its listeners accept both run them.
+fn build_stack(paths: &[PathSpec], options: &mptun::StreamOptions) -> Result<Stack> {
+    let c = options.config().clone();
+    let mut b = Stack::builder().tcp_config(c.tcp).mptcp_config(c.mptcp);
     for (addr, dev) in pathspec::create_tuns(paths)? {
         b = b.path(addr, dev);
     }
@@ -348,4 +375,43 @@ async fn relay_and_report(
         reason: &reason,
         probe: Some(probe),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        carrier: Carrier,
+    }
+
+    fn carrier(args: &[&str]) -> Carrier {
+        let mut v = vec!["x", "--key-file", "/dev/null"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).expect("valid arguments").carrier
+    }
+
+    #[test]
+    fn cc_and_scheduler_become_the_stack_defaults() {
+        let c = carrier(&["--path", "dev=t0,addr=10.9.1.1/24", "--cc", "olia", "--scheduler", "minrtt"]);
+        let Ok(Stackish::Mptun(paths, o)) = c.check() else { panic!("mptun's stack") };
+        assert_eq!(paths.len(), 1);
+        assert_eq!(o.config().tcp.congestion_control, mptun::Algorithm::Olia);
+        assert_eq!(o.config().mptcp.scheduler, mptun::Policy::MinRtt);
+        // Without them: the stack's own defaults (uncoupled CUBIC, Linux's scheduler).
+        let Ok(Stackish::Mptun(_, d)) = carrier(&["--path", "dev=t0,addr=10.9.1.1/24"]).check() else { panic!() };
+        assert_eq!(d.config().tcp.congestion_control, mptun::StreamOptions::default().config().tcp.congestion_control);
+        assert!(carrier(&["--path", "dev=t0,addr=10.9.1.1/24", "--cc", "vegas"]).check().is_err());
+    }
+
+    #[test]
+    fn the_kernel_takes_a_cc_name_but_not_our_scheduler() {
+        let Ok(Stackish::Kernel(k)) = carrier(&["--kernel", "--cc", "bbr"]).check() else { panic!("kernel") };
+        assert_eq!((k.mptcp, k.cc.as_deref()), (true, Some("bbr")));
+        assert!(carrier(&["--kernel", "--scheduler", "minrtt"]).check().is_err());
+        assert!(carrier(&["--kernel", "--cc", "no such; name"]).check().is_err());
+    }
 }
