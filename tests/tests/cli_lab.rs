@@ -3,8 +3,8 @@
 //! `penalise-guarded`, and the HyStart experiment (legacy exits by delay
 //! below the BDP, fixed by ACK train at or above it; the kernel's CUBIC as
 //! the anchor, after a crashed run's leftovers of the same name are
-//! removed), failover (a path down and back up) and fallback to a plain-TCP
-//! server. Each report carries the simulator's prediction beside the lab's
+//! removed), failover (a path down and back up), fallback to a plain-TCP
+//! server, and a scenario file (`lab run`: the shared bottleneck). Each report carries the simulator's prediction beside the lab's
 //! figures. Needs root and linkem: skipped with a reason otherwise, failed
 //! when MPTUN_REQUIRE_NETNS=1.
 
@@ -301,4 +301,34 @@ fn cli_lab_fallback_to_a_plain_tcp_server() {
     assert_eq!(v["subflows"], 1, "{v:#}");
     let g = figure(&v, "goodput_bps");
     assert!(g["delta"].as_f64().unwrap().abs() < 0.25, "goodput far from the simulator's: {g}");
+}
+
+/// `lab run` on the shared-bottleneck file, shortened to 16 s: mptun's
+/// two-subflow MPTCP connection and the kernel's CUBIC flow through one
+/// linkem queue, each intact and each with a share beside the
+/// simulator's. The bound is loose (one short run on a shared machine);
+/// the 60 s figures are in docs/cc.md.
+#[test]
+fn cli_lab_run_shared_bottleneck_file() {
+    if !lab_ready() {
+        return;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml");
+    let (v, err) = lab_json(&["run", file, "--cc", "lia", "--duration", "16s"], &name("rn"), Duration::from_secs(90));
+    println!("{err}");
+    assert_eq!(v["scenario"], "shared-bottleneck");
+    let flows = v["flows"].as_array().expect("flows");
+    assert_eq!(flows.len(), 2, "{v:#}");
+    assert_eq!((flows[0]["kind"].as_str(), flows[0]["stack"].as_str()), (Some("mptcp"), Some("mptun")));
+    assert_eq!((flows[1]["kind"].as_str(), flows[1]["stack"].as_str()), (Some("tcp"), Some("kernel")));
+    assert_eq!(flows[0]["subflows"], 2, "both subflows through the one queue: {v:#}");
+    let mut shares = 0.0;
+    for f in flows {
+        assert_eq!(f["sha256_match"], true, "{f}");
+        assert!(f["goodput_bps"].as_f64().unwrap() > 1e6, "{f}");
+        let (share, sim) = (f["share"].as_f64().unwrap(), f["sim_share"].as_f64().unwrap());
+        assert!((share - sim).abs() < 0.3, "lab share {share} far from the simulator's {sim}: {v:#}");
+        shares += share;
+    }
+    assert!((shares - 1.0).abs() < 1e-9);
 }

@@ -292,6 +292,9 @@ fn open(a: &mut StackHost, now: Instant, f: &Flow, seed: u64) -> Running {
     cfg.tcp.congestion_control = f.cc;
     cfg.mptcp.enabled = f.kind == FlowKind::Mptcp;
     cfg.mptcp.scheduler = f.policy;
+    // The endpoint lists every MPTCP flow's further addresses; this flow
+    // opens subflows from its own only (a user's, not every user's).
+    cfg.mptcp.pm.endpoints.retain(|e| f.from[1..].contains(&e.addr));
     debug_assert!(f.kind.responsive());
     let server = SocketAddr::new(f.to, 5201);
     let h = a.ep.connect_conn(now, SocketAddr::new(f.from[0], 0), server, cfg).expect("the endpoint has free ports");

@@ -11,6 +11,7 @@ mod fallback;
 mod hystart;
 mod peer;
 mod penalise;
+mod run;
 mod topo;
 
 use anyhow::Result;
@@ -37,6 +38,8 @@ enum LabScenario {
     Fallback(TransferArgs),
     /// One CUBIC flow, 50 Mbit/s, 150 ms RTT, 1-BDP buffer: HyStart's legacy vs fixed round start.
     Hystart(hystart::HystartArgs),
+    /// A scenario file (as `mptun sim run` takes) on real packets, the simulator's run beside it.
+    Run(run::RunArgs),
     /// One end of a lab transfer (run by the scenarios inside a namespace).
     #[command(hide = true)]
     Peer(peer::PeerArgs),
@@ -51,6 +54,7 @@ impl LabArgs {
             LabScenario::Hystart(a) => a.common.json.json,
             LabScenario::Failover(a) => a.common.json.json,
             LabScenario::Fallback(a) => a.common.json.json,
+            LabScenario::Run(a) => a.common.json.json,
             LabScenario::Peer(_) => true,
         }
     }
@@ -63,6 +67,7 @@ pub(crate) fn run(a: LabArgs) -> Result<Verdict> {
         LabScenario::Hystart(a) => hystart::run(a),
         LabScenario::Failover(a) => failover::run(a),
         LabScenario::Fallback(a) => fallback::run(a),
+        LabScenario::Run(a) => run::run(a),
         LabScenario::Peer(a) => peer::run(a),
     }
 }

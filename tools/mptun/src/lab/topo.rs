@@ -171,6 +171,17 @@ impl Topology {
     /// mptun. A crashed run's namespaces and linkems of the same name are
     /// removed first.
     pub(crate) fn up(self, specs: &[String], stack: LabStack, mptcp: bool) -> Result<Topology> {
+        let t = self.up_with(specs, &format!("stack {}", stack.name()), mptcp)?;
+        if stack == LabStack::Mptun {
+            t.mptun_routes(specs.len() as u8)?;
+        }
+        Ok(t)
+    }
+
+    /// [`Topology::up`] without mptun's routes (a scenario file's flows
+    /// bring their own, [`Topology::tun_routes`]); `what` names the stacks
+    /// in the progress line.
+    pub(crate) fn up_with(self, specs: &[String], what: &str, mptcp: bool) -> Result<Topology> {
         let ours = [format!("{}-cli", self.name), format!("{}-mid", self.name), self.srv.clone()];
         if namespaces().iter().any(|n| ours.contains(n)) || self.state.exists() {
             eprintln!("lab: removing the leftovers of an earlier run named {}", self.name);
@@ -188,7 +199,7 @@ impl Topology {
         for s in specs {
             up.args(["--path", s]);
         }
-        eprintln!("lab: {} — linkem [{}] — {}, stack {}", self.cli, specs.join(" | "), self.srv, stack.name());
+        eprintln!("lab: {} — linkem [{}] — {}, {what}", self.cli, specs.join(" | "), self.srv);
         let out = up.output().context("cannot run bash")?;
         // From here on the namespaces may exist: `self` tears them down on
         // every way out (an error, a signal).
@@ -203,9 +214,6 @@ impl Topology {
             // Each connection starts from the defaults, as each simulated
             // run does: no ssthresh/RTT cached from the previous one.
             sysctl(ns, "net.ipv4.tcp_no_metrics_save", "1")?;
-        }
-        if stack == LabStack::Mptun {
-            self.mptun_routes(specs.len() as u8)?;
         }
         Ok(self)
     }
@@ -224,6 +232,42 @@ impl Topology {
             ip(&self.srv, &["route", "add", &net, "via", &back, "dev", &format!("s{i}")])?;
         }
         ip(&self.cli, &["route", "add", "10.8.1.0/24", "via", "10.0.1.2", "dev", "c1"])
+    }
+
+    /// `ip ARGS` inside namespace `ns` (one of this lab's).
+    pub(crate) fn ip(&self, ns: &str, args: &[&str]) -> Result<()> {
+        ip(ns, args)
+    }
+
+    /// Routes mptun's TUN subnets of a scenario file's flows: client
+    /// subnet `10.9.k.0/24` leaves by path `p` for each `(k, p)` of
+    /// `client`, and the server comes back over it; server subnet
+    /// `10.8.f.0/24` is reached by path `p` for each `(f, p)` of `server`
+    /// (a subflow's own path takes it there: its rule comes first).
+    pub(crate) fn tun_routes(&self, client: &[(u8, u8)], server: &[(u8, u8)]) -> Result<()> {
+        if client.is_empty() && server.is_empty() {
+            return Ok(());
+        }
+        for ns in [&self.cli, &self.srv] {
+            sysctl(ns, "net.ipv4.ip_forward", "1")?;
+        }
+        let paths: std::collections::BTreeSet<u8> = client.iter().chain(server).map(|&(_, p)| p).collect();
+        for p in paths {
+            let table = (200 + u32::from(p)).to_string();
+            let via = format!("10.0.{p}.2");
+            ip(&self.cli, &["route", "replace", "default", "via", &via, "dev", &format!("c{p}"), "table", &table])?;
+        }
+        for &(k, p) in client {
+            let (table, pref) = ((200 + u32::from(p)).to_string(), (300 + u32::from(k)).to_string());
+            let net = format!("10.9.{k}.0/24");
+            ip(&self.cli, &["rule", "add", "from", &net, "lookup", &table, "pref", &pref])?;
+            ip(&self.srv, &["route", "add", &net, "via", &format!("10.0.{p}.1"), "dev", &format!("s{p}")])?;
+        }
+        for &(f, p) in server {
+            let net = format!("10.8.{f}.0/24");
+            ip(&self.cli, &["route", "add", &net, "via", &format!("10.0.{p}.2"), "dev", &format!("c{p}")])?;
+        }
+        Ok(())
     }
 
     /// A command to path `index`'s linkem (`down both`, `up both`, `stats`, `set a2b rate=...`).

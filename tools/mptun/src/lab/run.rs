@@ -1,0 +1,490 @@
+//! `mptun lab run FILE`: a scenario file (the one `mptun sim run` takes)
+//! on real packets. Each `[[link]]` becomes one linkem path of the lab
+//! (client — linkem — server namespaces, `topo.sh`), each route the path
+//! of its link, and each flow a pair of `mptun lab peer` processes:
+//!
+//! * an MPTCP flow runs on mptun's stack at both ends (`--stack mptun`,
+//!   the default; TUN devices, one per address it leaves from, routed
+//!   through the link of that address's route), or on the kernel's MPTCP
+//!   at both ends (`--stack kernel`: uncoupled, its own scheduler; one
+//!   `subflow` endpoint per further address);
+//! * a TCP flow is the kernel's TCP at both ends, with the flow's
+//!   controller or `--tcp-cc` (any the kernel has: cubic, bbr, reno).
+//!
+//! Each flow's goodput is what its server received over the file's
+//! measurement window, and the simulator's run of the same file, seed and
+//! `--cc` stands beside it. What the lab cannot build is refused before
+//! anything is: routes through more than one link, unresponsive (`udp`)
+//! flows, more than 8 links.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use mptun_cc::Algorithm;
+use mptun_link::Qdisc;
+use mptun_sim::scenarios::network::{FlowKind, Spec};
+use serde::Serialize;
+
+use super::peer::{PeerReport, READY};
+use super::topo::{LabCommon, LabStack, Proc, Topology};
+use crate::report::Verdict;
+use crate::scenario_file::{self, Overrides};
+use crate::units::parse_duration;
+
+#[derive(Args, Debug)]
+#[command(mut_arg("json", |a| a.help("Print the report (each flow's lab and simulator figures) as JSON")))]
+pub(crate) struct RunArgs {
+    /// The scenario file (TOML; docs/scenarios/ has examples).
+    file: PathBuf,
+    /// The MPTCP flows' congestion control, as `mptun sim run --cc` (the kernel's MPTCP, uncoupled,
+    /// runs cubic or reno: a coupled name becomes cubic there).
+    #[arg(long)]
+    cc: Option<Algorithm>,
+    /// Whose MPTCP carries the MPTCP flows, at both ends.
+    #[arg(long, value_enum, default_value = "mptun")]
+    stack: LabStack,
+    /// The TCP flows' controller (the kernel's: cubic, bbr, reno, ...); default each flow's `cc`.
+    #[arg(long, value_name = "NAME")]
+    tcp_cc: Option<String>,
+    /// Seed of the simulator's run (the lab's own randomness is linkem's, seeded per path).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run this long instead of the file's duration (the measurement then starts at half of it,
+    /// unless the file's `measure_from` still falls inside).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<mptun_time::Duration>,
+    #[command(flatten)]
+    pub(crate) common: LabCommon,
+}
+
+/// How one flow of the file is carried.
+#[derive(Clone, Debug, PartialEq)]
+enum Carrier {
+    /// mptun at both ends: server TUN `10.8.f.2`, client TUNs `10.9.k.2` (one per address).
+    Mptun { f: u8, ks: Vec<u8> },
+    /// The kernel's MPTCP at both ends.
+    KernelMptcp,
+    /// The kernel's TCP at both ends.
+    KernelTcp,
+}
+
+/// One flow as the lab runs it.
+#[derive(Clone, Debug)]
+struct LabFlow {
+    carrier: Carrier,
+    /// Lab path (1-based) of each address the flow leaves from, the first one's first.
+    paths: Vec<u8>,
+    cc: String,
+    scheduler: Option<mptun::Policy>,
+    port: u16,
+    start: Duration,
+    /// Seconds of sending, from its connection's start.
+    send_for: f64,
+}
+
+/// The lab's plan for a file: the linkem specs, each flow's carrier and
+/// the routes mptun's TUN subnets need.
+#[derive(Debug)]
+struct Plan {
+    specs: Vec<String>,
+    flows: Vec<LabFlow>,
+    /// (client TUN subnet k, lab path).
+    client_nets: Vec<(u8, u8)>,
+    /// (server TUN subnet f, lab path its first subflow takes).
+    server_nets: Vec<(u8, u8)>,
+}
+
+/// A link of the file as linkem spells it: the simulator's router queue
+/// (`limit-scope=bottleneck`), its jitter order-preserving.
+fn linkem_spec(l: &mptun_sim::scenarios::bottleneck::Bottleneck) -> String {
+    let (_, queue, _) = l.link();
+    let mut s =
+        format!("rate={}bit,delay={}us,limit={queue},limit-scope=bottleneck", l.rate_bps, (l.rtt / 2).as_micros());
+    if !l.jitter.is_zero() {
+        s.push_str(&format!(",jitter={}us,jitter-mode=ordered", l.jitter.as_micros()));
+    }
+    if let Qdisc::Codel(p) = l.qdisc {
+        s.push_str(&format!(
+            ",qdisc=codel,codel-target={}us,codel-interval={}us",
+            p.target.as_micros(),
+            p.interval.as_micros()
+        ));
+    }
+    s
+}
+
+fn plan(spec: &Spec, stack: LabStack, tcp_cc: Option<&str>) -> Result<Plan> {
+    if spec.links.is_empty() || spec.links.len() > 8 {
+        bail!("the lab builds 1 to 8 links; the file has {}", spec.links.len());
+    }
+    let specs = spec.links.iter().map(|l| linkem_spec(&l.link)).collect();
+    let path_of = |flow: usize, a: IpAddr, to: IpAddr| -> Result<u8> {
+        let r = spec
+            .routes
+            .iter()
+            .find(|r| r.a == a && r.b == to)
+            .or_else(|| spec.routes.iter().find(|r| r.a == a))
+            .ok_or_else(|| anyhow!("flow {flow}: no route from {a}"))?;
+        let [link] = r.links.as_slice() else {
+            bail!("route {a} -> {}: the lab runs routes through one link each ({} here)", r.b, r.links.len())
+        };
+        let i = spec.links.iter().position(|l| &l.name == link).ok_or_else(|| anyhow!("no link named {link}"))?;
+        Ok(i as u8 + 1)
+    };
+    let (mut flows, mut client_nets, mut server_nets) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut next_f, mut next_k, mut kernel_mptcp) = (1u8, 1u8, 0);
+    for (i, f) in spec.flows.iter().enumerate() {
+        let paths = f.from.iter().map(|&a| path_of(i, a, f.to)).collect::<Result<Vec<u8>>>()?;
+        if paths.is_empty() {
+            bail!("flow {i}: no address to leave from");
+        }
+        let end = f.stop.unwrap_or(spec.duration).min(spec.duration);
+        if end <= f.start {
+            bail!("flow {i}: it stops before it starts");
+        }
+        let (carrier, cc) = match (&f.kind, stack) {
+            (FlowKind::Mptcp, LabStack::Mptun) => {
+                let ks: Vec<u8> = (0..paths.len() as u8).map(|j| next_k + j).collect();
+                next_k += paths.len() as u8;
+                client_nets.extend(ks.iter().copied().zip(paths.iter().copied()));
+                server_nets.push((next_f, paths[0]));
+                next_f += 1;
+                (Carrier::Mptun { f: next_f - 1, ks }, f.cc.name().to_string())
+            }
+            (FlowKind::Mptcp, LabStack::Kernel) => {
+                kernel_mptcp += 1;
+                if paths[0] != 1 {
+                    bail!("flow {i}: the kernel's MPTCP flow must leave from an address routed over the first link");
+                }
+                let cc = if matches!(f.cc, Algorithm::Reno) { "reno" } else { "cubic" };
+                (Carrier::KernelMptcp, cc.to_string())
+            }
+            (FlowKind::Tcp, _) => (Carrier::KernelTcp, tcp_cc.map_or_else(|| f.cc.name().to_string(), String::from)),
+            (FlowKind::Unresponsive { .. }, _) => {
+                bail!("flow {i}: unresponsive (udp) flows run in the simulator only for now")
+            }
+        };
+        if next_k > 200 || next_f > 200 {
+            bail!("too many mptun flows and addresses for the lab's address plan");
+        }
+        flows.push(LabFlow {
+            carrier,
+            paths,
+            cc,
+            scheduler: (f.kind == FlowKind::Mptcp && stack == LabStack::Mptun).then_some(f.policy),
+            port: 5600 + i as u16,
+            start: f.start,
+            send_for: (end - f.start).as_secs_f64(),
+        });
+    }
+    if kernel_mptcp > 1 {
+        bail!("the kernel's endpoints are per namespace: one kernel MPTCP flow per run");
+    }
+    Ok(Plan { specs, flows, client_nets, server_nets })
+}
+
+/// The peers' arguments for flow `f`: (server, client).
+fn peer_args(f: &LabFlow) -> (Vec<String>, Vec<String>) {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let mut srv = s(&["lab", "peer", "--trace", "--sample-ms", "100"]);
+    let mut cli = s(&["lab", "peer", "--sample-ms", "100", "--send-for"]);
+    cli.push(format!("{:.3}", f.send_for));
+    match &f.carrier {
+        Carrier::Mptun { f: n, ks } => {
+            let sched = f.scheduler.unwrap_or_default().to_string();
+            srv.extend(s(&["--stack", "mptun", "--cc", &f.cc, "--scheduler", &sched, "--path"]));
+            srv.push(format!("dev=mlrs{n},addr=10.8.{n}.2/24,peer=10.8.{n}.1"));
+            srv.extend(["--listen".into(), format!("10.8.{n}.2:{}", f.port)]);
+            cli.extend(s(&["--stack", "mptun", "--cc", &f.cc, "--scheduler", &sched]));
+            for k in ks {
+                cli.extend(["--path".into(), format!("dev=mlrc{k},addr=10.9.{k}.2/24,peer=10.9.{k}.1")]);
+            }
+            cli.extend(["--connect".into(), format!("10.8.{n}.2:{}", f.port)]);
+        }
+        Carrier::KernelMptcp => {
+            srv.extend(s(&["--stack", "kernel", "--listen"]));
+            srv.push(format!("0.0.0.0:{}", f.port));
+            cli.extend(s(&["--stack", "kernel", "--cc", &f.cc, "--connect"]));
+            cli.push(format!("10.0.1.2:{}", f.port));
+        }
+        Carrier::KernelTcp => {
+            let to = format!("10.0.{}.2:{}", f.paths[0], f.port);
+            srv.extend(s(&["--stack", "kernel", "--no-mptcp", "--listen", &to]));
+            cli.extend(s(&["--stack", "kernel", "--no-mptcp", "--cc", &f.cc, "--connect", &to]));
+        }
+    }
+    (srv, cli)
+}
+
+/// Bytes received by `t` seconds after the connection was up, from the
+/// server's samples (linear between two).
+fn received_at(series: &[(f64, u64)], t: f64) -> f64 {
+    let mut prev = (0.0, 0u64);
+    for &(ts, b) in series {
+        if ts >= t {
+            let span = ts - prev.0;
+            let frac = if span > 0.0 { (t - prev.0) / span } else { 1.0 };
+            return prev.1 as f64 + (b as f64 - prev.1 as f64) * frac.clamp(0.0, 1.0);
+        }
+        prev = (ts, b);
+    }
+    prev.1 as f64
+}
+
+#[derive(Serialize)]
+struct FlowRow {
+    kind: &'static str,
+    /// Who runs it, at both ends.
+    stack: &'static str,
+    cc: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheduler: Option<String>,
+    subflows: usize,
+    goodput_bps: f64,
+    share: f64,
+    sim_goodput_bps: f64,
+    sim_share: f64,
+    /// Lab share minus the simulator's.
+    share_delta: f64,
+    bytes: u64,
+    sha256_match: bool,
+}
+
+#[derive(Serialize)]
+struct LabRunReport {
+    scenario: String,
+    seed: u64,
+    duration_s: f64,
+    measure_from_s: f64,
+    mptcp_stack: &'static str,
+    flows: Vec<FlowRow>,
+    sim_run_digest: String,
+}
+
+/// Carries out `plan` on `topo`: the TUN routes, the kernel's endpoints.
+fn prepare(topo: &Topology, spec: &Spec, plan: &Plan) -> Result<()> {
+    topo.tun_routes(&plan.client_nets, &plan.server_nets)?;
+    for (f, fl) in plan.flows.iter().zip(&spec.flows) {
+        if f.carrier != Carrier::KernelMptcp {
+            continue;
+        }
+        topo.ip(&topo.cli, &["mptcp", "endpoint", "flush"])?;
+        let mut used = BTreeSet::from([1u8]);
+        for (j, &p) in f.paths.iter().enumerate().skip(1) {
+            let addr = if used.insert(p) {
+                // This path's own address (topo.sh routes it over that path).
+                format!("10.0.{p}.1")
+            } else {
+                // A further address on the same path.
+                let a = format!("10.0.{p}.{}", 10 + j);
+                topo.ip(&topo.cli, &["addr", "add", &format!("{a}/24"), "dev", &format!("c{p}")])?;
+                if p > 1 {
+                    let table = (100 + u32::from(p)).to_string();
+                    topo.ip(&topo.cli, &["rule", "add", "from", &a, "table", &table])?;
+                }
+                a
+            };
+            topo.ip(&topo.cli, &["mptcp", "endpoint", "add", &addr, "dev", &format!("c{p}"), "subflow"])?;
+        }
+        let n = (fl.from.len() - 1).to_string();
+        for ns in [&topo.cli, &topo.srv] {
+            topo.ip(ns, &["mptcp", "limits", "set", "subflows", &n, "add_addr_accepted", "0"])?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
+    let mut spec = scenario_file::load(&a.file, Overrides { mptcp_cc: a.cc, seed: a.seed })?;
+    if let Some(d) = a.duration {
+        spec.duration = d;
+        spec.measure_from = spec.measure_from.filter(|&m| m < d);
+    }
+    let plan = plan(&spec, a.stack, a.tcp_cc.as_deref())?;
+    let sim = scenario_file::run(&spec)?;
+    let what = format!("MPTCP flows on {}'s stack, TCP flows on the kernel's", a.stack.name());
+    let topo = Topology::plan(&a.common)?.up_with(&plan.specs, &what, true)?;
+    prepare(&topo, &spec, &plan)?;
+    let mut servers: Vec<Proc> = Vec::new();
+    let mut args = Vec::new();
+    for f in &plan.flows {
+        let (srv, cli) = peer_args(f);
+        let mut p = topo.spawn(&topo.srv, &srv)?;
+        p.wait_ready(READY, Duration::from_secs(10)).context("a server peer")?;
+        servers.push(p);
+        args.push(cli);
+    }
+    // The clients, each at its flow's start.
+    let mut order: Vec<usize> = (0..plan.flows.len()).collect();
+    order.sort_by_key(|&i| plan.flows[i].start);
+    let t0 = Instant::now();
+    let mut clients: Vec<Option<Proc>> = (0..plan.flows.len()).map(|_| None).collect();
+    for i in order {
+        while t0.elapsed() < plan.flows[i].start {
+            if crate::signals::received().is_some() {
+                return Err(crate::signals::interrupted());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        clients[i] = Some(topo.spawn(&topo.cli, &args[i])?);
+    }
+    let parse = |what: &str, i: usize, r: Result<(std::process::ExitStatus, String, String)>| -> Result<PeerReport> {
+        let (st, out, err) = r.with_context(|| format!("flow {i}'s {what}"))?;
+        if !st.success() {
+            bail!("flow {i}'s {what} peer failed: {}", err.lines().last().unwrap_or("no message"));
+        }
+        serde_json::from_str(out.trim()).with_context(|| format!("flow {i}'s {what} peer's report"))
+    };
+    let mut reports = Vec::new();
+    for (i, c) in clients.iter_mut().enumerate() {
+        let limit = Duration::from_secs_f64(plan.flows[i].send_for + 60.0);
+        let cr = parse("client", i, c.as_mut().expect("started").finish(limit))?;
+        let sr = parse("server", i, servers[i].finish(Duration::from_secs(30)))?;
+        reports.push((cr, sr));
+    }
+    drop(topo);
+    let measure = spec.measure_from.unwrap_or(spec.duration / 2).min(spec.duration).as_secs_f64();
+    let end = spec.duration.as_secs_f64();
+    let goodputs: Vec<f64> = plan
+        .flows
+        .iter()
+        .zip(&reports)
+        .map(|(f, (_, sr))| {
+            let s = f.start.as_secs_f64();
+            let (from, to) = ((measure - s).max(0.0), (end - s).max(0.0));
+            if to <= from {
+                return 0.0;
+            }
+            (received_at(&sr.rx_series, to) - received_at(&sr.rx_series, from)) * 8.0 / (end - measure)
+        })
+        .collect();
+    let total: f64 = goodputs.iter().sum::<f64>().max(1e-9);
+    let stack_name = |c: &Carrier| match c {
+        Carrier::Mptun { .. } => "mptun",
+        Carrier::KernelMptcp | Carrier::KernelTcp => "kernel",
+    };
+    let flows: Vec<FlowRow> = plan
+        .flows
+        .iter()
+        .zip(&reports)
+        .zip(&goodputs)
+        .zip(&sim.flows)
+        .map(|(((f, (cr, sr)), &g), s)| FlowRow {
+            kind: s.kind,
+            stack: stack_name(&f.carrier),
+            cc: f.cc.clone(),
+            scheduler: match f.carrier {
+                Carrier::KernelMptcp => Some("kernel".into()),
+                _ => f.scheduler.map(|p| p.to_string()),
+            },
+            subflows: cr.subflows_max,
+            goodput_bps: g,
+            share: g / total,
+            sim_goodput_bps: s.goodput_bps,
+            sim_share: s.share,
+            share_delta: g / total - s.share,
+            bytes: sr.received,
+            sha256_match: cr.intact_with(sr),
+        })
+        .collect();
+    let r = LabRunReport {
+        scenario: spec.name.clone(),
+        seed: spec.seed,
+        duration_s: end,
+        measure_from_s: measure,
+        mptcp_stack: a.stack.name(),
+        flows,
+        sim_run_digest: sim.run_digest.clone(),
+    };
+    super::emit(a.common.json.json, &r, || {
+        println!(
+            "{} on real packets, MPTCP on {}'s stack; goodput from {measure:.1} s to {end:.1} s:",
+            r.scenario, r.mptcp_stack
+        );
+        println!("  flow kind   stack   cc      subflows  lab Mbit/s  share   sim Mbit/s  share   delta  sha256");
+        for (i, f) in r.flows.iter().enumerate() {
+            println!(
+                "  {i:<4} {:<6} {:<7} {:<7} {:>8}  {:>10.2}  {:.3}  {:>10.2}  {:.3}  {:>+.3}  {}",
+                f.kind,
+                f.stack,
+                f.cc,
+                f.subflows,
+                f.goodput_bps / 1e6,
+                f.share,
+                f.sim_goodput_bps / 1e6,
+                f.sim_share,
+                f.share_delta,
+                if f.sha256_match { "match" } else { "MISMATCH" }
+            );
+        }
+    })?;
+    if let Some((i, _)) = r.flows.iter().enumerate().find(|(_, f)| !f.sha256_match) {
+        return Ok(Verdict::Fail(anyhow!("flow {i}: integrity check failed")));
+    }
+    if let Some((i, _)) = r.flows.iter().enumerate().find(|(_, f)| f.goodput_bps <= 0.0) {
+        return Ok(Verdict::Fail(anyhow!("flow {i} moved nothing in the measurement window")));
+    }
+    Ok(Verdict::Pass)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHARED: &str = include_str!("../../../../docs/scenarios/shared-bottleneck.toml");
+    const POOLING: &str = include_str!("../../../../docs/scenarios/pooling.toml");
+    const CODEL: &str = include_str!("../../../../docs/scenarios/shared-bottleneck-codel.toml");
+    const CROSS: &str = include_str!("../../../../docs/scenarios/cross-traffic.toml");
+
+    fn spec(text: &str) -> Spec {
+        scenario_file::parse(text, "x", Overrides::default()).unwrap()
+    }
+
+    #[test]
+    fn the_shared_bottleneck_is_one_path_both_subflows_on_it() {
+        let p = plan(&spec(SHARED), LabStack::Mptun, None).unwrap();
+        assert_eq!(
+            p.specs,
+            ["rate=20000000bit,delay=20000us,limit=66,limit-scope=bottleneck,jitter=500us,jitter-mode=ordered"]
+        );
+        assert_eq!(p.flows[0].carrier, Carrier::Mptun { f: 1, ks: vec![1, 2] });
+        assert_eq!(p.client_nets, [(1, 1), (2, 1)], "both TUN subnets through path 1");
+        assert_eq!(p.server_nets, [(1, 1)]);
+        assert_eq!((p.flows[1].carrier.clone(), p.flows[1].cc.as_str()), (Carrier::KernelTcp, "cubic"));
+        assert_eq!(p.flows[0].scheduler, Some(mptun::Policy::MinRtt));
+        let (srv, cli) = peer_args(&p.flows[0]);
+        assert!(srv.contains(&"10.8.1.2:5600".to_string()) && cli.contains(&"10.8.1.2:5600".to_string()));
+        assert_eq!(cli.iter().filter(|a| *a == "--path").count(), 2);
+        let (_, tcp) = peer_args(&p.flows[1]);
+        assert!(tcp.contains(&"10.0.1.2:5601".to_string()) && tcp.contains(&"--no-mptcp".to_string()));
+        // The kernel's MPTCP instead, and BBR for the TCP flow.
+        let k = plan(&spec(SHARED), LabStack::Kernel, Some("bbr")).unwrap();
+        assert_eq!((k.flows[0].carrier.clone(), k.flows[0].cc.as_str()), (Carrier::KernelMptcp, "cubic"));
+        assert_eq!(k.flows[1].cc, "bbr");
+        assert!(k.client_nets.is_empty());
+    }
+
+    #[test]
+    fn pooling_is_two_paths_codel_keeps_its_parameters_udp_is_refused() {
+        let p = plan(&spec(POOLING), LabStack::Mptun, None).unwrap();
+        assert_eq!(p.specs.len(), 2);
+        assert_eq!(p.client_nets, [(1, 1), (2, 2)]);
+        assert_eq!(p.flows.iter().filter(|f| f.carrier == Carrier::KernelTcp).count(), 2);
+        let c = plan(&spec(CODEL), LabStack::Mptun, None).unwrap();
+        assert!(c.specs[0].ends_with(",qdisc=codel,codel-target=5000us,codel-interval=100000us"), "{}", c.specs[0]);
+        let e = plan(&spec(CROSS), LabStack::Mptun, None).unwrap_err().to_string();
+        assert!(e.contains("udp"), "{e}");
+    }
+
+    #[test]
+    fn goodput_reads_the_server_series_between_two_instants() {
+        let s = [(1.0, 100), (2.0, 300), (3.0, 600)];
+        assert_eq!(received_at(&s, 0.5), 50.0);
+        assert_eq!(received_at(&s, 2.5), 450.0);
+        assert_eq!(received_at(&s, 9.0), 600.0);
+    }
+}
