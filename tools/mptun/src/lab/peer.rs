@@ -83,6 +83,10 @@ pub(crate) struct PeerArgs {
     /// Plain TCP.
     #[arg(long)]
     no_mptcp: bool,
+    /// SO_MAX_PACING_RATE of the kernel's socket, bytes per second: any value turns on the kernel
+    /// TCP's internal pacing (its rate is then cwnd/srtt as in mptun, capped here), with no fq qdisc.
+    #[arg(long, value_name = "BYTES_PER_S")]
+    max_pacing_rate: Option<u64>,
     /// Sample every this many ms (subflows; with --trace the first subflow's
     /// slow-start exit and the bytes received).
     #[arg(long, default_value_t = 10)]
@@ -495,7 +499,7 @@ fn kernel_options(a: &PeerArgs) -> KernelOptions {
         cc: a.cc.clone(),
         sndbuf: a.sndbuf.map(|b| b as usize),
         rcvbuf: a.rcvbuf.map(|b| b as usize),
-        max_pacing_rate: None,
+        max_pacing_rate: a.max_pacing_rate,
     }
 }
 

@@ -50,6 +50,16 @@ pub(crate) struct RunArgs {
     /// The TCP flows' controller (the kernel's: cubic, bbr, reno, ...); default each flow's `cc`.
     #[arg(long, value_name = "NAME")]
     tcp_cc: Option<String>,
+    /// mptun's pacer for its MPTCP flows: edt (the default), quantum or none (the kernel's TCP here
+    /// paces only under BBR: this machine has no fq qdisc).
+    #[arg(long)]
+    pacer: Option<mptun::PacerKind>,
+    /// Whether the kernel's TCP flows pace, as the simulator's do: on sets SO_MAX_PACING_RATE (far
+    /// above any link here), which turns on the kernel TCP's internal pacing without an fq qdisc;
+    /// off leaves the kernel's default, unpaced CUBIC (bursts of ACK-clocked segments). The kernel's
+    /// MPTCP socket refuses the option: its flows go unpaced either way.
+    #[arg(long, value_enum, default_value = "on")]
+    kernel_pacing: OnOff,
     /// Seed of the simulator's run (the lab's own randomness is linkem's, seeded per path).
     #[arg(long)]
     seed: Option<u64>,
@@ -60,6 +70,17 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) common: LabCommon,
 }
+
+/// A switch on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+/// SO_MAX_PACING_RATE that turns the kernel's internal pacing on without
+/// limiting it: 10 Gbit/s, beyond every lab link.
+const KERNEL_PACING_CAP: u64 = 1_250_000_000;
 
 /// How one flow of the file is carried.
 #[derive(Clone, Debug, PartialEq)]
@@ -187,12 +208,23 @@ fn plan(spec: &Spec, stack: LabStack, tcp_cc: Option<&str>) -> Result<Plan> {
     Ok(Plan { specs, flows, client_nets, server_nets })
 }
 
-/// The peers' arguments for flow `f`: (server, client).
-fn peer_args(f: &LabFlow) -> (Vec<String>, Vec<String>) {
+/// Whether the kernel's internal pacing carries flow `f`: its TCP flows
+/// with `kernel_pacing` (the kernel's MPTCP socket refuses
+/// SO_MAX_PACING_RATE, EOPNOTSUPP on Linux 6.18, so its flows go unpaced).
+fn paced_by_kernel(f: &LabFlow, kernel_pacing: bool) -> bool {
+    kernel_pacing && f.carrier == Carrier::KernelTcp
+}
+
+/// The peers' arguments for flow `f`: (server, client); `pacer` for
+/// mptun's sender, `kernel_pacing` for the kernel's.
+fn peer_args(f: &LabFlow, pacer: Option<mptun::PacerKind>, kernel_pacing: bool) -> (Vec<String>, Vec<String>) {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
     let mut srv = s(&["lab", "peer", "--trace", "--sample-ms", "100"]);
     let mut cli = s(&["lab", "peer", "--sample-ms", "100", "--send-for"]);
     cli.push(format!("{:.3}", f.send_for));
+    if paced_by_kernel(f, kernel_pacing) {
+        cli.extend(["--max-pacing-rate".into(), KERNEL_PACING_CAP.to_string()]);
+    }
     match &f.carrier {
         Carrier::Mptun { f: n, ks } => {
             let sched = f.scheduler.unwrap_or_default().to_string();
@@ -200,6 +232,9 @@ fn peer_args(f: &LabFlow) -> (Vec<String>, Vec<String>) {
             srv.push(format!("dev=mlrs{n},addr=10.8.{n}.2/24,peer=10.8.{n}.1"));
             srv.extend(["--listen".into(), format!("10.8.{n}.2:{}", f.port)]);
             cli.extend(s(&["--stack", "mptun", "--cc", &f.cc, "--scheduler", &sched]));
+            if let Some(p) = pacer {
+                cli.extend(["--pacer".into(), p.to_string()]);
+            }
             for k in ks {
                 cli.extend(["--path".into(), format!("dev=mlrc{k},addr=10.9.{k}.2/24,peer=10.9.{k}.1")]);
             }
@@ -244,6 +279,8 @@ struct FlowRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     scheduler: Option<String>,
     subflows: usize,
+    /// Its sender paced (mptun's pacer, or the kernel's internal pacing).
+    paced: bool,
     goodput_bps: f64,
     share: f64,
     sim_goodput_bps: f64,
@@ -312,7 +349,7 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
     let mut servers: Vec<Proc> = Vec::new();
     let mut args = Vec::new();
     for f in &plan.flows {
-        let (srv, cli) = peer_args(f);
+        let (srv, cli) = peer_args(f, a.pacer, a.kernel_pacing == OnOff::On);
         let mut p = topo.spawn(&topo.srv, &srv)?;
         p.wait_ready(READY, Duration::from_secs(10)).context("a server peer")?;
         servers.push(p);
@@ -382,6 +419,10 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
                 _ => f.scheduler.map(|p| p.to_string()),
             },
             subflows: cr.subflows_max,
+            paced: match f.carrier {
+                Carrier::Mptun { .. } => a.pacer != Some(mptun::PacerKind::None),
+                _ => paced_by_kernel(f, a.kernel_pacing == OnOff::On),
+            },
             goodput_bps: g,
             share: g / total,
             sim_goodput_bps: s.goodput_bps,
@@ -456,10 +497,15 @@ mod tests {
         assert_eq!(p.server_nets, [(1, 1)]);
         assert_eq!((p.flows[1].carrier.clone(), p.flows[1].cc.as_str()), (Carrier::KernelTcp, "cubic"));
         assert_eq!(p.flows[0].scheduler, Some(mptun::Policy::MinRtt));
-        let (srv, cli) = peer_args(&p.flows[0]);
+        let (srv, cli) = peer_args(&p.flows[0], None, true);
+        assert!(!cli.contains(&"--max-pacing-rate".to_string()), "mptun paces by itself");
         assert!(srv.contains(&"10.8.1.2:5600".to_string()) && cli.contains(&"10.8.1.2:5600".to_string()));
         assert_eq!(cli.iter().filter(|a| *a == "--path").count(), 2);
-        let (_, tcp) = peer_args(&p.flows[1]);
+        let (_, tcp) = peer_args(&p.flows[1], Some(mptun::PacerKind::None), true);
+        assert!(!tcp.contains(&"--pacer".to_string()), "the kernel's flows take no pacer of ours");
+        assert!(tcp.contains(&"--max-pacing-rate".to_string()), "but pace by SO_MAX_PACING_RATE");
+        let (_, unpaced) = peer_args(&p.flows[1], None, false);
+        assert!(!unpaced.contains(&"--max-pacing-rate".to_string()));
         assert!(tcp.contains(&"10.0.1.2:5601".to_string()) && tcp.contains(&"--no-mptcp".to_string()));
         // The kernel's MPTCP instead, and BBR for the TCP flow.
         let k = plan(&spec(SHARED), LabStack::Kernel, Some("bbr")).unwrap();
