@@ -14,6 +14,23 @@ fn aggregate_two_paths() {
     assert!(r.subflows.iter().all(|s| s.bytes_acked > 1_000_000), "{:?}", r.subflows);
 }
 
+/// Every shipped scheduler carries the aggregate transfer intact over both
+/// paths, and says so in the report; the default's report names none (its
+/// digest stays what it was).
+#[test]
+fn aggregate_runs_under_every_scheduler() {
+    use mptun_proto::sched::Policy;
+    for policy in Policy::ALL {
+        let r = aggregate::run(&Params { size: 8 << 20, policy, ..Params::default() });
+        assert!(r.result.sha256_match, "{policy}");
+        assert!(r.subflows.iter().all(|s| s.bytes_acked > 100_000), "{policy}: {:?}", r.subflows);
+        let named = (policy != Policy::Default).then(|| policy.name());
+        assert_eq!(r.scheduler, named);
+    }
+    let minrtt = aggregate::run(&Params { policy: Policy::MinRtt, ..Params::default() });
+    assert!(minrtt.efficiency >= 0.90, "minRTT fills both paths: {}", minrtt.efficiency);
+}
+
 #[test]
 fn single_path_mptcp_survives_loss_and_reordering() {
     use mptun_sim::scenarios::tcp_single;

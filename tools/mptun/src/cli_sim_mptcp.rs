@@ -31,6 +31,9 @@ pub(crate) struct AggregateArgs {
     /// olia, balia). `aggregate` only.
     #[arg(long, default_value_t = Algorithm::Cubic)]
     cc: Algorithm,
+    /// MPTCP scheduler of both ends: default, minrtt, penalise, penalise-guarded, mptcp-org.
+    #[arg(long, default_value_t = Policy::Default)]
+    scheduler: Policy,
     #[command(flatten)]
     seed: Seed,
     #[command(flatten)]
@@ -111,7 +114,9 @@ fn emit<T: serde::Serialize>(json: bool, r: &T, text: impl FnOnce()) -> Result<(
 }
 
 pub(crate) fn run_aggregate(a: AggregateArgs) -> Result<()> {
-    let r = aggregate::run(&aggregate::Params { size: a.size, seed: a.seed.seed, cc: a.cc, ..Default::default() });
+    let params =
+        aggregate::Params { size: a.size, seed: a.seed.seed, cc: a.cc, policy: a.scheduler, ..Default::default() };
+    let r = aggregate::run(&params);
     emit(a.json.json, &r, || print_aggregate(&r))?;
     series(&a, "aggregate", false)?;
     if !r.result.sha256_match {

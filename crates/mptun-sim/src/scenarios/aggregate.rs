@@ -11,6 +11,7 @@ use mptun_cc::Algorithm;
 use mptun_link::LinkConfig;
 use mptun_proto::endpoint::EndpointConfig;
 use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
+use mptun_proto::sched::Policy;
 use mptun_time::{Duration, Instant};
 use serde::Serialize;
 use std::net::IpAddr;
@@ -89,6 +90,9 @@ pub struct Report {
     /// and the digests, of the default runs stay as they were).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cc: Option<&'static str>,
+    /// The scheduler, when not the default (as `cc`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<&'static str>,
     pub seed: u64,
     pub size_bytes: u64,
     pub paths: Vec<String>,
@@ -113,6 +117,8 @@ pub struct Params {
     pub events: Vec<(Instant, usize, bool)>,
     /// Congestion control of both ends' subflows (coupled or not).
     pub cc: Algorithm,
+    /// Both ends' MPTCP scheduler (the client's carries the transfer).
+    pub policy: Policy,
 }
 
 impl Default for Params {
@@ -126,6 +132,7 @@ impl Default for Params {
             seed: 1,
             events: Vec::new(),
             cc: Algorithm::Cubic,
+            policy: Policy::Default,
         }
     }
 }
@@ -171,6 +178,7 @@ pub fn run_named_traced(
     let mut report = Report {
         scenario: name,
         cc: (p.cc != Algorithm::default()).then(|| p.cc.name()),
+        scheduler: (p.policy != Policy::Default).then(|| p.policy.name()),
         seed: p.seed,
         size_bytes: p.size,
         paths: p
@@ -204,5 +212,7 @@ pub fn run(p: &Params) -> Report {
     let (mut c, mut s) = mptcp_configs(p.paths.len());
     c.tcp.congestion_control = p.cc;
     s.tcp.congestion_control = p.cc;
+    c.mptcp.scheduler = p.policy;
+    s.mptcp.scheduler = p.policy;
     run_named("aggregate", p, c, s)
 }
