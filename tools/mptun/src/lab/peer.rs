@@ -566,15 +566,21 @@ pub(crate) fn run_pair(
         (cr, ev.join())
     });
     ev.map_err(|_| anyhow!("a path event panicked"))??;
-    let parse = |what: &str, (st, out, err): (std::process::ExitStatus, String, String)| -> Result<PeerReport> {
-        if !st.success() {
-            bail!("the {what} peer failed: {}", err.lines().last().unwrap_or("no message"));
-        }
-        serde_json::from_str(out.trim()).with_context(|| format!("the {what} peer's report: {out}"))
-    };
-    let cr = parse("client", cr.context("the client peer")?)?;
-    let sr = parse("server", server.finish(Duration::from_secs(30)).context("the server peer")?)?;
+    let cr = parse_report("the client", cr.context("the client peer")?)?;
+    let sr = parse_report("the server", server.finish(Duration::from_secs(30)).context("the server peer")?)?;
     Ok((cr, sr))
+}
+
+/// A finished peer's report (`what` names it in errors): its JSON line, or
+/// the last line of its stderr when it failed.
+pub(crate) fn parse_report(
+    what: &str,
+    (st, out, err): (std::process::ExitStatus, String, String),
+) -> Result<PeerReport> {
+    if !st.success() {
+        bail!("{what} peer failed: {}", err.lines().last().unwrap_or("no message"));
+    }
+    serde_json::from_str(out.trim()).with_context(|| format!("{what} peer's report: {out}"))
 }
 
 impl PeerReport {

@@ -29,7 +29,7 @@ use mptun_link::Qdisc;
 use mptun_sim::scenarios::network::{FlowKind, Spec};
 use serde::Serialize;
 
-use super::peer::{PeerReport, READY};
+use super::peer::{parse_report, PeerReport, READY};
 use super::topo::{LabCommon, LabStack, Proc, Topology};
 use crate::report::Verdict;
 use crate::scenario_file::{self, Overrides};
@@ -370,11 +370,8 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
         clients[i] = Some(topo.spawn(&topo.cli, &args[i])?);
     }
     let parse = |what: &str, i: usize, r: Result<(std::process::ExitStatus, String, String)>| -> Result<PeerReport> {
-        let (st, out, err) = r.with_context(|| format!("flow {i}'s {what}"))?;
-        if !st.success() {
-            bail!("flow {i}'s {what} peer failed: {}", err.lines().last().unwrap_or("no message"));
-        }
-        serde_json::from_str(out.trim()).with_context(|| format!("flow {i}'s {what} peer's report"))
+        let what = format!("flow {i}'s {what}");
+        parse_report(&what, r.with_context(|| what.clone())?)
     };
     let mut reports = Vec::new();
     for (i, c) in clients.iter_mut().enumerate() {
