@@ -216,6 +216,9 @@ counters! {
     mptcp_mp_rst_tx => "MPTcpExtMPRstTx",
     /// Bytes re-sent on another subflow after theirs stalled or failed (`MPTcpExt Reinjected` analogue).
     mptcp_reinjected_bytes => "MptunMPReinjectedBytes",
+    /// Bytes a scheduler sent again on a further subflow: redundant copies
+    /// and the reinjections it chose (`Request::Reinject`) (mptun's).
+    mptun_sched_copy_bytes => "MptunSchedCopyBytes",
     /// Segments with MPTCP options that the subflow found unacceptable (out
     /// of window, challenged, bad ACK): their options were ignored (mptun's).
     mptun_mp_opts_unacceptable => "MptunMPOptsUnacceptable",

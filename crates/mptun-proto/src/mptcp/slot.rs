@@ -114,6 +114,8 @@ pub(crate) struct SubflowTx {
     /// Data sequence up to which this subflow's data was reinjected
     /// elsewhere; `None` before its first reinjection.
     pub reinjected_to: Option<DataSeq>,
+    /// End of the highest data sequence ever mapped on this subflow.
+    pub data_end: Option<DataSeq>,
     /// (DATA_ACK, window edge) last sent on this subflow, and mappings sent
     /// since without it: unchanged acknowledgement information is left off
     /// data segments to give their payload the 8 bytes.

@@ -134,10 +134,62 @@ fn hand_over(snd_buf: &SendBuf, sf: &mut Subflow, start: Seq, len: usize, joined
     true
 }
 
+/// Maps up to `want` bytes of the connection's send buffer from `start`
+/// onto `slot` as a new mapping (at most `room`, the peer's window): a
+/// mapping ends on a wire segment boundary (Linux sizes an skb, one
+/// mapping, to `size_goal`, a multiple of the MSS), as a 65,535-byte
+/// mapping would end every TSO super-segment in a short segment. The
+/// segment size depends on whether the mapping carries the DATA_ACK, so
+/// that is decided here, once. Returns the bytes mapped, 0 when none fit.
+fn new_mapping(
+    buf: &SendBuf,
+    slot: &mut SubflowSlot,
+    start: DataSeq,
+    want: u64,
+    room: u64,
+    acks: &AckView,
+    csum_on: bool,
+) -> u64 {
+    let ssn = slot.write_seq_rel();
+    let (tcp, mp) = (&mut slot.tcp, &mut slot.mp);
+    let with_ack = mp.tx.new_map_needs_ack(ssn, mp.first_data_ssn(), acks);
+    let seg = tcp.mss(if with_ack { DSS_FULL } else { DSS_MAP }) as u64;
+    let len = mapping_len(tcp, seg, want.min(map_cap(seg))).min(room);
+    if len == 0 {
+        return 0;
+    }
+    let csum = if csum_on {
+        let data = buf.slice_bytes(Seq(start.0 as u32), len as usize);
+        let csum = dss_checksum(start.0, ssn.0, len as u16, &data);
+        if tcp.send_bytes(data).is_err() {
+            return 0;
+        }
+        csum
+    } else {
+        if !hand_over(buf, tcp, Seq(start.0 as u32), len as usize, false) {
+            return 0;
+        }
+        0
+    };
+    mp.tx.note_ack_decision(with_ack, acks);
+    mp.tx.maps.push_back(TxMap { ssn, dsn: start, len: len as u32, csum, with_ack: Some(with_ack) });
+    mp.tx.data_end = Some(mp.tx.data_end.map_or(start + len, |e| e.max(start + len)));
+    len
+}
+
 impl SubflowSlot {
-    /// What the scheduler sees of this subflow (index `id`).
-    fn view(&self, id: usize) -> SubflowView {
+    /// What the scheduler sees of this subflow (index `id`); data
+    /// sequence numbers as offsets from `base`, the first byte's DSN,
+    /// with `una` the oldest byte not DATA_ACKed.
+    fn view(&self, id: usize, base: DataSeq, una: DataSeq) -> SubflowView {
         let info = self.tcp.info();
+        let sampled = self.tcp.srtt().is_some();
+        let off = |d: DataSeq| d.0.wrapping_sub(base.0);
+        let mut unacked: Option<(DataSeq, DataSeq)> = None;
+        for m in self.mp.tx.maps.iter().filter(|m| m.dsn_end().gt(una)) {
+            let (s, e) = (m.dsn.max(una), m.dsn_end());
+            unacked = Some(unacked.map_or((s, e), |(a, b)| (a.min(s), b.max(e))));
+        }
         SubflowView {
             id,
             available: self.usable(),
@@ -155,6 +207,15 @@ impl SubflowSlot {
             // The smallest data segment: one that carries a whole DSS, so
             // that a burst of k of these never ends in a runt.
             mss: self.tcp.mss(DSS_FULL),
+            rttvar: sampled.then_some(info.rttvar),
+            min_rtt: sampled.then_some(info.min_rtt),
+            lost: info.lost_out,
+            retrans: info.retrans_out,
+            delivery_rate: info.delivery_rate,
+            last_send: info.last_data_send,
+            last_ack: info.last_ack_recv,
+            unacked_data: unacked.map(|(s, e)| (off(s), off(e))),
+            data_end: self.mp.tx.data_end.map(off),
         }
     }
 
@@ -261,7 +322,36 @@ impl Connection {
 
     /// What the scheduler sees of each subflow.
     fn views(&self) -> Vec<SubflowView> {
-        self.subflows.iter().map(|(i, s)| s.view(i)).collect()
+        let (base, una) = (self.tx.base, self.tx.una);
+        self.subflows.iter().map(|(i, s)| s.view(i, base, una)).collect()
+    }
+
+    /// What the scheduler sees of the connection.
+    fn conn_view(&self) -> ConnView {
+        let tx = &self.tx;
+        let off = |d: DataSeq| d.0.wrapping_sub(tx.base.0);
+        ConnView {
+            rwnd_limited: tx.write_seq.gt(tx.wnd_end),
+            now: self.last_now,
+            una: off(tx.una),
+            nxt: off(tx.nxt),
+            write_seq: off(tx.write_seq),
+            wnd_end: off(tx.wnd_end.max(tx.una)),
+            send_buffer: tx.limit,
+            reinject_queued: tx.reinject.iter().map(|&(a, b)| b.saturating_sub(a.max(tx.una))).sum(),
+        }
+    }
+
+    /// Nothing new can go: the scheduler may still ask for copies of data
+    /// in flight (`Scheduler::on_blocked`), carried out at once.
+    fn push_blocked(&mut self) {
+        if self.mode.infinite() || !self.hs.fully_established || !self.sched.acts_when_blocked() {
+            return;
+        }
+        let views = self.views();
+        let conn = self.conn_view();
+        self.sched.on_blocked(&views, &conn);
+        self.carry_out_requests();
     }
 
     /// Hands bursts of data (reinjections first) to the subflows the scheduler picks.
@@ -280,10 +370,11 @@ impl Connection {
             }
             let room = self.tx.wnd_end.saturating_sub(start);
             if start.ge(end) || (room == 0 && !reinj) {
+                self.push_blocked();
                 return;
             }
             let views = self.views();
-            let conn = ConnView { rwnd_limited: self.tx.write_seq.gt(self.tx.wnd_end), now: self.last_now };
+            let conn = self.conn_view();
             let Some(pick) = self.sched.select(&views, &conn) else { return };
             self.carry_out_requests();
             let acks = self.ack_view(self.rx.window());
@@ -311,37 +402,16 @@ impl Connection {
                         return;
                     }
                     m.len += len as u32;
+                    mp.tx.data_end = Some(start + len);
                     self.tx.nxt += len;
                     self.sched.on_pushed(pick.id, len as usize, &views);
                     continue;
                 }
             }
-            // A mapping ends on a wire segment boundary (Linux sizes an skb, one
-            // mapping, to `size_goal`, a multiple of the MSS): a 65,535-byte
-            // mapping would end every TSO super-segment in a short segment. The
-            // segment size depends on whether the mapping carries the
-            // DATA_ACK, so that is decided here, once.
-            let with_ack = mp.tx.new_map_needs_ack(ssn, mp.first_data_ssn(), &acks);
-            let seg = tcp.mss(if with_ack { DSS_FULL } else { DSS_MAP }) as u64;
-            let len = mapping_len(tcp, seg, want.min(map_cap(seg))).min(room);
+            let len = new_mapping(&self.tx.buf, slot, start, want, room, &acks, csum_on);
             if len == 0 {
                 return;
             }
-            let csum = if csum_on {
-                let data = self.tx.buf.slice_bytes(Seq(start.0 as u32), len as usize);
-                let csum = dss_checksum(start.0, ssn.0, len as u16, &data);
-                if tcp.send_bytes(data).is_err() {
-                    return;
-                }
-                csum
-            } else {
-                if !hand_over(&self.tx.buf, tcp, Seq(start.0 as u32), len as usize, false) {
-                    return;
-                }
-                0
-            };
-            mp.tx.note_ack_decision(with_ack, &acks);
-            mp.tx.maps.push_back(TxMap { ssn, dsn: start, len: len as u32, csum, with_ack: Some(with_ack) });
             if reinj {
                 self.mode.forbid_infinite();
                 let front = self.tx.reinject.front_mut().expect("peeked");
@@ -350,7 +420,45 @@ impl Connection {
                 self.tx.nxt += len;
             }
             self.sched.on_pushed(pick.id, len as usize, &views);
+            for c in pick.copies.iter().filter(|c| c.id != pick.id) {
+                let sent = self.copy_onto(c.id, start, start + len.min(c.max_burst as u64));
+                if sent > 0 {
+                    self.sched.on_pushed(c.id, sent as usize, &views);
+                }
+            }
         }
+    }
+
+    /// Maps data `[from, to)`, already handed to a subflow once, onto
+    /// subflow `id` as new mappings of its own, clipped to what the peer
+    /// has not DATA_ACKed and to what `id` can queue now: a redundant copy
+    /// or a reinjection the scheduler chose. Returns the bytes mapped.
+    fn copy_onto(&mut self, id: usize, from: DataSeq, to: DataSeq) -> u64 {
+        let mut start = from.max(self.tx.una);
+        let end = to.min(self.tx.nxt);
+        if self.mode.infinite() || !self.hs.fully_established || start.ge(end) {
+            return 0;
+        }
+        let acks = self.ack_view(self.rx.window());
+        let csum_on = self.hs.csum;
+        let Some(slot) = self.subflows.get_mut(id) else { return 0 };
+        if !slot.usable() {
+            return 0;
+        }
+        let mut sent = 0;
+        while start.lt(end) {
+            let len = new_mapping(&self.tx.buf, slot, start, end - start, u64::MAX, &acks, csum_on);
+            if len == 0 {
+                break;
+            }
+            start += len;
+            sent += len;
+        }
+        if sent > 0 {
+            self.mode.forbid_infinite();
+            self.counters.mptun_sched_copy_bytes += sent;
+        }
+        sent
     }
 
     /// What the scheduler asked for besides its pick, carried out before
@@ -366,6 +474,10 @@ impl Connection {
                 // Opportunistic retransmission: the oldest unacknowledged
                 // data of the slow subflow goes out again on a fast one.
                 Request::ReinjectHead { id } => self.reinject_head(id),
+                Request::Reinject { on, from, to } => {
+                    let base = self.tx.base;
+                    self.copy_onto(on, base + from, base + to);
+                }
             }
         }
     }

@@ -63,7 +63,7 @@ impl Scheduler for MinRttScheduler {
         let rank = |v: &SubflowView| v.srtt.map_or(u128::MAX, |r| r.as_nanos());
         let best =
             live().filter(|v| v.backup == all_backup).filter(|v| Self::room(v) > 0).min_by_key(|v| (rank(v), v.id))?;
-        Some(Pick { id: best.id, max_burst: Self::room(best) })
+        Some(Pick::one(best.id, Self::room(best)))
     }
 
     fn on_pushed(&mut self, _id: usize, _bytes: usize, _subflows: &[SubflowView]) {}
@@ -90,6 +90,7 @@ mod tests {
             in_flight,
             unsent: 0,
             mss: 1000,
+            ..SubflowView::default()
         }
     }
 
@@ -101,10 +102,10 @@ mod tests {
     fn the_lowest_srtt_with_room_wins_and_gets_its_room() {
         let v = [view(0, 60, 10, 4), view(1, 20, 10, 7)];
         // Subflow 1 is faster: 3 segments of room.
-        assert_eq!(pick(&v), Some(Pick { id: 1, max_burst: 3000 }));
+        assert_eq!(pick(&v), Some(Pick::one(1, 3000)));
         // Its window full: the slower one, with its 6 segments.
         let v = [view(0, 60, 10, 4), view(1, 20, 10, 10)];
-        assert_eq!(pick(&v), Some(Pick { id: 0, max_burst: 6000 }));
+        assert_eq!(pick(&v), Some(Pick::one(0, 6000)));
         // Both full: nothing, however much data waits.
         let v = [view(0, 60, 10, 10), view(1, 20, 10, 12)];
         assert_eq!(pick(&v), None);
@@ -114,15 +115,15 @@ mod tests {
     fn unsent_data_counts_against_the_room() {
         let mut a = view(0, 20, 10, 4);
         a.unsent = 2500;
-        assert_eq!(pick(&[a]), Some(Pick { id: 0, max_burst: 3500 }));
+        assert_eq!(pick(&[a]), Some(Pick::one(0, 3500)));
         // What is unsent already fills the window: not available.
         a.unsent = 6000;
         let b = view(1, 80, 4, 0);
-        assert_eq!(pick(&[a, b]), Some(Pick { id: 1, max_burst: 4000 }));
+        assert_eq!(pick(&[a, b]), Some(Pick::one(1, 4000)));
         // The send buffer bounds the burst too.
         let mut c = view(2, 10, 100, 0);
         c.send_space = 1500;
-        assert_eq!(pick(&[c]), Some(Pick { id: 2, max_burst: 1500 }));
+        assert_eq!(pick(&[c]), Some(Pick::one(2, 1500)));
     }
 
     #[test]

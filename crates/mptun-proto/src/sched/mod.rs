@@ -28,6 +28,9 @@ use mptun_cc::{CaState, WindowCut};
 use mptun_time::{Duration, Instant};
 
 /// What a scheduler may know about one subflow.
+///
+/// `Default` is an available subflow with nothing queued, no samples and
+/// zero windows, for schedulers' unit tests (set what a test needs).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SubflowView {
     /// Stable index of the subflow within its connection.
@@ -65,9 +68,66 @@ pub struct SubflowView {
     /// subflow's `mss_cache` less the option): a burst of whole multiples
     /// of it leaves no short segment behind.
     pub mss: u32,
+    /// RTT variation as RFC 6298 defines RTTVAR (Linux keeps four times
+    /// it in `rttvar_us`): ECF's margin `delta` is built from it.
+    pub rttvar: Option<Duration>,
+    /// Lowest RTT seen on the subflow (Linux `tcp_min_rtt`).
+    pub min_rtt: Option<Duration>,
+    /// Segments marked lost and not yet retransmitted (`lost_out`).
+    pub lost: u32,
+    /// Retransmitted segments still in flight (`retrans_out`).
+    pub retrans: u32,
+    /// Bytes acknowledged per second over the last interval of at least
+    /// one srtt; 0 before the first (see [`crate::tcp::TcpInfo::delivery_rate`]).
+    pub delivery_rate: u64,
+    /// When the subflow last sent data (Linux `lsndtime`).
+    pub last_send: Option<Instant>,
+    /// When an ACK last acknowledged new data on it.
+    pub last_ack: Option<Instant>,
+    /// The data sequence range mapped on this subflow that the peer has not
+    /// DATA_ACKed, `(from, to)`: what a reinjection of this subflow's data
+    /// ([`Request::Reinject`]) may take. `None` when it holds none.
+    pub unacked_data: Option<(u64, u64)>,
+    /// End of the highest data sequence number ever mapped on this
+    /// subflow: a redundant scheduler sends a subflow that is behind the
+    /// connection's `nxt` what it missed.
+    pub data_end: Option<u64>,
+}
+
+impl Default for SubflowView {
+    fn default() -> Self {
+        SubflowView {
+            id: 0,
+            available: true,
+            backup: false,
+            queued: 0,
+            send_space: 0,
+            pacing_rate: 0,
+            cwnd: 0,
+            ssthresh: u32::MAX,
+            srtt: None,
+            ca_state: CaState::Open,
+            cwnd_limited: false,
+            in_flight: 0,
+            unsent: 0,
+            mss: 1,
+            rttvar: None,
+            min_rtt: None,
+            lost: 0,
+            retrans: 0,
+            delivery_rate: 0,
+            last_send: None,
+            last_ack: None,
+            unacked_data: None,
+            data_end: None,
+        }
+    }
 }
 
 /// The connection-level context of a scheduling decision.
+///
+/// Data sequence numbers are the low 64 bits as the connection counts
+/// them, relative to nothing: compare them with each other only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConnView {
     /// The application queued past the send-window edge (`write_seq > wnd_end`):
@@ -75,16 +135,71 @@ pub struct ConnView {
     pub rwnd_limited: bool,
     /// Time of the decision, for policies rate-limited per RTT.
     pub now: Instant,
+    /// Oldest data the peer has not DATA_ACKed (`snd_una`).
+    pub una: u64,
+    /// Next new data to hand to a subflow (`snd_nxt` of the msk).
+    pub nxt: u64,
+    /// Just past the last byte the application wrote (`write_seq`).
+    pub write_seq: u64,
+    /// Right edge of the peer's connection-level window (`wnd_end`).
+    pub wnd_end: u64,
+    /// Size of the connection's send buffer (`sk_sndbuf`), bytes.
+    pub send_buffer: usize,
+    /// Bytes queued for reinjection, ahead of new data.
+    pub reinject_queued: u64,
 }
 
-/// A pick: the subflow and the most bytes to push to it in one go.
+impl ConnView {
+    /// Bytes the application wrote that no subflow carries yet.
+    pub fn unsent(&self) -> u64 {
+        self.write_seq.saturating_sub(self.nxt)
+    }
+
+    /// The peer's connection-level window from `una` (the msk's `snd_wnd`).
+    pub fn window(&self) -> u64 {
+        self.wnd_end.saturating_sub(self.una)
+    }
+
+    /// Send-buffer occupancy: written and not DATA_ACKed.
+    pub fn buffered(&self) -> u64 {
+        self.write_seq.saturating_sub(self.una)
+    }
+}
+
+/// One subflow of a pick and the most bytes to push to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The subflow's index in the connection.
+    pub id: usize,
+    /// Most bytes to push to it in one go.
+    pub max_burst: usize,
+}
+
+/// A pick: the subflow and the most bytes to push to it in one go, and
+/// the subflows that carry a copy of the same data (a redundant scheduler).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pick {
     /// The subflow's index in the connection.
     pub id: usize,
     /// Most bytes to push to it in one go (one DSS mapping), so that the
     /// next burst is scheduled again with fresh subflow state.
     pub max_burst: usize,
+    /// Further subflows that get a copy of what `id` gets, each at most
+    /// its own burst (the data ACK decides which copy counts).
+    pub copies: Vec<Target>,
+}
+
+impl Pick {
+    /// A pick of one subflow.
+    pub fn one(id: usize, max_burst: usize) -> Self {
+        Pick { id, max_burst, copies: Vec::new() }
+    }
+
+    /// The same pick with a copy on subflow `id` too.
+    pub fn with_copy(mut self, id: usize, max_burst: usize) -> Self {
+        self.copies.push(Target { id, max_burst });
+        self
+    }
 }
 
 /// What a scheduler asks of the connection besides its pick, carried out
@@ -106,12 +221,32 @@ pub enum Request {
         /// The subflow whose data goes again.
         id: usize,
     },
+    /// Send data `[from, to)` on subflow `on` now, as a mapping of its
+    /// own: data already sent on another subflow (a reinjection chosen by
+    /// the scheduler, or a redundant copy that catches a subflow up). The
+    /// connection clips it to what was sent once and is not DATA_ACKed,
+    /// and to what `on` can queue; counted as `MptunSchedCopyBytes`.
+    Reinject {
+        /// The subflow that sends it.
+        on: usize,
+        /// First data sequence number.
+        from: u64,
+        /// Just past the last.
+        to: u64,
+    },
 }
 
 /// Linux `MPTCP_SEND_BURST_SIZE`.
 pub const SEND_BURST_SIZE: usize = 64 * 1024;
 
 /// A scheduler policy.
+///
+/// The connection calls [`Scheduler::select`] whenever new data (or a
+/// queued reinjection) can go and the peer's window allows it, carries out
+/// what [`Scheduler::poll_request`] yields, pushes the pick, and reports it
+/// with [`Scheduler::on_pushed`]. When nothing new can go, it calls
+/// [`Scheduler::on_blocked`] once, where a scheduler may still ask for
+/// copies of data in flight.
 pub trait Scheduler: Send + core::fmt::Debug {
     /// Name as `net.mptcp.scheduler` would print it.
     fn name(&self) -> &'static str;
@@ -119,6 +254,15 @@ pub trait Scheduler: Send + core::fmt::Debug {
     fn select(&mut self, subflows: &[SubflowView], conn: &ConnView) -> Option<Pick>;
     /// `bytes` were pushed to subflow `id` (Linux updates `avg_pacing_rate` here).
     fn on_pushed(&mut self, id: usize, bytes: usize, subflows: &[SubflowView]);
+    /// No new data can go now (all of it is on subflows, or the peer's
+    /// window is full): the requests queued here (a [`Request::Reinject`]
+    /// onto an idle subflow) are carried out at once.
+    fn on_blocked(&mut self, _subflows: &[SubflowView], _conn: &ConnView) {}
+    /// Whether [`Scheduler::on_blocked`] does anything: the connection
+    /// builds the views for it only then, as that path runs on every ACK.
+    fn acts_when_blocked(&self) -> bool {
+        false
+    }
     /// Subflow `id` is gone and its id may name a new subflow: drop what
     /// is kept about it.
     fn forget(&mut self, _id: usize) {}
@@ -126,8 +270,9 @@ pub trait Scheduler: Send + core::fmt::Debug {
     fn avg_pacing_rate(&self, _id: usize) -> Option<u64> {
         None
     }
-    /// The next request the last [`Scheduler::select`] made besides its
-    /// pick; the connection takes them all right after a pick.
+    /// The next request the last [`Scheduler::select`] (or
+    /// [`Scheduler::on_blocked`]) made besides its pick; the connection
+    /// takes them all right after.
     fn poll_request(&mut self) -> Option<Request> {
         None
     }
@@ -187,7 +332,7 @@ impl Scheduler for DefaultScheduler {
         if chosen.send_space == 0 {
             return None;
         }
-        Some(Pick { id, max_burst: SEND_BURST_SIZE })
+        Some(Pick::one(id, SEND_BURST_SIZE))
     }
 
     fn on_pushed(&mut self, id: usize, bytes: usize, subflows: &[SubflowView]) {
@@ -222,19 +367,13 @@ mod tests {
     fn view(id: usize, queued: usize, rate: u64) -> SubflowView {
         SubflowView {
             id,
-            available: true,
-            backup: false,
             queued,
             send_space: 100_000,
             pacing_rate: rate,
             cwnd: 10,
-            ssthresh: u32::MAX,
-            srtt: None,
-            ca_state: CaState::Open,
             cwnd_limited: true,
-            in_flight: 0,
-            unsent: 0,
             mss: 1000,
+            ..SubflowView::default()
         }
     }
 

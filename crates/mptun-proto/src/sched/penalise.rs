@@ -231,11 +231,12 @@ mod tests {
             in_flight: 0,
             unsent: 0,
             mss: 1000,
+            ..SubflowView::default()
         }
     }
 
     fn conn(now_ms: u64, rwnd_limited: bool) -> ConnView {
-        ConnView { rwnd_limited, now: Instant::from_millis(now_ms) }
+        ConnView { rwnd_limited, now: Instant::from_millis(now_ms), ..ConnView::default() }
     }
 
     fn sched(p: Policy) -> PenaltyScheduler {

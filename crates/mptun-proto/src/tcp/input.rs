@@ -665,6 +665,7 @@ impl Subflow {
     fn ack_cumulative(&mut self, now: Instant, ack: Seq) -> Acked {
         let acked = self.scoreboard.remove_acked(now, ack, self.rtt.min(), &mut self.counters);
         self.bytes_acked += (ack - self.snd_una) as u64 - acked.fin as u64;
+        self.note_delivery(now);
         self.send_buf.ack_to(ack);
         self.snd_una = ack;
         self.retries = 0;
@@ -674,6 +675,22 @@ impl Subflow {
         self.timers.set_opt(Timer::Rto, (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto()));
         self.tlp.on_cumulative_ack(self.snd_una);
         acked
+    }
+
+    /// An ACK of new data: the time, and the delivery rate once an
+    /// interval of at least one smoothed RTT has passed since the last.
+    fn note_delivery(&mut self, now: Instant) {
+        self.last_ack_recv = Some(now);
+        let Some((t0, b0)) = self.rate_mark else {
+            self.rate_mark = Some((now, self.bytes_acked));
+            return;
+        };
+        let span = now - t0;
+        if span > Duration::ZERO && span >= self.rtt.smoothed().unwrap_or(Duration::MAX) {
+            let bytes = self.bytes_acked - b0;
+            self.delivery_rate = (bytes as f64 / span.as_secs_f64()) as u64;
+            self.rate_mark = Some((now, self.bytes_acked));
+        }
     }
 
     /// Linux `tcp_cong_control`: the controller's sample (`pkts_acked`), then

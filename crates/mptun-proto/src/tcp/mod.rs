@@ -195,6 +195,14 @@ pub struct Subflow {
     bytes_retrans: u64,
     /// `bytes_acked` at the last two losses (`coupling`).
     loss_marks: [u64; 2],
+    /// Linux `lsndtime`: the last data segment sent.
+    last_data_send: Option<Instant>,
+    /// The last ACK of new data.
+    last_ack_recv: Option<Instant>,
+    /// Start of the current delivery-rate interval and `bytes_acked` then.
+    rate_mark: Option<(Instant, u64)>,
+    /// Bytes per second acknowledged over the last whole interval.
+    delivery_rate: u64,
     scratch: Vec<u8>,
 }
 
@@ -364,6 +372,10 @@ impl Subflow {
             bytes_sent: 0,
             bytes_retrans: 0,
             loss_marks: [0; 2],
+            last_data_send: None,
+            last_ack_recv: None,
+            rate_mark: None,
+            delivery_rate: 0,
             scratch: Vec::new(),
             cfg,
         }
@@ -520,6 +532,9 @@ impl Subflow {
             recv_buffer: self.recv_limit,
             cwnd_limited: self.is_cwnd_limited(),
             slow_start_exit: self.cc.slow_start_exit(),
+            last_data_send: self.last_data_send,
+            last_ack_recv: self.last_ack_recv,
+            delivery_rate: self.delivery_rate,
         }
     }
 

@@ -126,6 +126,7 @@ impl Subflow {
         self.counters.tcp_ext_tcp_loss_probes += 1;
         self.counters.tcp_retrans_segs += 1;
         self.bytes_retrans += s.len as u64;
+        self.last_data_send = Some(now);
         let opts = self.ack_options(now, hook.option_space(true));
         let mut flags = TcpFlags::ACK | TcpFlags::PSH;
         if s.fin {
@@ -266,6 +267,7 @@ impl Subflow {
             let s = self.scoreboard.on_retransmit(i, now);
             self.counters.tcp_retrans_segs += 1;
             self.bytes_retrans += s.len as u64;
+            self.last_data_send = Some(now);
             if self.ca_state == CaState::Loss {
                 self.counters.tcp_ext_tcp_slow_start_retrans += 1;
             } else {
@@ -343,6 +345,9 @@ impl Subflow {
         }
         self.snd_nxt = seq + len + fin as u32;
         self.bytes_sent += len as u64;
+        if len > 0 {
+            self.last_data_send = Some(now);
+        }
         if self.ca_state == CaState::Recovery {
             self.scoreboard.prr_on_sent();
         }

@@ -217,6 +217,15 @@ pub struct TcpInfo {
     /// `TcpExtTCPHystart*` counters, here per subflow so a real-packet run
     /// (`mptun lab hystart`) can tell the exits apart as the simulator does.
     pub slow_start_exit: Option<mptun_cc::SlowStartExit>,
+    /// When data was last sent (Linux `lsndtime`), new or retransmitted.
+    pub last_data_send: Option<Instant>,
+    /// When an ACK last acknowledged new data.
+    pub last_ack_recv: Option<Instant>,
+    /// Bytes acknowledged per second over the last interval of at least
+    /// one smoothed RTT (0 before the first such interval): a coarse
+    /// delivery rate, not marked app-limited, for schedulers that weigh
+    /// what a path delivers rather than what its window allows.
+    pub delivery_rate: u64,
 }
 
 /// What a subflow made of one incoming segment
