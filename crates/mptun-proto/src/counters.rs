@@ -219,6 +219,9 @@ counters! {
     /// Bytes a scheduler sent again on a further subflow: redundant copies
     /// and the reinjections it chose (`Request::Reinject`) (mptun's).
     mptun_sched_copy_bytes => "MptunSchedCopyBytes",
+    /// Picks a scheduler declined, waiting for a faster subflow rather
+    /// than sending on a slow one (BLEST, ECF) (mptun's).
+    mptun_sched_waits => "MptunSchedWaits",
     /// Segments with MPTCP options that the subflow found unacceptable (out
     /// of window, challenged, bad ACK): their options were ignored (mptun's).
     mptun_mp_opts_unacceptable => "MptunMPOptsUnacceptable",

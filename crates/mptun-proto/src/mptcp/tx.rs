@@ -375,8 +375,9 @@ impl Connection {
             }
             let views = self.views();
             let conn = self.conn_view();
-            let Some(pick) = self.sched.select(&views, &conn) else { return };
+            let pick = self.sched.select(&views, &conn);
             self.carry_out_requests();
+            let Some(pick) = pick else { return };
             let acks = self.ack_view(self.rx.window());
             let csum_on = self.hs.csum;
             let Some(slot) = self.subflows.get_mut(pick.id) else { return };

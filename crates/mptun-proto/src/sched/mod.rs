@@ -13,15 +13,28 @@
 //! pick, a scheduler may ask the connection for [`Request`]s (a window cut,
 //! a reinjection), which is how the penalty policies of [`penalise`] are
 //! written. [`minrtt`] is the out-of-tree multipath-tcp.org kernel's
-//! default. [`registry`] builds the shipped ones by name.
+//! default; [`roundrobin`], [`redundant`], [`blest`] and [`ecf`] are its
+//! other schedulers, [`bpf_selftest`] upstream's BPF test schedulers.
+//! [`registry`] builds the shipped ones by name.
 
+pub mod blest;
+pub mod bpf_selftest;
+pub mod ecf;
 pub mod minrtt;
 pub mod penalise;
+pub mod rbuf_opt;
+pub mod redundant;
 pub mod registry;
+pub mod roundrobin;
 
+pub use blest::BlestScheduler;
+pub use bpf_selftest::{Pin, PinScheduler};
+pub use ecf::EcfScheduler;
 pub use minrtt::MinRttScheduler;
 pub use penalise::{PenaltyConfig, PenaltyScheduler};
+pub use redundant::RedundantScheduler;
 pub use registry::{new_scheduler, Policy};
+pub use roundrobin::RoundRobinScheduler;
 
 use crate::counters::Counters;
 use mptun_cc::{CaState, WindowCut};

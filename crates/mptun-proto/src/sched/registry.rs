@@ -1,8 +1,11 @@
 //! The schedulers mptun ships, by name (Linux keeps its registry in
 //! `net/mptcp/sched.c`, chosen by the `net.mptcp.scheduler` sysctl).
 
+use super::bpf_selftest::{Pin, PinScheduler};
 use super::penalise::{PenaltyConfig, PenaltyScheduler};
-use super::{DefaultScheduler, MinRttScheduler, Scheduler};
+use super::{
+    BlestScheduler, DefaultScheduler, EcfScheduler, MinRttScheduler, RedundantScheduler, RoundRobinScheduler, Scheduler,
+};
 use std::fmt;
 use std::str::FromStr;
 
@@ -26,12 +29,35 @@ pub enum Policy {
     /// The multipath-tcp.org kernel's default scheduler: lowest srtt, and
     /// only as much as the chosen subflow's window can send at once.
     MinRtt,
+    /// The multipath-tcp.org kernel's round-robin (`mptcp_rr.c`).
+    RoundRobin,
+    /// Every segment on every active subflow (`mptcp_redundant.c`).
+    Redundant,
+    /// BLEST, blocking estimation (`mptcp_blest.c`).
+    Blest,
+    /// ECF, earliest completion first (`mptcp_ecf.c`).
+    Ecf,
+    /// Everything on the first subflow (upstream's BPF selftest `bpf_first`).
+    First,
+    /// Everything on the first non-backup subflow (`bpf_bkup`).
+    Backup,
 }
 
 impl Policy {
     /// Every scheduler mptun ships.
-    pub const ALL: [Policy; 5] =
-        [Policy::Default, Policy::Penalise, Policy::PenaliseGuarded, Policy::MptcpOrg, Policy::MinRtt];
+    pub const ALL: [Policy; 11] = [
+        Policy::Default,
+        Policy::Penalise,
+        Policy::PenaliseGuarded,
+        Policy::MptcpOrg,
+        Policy::MinRtt,
+        Policy::RoundRobin,
+        Policy::Redundant,
+        Policy::Blest,
+        Policy::Ecf,
+        Policy::First,
+        Policy::Backup,
+    ];
 
     /// The slow-subflow penalty matrix: the default scheduler and the
     /// three penalties on top of it (the `penalise` scenario's columns).
@@ -45,6 +71,12 @@ impl Policy {
             Policy::PenaliseGuarded => "penalise-guarded",
             Policy::MptcpOrg => "mptcp-org",
             Policy::MinRtt => "minrtt",
+            Policy::RoundRobin => "roundrobin",
+            Policy::Redundant => "redundant",
+            Policy::Blest => "blest",
+            Policy::Ecf => "ecf",
+            Policy::First => "first",
+            Policy::Backup => "backup",
         }
     }
 }
@@ -70,7 +102,13 @@ pub fn new_scheduler(policy: Policy, cfg: PenaltyConfig) -> Box<dyn Scheduler> {
     match policy {
         Policy::Default => Box::new(DefaultScheduler::new()),
         Policy::MinRtt => Box::new(MinRttScheduler::new()),
-        p => Box::new(PenaltyScheduler::new(p, cfg)),
+        Policy::RoundRobin => Box::new(RoundRobinScheduler::default()),
+        Policy::Redundant => Box::new(RedundantScheduler::new()),
+        Policy::Blest => Box::new(BlestScheduler::new()),
+        Policy::Ecf => Box::new(EcfScheduler::new()),
+        Policy::First => Box::new(PinScheduler::new(Pin::First)),
+        Policy::Backup => Box::new(PinScheduler::new(Pin::FirstNonBackup)),
+        p @ (Policy::Penalise | Policy::PenaliseGuarded | Policy::MptcpOrg) => Box::new(PenaltyScheduler::new(p, cfg)),
     }
 }
 
