@@ -25,7 +25,12 @@ fn aggregate_runs_under_every_scheduler() {
         assert!(r.result.sha256_match, "{policy}");
         if matches!(policy, Policy::First | Policy::Backup) {
             // Pinned to the initial subflow by design.
-            assert_eq!(r.subflows.iter().map(|s| (s.bytes_acked > 0) as u32).sum::<u32>(), 1, "{policy}: {:?}", r.subflows);
+            assert_eq!(
+                r.subflows.iter().map(|s| (s.bytes_acked > 0) as u32).sum::<u32>(),
+                1,
+                "{policy}: {:?}",
+                r.subflows
+            );
         } else {
             assert!(r.subflows.iter().all(|s| s.bytes_acked > 100_000), "{policy}: {:?}", r.subflows);
         }

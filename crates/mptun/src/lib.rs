@@ -69,7 +69,7 @@ mod timer;
 
 pub use info::{ConnectionInfo, Mode, StreamInfo, SubflowInfo};
 pub use listener::MptcpListener;
-pub use options::{SchedulerFactory, StreamOptions};
+pub use options::{scheduler_by_name, SchedulerFactory, StreamOptions};
 pub use split::{OwnedReadHalf, OwnedWriteHalf};
 pub use stack::{Path, Stack, StackBuilder};
 pub use stats::RuntimeStats;
@@ -77,7 +77,11 @@ pub use stream::MptcpStream;
 
 pub use mptun_cc::{Algorithm, PacerKind};
 pub use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
-pub use mptun_proto::sched::{DefaultScheduler, PenaltyConfig, Policy, Scheduler};
+/// The scheduler framework and the shipped schedulers, for writing one.
+pub use mptun_proto::sched;
+pub use mptun_proto::sched::{
+    ConnView, DefaultScheduler, PenaltyConfig, Pick, Policy, Request, Scheduler, SubflowView, Target,
+};
 pub use mptun_proto::tcp::{BufferSize, State as TcpState, TcpConfig, TcpInfo};
 pub use mptun_proto::{ConnConfig, Counters, Limits, MptcpConfig};
 

@@ -80,7 +80,7 @@ impl MptcpListener {
             }
             let id = st.next_listener;
             st.next_listener += 1;
-            st.listeners.insert(id, ListenerState { addr, queue: VecDeque::new(), waker: None });
+            st.listeners.insert(id, ListenerState { addr, queue: VecDeque::new(), waker: None, scheduler: None });
             tracing::debug!(%addr, "listening");
             Ok(id)
         })?;
@@ -101,6 +101,9 @@ impl MptcpListener {
         while let Some(h) = l.queue.pop_front() {
             // The listener's reference passes to the stream.
             let Some((local, peer)) = st.ep.addresses(h) else { continue };
+            if let (Some(make), Some(conn)) = (&l.scheduler, st.ep.conn_mut(h)) {
+                conn.set_scheduler(make());
+            }
             return Poll::Ready(Ok((MptcpStream::accepted(self.stack.clone(), h, local, peer), peer)));
         }
         if gone {
@@ -108,6 +111,23 @@ impl MptcpListener {
         }
         l.waker = Some(cx.waker().clone());
         Poll::Pending
+    }
+
+    /// The MPTCP scheduler of the connections this listener hands out from
+    /// now on, instead of the stack's (`net.mptcp.scheduler`): the server
+    /// side of a scheduler experiment. It is set as `accept` returns a
+    /// connection, before the application can write to it, so all its data
+    /// is scheduled by it. Any [`Scheduler`](mptun_proto::sched::Scheduler)
+    /// will do, one of [`Policy`](mptun_proto::sched::Policy)'s by name with
+    /// [`crate::scheduler_by_name`].
+    pub fn set_scheduler(&self, factory: impl Fn() -> Box<dyn mptun_proto::sched::Scheduler> + Send + Sync + 'static) {
+        let id = self.id;
+        let factory: crate::options::SchedulerFactory = std::sync::Arc::new(factory);
+        self.stack.shared().update(|st| {
+            if let Some(l) = st.listeners.get_mut(&id) {
+                l.scheduler = Some(factory);
+            }
+        });
     }
 
     /// The bound address (with the port chosen if 0 was given).

@@ -19,6 +19,16 @@ use mptun_time::Duration;
 /// Builds a connection's scheduler (each connection owns its own state).
 pub type SchedulerFactory = Arc<dyn Fn() -> Box<dyn Scheduler> + Send + Sync>;
 
+/// The registry (`net.mptcp.scheduler` names): a factory for the shipped
+/// scheduler called `name` (`default`, `minrtt`, `roundrobin`,
+/// `redundant`, `blest`, `ecf`, `first`, `backup`, and the penalty
+/// policies), for [`StreamOptions::scheduler`] or
+/// [`crate::MptcpListener::set_scheduler`]; the error lists the names.
+pub fn scheduler_by_name(name: &str) -> Result<impl Fn() -> Box<dyn Scheduler> + Send + Sync + 'static, String> {
+    let policy: mptun_proto::sched::Policy = name.parse()?;
+    Ok(move || mptun_proto::sched::new_scheduler(policy, mptun_proto::sched::PenaltyConfig::default()))
+}
+
 /// Options for [`crate::MptcpStream::connect_with`].
 #[derive(Clone)]
 pub struct StreamOptions {

@@ -96,6 +96,8 @@ pub(crate) struct ListenerState {
     pub(crate) addr: SocketAddr,
     pub(crate) queue: VecDeque<ConnectionHandle>,
     pub(crate) waker: Option<Waker>,
+    /// The scheduler of the connections it hands out, if not the stack's.
+    pub(crate) scheduler: Option<crate::options::SchedulerFactory>,
 }
 
 /// Linux's `net.core.somaxconn` default: connections a listener queues

@@ -775,3 +775,43 @@ async fn nagle_can_be_switched_on_and_off_on_a_live_stream() {
     want.extend_from_slice(b"end");
     assert_eq!(got, want);
 }
+
+/// The server side of a scheduler experiment: a listener's scheduler runs
+/// the connections it hands out (their info names it), the stack's
+/// (`net.mptcp.scheduler`) runs those of a listener without one, and a
+/// download under BLEST arrives intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_chooses_the_scheduler_of_accepted_connections() {
+    let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
+    let sa = Stack::builder().path("10.0.0.1".parse().unwrap(), Arc::new(a) as Arc<dyn PacketIo>).build().unwrap();
+    let mptcp = mptun::MptcpConfig { scheduler: mptun::Policy::Ecf, ..mptun::MptcpConfig::default() };
+    let sb = Stack::builder()
+        .path("10.0.0.2".parse().unwrap(), Arc::new(b) as Arc<dyn PacketIo>)
+        .mptcp_config(mptcp)
+        .build()
+        .unwrap();
+    let blest = MptcpListener::bind(&sb, "10.0.0.2:5000").await.unwrap();
+    blest.set_scheduler(mptun::scheduler_by_name("blest").unwrap());
+    let plain = MptcpListener::bind(&sb, "10.0.0.2:5001").await.unwrap();
+    assert!(mptun::scheduler_by_name("fastest").is_err());
+    const N: usize = 2 << 20;
+    let server = tokio::spawn(async move {
+        let (s, _) = blest.accept().await.unwrap();
+        let name = s.info().unwrap().conn.scheduler;
+        let (mut r, mut w) = tokio::io::split(s);
+        w.write_all(&Pattern::bytes(7, N)).await.unwrap();
+        w.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        let (s2, _) = plain.accept().await.unwrap();
+        (name, s2.info().unwrap().conn.scheduler)
+    });
+    let c = MptcpStream::connect(&sa, "10.0.0.2:5000").await.unwrap();
+    let (got, n) = timeout(Duration::from_secs(60), exchange(c, Vec::new())).await.unwrap();
+    assert_eq!(n, N);
+    assert_eq!(Sha256::digest(&got), Sha256::digest(Pattern::bytes(7, N)));
+    let _c2 = MptcpStream::connect(&sa, "10.0.0.2:5001").await.unwrap();
+    let (listener_choice, stack_choice) = timeout(Duration::from_secs(30), server).await.unwrap().unwrap();
+    assert_eq!(listener_choice, "blest");
+    assert_eq!(stack_choice, "ecf");
+}

@@ -31,7 +31,7 @@ pub(crate) struct AggregateArgs {
     /// olia, balia). `aggregate` only.
     #[arg(long, default_value_t = Algorithm::Cubic)]
     cc: Algorithm,
-    /// MPTCP scheduler of both ends: default, minrtt, penalise, penalise-guarded, mptcp-org.
+    /// MPTCP scheduler of both ends: default, minrtt, roundrobin, redundant, blest, ecf, first, backup, penalise, penalise-guarded, mptcp-org.
     #[arg(long, default_value_t = Policy::Default)]
     scheduler: Policy,
     #[command(flatten)]

@@ -55,7 +55,7 @@ pub(crate) struct Common {
     /// kernel has (--kernel).
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
-    /// MPTCP scheduler policy (mptun): default, penalise, penalise-guarded, mptcp-org, minrtt.
+    /// MPTCP scheduler (mptun; a server's accepted connections run it): default, minrtt, roundrobin, redundant, blest, ecf, first, backup, penalise, penalise-guarded, mptcp-org.
     #[arg(long, value_name = "POLICY")]
     scheduler: Option<String>,
     /// SO_SNDBUF: a fixed send buffer (autotuning off), e.g. 256K.

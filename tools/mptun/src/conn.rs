@@ -133,6 +133,15 @@ impl Conn {
         a.min(written)
     }
 
+    /// The scheduler the connection runs, from its info (mptun; the
+    /// kernel's is its sysctl, not per connection).
+    pub(crate) fn scheduler(&self) -> Option<String> {
+        match self {
+            Conn::Kernel(_) => None,
+            Conn::Mptun(s) => s.info().ok().map(|i| i.conn.scheduler.to_string()),
+        }
+    }
+
     /// The congestion control in use.
     pub(crate) fn congestion(&self) -> String {
         match self {

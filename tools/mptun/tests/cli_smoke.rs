@@ -13,3 +13,18 @@ fn help_lists_every_command() {
         assert!(text.contains(cmd), "--help lacks {cmd}: {text}");
     }
 }
+
+/// `send` and `serve` choose the scheduler by name, and their help names
+/// every shipped one (issue 32).
+#[test]
+fn send_and_serve_offer_every_scheduler() {
+    for cmd in ["send", "serve"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mptun")).args([cmd, "--help"]).output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("--scheduler"), "{cmd} --help lacks --scheduler: {text}");
+        for name in mptun::Policy::ALL.map(|p| p.name()) {
+            assert!(text.contains(name), "{cmd} --help lacks {name}: {text}");
+        }
+    }
+}

@@ -27,6 +27,9 @@ pub struct ConnectionInfo {
     pub bytes_received: u64,
     /// Every live subflow.
     pub subflows: Vec<SubflowInfo>,
+    /// The scheduler the connection runs (its `name()`), which for an
+    /// accepted connection the listener or the stack chose.
+    pub scheduler: &'static str,
 }
 
 /// One subflow in [`ConnectionInfo`].
@@ -98,6 +101,7 @@ impl Connection {
                     penalized: s.mp.penalized,
                 })
                 .collect(),
+            scheduler: self.sched.name(),
         }
     }
 

@@ -82,7 +82,7 @@ pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bo
             path_manager: s.path_manager.clone(),
             paths: s.paths.clone(),
             congestion: s.congestion.clone(),
-            scheduler: s.scheduler.clone(),
+            scheduler: conn.scheduler().unwrap_or_else(|| s.scheduler.clone()),
             file: req.file.clone().filter(|f| !f.is_empty()),
         },
     }
