@@ -99,6 +99,7 @@ fn aggregate_timeline_fills_both_paths_and_never_exceeds_them() {
         port: 5201,
         sample_every: Some(mptun_time::Duration::from_millis(1000)),
         actions: Vec::new(),
+        client_scheduler: None,
     };
     let t = transfer::run_with_subflow_trace(&spec, false);
     assert!(t.result.sha256_match);

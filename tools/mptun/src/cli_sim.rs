@@ -39,6 +39,9 @@ enum Scenario {
     SharedBottleneck(SharedBottleneckArgs),
     /// Runs a scenario file: links, routes and flows in TOML (docs/scenarios/).
     Run(RunArgs),
+    /// The packet schedulers on a Wi-Fi-like (20 Mbit/s, 10 ms) and an LTE-like (10 Mbit/s, 60 ms,
+    /// deep queue) path: bulk with a 256 KiB and an autotuned receive buffer, 100 KB objects, with loss.
+    SchedCompare(crate::cli_sched_compare::SchedCompareArgs),
 }
 
 #[derive(Args)]
@@ -223,6 +226,7 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
         Scenario::Fallback(a) => crate::cli_sim_mptcp::run_fallback(a),
         Scenario::Penalise(a) => crate::cli_sim_mptcp::run_penalise(a),
         Scenario::SharedBottleneck(b) => run_shared_bottleneck(b),
+        Scenario::SchedCompare(s) => crate::cli_sched_compare::run(s),
         Scenario::Run(r) => {
             let o = crate::scenario_file::Overrides { mptcp_cc: r.cc, seed: r.seed };
             let spec = crate::scenario_file::load(&r.file, o)?;

@@ -142,6 +142,15 @@ impl Conn {
         }
     }
 
+    /// Time the connection's data waited for the peer's receive window
+    /// (mptun's connection-level chrono; the kernel keeps one per subflow only).
+    pub(crate) fn rwnd_limited(&self) -> Option<std::time::Duration> {
+        match self {
+            Conn::Kernel(_) => None,
+            Conn::Mptun(s) => s.info().ok().map(|i| i.conn.rwnd_limited),
+        }
+    }
+
     /// The congestion control in use.
     pub(crate) fn congestion(&self) -> String {
         match self {

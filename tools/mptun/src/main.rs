@@ -10,6 +10,7 @@
 
 mod bulk;
 mod cli_demo;
+mod cli_sched_compare;
 mod cli_shared;
 mod cli_sim;
 mod cli_sim_mptcp;

@@ -141,6 +141,7 @@ pub(crate) fn aggregate_traced(size: u64, seed: u64, failover: bool) -> (Traced,
         port: 5201,
         sample_every: Some(SAMPLE),
         actions,
+        client_scheduler: None,
     };
     (transfer::run_with_subflow_trace(&spec, false), params.paths)
 }

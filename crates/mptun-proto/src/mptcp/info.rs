@@ -30,6 +30,10 @@ pub struct ConnectionInfo {
     /// The scheduler the connection runs (its `name()`), which for an
     /// accepted connection the listener or the stack chose.
     pub scheduler: &'static str,
+    /// Time the connection had data to send that the peer's window did
+    /// not admit (Linux's per-socket `tcpi_rwnd_limited`, at the data
+    /// level): the receive-buffer stall a scheduler comparison reports.
+    pub rwnd_limited: mptun_time::Duration,
 }
 
 /// One subflow in [`ConnectionInfo`].
@@ -102,6 +106,7 @@ impl Connection {
                 })
                 .collect(),
             scheduler: self.sched.name(),
+            rwnd_limited: self.rwnd_limited(),
         }
     }
 

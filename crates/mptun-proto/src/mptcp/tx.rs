@@ -67,6 +67,11 @@ pub(super) struct DataTx {
     /// Backoff of the zero-window probe.
     pub wnd_probe_backoff: u32,
     pub fin: OurDataFin,
+    /// Since when data waits for the peer's window, if it does (Linux's
+    /// `TCP_CHRONO_RWND_LIMITED`, here at the connection level), and the
+    /// time so limited before.
+    pub rwnd_since: Option<Instant>,
+    pub rwnd_limited: Duration,
 }
 
 impl DataTx {
@@ -86,6 +91,8 @@ impl DataTx {
             rtx_backoff: 0,
             wnd_probe_backoff: 0,
             fin: OurDataFin::default(),
+            rwnd_since: None,
+            rwnd_limited: Duration::ZERO,
         }
     }
 }
@@ -342,6 +349,24 @@ impl Connection {
         }
     }
 
+    /// Starts (`limited`) or stops the receive-window-limited chrono.
+    fn rwnd_chrono(&mut self, limited: bool) {
+        let now = self.last_now;
+        match (limited, self.tx.rwnd_since) {
+            (true, None) => self.tx.rwnd_since = Some(now),
+            (false, Some(t)) => {
+                self.tx.rwnd_limited += now - t;
+                self.tx.rwnd_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Time the connection's data waited for the peer's window so far.
+    pub(super) fn rwnd_limited(&self) -> Duration {
+        self.tx.rwnd_limited + self.tx.rwnd_since.map_or(Duration::ZERO, |t| self.last_now - t)
+    }
+
     /// Nothing new can go: the scheduler may still ask for copies of data
     /// in flight (`Scheduler::on_blocked`), carried out at once.
     fn push_blocked(&mut self) {
@@ -370,6 +395,8 @@ impl Connection {
             }
             let room = self.tx.wnd_end.saturating_sub(start);
             if start.ge(end) || (room == 0 && !reinj) {
+                let window_bound = start.lt(end);
+                self.rwnd_chrono(window_bound);
                 self.push_blocked();
                 return;
             }
@@ -405,6 +432,7 @@ impl Connection {
                     m.len += len as u32;
                     mp.tx.data_end = Some(start + len);
                     self.tx.nxt += len;
+                    self.rwnd_chrono(false);
                     self.sched.on_pushed(pick.id, len as usize, &views);
                     continue;
                 }
@@ -419,6 +447,7 @@ impl Connection {
                 front.0 = start + len;
             } else {
                 self.tx.nxt += len;
+                self.rwnd_chrono(false);
             }
             self.sched.on_pushed(pick.id, len as usize, &views);
             for c in pick.copies.iter().filter(|c| c.id != pick.id) {

@@ -4,7 +4,7 @@
 //! joins it: the in-kernel PM's usual two-path setup. Efficiency is goodput
 //! over the sum of the path rates.
 
-use super::transfer::{self, TransferResult, TransferSpec};
+use super::transfer::{self, SchedulerHook, TransferResult, TransferSpec};
 use crate::report::WallClock;
 use crate::world::PathSpec;
 use mptun_cc::Algorithm;
@@ -119,6 +119,9 @@ pub struct Params {
     pub cc: Algorithm,
     /// Both ends' MPTCP scheduler (the client's carries the transfer).
     pub policy: Policy,
+    /// A scheduler from outside the crates for the client instead of
+    /// `policy`'s; the report names it.
+    pub scheduler_hook: Option<SchedulerHook>,
 }
 
 impl Default for Params {
@@ -133,6 +136,7 @@ impl Default for Params {
             events: Vec::new(),
             cc: Algorithm::Cubic,
             policy: Policy::Default,
+            scheduler_hook: None,
         }
     }
 }
@@ -170,6 +174,7 @@ pub fn run_named_traced(
         port: 5201,
         sample_every,
         actions,
+        client_scheduler: p.scheduler_hook.clone(),
     };
     let wall = std::time::Instant::now();
     let r = transfer::run(&t);
@@ -178,7 +183,10 @@ pub fn run_named_traced(
     let mut report = Report {
         scenario: name,
         cc: (p.cc != Algorithm::default()).then(|| p.cc.name()),
-        scheduler: (p.policy != Policy::Default).then(|| p.policy.name()),
+        scheduler: match &p.scheduler_hook {
+            Some(h) => Some(h.name()),
+            None => (p.policy != Policy::Default).then(|| p.policy.name()),
+        },
         seed: p.seed,
         size_bytes: p.size,
         paths: p

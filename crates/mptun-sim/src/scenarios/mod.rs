@@ -10,6 +10,7 @@ pub mod fallback;
 pub mod hystart;
 pub mod network;
 pub mod penalise;
+pub mod sched_compare;
 pub mod shared_bottleneck;
 pub mod tcp_single;
 pub mod transfer;

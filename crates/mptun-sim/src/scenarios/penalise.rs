@@ -277,6 +277,7 @@ pub fn run_traced(
         port: 5201,
         sample_every,
         actions: Vec::new(),
+        client_scheduler: None,
     };
     let r = transfer::run_traced(&spec, reverse, tso);
     let (rx, tx) = if reverse {

@@ -104,6 +104,7 @@ pub fn spec(p: &Params, sample_every: Option<Duration>) -> TransferSpec {
         port: 5201,
         sample_every,
         actions: Vec::new(),
+        client_scheduler: None,
     }
 }
 

@@ -14,6 +14,30 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+/// A scheduler the client's connection runs instead of its
+/// configuration's policy: one written outside the crates, against the
+/// public [`Scheduler`](mptun_proto::sched::Scheduler) trait.
+#[derive(Clone)]
+pub struct SchedulerHook(pub std::sync::Arc<dyn Fn() -> Box<dyn mptun_proto::sched::Scheduler> + Send + Sync>);
+
+impl SchedulerHook {
+    /// A hook building the scheduler with `make`, once per connection.
+    pub fn new(make: impl Fn() -> Box<dyn mptun_proto::sched::Scheduler> + Send + Sync + 'static) -> Self {
+        SchedulerHook(std::sync::Arc::new(make))
+    }
+
+    /// The name its schedulers give.
+    pub fn name(&self) -> &'static str {
+        (self.0)().name()
+    }
+}
+
+impl std::fmt::Debug for SchedulerHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SchedulerHook").field(&self.name()).finish()
+    }
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct TransferSpec {
@@ -31,6 +55,8 @@ pub struct TransferSpec {
     pub sample_every: Option<Duration>,
     /// Link changes during the run.
     pub actions: Vec<(Instant, usize, Option<mptun_link::LinkConfig>, Option<mptun_link::LinkConfig>)>,
+    /// The client connection's scheduler, if not its configuration's.
+    pub client_scheduler: Option<SchedulerHook>,
 }
 
 /// One trace sample of the client's connection.
@@ -74,6 +100,10 @@ pub struct TransferResult {
     /// Not serialised: the client connection's subflows at the end.
     #[serde(skip)]
     pub client_subflows: Vec<mptun_proto::mptcp::SubflowInfo>,
+    /// Not serialised: how long the client's data waited for the server's
+    /// window (`ConnectionInfo::rwnd_limited`).
+    #[serde(skip)]
+    pub client_rwnd_limited: Duration,
     /// Not serialised: HyStart exit as reported by the client's controller.
     #[serde(skip)]
     pub slow_start_exit: Option<(&'static str, u32)>,
@@ -149,6 +179,9 @@ pub fn run_traced(spec: &TransferSpec, trace_server: bool, gso: bool) -> Traced 
     b.accept_template = Some(BulkApp::new(spec.reverse_size, spec.seed ^ 0x0005_EEDB));
     let h: ConnectionHandle =
         a.ep.connect(Instant::ZERO, client_addr, server_addr).expect("a fresh endpoint has free ports");
+    if let (Some(hook), Some(conn)) = (&spec.client_scheduler, a.ep.conn_mut(h)) {
+        conn.set_scheduler((hook.0)());
+    }
     a.attach(h, BulkApp::new(spec.size, spec.seed ^ 0x0005_EEDA));
     a.pump(Instant::ZERO);
 
@@ -242,6 +275,7 @@ pub fn run_traced(spec: &TransferSpec, trace_server: bool, gso: bool) -> Traced 
         sim_end_s: end.as_secs_f64(),
         client_info: info,
         client_subflows: sim.a.ep.conn(h).map(|c| c.info().subflows).unwrap_or_default(),
+        client_rwnd_limited: sim.a.ep.conn(h).map(|c| c.info().rwnd_limited).unwrap_or_default(),
         client_mode: match sim.a.ep.conn(h).map(|c| c.mode()) {
             Some(mptun_proto::mptcp::Mode::Mptcp) => "mptcp",
             Some(mptun_proto::mptcp::Mode::Pending) => "pending",

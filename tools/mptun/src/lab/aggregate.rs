@@ -44,8 +44,12 @@ struct LabReport<'a> {
 
 /// The path specs of the simulator's `aggregate` for linkem.
 pub(super) fn specs(params: &Params) -> Vec<String> {
-    params
-        .paths
+    specs_of(&params.paths)
+}
+
+/// linkem specs of simulated paths.
+pub(super) fn specs_of(paths: &[aggregate::PathParams]) -> Vec<String> {
+    paths
         .iter()
         .map(|p| {
             let l = p.link();

@@ -12,6 +12,7 @@ mod hystart;
 mod peer;
 mod penalise;
 mod run;
+mod sched_compare;
 mod topo;
 
 use anyhow::Result;
@@ -40,6 +41,9 @@ enum LabScenario {
     Hystart(hystart::HystartArgs),
     /// A scenario file (as `mptun sim run` takes) on real packets, the simulator's run beside it.
     Run(run::RunArgs),
+    /// The packet schedulers on a Wi-Fi-like and an LTE-like linkem path (bulk, objects, loss), the
+    /// kernel's MPTCP as a row, the simulator beside each.
+    SchedCompare(sched_compare::SchedCompareArgs),
     /// One end of a lab transfer (run by the scenarios inside a namespace).
     #[command(hide = true)]
     Peer(peer::PeerArgs),
@@ -55,6 +59,7 @@ impl LabArgs {
             LabScenario::Failover(a) => a.common.json.json,
             LabScenario::Fallback(a) => a.common.json.json,
             LabScenario::Run(a) => a.common.json.json,
+            LabScenario::SchedCompare(a) => a.common.json.json,
             LabScenario::Peer(_) => true,
         }
     }
@@ -68,6 +73,7 @@ pub(crate) fn run(a: LabArgs) -> Result<Verdict> {
         LabScenario::Failover(a) => failover::run(a),
         LabScenario::Fallback(a) => fallback::run(a),
         LabScenario::Run(a) => run::run(a),
+        LabScenario::SchedCompare(a) => sched_compare::run(a),
         LabScenario::Peer(a) => peer::run(a),
     }
 }

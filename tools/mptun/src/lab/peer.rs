@@ -97,7 +97,18 @@ pub(crate) struct PeerArgs {
     /// Seed of the byte stream this side sends.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Request this many objects one after the other instead of a bulk
+    /// transfer (connecting side): a 100-byte request each, the next one
+    /// when the whole object has arrived; each completion time is reported.
+    #[arg(long, requires = "object_size")]
+    objects: Option<u64>,
+    /// Size of an object: the listening side answers each 100-byte request with this many bytes.
+    #[arg(long, value_parser = parse_size)]
+    object_size: Option<u64>,
 }
+
+/// Bytes of an object request.
+const REQUEST: usize = 100;
 
 /// How slow start ended, as the sender saw it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -147,6 +158,15 @@ pub(crate) struct PeerReport {
     pub(crate) final_cwnd: u64,
     /// (seconds after the connection was up, bytes received so far), with --trace.
     pub(crate) rx_series: Vec<(f64, u64)>,
+    /// Completion time of every object, in order, ms (with --objects).
+    #[serde(default)]
+    pub(crate) object_ms: Vec<f64>,
+    /// Time this side's data waited for the peer's receive window, s (mptun's connection).
+    #[serde(default)]
+    pub(crate) rwnd_limited_s: Option<f64>,
+    /// Bytes each subflow of this side had acknowledged at the end, by subflow index.
+    #[serde(default)]
+    pub(crate) subflow_bytes: Vec<u64>,
 }
 
 fn hex(d: &[u8]) -> String {
@@ -339,7 +359,106 @@ fn subflow_points(p: &crate::probe::Probe) -> Vec<SubflowPoint> {
         .collect()
 }
 
+/// The object exchange (`--objects`/`--object-size`): the connecting side
+/// requests, the listening side answers; both hash what they send and
+/// receive as a bulk transfer does.
+async fn run_objects(a: &PeerArgs, mut conn: Conn, counters: CounterSource, t0: Instant) -> Result<PeerReport> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = Instant::now();
+    let size = a.object_size.unwrap_or(0) as usize;
+    let (mut tx_hash, mut rx_hash) = (Sha256::new(), Sha256::new());
+    let (mut sent, mut received) = (0u64, 0u64);
+    let mut pattern = Pattern::new(a.seed);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut object_ms = Vec::new();
+    if let Conn::Kernel(s) = &conn {
+        // A request must not wait for Nagle behind the previous one's ACK.
+        s.set_nodelay(true).ok();
+    }
+    if let Some(n) = a.objects {
+        let request = [b'?'; REQUEST];
+        for _ in 0..n {
+            let t = Instant::now();
+            conn.write_all(&request).await.context("request")?;
+            tx_hash.update(request);
+            sent += REQUEST as u64;
+            let mut got = 0;
+            while got < size {
+                let k = conn.read(&mut buf[..(size - got).min(64 * 1024)]).await.context("object")?;
+                if k == 0 {
+                    bail!("the server closed after {got} bytes of an object");
+                }
+                rx_hash.update(&buf[..k]);
+                got += k;
+            }
+            received += got as u64;
+            object_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        conn.shutdown().await.context("close")?;
+        loop {
+            let k = conn.read(&mut buf).await.context("the end of the stream")?;
+            if k == 0 {
+                break;
+            }
+            rx_hash.update(&buf[..k]);
+            received += k as u64;
+        }
+    } else {
+        let mut pending = 0;
+        loop {
+            let k = conn.read(&mut buf).await.context("request")?;
+            if k == 0 {
+                break;
+            }
+            rx_hash.update(&buf[..k]);
+            received += k as u64;
+            pending += k;
+            while pending >= REQUEST {
+                pending -= REQUEST;
+                let mut left = size;
+                while left > 0 {
+                    let n = left.min(buf.len());
+                    pattern.fill(&mut buf[..n]);
+                    conn.write_all(&buf[..n]).await.context("object")?;
+                    tx_hash.update(&buf[..n]);
+                    sent += n as u64;
+                    left -= n;
+                }
+            }
+        }
+        conn.shutdown().await.context("close")?;
+    }
+    let linger = Instant::now();
+    while conn.acked(sent) < sent && linger.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let runtime_s = t0.elapsed().as_secs_f64();
+    let probe = conn.probe();
+    Ok(PeerReport {
+        stack: conn.stack_name().into(),
+        sent,
+        received,
+        sent_sha256: hex(&tx_hash.finalize()),
+        received_sha256: hex(&rx_hash.finalize()),
+        runtime_s,
+        established_s: (up - t0).as_secs_f64(),
+        subflows_max: probe.established(),
+        mode: probe.mode.into(),
+        subflow_series: Vec::new(),
+        counters: counters.read(),
+        slow_start_exit: None,
+        final_cwnd: probe.subflows.first().map_or(0, |s| s.cwnd),
+        rx_series: Vec::new(),
+        object_ms,
+        rwnd_limited_s: conn.rwnd_limited().map(|d| d.as_secs_f64()),
+        subflow_bytes: probe.subflows.iter().map(|s| s.bytes_acked).collect(),
+    })
+}
+
 async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant) -> Result<PeerReport> {
+    if a.objects.is_some() || a.object_size.is_some() {
+        return run_objects(a, conn, counters, t0).await;
+    }
     let up = Instant::now();
     let mut d = Duplex {
         conn,
@@ -433,6 +552,9 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
         slow_start_exit: exit,
         final_cwnd: probe.subflows.first().map_or(0, |s| s.cwnd),
         rx_series: series,
+        object_ms: Vec::new(),
+        rwnd_limited_s: d.conn.rwnd_limited().map(|d| d.as_secs_f64()),
+        subflow_bytes: probe.subflows.iter().map(|s| s.bytes_acked).collect(),
     })
 }
 
