@@ -21,7 +21,7 @@
 //! optimisation runs when no new data can go ([`RcvBufOpt`]).
 
 use super::rbuf_opt::RcvBufOpt;
-use super::{ConnView, MinRttScheduler, Pick, Request, Scheduler, SubflowView};
+use super::{ConnView, Pick, Request, Scheduler, SubflowView};
 use mptun_time::Instant;
 use std::collections::VecDeque;
 
@@ -145,7 +145,7 @@ impl Scheduler for BlestScheduler {
             self.note_srtt(v);
         }
         let minsk = fastest(subflows).copied();
-        let pick = MinRttScheduler.select(subflows, conn)?;
+        let pick = super::minrtt::pick(subflows)?;
         let Some(fast) = minsk.filter(|f| f.id != pick.id) else { return Some(pick) };
         let slow = *subflows.iter().find(|v| v.id == pick.id)?;
         self.update_lambda(&slow, conn.now);

@@ -20,7 +20,7 @@
 
 use super::blest::fastest;
 use super::rbuf_opt::RcvBufOpt;
-use super::{ConnView, MinRttScheduler, Pick, Request, Scheduler, SubflowView};
+use super::{ConnView, Pick, Request, Scheduler, SubflowView};
 use std::collections::VecDeque;
 
 /// `mptcp_ecf_r_beta`: β = 1/4.
@@ -76,7 +76,7 @@ impl Scheduler for EcfScheduler {
     }
 
     fn select(&mut self, subflows: &[SubflowView], conn: &ConnView) -> Option<Pick> {
-        let pick = MinRttScheduler.select(subflows, conn)?;
+        let pick = super::minrtt::pick(subflows)?;
         let Some(fast) = fastest(subflows).filter(|f| f.id != pick.id) else { return Some(pick) };
         let slow = subflows.iter().find(|v| v.id == pick.id)?;
         if self.wait(fast, slow, conn) {

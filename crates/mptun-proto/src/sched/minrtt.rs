@@ -20,22 +20,32 @@
 //! reference's check lets one transmit loop queue up to twice the room
 //! (the unsent bytes are tested against the room before the new burst
 //! adds to them); here the burst is the room less what is already unsent,
-//! so the unsent queue never exceeds the window's room. Its receive-buffer
-//! optimisation (reinjection and penalisation) is the `mptcp-org` policy
-//! of [`penalise`](super::penalise), not part of this pick.
+//! so the unsent queue never exceeds the window's room. When no new data
+//! can go (the peer's window is full, or the send buffer is), it runs that
+//! kernel's receive-buffer optimisation ([`RcvBufOpt`]: the slow subflows
+//! holding the oldest data halved, that data sent again on the fast one),
+//! as `mptcp_next_segment` does. (The `mptcp-org` penalty policy of
+//! [`penalise`](super::penalise) is that optimisation on top of upstream's
+//! linger-time pick instead.)
 
-use super::{ConnView, Pick, Scheduler, SubflowView};
+use super::rbuf_opt::RcvBufOpt;
+use super::{ConnView, Pick, Request, Scheduler, SubflowView};
 use mptun_cc::CaState;
+use std::collections::VecDeque;
 
 /// The multipath-tcp.org kernel's default scheduler ("default" there,
 /// `minrtt` here and in the literature).
 #[derive(Clone, Debug, Default)]
-pub struct MinRttScheduler;
+pub struct MinRttScheduler {
+    rbuf: RcvBufOpt,
+    requests: VecDeque<Request>,
+}
 
 impl MinRttScheduler {
-    /// A stateless scheduler: every decision reads the views only.
+    /// A scheduler with no history: the pick reads the views only, the
+    /// receive-buffer optimisation keeps when it last penalised.
     pub fn new() -> Self {
-        MinRttScheduler
+        Self::default()
     }
 
     /// Bytes subflow `v` may still take now, 0 when it is not available
@@ -49,24 +59,48 @@ impl MinRttScheduler {
     }
 }
 
+/// minRTT's pick (`get_available_subflow` and the burst of
+/// `mptcp_next_segment`), which BLEST, ECF and redundant start from.
+pub fn pick(subflows: &[SubflowView]) -> Option<Pick> {
+    let live = || subflows.iter().filter(|v| v.available);
+    // Backups carry data only when every usable subflow is one
+    // (`cnt_established == cnt_backups`).
+    let all_backup = live().all(|v| v.backup);
+    // A subflow without an RTT sample yet ranks after every measured one.
+    let rank = |v: &SubflowView| v.srtt.map_or(u128::MAX, |r| r.as_nanos());
+    let best = live()
+        .filter(|v| v.backup == all_backup)
+        .filter(|v| MinRttScheduler::room(v) > 0)
+        .min_by_key(|v| (rank(v), v.id))?;
+    Some(Pick::one(best.id, MinRttScheduler::room(best)))
+}
+
 impl Scheduler for MinRttScheduler {
     fn name(&self) -> &'static str {
         "minrtt"
     }
 
     fn select(&mut self, subflows: &[SubflowView], _conn: &ConnView) -> Option<Pick> {
-        let live = || subflows.iter().filter(|v| v.available);
-        // Backups carry data only when every usable subflow is one
-        // (`cnt_established == cnt_backups`).
-        let all_backup = live().all(|v| v.backup);
-        // A subflow without an RTT sample yet ranks after every measured one.
-        let rank = |v: &SubflowView| v.srtt.map_or(u128::MAX, |r| r.as_nanos());
-        let best =
-            live().filter(|v| v.backup == all_backup).filter(|v| Self::room(v) > 0).min_by_key(|v| (rank(v), v.id))?;
-        Some(Pick::one(best.id, Self::room(best)))
+        pick(subflows)
     }
 
     fn on_pushed(&mut self, _id: usize, _bytes: usize, _subflows: &[SubflowView]) {}
+
+    fn acts_when_blocked(&self) -> bool {
+        true
+    }
+
+    fn on_blocked(&mut self, subflows: &[SubflowView], conn: &ConnView) {
+        self.rbuf.when_blocked(subflows, conn, &mut self.requests);
+    }
+
+    fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front()
+    }
+
+    fn forget(&mut self, id: usize) {
+        self.rbuf.forget(id);
+    }
 }
 
 #[cfg(test)]
@@ -140,6 +174,32 @@ mod tests {
         b2.backup = true;
         // Among backups, the lowest srtt.
         assert_eq!(pick(&[a2, b2, b]).map(|p| p.id), Some(1));
+    }
+
+    /// When the peer's window is full, the slow subflow holding the
+    /// oldest data is halved and that data goes again on the fast one.
+    #[test]
+    fn a_full_window_runs_the_receive_buffer_optimisation() {
+        let mut s = MinRttScheduler::new();
+        let fast = view(0, 10, 10, 2);
+        let mut slow = view(1, 100, 10, 10);
+        slow.unacked_data = Some((500, 9000));
+        let conn = ConnView {
+            una: 500,
+            nxt: 9000,
+            write_seq: 50_000,
+            wnd_end: 9000,
+            send_buffer: 1 << 20,
+            ..ConnView::default()
+        };
+        assert!(s.acts_when_blocked());
+        s.on_blocked(&[fast, slow], &conn);
+        assert_eq!(s.poll_request(), Some(Request::ReduceWindow { id: 1, cut: mptun_cc::WindowCut::Halve }));
+        assert_eq!(s.poll_request(), Some(Request::Reinject { on: 0, from: 500, to: 1500 }));
+        assert_eq!(s.poll_request(), None);
+        // Not blocked (window open): nothing.
+        s.on_blocked(&[fast, slow], &ConnView { wnd_end: 1 << 20, ..conn });
+        assert_eq!(s.poll_request(), None);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! subflow's creation), so the first halving may come within the first
 //! srtt.
 
-use super::{ConnView, MinRttScheduler, Request, Scheduler, SubflowView};
+use super::{ConnView, Request, SubflowView};
 use mptun_cc::{CaState, WindowCut};
 use mptun_time::Instant;
 use std::collections::VecDeque;
@@ -118,7 +118,7 @@ impl RcvBufOpt {
     /// Returns what [`RcvBufOpt::run`] returns, false when not blocked.
     pub fn when_blocked(&mut self, subflows: &[SubflowView], conn: &ConnView, out: &mut VecDeque<Request>) -> bool {
         let Some(why) = Blocked::of(conn) else { return false };
-        let Some(pick) = MinRttScheduler.select(subflows, conn) else { return false };
+        let Some(pick) = super::minrtt::pick(subflows) else { return false };
         let Some(sk) = subflows.iter().find(|v| v.id == pick.id) else { return false };
         self.run(subflows, conn, sk, why, out)
     }

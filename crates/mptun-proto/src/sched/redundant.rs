@@ -55,7 +55,7 @@ impl Scheduler for RedundantScheduler {
     fn select(&mut self, subflows: &[SubflowView], conn: &ConnView) -> Option<Pick> {
         if !subflows.iter().any(|v| v.available && !v.backup) {
             // Backups only: minRTT among them, no copies.
-            return MinRttScheduler.select(subflows, conn);
+            return super::minrtt::pick(subflows);
         }
         // Subflows behind first send what they missed; the others share
         // the new data, the fastest carrying it, the rest a copy each.
