@@ -332,3 +332,36 @@ fn cli_lab_run_shared_bottleneck_file() {
     }
     assert!((shares - 1.0).abs() < 1e-9);
 }
+
+/// `lab sched-compare` on real packets, short: BLEST and the kernel's
+/// MPTCP with a 256 KiB receive buffer (BLEST keeps clear of the window
+/// stall: a fraction of the out-of-order arrivals the kernel's linger-time
+/// scheduler has), and 10 objects under BLEST, each row intact and beside
+/// the simulator's. The full table is in docs/schedulers.md.
+#[test]
+fn cli_lab_sched_compare_blest_and_the_kernel() {
+    if !lab_ready() {
+        return;
+    }
+    let args =
+        ["sched-compare", "--scheduler", "blest", "--workload", "bulk-256k,objects", "--size", "4M", "--objects", "10"];
+    let (v, err) = lab_json(&args, &name("sc"), Duration::from_secs(120));
+    println!("{err}");
+    let rows = v["rows"].as_array().expect("rows");
+    let find = |w: &str, s: &str| {
+        rows.iter()
+            .find(|r| r["lab"]["workload"] == w && r["lab"]["scheduler"] == s)
+            .unwrap_or_else(|| panic!("no {w}/{s}: {v:#}"))
+    };
+    for r in rows {
+        assert_eq!(r["lab"]["complete"], true, "{r}");
+        assert!(r["lab"]["goodput_mbps"].as_f64().unwrap() > 1.0, "{r}");
+        assert!(r["sim"]["goodput_mbps"].as_f64().unwrap() > 1.0, "{r}");
+    }
+    let (blest, kernel) = (find("bulk-256k", "blest"), find("bulk-256k", "kernel"));
+    assert_eq!(kernel["stack"], "kernel");
+    let (b, k) = (blest["lab"]["ofo_queue"].as_u64().unwrap(), kernel["lab"]["ofo_queue"].as_u64().unwrap());
+    assert!(b * 3 < k.max(3), "BLEST {b} out-of-order segments, kernel {k}: {v:#}");
+    let objects = find("objects", "blest");
+    assert!(objects["lab"]["object_p50_ms"].as_f64().unwrap() > 40.0, "an object takes 40 ms at 20 Mbit/s: {objects}");
+}
