@@ -220,3 +220,36 @@ fn cli_mptun_and_kernel_interwork() {
     let secs = f64_at(&v, "/end/sum_received/seconds");
     assert!((1.0..5.0).contains(&secs), "a 2 s test lasts about 2 s: {secs} s");
 }
+
+/// `mptun serve --scheduler blest` sends its downloads with BLEST: the
+/// server's report names the scheduler its accepted connection ran (read
+/// from the connection, not from the flag), the client's its own default,
+/// and the download over two paths arrives intact.
+#[test]
+fn cli_serve_scheduler_runs_the_downloads() {
+    if require_netns().is_some() {
+        return;
+    }
+    let lab = Lab::new("csb", 2).unwrap();
+    let server = Running::start(
+        Some(lab.b.name()),
+        &["serve", "--topology", "lab-b:1", "-1", "-p", "5203", "--scheduler", "blest", "--json"],
+        "Server listening",
+        Duration::from_secs(10),
+    );
+    let dst = lab.mptun_addr(Side::B, 1).to_string();
+    let out = run(
+        Some(lab.a.name()),
+        &["send", &dst, "-p", "5203", "-R", "-n", "16M", "--topology", "lab-a:2", "--json"],
+        LIMIT,
+    );
+    let v = json(&out, &server);
+    let (st, text, err) = server.finish(Duration::from_secs(15));
+    assert!(st.success(), "server failed: {err}");
+    let s: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("serve --json is not JSON ({e}): {text}"));
+    assert_eq!(s["start"]["mptun"]["sender"], true, "{s:#}");
+    assert_eq!(s["start"]["mptun"]["scheduler"], "blest", "{:#}", s["start"]);
+    assert_eq!(v["start"]["mptun"]["scheduler"], "default", "{:#}", v["start"]);
+    assert_eq!(v["end"]["mptcp"]["sha256_match"], true);
+    assert_eq!(v["end"]["sum_received"]["bytes"].as_u64(), Some(16 << 20));
+}

@@ -262,8 +262,9 @@ impl Connection {
                 self.counters.mptcp_reinjected_bytes += end - start;
             }
         }
-        if let Some(m) = tx.maps.back() {
-            let end = m.dsn_end();
+        // The highest end, not the last mapping's: a copy or a reinjection
+        // maps older data after newer.
+        if let Some(end) = tx.maps.iter().map(|m| m.dsn_end()).reduce(|a, b| a.max(b)) {
             tx.reinjected_to = Some(tx.reinjected_to.map_or(end, |r| r.max(end)));
         }
     }
@@ -404,7 +405,13 @@ impl Connection {
             let conn = self.conn_view();
             let pick = self.sched.select(&views, &conn);
             self.carry_out_requests();
-            let Some(pick) = pick else { return };
+            let Some(pick) = pick else {
+                // The peer's window has room: what waits now is the subflows.
+                if room > 0 && !reinj {
+                    self.rwnd_chrono(false);
+                }
+                return;
+            };
             let acks = self.ack_view(self.rx.window());
             let csum_on = self.hs.csum;
             let Some(slot) = self.subflows.get_mut(pick.id) else { return };
@@ -434,6 +441,7 @@ impl Connection {
                     self.tx.nxt += len;
                     self.rwnd_chrono(false);
                     self.sched.on_pushed(pick.id, len as usize, &views);
+                    self.push_copies(&pick, start, len, &views);
                     continue;
                 }
             }
@@ -450,11 +458,16 @@ impl Connection {
                 self.rwnd_chrono(false);
             }
             self.sched.on_pushed(pick.id, len as usize, &views);
-            for c in pick.copies.iter().filter(|c| c.id != pick.id) {
-                let sent = self.copy_onto(c.id, start, start + len.min(c.max_burst as u64));
-                if sent > 0 {
-                    self.sched.on_pushed(c.id, sent as usize, &views);
-                }
+            self.push_copies(&pick, start, len, &views);
+        }
+    }
+
+    /// The pick's copies of `[start, start + len)`, each at most its burst.
+    fn push_copies(&mut self, pick: &crate::sched::Pick, start: DataSeq, len: u64, views: &[SubflowView]) {
+        for c in pick.copies.iter().filter(|c| c.id != pick.id) {
+            let sent = self.copy_onto(c.id, start, start + len.min(c.max_burst as u64));
+            if sent > 0 {
+                self.sched.on_pushed(c.id, sent as usize, views);
             }
         }
     }
@@ -467,6 +480,11 @@ impl Connection {
         let mut start = from.max(self.tx.una);
         let end = to.min(self.tx.nxt);
         if self.mode.infinite() || !self.hs.fully_established || start.ge(end) {
+            return 0;
+        }
+        // A copy onto the only subflow is a data-level retransmission: not
+        // onto a subflow the peer may read as a plain TCP stream.
+        if self.subflows.count() == 1 && !self.copy_allowed() {
             return 0;
         }
         let acks = self.ack_view(self.rx.window());

@@ -93,7 +93,13 @@ impl BlestScheduler {
 
     fn update_lambda(&mut self, slow: &SubflowView, now: Instant) {
         let (min_srtt, _) = self.range(slow.id);
-        if self.last_lambda_update.is_some_and(|t| (now - t).as_micros() < u128::from(min_srtt)) {
+        // The kernel stamps the update time when the connection's first
+        // subflow starts: the first change comes a slow min srtt later.
+        let Some(last) = self.last_lambda_update else {
+            self.last_lambda_update = Some(now);
+            return;
+        };
+        if (now - last).as_micros() < u128::from(min_srtt) {
             return;
         }
         self.lambda_1000 += if self.retrans_flag { DYN_LAMBDA_BAD } else { -DYN_LAMBDA_GOOD };
@@ -125,7 +131,7 @@ impl BlestScheduler {
             let ca_cwnd = cwnd.max(u64::from(fast.ssthresh) + 1);
             (ca_cwnd + (num_rtts - 1) / 2) * num_rtts
         };
-        packets * u64::from(fast.mss) * self.lambda_1000 as u64 / 1000
+        packets.saturating_mul(u64::from(fast.mss)).saturating_mul(self.lambda_1000 as u64) / 1000
     }
 }
 
@@ -168,7 +174,8 @@ impl Scheduler for BlestScheduler {
     }
 
     fn on_blocked(&mut self, subflows: &[SubflowView], conn: &ConnView) {
-        if self.rbuf.when_blocked(subflows, conn, &mut self.requests) {
+        let pick = self.select(subflows, conn);
+        if self.rbuf.when_blocked(subflows, conn, pick, &mut self.requests) {
             self.retrans_flag = true;
         }
     }
@@ -220,14 +227,14 @@ mod tests {
         let v = paths(10, 10);
         // Fast: 10 ms, CA with cwnd max(10, 11) = 11: one slow linger
         // (100 ms) is 11 fast RTTs, (11 + 5) · 11 = 176 packets · 1000 B ·
-        // 1.19 (λ after its first update, down by 0.01) = 209,440 bytes.
+        // 1.2 (λ at its start) = 211,200 bytes.
         assert_eq!(s.select(&v, &conn(200_000)), None);
-        assert_eq!(s.lambda_1000(), 1190);
-        assert_eq!(s.fast_bytes(&v[0], s.linger_us(&v[1])), 209_440);
+        assert_eq!(s.lambda_1000(), 1200);
+        assert_eq!(s.fast_bytes(&v[0], s.linger_us(&v[1])), 211_200);
         // A window with room for them and the slow burst: the slow path goes.
         let slow_bytes = 8_000 + v[1].queued as u64;
-        assert_eq!(s.select(&v, &conn(209_440 + slow_bytes)), Some(Pick::one(1, 8000)));
-        assert_eq!(s.select(&v, &conn(209_440 + slow_bytes - 1)), None);
+        assert_eq!(s.select(&v, &conn(211_200 + slow_bytes)), Some(Pick::one(1, 8000)));
+        assert_eq!(s.select(&v, &conn(211_200 + slow_bytes - 1)), None);
     }
 
     #[test]

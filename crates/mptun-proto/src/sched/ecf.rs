@@ -9,8 +9,9 @@
 //! `srtt_s + δ`: when waiting wins by a margin (β = ¼, hysteresis once it
 //! chose to wait) and the slow subflow is not fast enough to be worth it
 //! on its own (`srtt_s · x_s/cwnd_s ≥ 2·srtt_f + δ`), it waits.
-//! δ = max(σ_f, σ_s); the kernel takes σ as `rttvar_us >> 1`, that is
-//! twice RFC 6298's RTTVAR, and so does this. The data still to send is
+//! δ = max(σ_f, σ_s); the kernel takes σ as `rttvar_us >> 1`: twice RFC
+//! 6298's RTTVAR, but at least 100 ms, as its `rttvar_us` never falls
+//! below `tcp_rto_min`; so does this. The data still to send is
 //! what no subflow holds yet (the kernel's meta `sk_wmem_queued` less the
 //! subflows' queues), here the connection's unsent bytes and its
 //! reinjection queue.
@@ -25,6 +26,9 @@ use std::collections::VecDeque;
 
 /// `mptcp_ecf_r_beta`: β = 1/4.
 const R_BETA: u128 = 4;
+
+/// Linux's `TCP_RTO_MIN` (200 ms), µs: the floor of its `rttvar_us`.
+const RTO_MIN_US: u128 = 200_000;
 
 /// The ECF scheduler.
 #[derive(Clone, Debug, Default)]
@@ -47,7 +51,10 @@ impl EcfScheduler {
     fn wait(&mut self, fast: &SubflowView, slow: &SubflowView, conn: &ConnView) -> bool {
         let mss = u128::from(slow.mss.max(1));
         let us = |v: &SubflowView| v.srtt.map_or(0, |d| d.as_micros());
-        let sigma = |v: &SubflowView| 2 * v.rttvar.map_or(0, |d| d.as_micros());
+        // The kernel's `rttvar_us` is four times RTTVAR but never below
+        // `tcp_rto_min` (its per-RTT maximum restarts there), so σ =
+        // `rttvar_us >> 1` is at least 100 ms.
+        let sigma = |v: &SubflowView| (2 * v.rttvar.map_or(0, |d| d.as_micros())).max(RTO_MIN_US / 2);
         let (srtt_f, srtt_s) = (us(fast), us(slow));
         let delta = sigma(fast).max(sigma(slow));
         let (cwnd_f, cwnd_s) = (u128::from(fast.cwnd), u128::from(slow.cwnd));
@@ -93,7 +100,8 @@ impl Scheduler for EcfScheduler {
     }
 
     fn on_blocked(&mut self, subflows: &[SubflowView], conn: &ConnView) {
-        self.rbuf.when_blocked(subflows, conn, &mut self.requests);
+        let pick = self.select(subflows, conn);
+        self.rbuf.when_blocked(subflows, conn, pick, &mut self.requests);
     }
 
     fn poll_request(&mut self) -> Option<Request> {
@@ -133,9 +141,10 @@ mod tests {
 
     #[test]
     fn little_data_left_waits_for_the_fast_subflow() {
-        // Fast 10 ms, cwnd 10 and full; slow 100 ms with room; δ = 2 ×
-        // 1 ms. 20 kB left: the fast subflow finishes in 10 · (20 + 10)/10
-        // = 30 ms < 100 + 2; the slow would need 100 · 20/10 = 200 ms ≥ 2·10 + 2.
+        // Fast 10 ms, cwnd 10 and full; slow 100 ms with room; δ = 100 ms
+        // (the floor: RTTVAR is 1 ms). 20 kB left: the fast subflow
+        // finishes in 10 · (20 + 10)/10 = 30 ms < 100 + 100; the slow would
+        // need 100 · 20/10 = 200 ms ≥ 2·10 + 100.
         let mut s = EcfScheduler::new();
         let v = [sf(0, 10, 10, 10), sf(1, 100, 10, 0)];
         assert_eq!(s.select(&v, &unsent(20_000)), None);
@@ -153,19 +162,21 @@ mod tests {
 
     #[test]
     fn the_margin_makes_waiting_sticky() {
-        // lhs = 10 ms · (x + 10 kB), rhs = 10 kB · 102 ms: without margin
-        // wait iff 4·lhs < 4·rhs, with it iff 4·lhs < 5·rhs. x = 100 kB:
-        // lhs = 1100, rhs = 1020 (ms·kB): 4400 ≥ 4080 sends, < 5100 waits.
+        // lhs = 10 ms · (x + 10 kB), rhs = 10 kB · (100 + 100) ms: without
+        // margin wait iff 4·lhs < 4·rhs, with it iff 4·lhs < 5·rhs. x = 210
+        // kB: lhs = 2200, rhs = 2000 (ms·kB): 8800 ≥ 8000 sends, < 10000 waits.
         let v = [sf(0, 10, 10, 10), sf(1, 100, 10, 0)];
         let mut s = EcfScheduler::new();
-        assert!(s.select(&v, &unsent(100_000)).is_some());
+        assert!(s.select(&v, &unsent(210_000)).is_some());
         s.switching_margin = 1;
-        assert_eq!(s.select(&v, &unsent(100_000)), None);
+        assert_eq!(s.select(&v, &unsent(210_000)), None);
     }
 
     #[test]
     fn a_slow_subflow_fast_enough_on_its_own_is_used() {
-        // Slow 15 ms: waiting does not win, 10 · (20 + 10) ≥ 10 · (15 + 2) (ms·kB).
+        // Slow 15 ms with a 100-segment window: waiting would win (10 · (20
+        // + 10) < 10 · (15 + 100) ms·kB), but the slow subflow is fast enough
+        // on its own: 15 ms · 100 kB < 100 kB · (2 · 10 + 100) ms.
         let mut s = EcfScheduler::new();
         let v = [sf(0, 10, 10, 10), sf(1, 15, 100, 0)];
         assert!(s.select(&v, &unsent(20_000)).is_some());

@@ -91,7 +91,7 @@ impl Scheduler for MinRttScheduler {
     }
 
     fn on_blocked(&mut self, subflows: &[SubflowView], conn: &ConnView) {
-        self.rbuf.when_blocked(subflows, conn, &mut self.requests);
+        self.rbuf.when_blocked(subflows, conn, pick(subflows), &mut self.requests);
     }
 
     fn poll_request(&mut self) -> Option<Request> {

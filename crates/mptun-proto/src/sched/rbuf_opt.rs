@@ -2,11 +2,13 @@
 //! (`mptcp_rcv_buf_optimization` in `mptcp_sched.c`, copied into
 //! `mptcp_blest.c`), which its schedulers run from `mptcp_next_segment`
 //! when the connection cannot send new data: the peer's window is full
-//! (`penal`: the slow subflows holding the oldest data are halved, once per
-//! srtt of the fast one) or everything is sent and the send buffer is full
-//! (no halving). Either way the oldest data not DATA_ACKed goes again on
-//! the fast subflow when the subflows holding it are much slower (4× its
-//! srtt) or their window is tiny (≤ 4 segments).
+//! (`penal`), or everything is sent and the send buffer is two-thirds full
+//! (`SOCK_NOSPACE` with less than `sk_stream_min_wspace` left). The slow
+//! subflows holding the oldest data are halved, once per srtt of the fast
+//! one, in the first case and in the second once the buffer is full
+//! (`!sk_stream_memory_free`). Either way the oldest data not DATA_ACKed
+//! goes again on the fast subflow when the subflows holding it are much
+//! slower (4× its srtt) or their window is tiny (≤ 4 segments).
 //!
 //! Written on the scheduler framework: the halving is a
 //! [`Request::ReduceWindow`], the retransmission a [`Request::Reinject`]
@@ -15,7 +17,7 @@
 //! subflow's creation), so the first halving may come within the first
 //! srtt.
 
-use super::{ConnView, Request, SubflowView};
+use super::{ConnView, Pick, Request, SubflowView};
 use mptun_cc::{CaState, WindowCut};
 use mptun_time::Instant;
 use std::collections::VecDeque;
@@ -26,8 +28,8 @@ pub enum Blocked {
     /// The peer's connection-level window is full (`!tcp_snd_wnd_test`):
     /// halve the slow subflows (the kernel's `penal = 1`).
     Window,
-    /// Everything written is on a subflow and the send buffer is full
-    /// (`SOCK_NOSPACE`): retransmit only (`penal = 0`).
+    /// Everything written is on a subflow and the send buffer is two-thirds
+    /// full (`SOCK_NOSPACE`, `penal = 0`): halve only once it is full.
     SendBuffer,
 }
 
@@ -36,7 +38,7 @@ impl Blocked {
     pub fn of(conn: &ConnView) -> Option<Blocked> {
         if conn.unsent() > 0 && conn.nxt >= conn.wnd_end {
             Some(Blocked::Window)
-        } else if conn.unsent() == 0 && conn.buffered() as usize >= conn.send_buffer {
+        } else if conn.unsent() == 0 && 3 * conn.buffered() as usize >= 2 * conn.send_buffer {
             Some(Blocked::SendBuffer)
         } else {
             None
@@ -54,7 +56,7 @@ pub struct RcvBufOpt {
 impl RcvBufOpt {
     /// Runs the optimisation with `fast` the subflow the scheduler would
     /// send on; pushes its requests onto `out`. Returns whether it went
-    /// past the "optional and not send-buffer limited" exit, which BLEST
+    /// past the "optional and the send buffer not full" exit, which BLEST
     /// records as a retransmission of the slow flow (`retrans_flag`).
     pub fn run(
         &mut self,
@@ -72,7 +74,8 @@ impl RcvBufOpt {
             || subflows.iter().filter(|v| v.id != fast.id && v.unacked_data.is_some_and(|(a, _)| a == conn.una));
         let fast_srtt = fast.srtt.map_or(u64::MAX, |d| d.as_micros() as u64);
         let srtt = |v: &SubflowView| v.srtt.map_or(u64::MAX, |d| d.as_micros() as u64);
-        if why == Blocked::Window {
+        let penal = why == Blocked::Window || conn.buffered() as usize >= conn.send_buffer;
+        if penal {
             let due =
                 self.last.get(fast.id).copied().flatten().is_none_or(|t| fast.srtt.is_some_and(|r| conn.now - t >= r));
             if due {
@@ -109,16 +112,23 @@ impl RcvBufOpt {
                 out.push_back(Request::Reinject { on: fast.id, from: conn.una, to: to.min(conn.nxt) });
             }
         }
-        true
+        penal
     }
 
     /// The optimisation when the connection is blocked (`Blocked::of`),
-    /// with minRTT's pick as the fast subflow (the kernel's
-    /// `get_available_subflow`): what BLEST's and ECF's `on_blocked` do.
+    /// with `pick` the scheduler's own choice of subflow now (the kernel's
+    /// `get_subflow` of that scheduler; nothing when it declines, as BLEST
+    /// and ECF may): what minRTT's, BLEST's and ECF's `on_blocked` do.
     /// Returns what [`RcvBufOpt::run`] returns, false when not blocked.
-    pub fn when_blocked(&mut self, subflows: &[SubflowView], conn: &ConnView, out: &mut VecDeque<Request>) -> bool {
+    pub fn when_blocked(
+        &mut self,
+        subflows: &[SubflowView],
+        conn: &ConnView,
+        pick: Option<Pick>,
+        out: &mut VecDeque<Request>,
+    ) -> bool {
         let Some(why) = Blocked::of(conn) else { return false };
-        let Some(pick) = super::minrtt::pick(subflows) else { return false };
+        let Some(pick) = pick else { return false };
         let Some(sk) = subflows.iter().find(|v| v.id == pick.id) else { return false };
         self.run(subflows, conn, sk, why, out)
     }
