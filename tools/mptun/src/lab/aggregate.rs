@@ -30,6 +30,9 @@ pub(crate) struct AggregateArgs {
     /// (--stack kernel). The simulator's prediction runs the same one, or CUBIC where it has no such.
     #[arg(long, default_value = "cubic")]
     cc: String,
+    /// mptun's MPTCP scheduler at both ends (docs/schedulers.md); the simulator's prediction runs it too.
+    #[arg(long, default_value_t = mptun::Policy::Default)]
+    scheduler: mptun::Policy,
     #[command(flatten)]
     pub(crate) common: LabCommon,
 }
@@ -67,11 +70,17 @@ pub(super) fn specs_of(paths: &[aggregate::PathParams]) -> Vec<String> {
 }
 
 pub(crate) fn run(a: AggregateArgs) -> Result<Verdict> {
-    let params = Params { size: a.size, cc: super::sim_cc(&a.cc), ..Params::default() };
+    if a.stack == LabStack::Kernel && a.scheduler != mptun::Policy::Default {
+        bail!("--scheduler {}: the kernel's MPTCP runs its own (net.mptcp.scheduler)", a.scheduler);
+    }
+    let params = Params { size: a.size, cc: super::sim_cc(&a.cc), policy: a.scheduler, ..Params::default() };
     let specs = specs(&params);
     let sum_path_bps: f64 = params.paths.iter().map(|p| p.rate_bps as f64).sum();
     let topo = Topology::plan(&a.common)?.up(&specs, a.stack, true)?;
-    let cc = vec!["--cc".to_string(), a.cc.clone()];
+    let mut cc = vec!["--cc".to_string(), a.cc.clone()];
+    if a.stack == LabStack::Mptun {
+        cc.extend(["--scheduler".to_string(), a.scheduler.name().to_string()]);
+    }
     let size = a.size.to_string();
     let (serve_args, send_args): (Vec<String>, Vec<String>) = match a.stack {
         LabStack::Mptun => (

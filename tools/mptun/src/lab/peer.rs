@@ -359,6 +359,21 @@ fn subflow_points(p: &crate::probe::Probe) -> Vec<SubflowPoint> {
         .collect()
 }
 
+/// Until every subflow of mptun's connection has its FIN acknowledged (the
+/// peer has our DATA_FIN), at most 35 s after `since`: a process that ends
+/// earlier takes the connection with it, and the peer waits for an end of
+/// stream that never comes (the kernel finishes a close on its own).
+async fn fins_acked(conn: &Conn, since: Instant) {
+    let open = |c: &Conn| {
+        c.probe().subflows.iter().any(|s| s.established && !matches!(s.state, "FIN_WAIT2" | "TIME_WAIT" | "CLOSE"))
+    };
+    if matches!(conn, Conn::Mptun(_)) {
+        while open(conn) && since.elapsed() < Duration::from_secs(35) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 /// The object exchange (`--objects`/`--object-size`): the connecting side
 /// requests, the listening side answers; both hash what they send and
 /// receive as a bulk transfer does.
@@ -384,7 +399,11 @@ async fn run_objects(a: &PeerArgs, mut conn: Conn, counters: CounterSource, t0: 
             sent += REQUEST as u64;
             let mut got = 0;
             while got < size {
-                let k = conn.read(&mut buf[..(size - got).min(64 * 1024)]).await.context("object")?;
+                let read = conn.read(&mut buf[..(size - got).min(64 * 1024)]);
+                let k = tokio::time::timeout(Duration::from_secs(30), read)
+                    .await
+                    .map_err(|_| anyhow!("object {} stalled at {got} of {size} bytes for 30 s", object_ms.len() + 1))?
+                    .context("object")?;
                 if k == 0 {
                     bail!("the server closed after {got} bytes of an object");
                 }
@@ -434,6 +453,7 @@ async fn run_objects(a: &PeerArgs, mut conn: Conn, counters: CounterSource, t0: 
     }
     let runtime_s = t0.elapsed().as_secs_f64();
     let probe = conn.probe();
+    fins_acked(&conn, linger).await;
     Ok(PeerReport {
         stack: conn.stack_name().into(),
         sent,
@@ -529,14 +549,7 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
     let probe = d.conn.probe();
     // ... and until every subflow's FIN is acknowledged (the peer has our
     // DATA_FIN too): leaving earlier resets a peer still waiting for it.
-    let open = |c: &Conn| {
-        c.probe().subflows.iter().any(|s| s.established && !matches!(s.state, "FIN_WAIT2" | "TIME_WAIT" | "CLOSE"))
-    };
-    if matches!(d.conn, Conn::Mptun(_)) {
-        while open(&d.conn) && linger.elapsed() < Duration::from_secs(35) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
+    fins_acked(&d.conn, linger).await;
     Ok(PeerReport {
         stack: d.conn.stack_name().into(),
         sent: d.sent,
@@ -688,7 +701,17 @@ pub(crate) fn run_pair(
         (cr, ev.join())
     });
     ev.map_err(|_| anyhow!("a path event panicked"))??;
-    let cr = parse_report("the client", cr.context("the client peer")?)?;
+    let cr = match cr.context("the client peer").and_then(|r| parse_report("the client", r)) {
+        Ok(r) => r,
+        // What the server said is often why the client did not finish.
+        Err(e) => match server.finish(Duration::from_secs(5)) {
+            Ok((st, _, err)) => {
+                let tail: Vec<&str> = err.lines().rev().take(5).collect();
+                bail!("{e:#}; the server peer ({st}) said: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | "))
+            }
+            Err(_) => return Err(e),
+        },
+    };
     let sr = parse_report("the server", server.finish(Duration::from_secs(30)).context("the server peer")?)?;
     Ok((cr, sr))
 }
