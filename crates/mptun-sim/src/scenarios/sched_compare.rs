@@ -199,9 +199,11 @@ fn bulk(p: &Params, policy: Policy, small: bool) -> Row {
 }
 
 /// Nearest-rank percentile of sorted `v`, ms.
-fn percentile_ms(v: &[Duration], q: usize) -> f64 {
-    let rank = (v.len() * q).div_ceil(100).max(1);
-    v[rank - 1].as_secs_f64() * 1e3
+/// Nearest-rank `q`th percentile of sorted completion times in ms, `None`
+/// for none (the lab's rows use it too, so both columns rank alike).
+pub fn percentile(sorted_ms: &[f64], q: usize) -> Option<f64> {
+    let rank = (sorted_ms.len() * q).div_ceil(100).max(1);
+    sorted_ms.get(rank - 1).copied()
 }
 
 fn objects(p: &Params, policy: Policy, lossy: bool) -> Row {
@@ -223,8 +225,8 @@ fn objects(p: &Params, policy: Policy, lossy: bool) -> Row {
         Sim::new(SimConfig { seed: p.seed, max_time: Duration::from_secs(3600), ..Default::default() }, a, b, specs);
     sim.run(|s| s.a.client(h).is_some_and(RrClient::done), None, |_, _, _| {});
     let client = sim.a.client(h).expect("attached");
-    let mut lat = client.latencies.clone();
-    lat.sort_unstable();
+    let mut lat: Vec<f64> = client.latencies.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    lat.sort_by(f64::total_cmp);
     let total: Duration = client.latencies.iter().sum();
     let server = sim.b.ep.handles().next();
     let server_conn = server.and_then(|sh| sim.b.ep.conn(sh));
@@ -239,8 +241,8 @@ fn objects(p: &Params, policy: Policy, lossy: bool) -> Row {
         },
         ofo_queue: sim.a.ep.counters().mptcp_ofo_queue,
         rwnd_limited_s: info.as_ref().map_or(0.0, |i| i.rwnd_limited.as_secs_f64()),
-        object_p50_ms: (!lat.is_empty()).then(|| percentile_ms(&lat, 50)),
-        object_p99_ms: (!lat.is_empty()).then(|| percentile_ms(&lat, 99)),
+        object_p50_ms: percentile(&lat, 50),
+        object_p99_ms: percentile(&lat, 99),
         path_bytes: info.map(|i| i.subflows.iter().map(|s| s.tcp.bytes_acked).collect()).unwrap_or_default(),
         retransmits: sim.b.ep.counters().tcp_retrans_segs,
         complete: client.done(),

@@ -107,7 +107,7 @@ fn row(w: Workload, scheduler: &'static str, p: &Params, cr: &PeerReport, sr: &P
     let (sender, receiver) = if objects { (sr, cr) } else { (cr, sr) };
     let mut ms = cr.object_ms.clone();
     ms.sort_by(f64::total_cmp);
-    let pct = |q: usize| (!ms.is_empty()).then(|| ms[(ms.len() * q).div_ceil(100).max(1) - 1]);
+    let pct = |q: usize| sched_compare::percentile(&ms, q);
     let goodput_mbps = if objects {
         let total: f64 = ms.iter().sum::<f64>() / 1e3;
         (ms.len() as f64 * p.object_size as f64 * 8.0 / total.max(1e-9)) / 1e6
