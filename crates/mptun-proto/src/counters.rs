@@ -267,9 +267,12 @@ counters! {
     /// MP_JOIN SYNs refused: the connection has its `subflows` limit of
     /// subflows, or takes no joins (`MPTcpExt MPJoinRejected`).
     mptcp_mp_join_rejected => "MPTcpExtMPJoinRejected",
-    /// MP_JOIN SYNs refused: `max_half_open_joins` joins of the connection
-    /// are in SYN-RECEIVED (mptun's).
+    /// MP_JOIN SYNs refused: a `max_half_open_joins` cap is set and that
+    /// many joins of the connection are in SYN-RECEIVED (mptun's).
     mptun_mp_join_half_open_limit => "MptunMPJoinHalfOpenLimit",
+    /// Joins of ours reset at their SYN-ACK because our DATA_FIN went out
+    /// meanwhile: a Linux peer refuses a join once it has it (mptun's).
+    mptun_mp_join_after_data_fin => "MptunMPJoinAfterDataFin",
     /// MP_JOIN SYNs refused: over `max_join_syn_per_sec` for the token (mptun's).
     mptun_mp_join_rate_limited => "MptunMPJoinRateLimited",
     /// Packets dropped at the endpoint because they were malformed.

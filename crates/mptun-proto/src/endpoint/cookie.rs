@@ -20,7 +20,7 @@
 //! echoes as ours (refused as plain TCP if its token is in use). MP_JOIN
 //! SYNs are never answered with a cookie: they do not count against the
 //! listener's half-open queue here, but against their connection's
-//! `max_half_open_joins` and `max_join_syn_per_sec`, which need the token
+//! `subflows` limit and `max_join_syn_per_sec`, which need the token
 //! of a live connection (Linux keeps a small table of join requests to
 //! restore them statelessly; bounded per-connection state serves the same
 //! end with less machinery).

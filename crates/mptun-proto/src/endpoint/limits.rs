@@ -34,12 +34,16 @@ pub struct Limits {
     /// is reset (`TcpExtListenOverflows`, `TcpExtListenDrops`).
     pub max_accept_backlog: usize,
     /// MP_JOIN subflows of one connection whose handshake is not done
-    /// (SYN-RECEIVED). No Linux limit of its own (there, half-open joins
-    /// count against the listener's backlog); here each holds a subflow of
-    /// the connection for its SYN-ACK retries, so a peer that knows the
-    /// token could otherwise keep the `subflows` limit busy. Beyond it the
-    /// join is refused with a RST (`MptunMPJoinHalfOpenLimit`).
-    pub max_half_open_joins: u8,
+    /// (SYN-RECEIVED), at most, below what the `subflows` limit lets the
+    /// connection take anyway. `None` (the default): no bound of its own,
+    /// as Linux, which answers every join SYN the limit has room for at
+    /// once; a kernel client with four `subflow` endpoints sends its join
+    /// SYNs together and retries a refused one only a second later. Beyond
+    /// it the join is refused with a RST (`MptunMPJoinHalfOpenLimit`). A
+    /// flood of joins is held by [`Limits::max_join_syn_per_sec`] and the
+    /// `subflows` limit, each half-open join costing one subflow slot until
+    /// its SYN-ACK retries give up.
+    pub max_half_open_joins: Option<u8>,
     /// MP_JOIN SYNs one connection (token) takes per second; more are
     /// refused with a RST (`MptunMPJoinRateLimited`). No Linux limit: it
     /// bounds the CPU a peer that knows a token can spend (each join costs
@@ -55,7 +59,7 @@ impl Default for Limits {
             max_syn_backlog: 128,
             syncookies: true,
             max_accept_backlog: 4096,
-            max_half_open_joins: 2,
+            max_half_open_joins: None,
             max_join_syn_per_sec: 32,
         }
     }

@@ -314,31 +314,57 @@ fn join_churn_reuses_subflow_slots() {
 }
 
 #[test]
-fn half_open_joins_and_join_rate_are_bounded() {
-    // Room for more subflows than half-open joins, so that the half-open
-    // limit is what refuses.
+fn half_open_joins_follow_the_subflow_limit_and_the_rate_is_bounded() {
+    // A kernel client with four `subflow` endpoints sends its four join
+    // SYNs at once: all four are answered when the limit has room (Linux
+    // does; a refused one is retried only a second later). Beyond the
+    // room, joins are refused by the `subflows` limit, and a flood of them
+    // by the per-second rate.
     let mut s = EndpointConfig::default();
     s.mptcp.pm.max_subflows = 8;
     let mut n = net_with(EndpointConfig::default(), s);
     let (_, sh, token) = established(&mut n);
-    // 100 join SYNs at one instant, never completed.
-    for k in 0..100u32 {
+    for k in 0..4u32 {
+        n.b.handle_packet(n.now, &join_syn(2000 + k as u16, token, k));
+    }
+    drain(&mut n.b, n.now);
+    let c = n.b.counters();
+    assert_eq!((c.mptcp_mp_join_syn_rx, c.mptun_mp_join_half_open_limit, c.mptcp_mp_join_rejected), (4, 0, 0));
+    // 96 more at the same instant, never completed.
+    for k in 4..100u32 {
         n.b.handle_packet(n.now, &join_syn(2000 + k as u16, token, k));
     }
     drain(&mut n.b, n.now);
     let c = n.b.counters();
     let lim = Limits::default();
-    assert_eq!(c.mptcp_mp_join_syn_rx, lim.max_half_open_joins as u64);
-    assert_eq!(c.mptun_mp_join_half_open_limit, lim.max_join_syn_per_sec as u64 - lim.max_half_open_joins as u64);
+    assert_eq!(c.mptcp_mp_join_syn_rx, 8, "as many as the subflow limit has room for");
+    assert_eq!(c.mptun_mp_join_half_open_limit, 0);
+    assert_eq!(c.mptcp_mp_join_rejected, lim.max_join_syn_per_sec as u64 - 8);
     assert_eq!(c.mptun_mp_join_rate_limited, 100 - lim.max_join_syn_per_sec as u64);
-    assert_eq!(n.b.conn(sh).unwrap().subflows.slot_count(), 1 + lim.max_half_open_joins as usize);
+    assert_eq!(n.b.conn(sh).unwrap().subflows.slot_count(), 1 + 8);
     // The half-open joins time out (their SYN-ACK retries) and their slots
     // and pairs go; a join is taken again.
     n.run(Duration::from_secs(200), &mut pass());
     assert_books(&n.b, 1, 1);
     assert_eq!(n.b.conn(sh).unwrap().subflows.count(), 1);
     n.b.handle_packet(n.now, &join_syn(3000, token, 1));
-    assert_eq!(n.b.counters().mptcp_mp_join_syn_rx, lim.max_half_open_joins as u64 + 1);
+    assert_eq!(n.b.counters().mptcp_mp_join_syn_rx, 9);
+}
+
+#[test]
+fn a_configured_half_open_join_cap_refuses_beyond_it() {
+    let mut s = EndpointConfig::default();
+    s.mptcp.pm.max_subflows = 8;
+    s.limits.max_half_open_joins = Some(2);
+    let mut n = net_with(EndpointConfig::default(), s);
+    let (_, sh, token) = established(&mut n);
+    for k in 0..5u32 {
+        n.b.handle_packet(n.now, &join_syn(2000 + k as u16, token, k));
+    }
+    drain(&mut n.b, n.now);
+    let c = n.b.counters();
+    assert_eq!((c.mptcp_mp_join_syn_rx, c.mptun_mp_join_half_open_limit), (2, 3));
+    assert_eq!(n.b.conn(sh).unwrap().subflows.slot_count(), 3);
 }
 
 #[test]

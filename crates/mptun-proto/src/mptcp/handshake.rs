@@ -182,7 +182,7 @@ impl Connection {
             return None;
         }
         let half_open = self.subflows.live().filter(|s| matches!(s.mp.join, JoinState::ServerSynRcvd { .. })).count();
-        if half_open >= lim.max_half_open as usize {
+        if lim.max_half_open.is_some_and(|m| half_open >= m as usize) {
             self.counters.mptun_mp_join_half_open_limit += 1;
             return None;
         }
@@ -326,6 +326,14 @@ impl Connection {
             _ => None,
         });
         let expect = |pn| hs.remote_key.map(|rk| crypto::join_synack_hmac(rk, hs.local_key, pn, nonce));
+        if ok.is_some() && self.tx.fin.sent {
+            // Our DATA_FIN may be at the peer before our third ACK: a Linux
+            // peer would take the join's HMAC and then refuse it. A RST now
+            // lets its request go without a rejection.
+            self.counters.mptun_mp_join_after_data_fin += 1;
+            slot.tcp.abort();
+            return ControlFlow::Break(());
+        }
         match ok {
             Some((backup, addr_id, hmac, pn)) if expect(pn) == Some(hmac) => {
                 slot.mp.remote_id = addr_id;

@@ -231,6 +231,7 @@ impl Hook<'_> {
                 let m = DssMapping { dsn: fin.0, dsn64: true, ssn: 0, len: 1, checksum };
                 if push(opts, MptcpOption::Dss { data_ack, mapping: Some(m), data_fin: true }) {
                     self.tx.fin.due = false;
+                    self.tx.fin.sent = true;
                 }
                 return;
             }

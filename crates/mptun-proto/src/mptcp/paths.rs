@@ -16,8 +16,9 @@ pub(crate) const ADD_ADDR_RETRANS_MAX: u8 = 3;
 /// endpoint's [`crate::Limits`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct JoinLimits {
-    /// MP_JOIN SYNs answered and not yet completed, at most.
-    pub max_half_open: u8,
+    /// MP_JOIN SYNs answered and not yet completed, at most (`None`: as
+    /// many as the `subflows` limit has room for).
+    pub max_half_open: Option<u8>,
     /// MP_JOIN SYNs taken per second, at most.
     pub max_syn_per_sec: u32,
 }

@@ -28,6 +28,17 @@ impl Connection {
         !self.mode.is_mapped() || (self.tx.fin.seq.is_some() && self.rx.peer_fin.is_some())
     }
 
+    /// We open no subflow of our own: joins are closed, or our DATA_FIN
+    /// is out. Linux refuses a join once its connection received a
+    /// DATA_FIN (`mptcp_finish_join` wants the msk ESTABLISHED): a join of
+    /// ours racing our DATA_FIN would get its SYN-ACK and then a reset
+    /// (`MPTcpExtMPJoinRejected` there). Before it leaves, a join may still
+    /// carry what the application wrote before closing. Joins the peer
+    /// opens are still taken (see above).
+    pub(super) fn own_joins_closed(&self) -> bool {
+        self.joins_closed() || self.tx.fin.sent
+    }
+
     /// The MPTCP options of a segment the subflow `idx` has processed, in
     /// the order they came, then what they imply together: subflows to
     /// withdrawn addresses close, and a client learns it is fully
@@ -208,7 +219,7 @@ impl Connection {
         port0: u16,
         (echo, id, addr, port, hmac): (bool, u8, IpAddr, Option<u16>, Option<u64>),
     ) {
-        let joins_allowed = !self.joins_closed();
+        let joins_allowed = !self.own_joins_closed();
         let c = &mut self.counters;
         let paths = &mut self.paths;
         if echo {
@@ -293,13 +304,13 @@ impl Connection {
     /// (see [`Connection::joins_closed`]), nor to the peer's initial address
     /// when its MP_CAPABLE had the C flag.
     pub(super) fn pm_progress(&mut self, now: Instant) {
-        if self.joins_closed() {
+        if self.own_joins_closed() {
             self.paths.pending_joins.clear();
         }
         if self.hs.fully_established && !self.paths.pm.announced {
             if let Some((l, r)) = self.addresses() {
                 let (ann, mut joins) = self.paths.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
-                if self.joins_closed() || self.hs.peer_no_src_addr {
+                if self.own_joins_closed() || self.hs.peer_no_src_addr {
                     joins.clear();
                 }
                 for e in ann {

@@ -734,6 +734,7 @@ fn fallback_when_the_third_ack_is_stripped() {
 mod checksum;
 mod conn;
 mod one_sided_fallback;
+mod pm;
 
 #[test]
 fn expand32_picks_the_closest_value_modulo_2_64() {

@@ -231,7 +231,18 @@ impl Connection {
                     self.timers.stop(t);
                     return false;
                 }
-                // Due at once the first time.
+                // Held while our own joins finish their handshakes (at
+                // most `FIN_HOLD_MAX`), then due at once the first time.
+                if self.tx.fin.first_sent.is_none() {
+                    if let Some(until) = self.data_fin_hold(now) {
+                        self.tx.fin.held = true;
+                        self.timers.set(t, until);
+                        return false;
+                    }
+                    if std::mem::take(&mut self.tx.fin.held) {
+                        self.timers.set(t, now);
+                    }
+                }
                 if !self.timers.is_set(t) {
                     self.timers.set(t, now);
                 }

@@ -35,6 +35,14 @@ pub(super) struct OurDataFin {
     pub first_sent: Option<Instant>,
     /// Retransmissions so far.
     pub backoff: u32,
+    /// It went out at least once: the peer may have it, and a Linux peer
+    /// takes no join from then on (`Connection::own_joins_closed`).
+    pub sent: bool,
+    /// Until when its first transmission may wait for our joins
+    /// (`Connection::data_fin_hold`), fixed at the first look.
+    pub hold_until: Option<Instant>,
+    /// Its timer is set to `hold_until`, not to its first transmission.
+    pub held: bool,
 }
 
 /// The data-level send side: our data sequence space, the connection's
