@@ -204,6 +204,9 @@ counters! {
     mptcp_add_addr_tx => "MPTcpExtAddAddrTx",
     /// RM_ADDR received (`MPTcpExt RmAddr`).
     mptcp_rm_addr => "MPTcpExtRmAddr",
+    /// RM_ADDRs we sent: an address withdrawn by a `remove` command or an
+    /// endpoint deleted (`MPTcpExt RmAddrTx`).
+    mptcp_rm_addr_tx => "MPTcpExtRmAddrTx",
     /// MP_PRIO received (`MPTcpExt MPPrioRx`).
     mptcp_mp_prio_rx => "MPTcpExtMPPrioRx",
     /// MP_FASTCLOSE received (`MPTcpExt MPFastcloseRx`).
@@ -275,6 +278,9 @@ counters! {
     mptun_mp_join_after_data_fin => "MptunMPJoinAfterDataFin",
     /// MP_JOIN SYNs refused: over `max_join_syn_per_sec` for the token (mptun's).
     mptun_mp_join_rate_limited => "MptunMPJoinRateLimited",
+    /// Path-manager events dropped, oldest first: nobody read them and
+    /// the connection's queue (256) or the endpoint's was full (mptun's).
+    mptun_pm_events_dropped => "MptunPmEventsDropped",
     /// Packets dropped at the endpoint because they were malformed.
     mptun_malformed => "MptunMalformed",
     /// Packets that were not TCP (or used IP features we do not handle), ignored.

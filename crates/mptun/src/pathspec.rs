@@ -46,11 +46,18 @@ impl fmt::Display for PathSpecError {
 impl std::error::Error for PathSpecError {}
 
 /// The flags a path has when its spec names none: open a subflow from it.
-pub const DEFAULT_FLAGS: EndpointFlags = EndpointFlags { signal: false, subflow: true, backup: false };
+pub const DEFAULT_FLAGS: EndpointFlags =
+    EndpointFlags { signal: false, subflow: true, backup: false, fullmesh: false, laminar: false };
 
-/// `signal subflow backup` (or `none`), as `ip mptcp endpoint show` prints them.
+/// `signal subflow backup fullmesh` (or `none`), as `ip mptcp endpoint show` prints them.
 pub fn flags_text(f: EndpointFlags) -> String {
-    let names = [(f.signal, "signal"), (f.subflow, "subflow"), (f.backup, "backup")];
+    let names = [
+        (f.signal, "signal"),
+        (f.subflow, "subflow"),
+        (f.backup, "backup"),
+        (f.fullmesh, "fullmesh"),
+        (f.laminar, "laminar"),
+    ];
     let on: Vec<&str> = names.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
     if on.is_empty() {
         "none".into()
@@ -65,8 +72,14 @@ fn set_flag(f: &mut EndpointFlags, word: &str) -> Result<(), String> {
         "signal" => f.signal = true,
         "subflow" => f.subflow = true,
         "backup" => f.backup = true,
+        "fullmesh" => f.fullmesh = true,
+        "laminar" => f.laminar = true,
         "none" => {}
-        _ => return Err(format!("'{word}' is no endpoint flag (signal, subflow, backup, none)")),
+        _ => return Err(format!("'{word}' is no endpoint flag (signal, subflow, backup, fullmesh, laminar, none)")),
+    }
+    if f.fullmesh && f.signal {
+        // As `ip mptcp endpoint add`: a fullmesh endpoint opens subflows, it is not announced.
+        return Err("fullmesh cannot go with signal".into());
     }
     Ok(())
 }
@@ -85,9 +98,9 @@ fn parse(s: &str) -> Result<PathSpec, String> {
     for kv in s.split(',').filter(|p| !p.is_empty()) {
         let Some((k, v)) = kv.split_once('=') else {
             // A bare flag word, as `ip mptcp endpoint add ADDR signal backup`.
-            if !matches!(kv, "signal" | "subflow" | "backup") {
+            if !matches!(kv, "signal" | "subflow" | "backup" | "fullmesh" | "laminar") {
                 return Err(format!(
-                    "'{kv}' is not KEY=VALUE (keys: dev, addr, peer, mtu, flags) nor a flag (signal, subflow, backup)"
+                    "'{kv}' is not KEY=VALUE (keys: dev, addr, peer, mtu, flags) nor a flag (signal, subflow, backup, fullmesh, laminar)"
                 ));
             }
             set_flag(flags.get_or_insert_with(EndpointFlags::default), kv)?;
@@ -260,12 +273,27 @@ mod tests {
         assert_eq!((p.peer.to_string().as_str(), p.mtu), ("10.1.0.1", 9000));
         assert_eq!(p.flags, DEFAULT_FLAGS, "a path opens subflows unless told otherwise");
         let p: PathSpec = "dev=t,addr=10.0.2.2,signal,backup".parse().unwrap();
-        assert_eq!(p.flags, EndpointFlags { signal: true, subflow: false, backup: true });
+        assert_eq!(
+            p.flags,
+            EndpointFlags { signal: true, subflow: false, backup: true, fullmesh: false, laminar: false }
+        );
         assert_eq!(flags_text(p.flags), "signal backup");
         let p: PathSpec = "dev=t,addr=10.0.2.2,flags=subflow+backup".parse().unwrap();
-        assert_eq!(p.flags, EndpointFlags { signal: false, subflow: true, backup: true });
+        assert_eq!(
+            p.flags,
+            EndpointFlags { signal: false, subflow: true, backup: true, fullmesh: false, laminar: false }
+        );
         let p: PathSpec = "dev=t,addr=10.0.2.2,flags=signal|subflow".parse().unwrap();
-        assert_eq!(p.flags, EndpointFlags { signal: true, subflow: true, backup: false });
+        assert_eq!(
+            p.flags,
+            EndpointFlags { signal: true, subflow: true, backup: false, fullmesh: false, laminar: false }
+        );
+        let p: PathSpec = "dev=t,addr=10.0.2.2,subflow,fullmesh".parse().unwrap();
+        assert_eq!(
+            p.flags,
+            EndpointFlags { signal: false, subflow: true, backup: false, fullmesh: true, laminar: false }
+        );
+        assert_eq!(flags_text(p.flags), "subflow fullmesh");
         let p: PathSpec = "dev=t,addr=10.0.2.2,flags=none".parse().unwrap();
         assert_eq!(flags_text(p.flags), "none");
         let eps = PathSpec::endpoints(&[p.clone(), "dev=t,addr=10.0.3.2".parse().unwrap()]);
@@ -285,7 +313,8 @@ mod tests {
             ("dev=tun0,addr=0.0.0.0", "cannot be"),
             ("dev=tun0,addr=10.0.1.2,mtu=10", "mtu"),
             ("tun0", "KEY=VALUE"),
-            ("dev=tun0,addr=10.0.1.2,flags=fullmesh", "no endpoint flag"),
+            ("dev=tun0,addr=10.0.1.2,flags=mesh", "no endpoint flag"),
+            ("dev=tun0,addr=10.0.1.2,signal,fullmesh", "cannot go with signal"),
             ("dev=tun0,addr=10.0.1.2,laser", "nor a flag"),
         ] {
             let e = s.parse::<PathSpec>().unwrap_err().to_string();

@@ -219,7 +219,13 @@ impl StackBuilder {
                 .map(|(&(addr, _), id)| PmEndpoint {
                     id,
                     addr,
-                    flags: EndpointFlags { signal: false, subflow: true, backup: false },
+                    flags: EndpointFlags {
+                        signal: false,
+                        subflow: true,
+                        backup: false,
+                        fullmesh: false,
+                        laminar: false,
+                    },
                 })
                 .collect();
         }

@@ -29,7 +29,9 @@ pub(crate) struct Common {
     /// (repeat for several paths). FLAGs are `ip mptcp endpoint`'s, as words
     /// or `flags=signal+backup`: `subflow` opens a subflow from the address
     /// (the default when none is given), `signal` announces it to the peer
-    /// (ADD_ADDR), `backup` makes its subflows backup ones.
+    /// (ADD_ADDR), `backup` makes its subflows backup ones, `fullmesh` joins
+    /// every address the peer announces from it, `laminar` makes it the
+    /// source of one announced address's join.
     #[arg(long = "path", value_name = "SPEC", value_parser = parse_path)]
     paths: Vec<PathSpec>,
     /// `ip mptcp limits set add_addr_accepted N`: how many addresses the
@@ -41,6 +43,13 @@ pub(crate) struct Common {
     /// connection, opened or accepted (mptun; default 2, as Linux).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=8))]
     subflows: Option<u8>,
+    /// Subflows per address pair (ndiffports-like, each from its own source
+    /// port; mptun): N on every pair the path manager opens, the initial
+    /// pair included, within --subflows. For single-homed, ECMP and
+    /// shared-bottleneck experiments. Endpoint flags `fullmesh` and
+    /// `laminar` go in --path as the others do.
+    #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u8).range(1..=8))]
+    subflows_per_pair: u8,
     /// A named address plan instead of --path: lab-a, lab-b, linkem-client,
     /// linkem-server, optionally with `:N` paths.
     #[arg(long, value_name = "NAME[:N]", conflicts_with = "paths")]
@@ -297,6 +306,7 @@ impl Common {
             endpoints: PathSpec::endpoints(paths),
             max_subflows: self.subflows.unwrap_or(linux.max_subflows),
             max_add_addr_accepted: self.add_addr_accepted.unwrap_or(linux.max_add_addr_accepted),
+            subflows_per_pair: self.subflows_per_pair,
         }
     }
 }

@@ -10,10 +10,12 @@
 mod cookie;
 mod input;
 mod limits;
+mod pm;
 mod ports;
 mod timers;
 
 pub use limits::Limits;
+pub use pm::MAX_ENDPOINT_PM_EVENTS;
 pub use ports::IP_LOCAL_PORT_RANGE;
 
 use crate::counters::Counters;
@@ -116,6 +118,10 @@ pub struct Endpoint {
     counters: Counters,
     /// MTU of the device each local address lives on (the driver's paths).
     device_mtus: HashMap<IpAddr, u32>,
+    /// Path-manager events, once someone listens (`pm.rs`).
+    pm_events: Option<VecDeque<(ConnectionHandle, crate::pm::PmEvent)>>,
+    /// This host's addresses, for commands that name one (`pm.rs`).
+    local_addrs: HashSet<IpAddr>,
 }
 
 impl Endpoint {
@@ -150,6 +156,8 @@ impl Endpoint {
             rr: 0,
             counters: Counters::default(),
             device_mtus: HashMap::new(),
+            pm_events: None,
+            local_addrs: HashSet::new(),
         }
     }
 
@@ -178,12 +186,16 @@ impl Endpoint {
 
     /// Accept connections to `addr` (an unspecified IP listens on every address).
     pub fn listen(&mut self, addr: SocketAddr) {
-        self.listeners.insert(addr);
+        if self.listeners.insert(addr) {
+            self.listener_event(crate::pm::PmEventKind::ListenerCreated, addr);
+        }
     }
 
     /// Stops accepting connections to `addr` (a dropped listener).
     pub fn unlisten(&mut self, addr: SocketAddr) {
-        self.listeners.remove(&addr);
+        if self.listeners.remove(&addr) {
+            self.listener_event(crate::pm::PmEventKind::ListenerClosed, addr);
+        }
     }
 
     fn is_listening(&self, local: SocketAddr) -> bool {
@@ -299,7 +311,10 @@ impl Endpoint {
         }
     }
 
-    fn insert(&mut self, conn: Connection, owned: bool, half_open: bool) -> ConnectionHandle {
+    fn insert(&mut self, mut conn: Connection, owned: bool, half_open: bool) -> ConnectionHandle {
+        if self.pm_events.is_some() {
+            conn.listen_pm_events();
+        }
         let slot = Slot { conn, token: None, tuples: Vec::new(), owned, half_open, dirty: false };
         self.live += 1;
         self.half_open += half_open as usize;
@@ -552,6 +567,7 @@ impl Endpoint {
         if connected {
             self.on_passive_connected(h);
         }
+        self.collect_pm_events(h);
         self.settle(h);
     }
 

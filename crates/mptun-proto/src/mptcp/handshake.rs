@@ -192,8 +192,12 @@ impl Connection {
         // Backup if the peer asks (its SYN's B flag) or our endpoint for
         // the address joined is a `backup` one (Linux: `request_bkup`,
         // sent in the SYN/ACK's B flag).
-        let ours = self.cfg.mptcp.pm.endpoints.iter().any(|e| e.addr == local.ip() && e.flags.backup);
-        let mp = self.subflow_mp(JoinState::ServerSynRcvd { nonce, peer_nonce }, 0, addr_id, backup || ours);
+        // Our address id in the SYN-ACK is the endpoint's of the address
+        // joined (Linux `mptcp_pm_get_local_id`), so that the peer's RM_ADDR
+        // handling and events name the address as we announced it.
+        let ep = self.cfg.mptcp.pm.endpoints.iter().find(|e| e.addr == local.ip());
+        let (local_id, ours) = ep.map_or((0, false), |e| (e.id, e.flags.backup));
+        let mp = self.subflow_mp(JoinState::ServerSynRcvd { nonce, peer_nonce }, local_id, addr_id, backup || ours);
         Some(self.place_subflow(SubflowSlot { tcp, mp }))
     }
 

@@ -305,6 +305,17 @@ impl Hook<'_> {
         let ann = &mut self.paths.announce;
         let Some(i) = ann.iter().position(|a| a.at <= now) else { return };
         let a = ann[i];
+        if a.remove {
+            let mut ids = arrayvec::ArrayVec::new();
+            ids.push(a.id);
+            if push(opts, MptcpOption::RmAddr { ids }) {
+                self.counters.mptcp_rm_addr_tx += 1;
+                ann.remove(i);
+            } else {
+                ann[i].at = now + ADD_ADDR_NO_ROOM_RETRY;
+            }
+            return;
+        }
         let Some(rk) = self.hs.remote_key else { return };
         let hmac = (!a.echo).then(|| crypto::add_addr_hmac(self.hs.local_key, rk, a.id, a.addr, a.port));
         let o = MptcpOption::AddAddr { echo: a.echo, addr_id: a.id, addr: a.addr, port: a.port, hmac };

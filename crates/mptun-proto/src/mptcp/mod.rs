@@ -28,6 +28,7 @@ mod slot;
 mod stream;
 mod timers;
 mod tx;
+mod userspace;
 
 pub use config::{ConnConfig, MptcpConfig};
 pub use fallback::{FallbackReason, Mode};
@@ -87,6 +88,8 @@ pub struct Connection {
     sched: Box<dyn Scheduler>,
     /// Connection-level events for the application.
     events: VecDeque<Event>,
+    /// Path-manager events (`userspace.rs`), once someone listens for them.
+    pm_events: userspace::PmEvents,
     closed_event_sent: bool,
     /// What the connection counted itself (its subflows count their own).
     counters: Counters,
@@ -124,6 +127,7 @@ impl Connection {
             timers: TimerTable::default(),
             sched: new_scheduler(cfg.mptcp.scheduler, cfg.mptcp.penalty),
             events: VecDeque::new(),
+            pm_events: userspace::PmEvents::default(),
             closed_event_sent: false,
             counters: Counters::default(),
             coupling: Vec::new(),
@@ -264,7 +268,7 @@ impl Connection {
             // An acceptable RST ends the subflow; of its options only the
             // reason (MP_TCPRST) and a keyed MP_FASTCLOSE still mean anything.
             Verdict::Reset => {
-                if self.mode.is_mptcp() && self.reset_options(opts).is_break() {
+                if self.mode.is_mptcp() && self.reset_options(idx, opts).is_break() {
                     return;
                 }
             }
@@ -292,8 +296,14 @@ impl Connection {
             return;
         }
         let mut failed = false;
+        let mut error = 0;
         let mut fallback_fin = false;
         while let Some(ev) = slot.tcp.poll_event() {
+            match ev {
+                Event::Reset => error = crate::pm::ECONNRESET,
+                Event::TimedOut => error = crate::pm::ETIMEDOUT,
+                _ => {}
+            }
             match (self.mode.public(), ev, slot.mp.join) {
                 // Until the SYN-ACK decides, the initial subflow's fate is the connection's.
                 (Mode::Plain | Mode::Pending, e, _) => self.events.push_back(e),
@@ -325,6 +335,7 @@ impl Connection {
         }
         if failed && mptcp {
             self.reinject_from(idx);
+            self.report_sub_closed(idx, error);
             if let Some(slot) = self.subflows.take(idx) {
                 // Keep what the subflow counted.
                 self.counters.add(&slot.tcp.counters());
@@ -337,6 +348,7 @@ impl Connection {
                 self.closed_event_sent = true;
                 let done = self.tx.fin.acked && self.rx.peer_fin_done;
                 self.events.push_back(if done { Event::Closed } else { Event::Reset });
+                self.report_closed();
             }
         }
     }
@@ -375,6 +387,7 @@ impl Connection {
         self.run_timers(now);
         self.fallback_close();
         self.close_when_done();
+        self.report_progress();
     }
 
     // ------------------------------------------------------------------

@@ -30,6 +30,8 @@ pub(crate) struct AddrAnnounce {
     pub addr: IpAddr,
     pub port: Option<u16>,
     pub echo: bool,
+    /// An RM_ADDR for `id` instead (sent once, as Linux sends it).
+    pub remove: bool,
     /// Next (re)transmission.
     pub at: Instant,
     /// Transmissions so far: the first and at most `ADD_ADDR_RETRANS_MAX`
@@ -50,6 +52,9 @@ pub(super) struct Paths {
     pub pending_joins: Vec<JoinRequest>,
     /// MP_JOIN SYNs taken in the current one-second window: (window start, count).
     pub join_window: (Instant, u32),
+    /// Our addresses announced to the peer (by the PM or a command), by
+    /// id: what an RM_ADDR withdraws and a new announcement must not clash with.
+    pub announced: Vec<(u8, IpAddr)>,
 }
 
 impl Paths {
@@ -60,6 +65,7 @@ impl Paths {
             add_addr_timeout,
             pending_joins: Vec::new(),
             join_window: (now, 0),
+            announced: Vec::new(),
         }
     }
 
@@ -70,7 +76,15 @@ impl Paths {
 
     /// Queues an announcement (or echo) due at `now`.
     pub fn queue(&mut self, id: u8, addr: IpAddr, port: Option<u16>, echo: bool, now: Instant) {
-        self.announce.push(AddrAnnounce { id, addr, port, echo, at: now, sent: 0 });
+        self.announce.push(AddrAnnounce { id, addr, port, echo, remove: false, at: now, sent: 0 });
+    }
+
+    /// Queues an RM_ADDR for our address `id`, due at `now`; an
+    /// announcement of it not yet sent or echoed is dropped.
+    pub fn queue_remove(&mut self, id: u8, now: Instant) {
+        self.announce.retain(|a| a.echo || a.id != id);
+        let addr = IpAddr::from([0, 0, 0, 0]);
+        self.announce.push(AddrAnnounce { id, addr, port: None, echo: false, remove: true, at: now, sent: 0 });
     }
 
     /// Moves every announcement due at `now` out by `by`.

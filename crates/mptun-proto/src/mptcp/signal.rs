@@ -107,16 +107,23 @@ impl Connection {
             MptcpOption::RmAddr { ids } => {
                 self.counters.mptcp_rm_addr += 1;
                 rm_ids.extend(ids.iter().copied());
+                for &id in ids {
+                    self.report_removed(id);
+                }
             }
             MptcpOption::MpPrio { backup } => {
                 self.counters.mptcp_mp_prio_rx += 1;
                 slot.mp.backup = *backup;
+                self.report_sub(crate::pm::PmEventKind::SubPriority, idx);
             }
             MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key => {
                 self.on_fastclose();
                 return ControlFlow::Break(());
             }
-            MptcpOption::MpTcpRst { .. } => self.counters.mptcp_mp_rst_rx += 1,
+            MptcpOption::MpTcpRst { reason, flags } => {
+                self.counters.mptcp_mp_rst_rx += 1;
+                slot.mp.rst_reason = Some((*reason, *flags));
+            }
             MptcpOption::MpFail { dsn } => self.on_mp_fail(idx, DataSeq(*dsn)),
             _ => {}
         }
@@ -177,10 +184,15 @@ impl Connection {
     /// The options of an acceptable RST: its reason is counted, and an
     /// MP_FASTCLOSE with our key tears the connection down (RFC 8684 3.5
     /// lets it ride on a RST). `Break` when it did.
-    pub(super) fn reset_options(&mut self, opts: &OptionSummary) -> ControlFlow<()> {
+    pub(super) fn reset_options(&mut self, idx: usize, opts: &OptionSummary) -> ControlFlow<()> {
         for o in &opts.mptcp {
             match o {
-                MptcpOption::MpTcpRst { .. } => self.counters.mptcp_mp_rst_rx += 1,
+                MptcpOption::MpTcpRst { reason, flags } => {
+                    self.counters.mptcp_mp_rst_rx += 1;
+                    if let Some(s) = self.subflows.get_mut(idx) {
+                        s.mp.rst_reason = Some((*reason, *flags));
+                    }
+                }
                 MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key => {
                     self.on_fastclose();
                     return ControlFlow::Break(());
@@ -224,7 +236,7 @@ impl Connection {
         let paths = &mut self.paths;
         if echo {
             c.mptcp_echo_add += 1;
-            paths.announce.retain(|a| a.echo || a.id != id);
+            paths.announce.retain(|a| a.echo || a.remove || a.id != id);
             return;
         }
         let Some(rk) = self.hs.remote_key else { return };
@@ -236,15 +248,18 @@ impl Connection {
         if !paths.announce.iter().any(|a| a.echo && a.id == id) {
             paths.queue(id, addr, port, true, now);
         }
+        self.report_announced(id, addr, port);
+        let (c, paths) = (&mut self.counters, &mut self.paths);
         let pmcfg = &self.cfg.mptcp.pm;
         if !crate::pm::joinable(pmcfg, local0, addr) {
             c.mptcp_add_addr_drop += 1;
             return;
         }
-        match paths.pm.on_add_addr(pmcfg, local0, addr, port.unwrap_or(port0), false) {
-            Some(j) if joins_allowed => paths.pending_joins.push(j),
-            Some(_) => {}
-            None => c.mptcp_add_addr_drop += 1,
+        let joins = paths.pm.on_add_addr(pmcfg, local0, addr, port.unwrap_or(port0), false);
+        if joins.is_empty() {
+            c.mptcp_add_addr_drop += 1;
+        } else if joins_allowed {
+            paths.pending_joins.extend(joins);
         }
     }
 
@@ -315,6 +330,7 @@ impl Connection {
                 }
                 for e in ann {
                     self.paths.queue(e.id, e.addr, None, false, now);
+                    self.paths.announced.push((e.id, e.addr));
                 }
                 self.paths.pending_joins.extend(joins);
             }

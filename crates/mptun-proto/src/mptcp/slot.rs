@@ -215,6 +215,13 @@ pub(crate) struct SubflowMp {
     pub cut: Option<WindowCut>,
     /// Cuts applied to this subflow.
     pub penalized: u64,
+    /// Its `sub-established` event went out (`created` for the initial
+    /// subflow): its `sub-closed` is owed.
+    pub up_reported: bool,
+    /// Its `sub-closed` event went out: nothing more is reported of it.
+    pub down_reported: bool,
+    /// The (reason, flags) of the MP_TCPRST the peer reset it with.
+    pub rst_reason: Option<(u8, u8)>,
 }
 
 impl SubflowMp {
@@ -231,6 +238,9 @@ impl SubflowMp {
             signals: SubflowSignals::default(),
             cut: None,
             penalized: 0,
+            up_reported: false,
+            down_reported: false,
+            rst_reason: None,
         }
     }
 

@@ -105,3 +105,178 @@ fn a_join_still_in_flight_when_the_data_fin_hold_ends_is_reset_at_its_syn_ack() 
     assert_eq!(a.mptun_mp_join_after_data_fin, 1, "the late SYN-ACK is answered with a RST");
     assert_eq!((b.mptcp_mp_join_syn_rx, b.mptcp_mp_join_ack_rx, b.mptcp_mp_join_rejected), (1, 0, 0));
 }
+
+/// Subflows of `c` up (not closing: TIME_WAIT keeps a closed one a while).
+fn up(c: &Connection) -> usize {
+    c.subflows().filter(|(_, s)| s.state() == crate::tcp::State::Established).count()
+}
+
+fn kinds(ep: &mut Endpoint) -> Vec<crate::pm::PmEventKind> {
+    std::iter::from_fn(|| ep.poll_pm_event()).map(|(_, e)| e.kind).collect()
+}
+
+#[test]
+fn a_two_path_transfer_reports_its_events_in_order() {
+    use crate::pm::PmEventKind::*;
+    let mut n = two_path();
+    n.a.listen_pm_events();
+    n.b.listen_pm_events();
+    n.b.listen("10.0.1.2:6000".parse().unwrap());
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let a = kinds(&mut n.a);
+    assert_eq!(a, [Created, Established, Announced, SubEstablished], "client");
+    let b = kinds(&mut n.b);
+    assert_eq!(b, [ListenerCreated, Created, Established, SubEstablished], "server");
+    let sh = n.b.accept().unwrap();
+    n.a.close(h);
+    n.b.close(sh);
+    n.run(Duration::from_secs(2), &mut pass());
+    let a = kinds(&mut n.a);
+    assert_eq!(a.iter().filter(|k| **k == SubClosed).count(), 2, "{a:?}");
+    assert_eq!(a.last(), Some(&Closed), "{a:?}");
+    n.b.unlisten("10.0.1.2:6000".parse().unwrap());
+    assert_eq!(kinds(&mut n.b).last(), Some(&ListenerClosed));
+}
+
+#[test]
+fn events_carry_the_kernel_s_attributes() {
+    use crate::pm::PmEventKind::*;
+    let mut n = two_path();
+    n.a.listen_pm_events();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let evs: Vec<_> = std::iter::from_fn(|| n.a.poll_pm_event()).map(|(_, e)| e).collect();
+    let token = n.a.conn(h).unwrap().local_token().unwrap();
+    assert!(evs.iter().all(|e| e.token == token));
+    let created = &evs[0];
+    assert_eq!((created.kind, created.server_side), (Created, false));
+    assert_eq!(created.remote, Some("10.0.1.2:5000".parse().unwrap()));
+    let ann = evs.iter().find(|e| e.kind == Announced).unwrap();
+    assert_eq!((ann.remote_id, ann.remote.map(|r| r.ip())), (Some(1), Some(ip("10.0.2.2"))));
+    let sub = evs.iter().find(|e| e.kind == SubEstablished).unwrap();
+    assert_eq!((sub.local.map(|l| l.ip()), sub.local_id, sub.remote_id), (Some(ip("10.0.2.1")), Some(1), Some(1)));
+    let line = sub.to_string();
+    assert!(line.contains("SUB-ESTABLISHED") && line.contains("saddr4=10.0.2.1") && line.contains("locid=1"), "{line}");
+}
+
+#[test]
+fn remove_sends_rm_addr_and_the_peer_closes_its_subflow_to_it() {
+    use crate::pm::PmEventKind::*;
+    let mut n = two_path();
+    n.a.listen_pm_events();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let _ = kinds(&mut n.a);
+    let sh = n.b.accept().unwrap();
+    let token = n.b.conn(sh).unwrap().local_token().unwrap();
+    assert_eq!(n.b.pm_remove(token, 9), Err(crate::pm::PmError::NoSuchId), "nothing has id 9");
+    assert_eq!(n.b.pm_remove(token ^ 1, 1), Err(crate::pm::PmError::UnknownToken));
+    n.b.pm_remove(token, 1).unwrap();
+    n.run(Duration::from_millis(200), &mut pass());
+    assert_eq!((n.b.counters().mptcp_rm_addr_tx, n.a.counters().mptcp_rm_addr), (1, 1));
+    let a = kinds(&mut n.a);
+    assert_eq!(a.first(), Some(&Removed), "{a:?}");
+    assert!(a.contains(&SubClosed), "{a:?}");
+    assert_eq!(up(n.a.conn(h).unwrap()), 1, "the subflow to the withdrawn address is gone");
+    // The connection carries on over the other.
+    n.a.send(h, &[5u8; 50_000]).unwrap();
+    n.run(Duration::from_millis(500), &mut pass());
+    let mut buf = vec![0u8; 65536];
+    assert_eq!(n.read_b(sh, &mut buf).len(), 50_000);
+}
+
+#[test]
+fn set_flags_sends_mp_prio_and_reports_the_priority() {
+    use crate::pm::PmEventKind::*;
+    let mut n = two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    n.a.listen_pm_events();
+    let token = n.a.conn(h).unwrap().local_token().unwrap();
+    assert_eq!(n.a.pm_set_flags(token, ip("10.0.9.9"), None, true), Err(crate::pm::PmError::NoSuchSubflow));
+    assert_eq!(n.a.pm_set_flags(token, ip("10.0.2.1"), None, true), Ok(1));
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(n.b.counters().mptcp_mp_prio_rx, 1);
+    let ev: Vec<_> = std::iter::from_fn(|| n.a.poll_pm_event()).map(|(_, e)| e).collect();
+    assert!(ev.iter().any(|e| e.kind == SubPriority && e.backup), "{ev:?}");
+}
+
+#[test]
+fn subflow_create_and_destroy_with_their_refusals() {
+    use crate::pm::PmError;
+    let mut n = two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let token = n.a.conn(h).unwrap().local_token().unwrap();
+    let srv: SocketAddr = "10.0.1.2:5000".parse().unwrap();
+    n.a.add_local_address(ip("10.0.1.1"));
+    n.a.add_local_address(ip("10.0.2.1"));
+    n.a.add_local_address(ip("10.0.3.1"));
+    assert_eq!(n.a.pm_subflow_create(token, ip("10.0.7.1"), 7, srv, false), Err(PmError::AddrNotLocal));
+    assert_eq!(
+        n.a.pm_subflow_create(token, ip("10.0.3.1"), 3, "[fd00::2]:5000".parse().unwrap(), false),
+        Err(PmError::BadAddress)
+    );
+    // The limit is 2 additional subflows, one is up: one more.
+    n.a.pm_subflow_create(token, ip("10.0.3.1"), 3, srv, false).unwrap();
+    assert_eq!(n.a.pm_subflow_create(token, ip("10.0.3.1"), 3, srv, false), Err(PmError::LimitReached));
+    n.run(Duration::from_millis(100), &mut pass());
+    let c = n.a.conn(h).unwrap();
+    assert_eq!(up(c), 3);
+    let sf = c.subflows().map(|(_, s)| s).find(|s| s.local().ip() == ip("10.0.3.1")).unwrap();
+    let (l, r) = (sf.local(), sf.remote());
+    assert_eq!(n.b.counters().mptcp_mp_join_ack_rx, 2);
+    assert_eq!(n.a.pm_subflow_destroy(token, "10.0.3.1:1".parse().unwrap(), r), Err(PmError::NoSuchSubflow));
+    n.a.pm_subflow_destroy(token, l, r).unwrap();
+    n.run(Duration::from_millis(500), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 2);
+}
+
+#[test]
+fn an_announcement_with_a_port_is_joined_at_that_port() {
+    let mut n = two_path_with(|s| s.mptcp.pm.endpoints.clear());
+    n.b.listen("10.0.2.2:7000".parse().unwrap());
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let token = n.b.conn(sh).unwrap().local_token().unwrap();
+    n.b.pm_announce(token, 1, ip("10.0.2.2"), Some(7000)).unwrap();
+    assert_eq!(n.b.pm_announce(token, 1, ip("10.0.3.2"), None), Err(crate::pm::PmError::IdInUse));
+    assert_eq!(n.b.pm_announce(token, 0, ip("10.0.3.2"), None), Err(crate::pm::PmError::IdInUse));
+    n.run(Duration::from_millis(100), &mut pass());
+    let c = n.a.conn(h).unwrap();
+    let ports: Vec<u16> = c.subflows().map(|(_, s)| s.remote().port()).collect();
+    assert!(ports.contains(&7000), "{ports:?}");
+    assert_eq!(n.b.counters().mptcp_mp_join_ack_rx, 1);
+}
+
+#[test]
+fn endpoint_changes_apply_to_live_connections() {
+    let mut n = two_path_with(|s| s.mptcp.pm.endpoints.clear());
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 1);
+    // The server gets a `signal` endpoint: the live connection announces it
+    // and the client joins it.
+    let id =
+        n.b.pm_endpoint_add(PmEndpoint {
+            id: 0,
+            addr: ip("10.0.2.2"),
+            flags: EndpointFlags { signal: true, ..Default::default() },
+        })
+        .unwrap();
+    assert_eq!(id, 1);
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 2);
+    // Backup now: MP_PRIO on its subflows.
+    n.b.pm_endpoint_change(1, EndpointFlags { backup: true, ..Default::default() }).unwrap();
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(n.a.counters().mptcp_mp_prio_rx, 1);
+    // Deleted: RM_ADDR, and the client's subflow to it closes.
+    n.b.pm_endpoint_delete(1).unwrap();
+    n.run(Duration::from_millis(300), &mut pass());
+    assert_eq!(n.a.counters().mptcp_rm_addr, 1);
+    assert_eq!(up(n.a.conn(h).unwrap()), 1);
+    assert_eq!(n.b.pm_endpoint_delete(1), Err(crate::pm::PmError::NoSuchId));
+}
