@@ -276,6 +276,7 @@ impl Driver {
         while let Some((h, ev)) = st.ep.poll_event() {
             on_event(&mut st, h, ev, &mut self.wake);
         }
+        st.flush_pm_events();
         self.collect_wakeups(&mut st);
         if now.saturating_duration_since(self.last_sweep) >= SWEEP_EVERY {
             self.last_sweep = now;

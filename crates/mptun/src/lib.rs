@@ -32,6 +32,8 @@
 //!   [`OwnedWriteHalf`]): `AsyncRead` + `AsyncWrite`; shutdown sends the
 //!   FIN (DATA_FIN under MPTCP).
 //! - [`StreamOptions`]: per-stream buffers, congestion control, pacing cap.
+//! - [`PathManager`] ([`Stack::path_manager`], [`MptcpStream::path_manager`]):
+//!   endpoints, limits, the userspace PM's commands and its events, at run time.
 //! - [`Stack::counters`] (kernel `nstat` names), [`MptcpStream::info`]
 //!   (`TCP_INFO`-like per subflow), tracing spans `conn` and `subflow`.
 //! - [`pathspec`]: the `--path dev=..,addr=..` syntax of the CLI and the
@@ -60,6 +62,7 @@ mod listener;
 mod options;
 pub mod pathspec;
 pub mod pattern;
+mod pm;
 mod split;
 mod stack;
 mod state;
@@ -70,13 +73,14 @@ mod timer;
 pub use info::{ConnectionInfo, Mode, StreamInfo, SubflowInfo};
 pub use listener::MptcpListener;
 pub use options::{scheduler_by_name, SchedulerFactory, StreamOptions};
+pub use pm::{ConnectionPm, PathManager, PmEvents, PmLimits, PM_EVENT_BACKLOG};
 pub use split::{OwnedReadHalf, OwnedWriteHalf};
 pub use stack::{Path, Stack, StackBuilder};
 pub use stats::RuntimeStats;
 pub use stream::MptcpStream;
 
 pub use mptun_cc::{Algorithm, PacerKind};
-pub use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint};
+pub use mptun_proto::pm::{EndpointFlags, PmConfig, PmEndpoint, PmError, PmEvent, PmEventKind};
 /// The scheduler framework and the shipped schedulers, for writing one.
 pub use mptun_proto::sched;
 pub use mptun_proto::sched::{

@@ -356,6 +356,13 @@ impl Stack {
         StreamOptions::from_config(self.inner.default_cfg.clone())
     }
 
+    /// The path manager the stack was built with: options that still
+    /// carry it follow the stack's path manager as it is changed at run
+    /// time ([`crate::PathManager`]).
+    pub(crate) fn built_pm(&self) -> &mptun_proto::pm::PmConfig {
+        &self.inner.default_cfg.mptcp.pm
+    }
+
     /// Whether the stack's devices complete TCP checksums (every one of
     /// them): its connections then leave the checksum to them, whatever
     /// options they were opened with.

@@ -120,6 +120,9 @@ pub(crate) struct State {
     pub(crate) driver_gone: bool,
     pub(crate) local_ips: Vec<IpAddr>,
     pub(crate) stats: RuntimeStats,
+    /// Where path-manager events go once someone subscribed
+    /// ([`crate::PathManager::events`]).
+    pm_tx: Option<tokio::sync::broadcast::Sender<mptun_proto::pm::PmEvent>>,
 }
 
 impl State {
@@ -135,6 +138,25 @@ impl State {
             driver_gone: false,
             local_ips,
             stats: RuntimeStats::default(),
+            pm_tx: None,
+        }
+    }
+
+    /// The sender of path-manager events, made (and the endpoint told to
+    /// keep them) at the first subscription.
+    pub(crate) fn pm_events_sender(&mut self) -> &tokio::sync::broadcast::Sender<mptun_proto::pm::PmEvent> {
+        if self.pm_tx.is_none() {
+            self.ep.listen_pm_events();
+        }
+        self.pm_tx.get_or_insert_with(|| tokio::sync::broadcast::channel(crate::pm::PM_EVENT_BACKLOG).0)
+    }
+
+    /// Moves the endpoint's path-manager events to the subscribers (none
+    /// kept when nobody subscribes any more).
+    pub(crate) fn flush_pm_events(&mut self) {
+        let Some(tx) = &self.pm_tx else { return };
+        while let Some((_, ev)) = self.ep.poll_pm_event() {
+            let _ = tx.send(ev);
         }
     }
 

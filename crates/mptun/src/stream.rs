@@ -77,6 +77,12 @@ impl MptcpStream {
                     format!("{} is no path of the stack", local.ip()),
                 ));
             }
+            // Options that kept the stack's path manager get its endpoints
+            // and limits as they are now, changes made at run time included.
+            let mut cfg = cfg;
+            if cfg.mptcp.pm == *stack.built_pm() {
+                cfg.mptcp.pm = st.ep.pm_config().clone();
+            }
             let wake_space = StreamOptions::wake_space(&cfg);
             let now = shared.clock.now();
             let h = st.ep.connect_conn(now, local, remote, cfg).map_err(|e| connect_error(e, local, remote))?;
@@ -168,6 +174,22 @@ impl MptcpStream {
     /// Per-subflow snapshots (cwnd, srtt, pacing rate, bytes, retransmissions).
     pub fn subflows(&self) -> io::Result<Vec<SubflowInfo>> {
         Ok(self.inner.info()?.conn.subflows)
+    }
+
+    /// The connection's path-manager commands (announce, remove,
+    /// subflow-create/destroy, backup), or `None` when it does not speak
+    /// MPTCP (plain TCP, or fallen back): there is no token to address.
+    pub fn path_manager(&self) -> io::Result<Option<crate::ConnectionPm>> {
+        let token = self.token()?;
+        Ok(token.map(|t| crate::ConnectionPm::new(self.inner.stack.clone(), t)))
+    }
+
+    /// Our MPTCP token for the connection (what path-manager events and
+    /// commands name it by), `None` for plain TCP or after a fallback.
+    pub fn token(&self) -> io::Result<Option<u32>> {
+        let st = self.inner.stack.shared().lock();
+        let c = st.ep.conn(self.inner.h).ok_or_else(State::gone_error)?;
+        Ok(c.local_token().filter(|_| c.mode() == mptun_proto::mptcp::Mode::Mptcp))
     }
 
     /// The stack the stream lives on.

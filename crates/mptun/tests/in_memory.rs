@@ -815,3 +815,117 @@ async fn a_listener_chooses_the_scheduler_of_accepted_connections() {
     assert_eq!(listener_choice, "blest");
     assert_eq!(stack_choice, "ecf");
 }
+
+/// Two paths on one in-memory device per side: A at 10.0.0.1 and
+/// 10.0.1.1, B at 10.0.0.2 and 10.0.1.2. Neither side's second address is
+/// an endpoint at first, so the connection starts on one path.
+fn two_path_pair() -> (Stack, Stack) {
+    let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
+    let (a, b): (Arc<dyn PacketIo>, Arc<dyn PacketIo>) = (Arc::new(a), Arc::new(b));
+    let none = |id, addr: &str| mptun::PmEndpoint { id, addr: addr.parse().unwrap(), flags: Default::default() };
+    let mut ma = mptun::MptcpConfig::default();
+    ma.pm.endpoints = vec![none(2, "10.0.1.1")];
+    ma.pm.max_add_addr_accepted = 1;
+    let mut mb = mptun::MptcpConfig::default();
+    mb.pm.endpoints = vec![none(1, "10.0.1.2")];
+    let sa = Stack::builder()
+        .path("10.0.0.1".parse().unwrap(), a.clone())
+        .path("10.0.1.1".parse().unwrap(), a)
+        .mptcp_config(ma)
+        .build()
+        .unwrap();
+    let sb = Stack::builder()
+        .path("10.0.0.2".parse().unwrap(), b.clone())
+        .path("10.0.1.2".parse().unwrap(), b)
+        .mptcp_config(mb)
+        .build()
+        .unwrap();
+    (sa, sb)
+}
+
+/// Waits (bounded) for an event of `kind`, returning every event seen up to it.
+async fn until_event(ev: &mut mptun::PmEvents, kind: mptun::PmEventKind) -> Vec<mptun::PmEvent> {
+    let mut seen = Vec::new();
+    let wait = async {
+        while let Some(e) = ev.recv().await {
+            let done = e.kind == kind;
+            seen.push(e);
+            if done {
+                return;
+            }
+        }
+    };
+    let r = timeout(Duration::from_secs(10), wait).await;
+    assert!(r.is_ok(), "no {kind:?} event; saw {seen:?}");
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_path_manager_changes_paths_of_a_live_connection_and_reports_it() {
+    use mptun::{EndpointFlags, PmError, PmEventKind as K};
+    let (sa, sb) = two_path_pair();
+    let (pa, pb) = (sa.path_manager(), sb.path_manager());
+    let (mut ea, mut eb) = (pa.events(), pb.events());
+    let listener = MptcpListener::bind(&sb, "10.0.0.2:5000").await.unwrap();
+    assert_eq!(until_event(&mut eb, K::ListenerCreated).await.len(), 1);
+    let client = MptcpStream::connect(&sa, "10.0.0.2:5000").await.unwrap();
+    let (server, _) = listener.accept().await.unwrap();
+    let token_a = client.token().unwrap().expect("MPTCP");
+    let cpm = client.path_manager().unwrap().expect("MPTCP");
+    assert_eq!(cpm.token(), token_a);
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    // Data both ways: the connection is fully established.
+    cw.write_all(b"hello").await.unwrap();
+    let mut b5 = [0u8; 5];
+    sr.read_exact(&mut b5).await.unwrap();
+    sw.write_all(b"world").await.unwrap();
+    cr.read_exact(&mut b5).await.unwrap();
+    let seen = until_event(&mut ea, K::Established).await;
+    assert_eq!(seen[0].kind, K::Created);
+    assert!(seen.iter().all(|e| e.token == token_a), "{seen:?}");
+
+    // The operator turns B's second address into a `signal` endpoint: the
+    // live connection announces it and A, allowed one, joins it.
+    let signal = EndpointFlags { signal: true, ..Default::default() };
+    let ep = |addr: &str, flags| mptun::PmEndpoint { id: 0, addr: addr.parse().unwrap(), flags };
+    assert_eq!(pb.endpoint_add(ep("10.0.1.2", signal)), Err(PmError::IdInUse), "already an endpoint");
+    assert_eq!(pb.endpoint_add(ep("10.0.9.2", signal)), Err(PmError::AddrNotLocal));
+    pb.endpoint_delete(1).unwrap();
+    assert_eq!(pb.endpoint_add(ep("10.0.1.2", signal)), Ok(1));
+    assert_eq!(pb.endpoints().len(), 1);
+    let seen = until_event(&mut ea, K::SubEstablished).await;
+    assert!(seen.iter().any(|e| e.kind == K::Announced && e.remote_id == Some(1)), "{seen:?}");
+    let sub = seen.last().unwrap();
+    assert_eq!(sub.remote.map(|r| r.ip()), Some("10.0.1.2".parse().unwrap()));
+    assert_eq!(sb.counters().mptcp_add_addr_tx, 1);
+
+    // A makes its new subflow a backup one: MP_PRIO reaches B.
+    assert_eq!(cpm.set_backup("10.0.5.1".parse().unwrap(), None, true), Err(PmError::NoSuchSubflow));
+    let local = sub.local.unwrap().ip();
+    assert_eq!(cpm.set_backup(local, None, true), Ok(1));
+    let seen = until_event(&mut eb, K::SubPriority).await;
+    assert!(seen.last().unwrap().backup);
+    assert_eq!(sb.counters().mptcp_mp_prio_rx, 1);
+
+    // B's operator deletes the endpoint: RM_ADDR, and A's subflow to it closes.
+    pb.endpoint_delete(1).unwrap();
+    let seen = until_event(&mut ea, K::SubClosed).await;
+    assert!(seen.iter().any(|e| e.kind == K::Removed && e.remote_id == Some(1)), "{seen:?}");
+    assert_eq!(sa.counters().mptcp_rm_addr, 1);
+
+    // Limits, and the data still flows over what is left.
+    pa.set_limits(Some(4), None);
+    assert_eq!(pa.limits(), mptun::PmLimits { subflows: 4, add_addr_accepted: 1 });
+    const N: usize = 1 << 20;
+    let data = Pattern::bytes(9, N);
+    let w = tokio::spawn(async move {
+        cw.write_all(&data).await.unwrap();
+        cw.shutdown().await.unwrap();
+    });
+    let mut got = Vec::new();
+    timeout(Duration::from_secs(30), sr.read_to_end(&mut got)).await.unwrap().unwrap();
+    w.await.unwrap();
+    assert_eq!(Sha256::digest(&got), Sha256::digest(Pattern::bytes(9, N)));
+    assert_eq!(ea.lost(), 0);
+}

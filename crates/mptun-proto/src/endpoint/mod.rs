@@ -482,6 +482,13 @@ impl Endpoint {
     /// place in the ready and accept queues, its pending events; its
     /// counters go to the endpoint's.
     fn free_slot(&mut self, h: ConnectionHandle) {
+        // Its last path-manager events (`closed` at the latest) go to the
+        // endpoint's queue before the slot does: they name the connection
+        // by token, which outlives the handle.
+        if let Some(s) = self.conns.get_mut(h.0).and_then(Option::as_mut) {
+            s.conn.report_closed();
+        }
+        self.collect_pm_events(h);
         let Some(s) = self.conns.get_mut(h.0).and_then(Option::take) else { return };
         self.counters.add(&s.conn.counters());
         if let Some(t) = s.token {

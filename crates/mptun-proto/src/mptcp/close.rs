@@ -50,7 +50,7 @@ impl Connection {
         let to_open = !self.hs.fully_established
             && !self.hs.server
             && pm.max_subflows > 0
-            && pm.endpoints.iter().any(|e| e.flags.subflow);
+            && (pm.endpoints.iter().any(|e| e.flags.subflow) || pm.subflows_per_pair > 1);
         let joining = in_handshake || !self.paths.pending_joins.is_empty() || to_open;
         (joining && now < until).then_some(until)
     }

@@ -192,11 +192,14 @@ impl Connection {
         // Backup if the peer asks (its SYN's B flag) or our endpoint for
         // the address joined is a `backup` one (Linux: `request_bkup`,
         // sent in the SYN/ACK's B flag).
-        // Our address id in the SYN-ACK is the endpoint's of the address
-        // joined (Linux `mptcp_pm_get_local_id`), so that the peer's RM_ADDR
-        // handling and events name the address as we announced it.
+        // Our address id in the SYN-ACK is the one the peer knows the
+        // address joined by (Linux `mptcp_pm_get_local_id`): 0 for the
+        // initial subflow's, an announcement's id, or the endpoint's, so
+        // that its RM_ADDR handling and events name the address as we
+        // announced it.
         let ep = self.cfg.mptcp.pm.endpoints.iter().find(|e| e.addr == local.ip());
-        let (local_id, ours) = ep.map_or((0, false), |e| (e.id, e.flags.backup));
+        let ours = ep.is_some_and(|e| e.flags.backup);
+        let local_id = self.known_local_id(local.ip()).unwrap_or(0);
         let mp = self.subflow_mp(JoinState::ServerSynRcvd { nonce, peer_nonce }, local_id, addr_id, backup || ours);
         Some(self.place_subflow(SubflowSlot { tcp, mp }))
     }

@@ -47,6 +47,11 @@ pub struct SubflowInfo {
     pub local: SocketAddr,
     /// Peer address and port.
     pub remote: SocketAddr,
+    /// Our address id for it, as the peer knows it (0: the initial
+    /// subflow's address), what RM_ADDR names (`ss -M`'s `loc-id`).
+    pub local_id: u8,
+    /// The peer's address id for it (`rem-id`).
+    pub remote_id: u8,
     /// Backup subflow: carries data only when no other can.
     pub backup: bool,
     /// Stale after an RTO streak: avoided, its data reinjected elsewhere.
@@ -97,6 +102,8 @@ impl Connection {
                     id: i,
                     local: s.tcp.local(),
                     remote: s.tcp.remote(),
+                    local_id: s.mp.local_id,
+                    remote_id: s.mp.remote_id,
                     backup: s.mp.backup,
                     stale: s.mp.stale,
                     joined: s.mp.join.usable(),

@@ -55,6 +55,10 @@ pub(super) struct Paths {
     /// Our addresses announced to the peer (by the PM or a command), by
     /// id: what an RM_ADDR withdraws and a new announcement must not clash with.
     pub announced: Vec<(u8, IpAddr)>,
+    /// The peer's announcements acted on, by (id, address, port): a
+    /// retransmitted one is not joined again. One entry per id (a new
+    /// address under an id replaces the old), so at most 256.
+    pub peer_announced: Vec<(u8, IpAddr, u16)>,
 }
 
 impl Paths {
@@ -66,7 +70,14 @@ impl Paths {
             pending_joins: Vec::new(),
             join_window: (now, 0),
             announced: Vec::new(),
+            peer_announced: Vec::new(),
         }
+    }
+
+    /// Notes the peer's announcement of `addr` under `id`.
+    pub fn remember_peer_announcement(&mut self, id: u8, addr: IpAddr, port: u16) {
+        self.peer_announced.retain(|&(i, _, _)| i != id);
+        self.peer_announced.push((id, addr, port));
     }
 
     /// When the earliest announcement is due.

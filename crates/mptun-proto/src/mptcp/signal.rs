@@ -107,14 +107,19 @@ impl Connection {
             MptcpOption::RmAddr { ids } => {
                 self.counters.mptcp_rm_addr += 1;
                 rm_ids.extend(ids.iter().copied());
+                self.paths.peer_announced.retain(|(i, _, _)| !ids.contains(i));
                 for &id in ids {
                     self.report_removed(id);
                 }
             }
             MptcpOption::MpPrio { backup } => {
                 self.counters.mptcp_mp_prio_rx += 1;
-                slot.mp.backup = *backup;
-                self.report_sub(crate::pm::PmEventKind::SubPriority, idx);
+                // Reported when it changes: a peer repeating MP_PRIO on
+                // every ACK must not flood the event queue.
+                if slot.mp.backup != *backup {
+                    slot.mp.backup = *backup;
+                    self.report_sub(crate::pm::PmEventKind::SubPriority, idx);
+                }
             }
             MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key => {
                 self.on_fastclose();
@@ -249,17 +254,27 @@ impl Connection {
             paths.queue(id, addr, port, true, now);
         }
         self.report_announced(id, addr, port);
-        let (c, paths) = (&mut self.counters, &mut self.paths);
-        let pmcfg = &self.cfg.mptcp.pm;
-        if !crate::pm::joinable(pmcfg, local0, addr) {
-            c.mptcp_add_addr_drop += 1;
+        if !crate::pm::joinable(&self.cfg.mptcp.pm, local0, addr) {
+            self.counters.mptcp_add_addr_drop += 1;
             return;
         }
-        let joins = paths.pm.on_add_addr(pmcfg, local0, addr, port.unwrap_or(port0), false);
+        let port = port.unwrap_or(port0);
+        // A retransmission (our echo was lost) or a repeat of an address we
+        // already have a subflow to is echoed, not joined again (Linux
+        // `lookup_subflow_by_daddr` before `mptcp_pm_nl_add_addr_received`).
+        let to = std::net::SocketAddr::new(addr, port);
+        if self.paths.peer_announced.contains(&(id, addr, port))
+            || self.subflows.live().any(|s| s.is_open() && s.tcp.remote() == to)
+        {
+            return;
+        }
+        self.paths.remember_peer_announcement(id, addr, port);
+        self.sync_subflow_count();
+        let joins = self.paths.pm.on_add_addr(&self.cfg.mptcp.pm, local0, addr, port, false);
         if joins.is_empty() {
-            c.mptcp_add_addr_drop += 1;
+            self.counters.mptcp_add_addr_drop += 1;
         } else if joins_allowed {
-            paths.pending_joins.extend(joins);
+            self.paths.pending_joins.extend(joins);
         }
     }
 
@@ -322,6 +337,7 @@ impl Connection {
         if self.own_joins_closed() {
             self.paths.pending_joins.clear();
         }
+        self.sync_subflow_count();
         if self.hs.fully_established && !self.paths.pm.announced {
             if let Some((l, r)) = self.addresses() {
                 let (ann, mut joins) = self.paths.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
@@ -339,6 +355,22 @@ impl Connection {
             // No options go out any more: nothing can carry them.
             self.paths.announce.clear();
         }
+    }
+
+    /// The subflows that count against the `subflows` limit, as Linux's
+    /// `msk->pm.subflows` (given back when a subflow closes, and by joins
+    /// the path manager drops): every subflow but the initial one still in
+    /// its handshake or established, and the joins asked for and not yet
+    /// started. A subflow closing or in TIME_WAIT holds no place.
+    pub(super) fn additional_subflows(&self) -> usize {
+        let open = self.subflows.live().filter(|s| s.mp.join != JoinState::Initial && s.is_open()).count();
+        open + self.paths.pending_joins.len()
+    }
+
+    /// Brings the path manager's count of opened subflows up to date
+    /// before it decides anything.
+    pub(super) fn sync_subflow_count(&mut self) {
+        self.paths.pm.subflows_opened = u8::try_from(self.additional_subflows()).unwrap_or(u8::MAX);
     }
 
     /// The subflow to carry a connection-level signal (window update,

@@ -302,6 +302,12 @@ impl SubflowSlot {
         self.tcp.state().is_synchronized() && !self.tcp.is_closed() && !self.mp.stale && self.mp.join.usable()
     }
 
+    /// In its handshake or carrying data both ways: not closing, closed or
+    /// in TIME_WAIT. What the path manager counts and its commands act on.
+    pub fn is_open(&self) -> bool {
+        matches!(self.tcp.state(), State::SynSent | State::SynReceived | State::Established | State::CloseWait)
+    }
+
     /// Resets the subflow with MP_TCPRST `reason` on its RST.
     pub fn reset_with(&mut self, reason: u8) {
         self.mp.signals.rst_reason = Some(reason);

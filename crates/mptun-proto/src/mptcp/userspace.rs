@@ -110,23 +110,14 @@ impl Connection {
             self.pm_events.established = true;
             self.push_pm_event(conn_event(self, PmEventKind::Established));
         }
-        let up: Vec<usize> = self
-            .subflows
-            .iter()
-            .filter(|(_, s)| s.mp.join == JoinState::Joined && !s.mp.up_reported && !s.mp.down_reported)
-            .map(|(i, _)| i)
-            .collect();
+        // Walked in place: this runs after every packet of a watched endpoint.
         // A subflow closing (our FIN out or the peer's in) is gone for the
         // connection, whatever TIME_WAIT keeps of it (Linux reports it at
         // `__mptcp_close_ssk`).
-        let closing: Vec<usize> = self
-            .subflows
-            .iter()
-            .filter(|(_, s)| s.mp.up_reported && !matches!(s.tcp.state(), State::Established))
-            .map(|(i, _)| i)
-            .collect();
-        for i in closing {
-            self.report_sub_closed(i, 0);
+        for i in 0..self.subflows.slot_count() {
+            if self.subflows.get(i).is_some_and(|s| s.mp.up_reported && !matches!(s.tcp.state(), State::Established)) {
+                self.report_sub_closed(i, 0);
+            }
         }
         if self.pm_events.created && !self.pm_events.closed && self.tx.fin.acked && self.rx.peer_fin_done {
             self.report_closed();
@@ -136,11 +127,17 @@ impl Connection {
                 self.push_pm_event(ev);
             }
         }
-        for i in up {
-            if let Some(s) = self.subflows.get_mut(i) {
+        for i in 0..self.subflows.slot_count() {
+            let up = |s: &super::slot::SubflowSlot| {
+                s.mp.join == JoinState::Joined
+                    && !s.mp.up_reported
+                    && !s.mp.down_reported
+                    && matches!(s.tcp.state(), State::Established)
+            };
+            if let Some(s) = self.subflows.get_mut(i).filter(|s| up(s)) {
                 s.mp.up_reported = true;
+                self.report_sub(PmEventKind::SubEstablished, i);
             }
-            self.report_sub(PmEventKind::SubEstablished, i);
         }
     }
 
@@ -163,7 +160,7 @@ impl Connection {
     }
 
     /// The connection is gone.
-    pub(super) fn report_closed(&mut self) {
+    pub(crate) fn report_closed(&mut self) {
         if self.watched() && self.pm_events.created && !self.pm_events.closed {
             self.pm_events.closed = true;
             self.push_pm_event(PmEvent::new(PmEventKind::Closed, self.token_for_events()));
@@ -224,7 +221,9 @@ impl Connection {
             return Err(PmError::IdInUse);
         }
         let now = self.last_now;
-        self.paths.announce.retain(|a| a.echo || a.id != id);
+        // An RM_ADDR of the same id still queued goes first: the peer
+        // drops the old address before it hears of the new one.
+        self.paths.announce.retain(|a| a.echo || a.remove || a.id != id);
         self.paths.queue(id, addr, port, false, now);
         if !self.paths.announced.contains(&(id, addr)) {
             self.paths.announced.push((id, addr));
@@ -238,7 +237,7 @@ impl Connection {
     /// a withdrawn address. Id 0 names the initial subflow's address.
     pub fn pm_remove(&mut self, id: u8) -> Result<(), PmError> {
         self.pm_usable()?;
-        let used = self.subflows.live().any(|s| s.mp.local_id == id);
+        let used = self.subflows.live().any(|s| s.mp.local_id == id && s.is_open());
         let announced = self.paths.announced.iter().any(|&(i, _)| i == id);
         if !used && !announced {
             return Err(PmError::NoSuchId);
@@ -246,11 +245,31 @@ impl Connection {
         let now = self.last_now;
         self.paths.announced.retain(|&(i, _)| i != id);
         self.paths.queue_remove(id, now);
-        for s in self.subflows.live_mut().filter(|s| s.mp.local_id == id) {
+        for s in self.subflows.live_mut().filter(|s| s.mp.local_id == id && s.is_open()) {
             s.tcp.close();
         }
         self.sync_announce_timer();
         Ok(())
+    }
+
+    /// The address id our address `addr` has for the peer: 0 for the
+    /// initial subflow's, the id we announced it under, or the id of the
+    /// endpoint it is; `None` when the peer knows no id of it.
+    pub(super) fn known_local_id(&self, addr: IpAddr) -> Option<u8> {
+        if self.addresses().is_some_and(|(l, _)| l.ip() == addr) {
+            return Some(0);
+        }
+        let announced = self.paths.announced.iter().find(|&&(_, a)| a == addr).map(|&(i, _)| i);
+        announced.or_else(|| self.cfg.mptcp.pm.endpoints.iter().find(|e| e.addr == addr).map(|e| e.id))
+    }
+
+    /// Whether id `id` already names an address other than `addr`.
+    fn id_taken(&self, id: u8, addr: IpAddr) -> bool {
+        let initial = id == 0 && self.addresses().is_some_and(|(l, _)| l.ip() != addr);
+        initial
+            || self.paths.announced.iter().any(|&(i, a)| i == id && a != addr)
+            || self.cfg.mptcp.pm.endpoints.iter().any(|e| e.id == id && e.addr != addr)
+            || self.subflows.live().any(|s| s.mp.local_id == id && s.is_open() && s.tcp.local().ip() != addr)
     }
 
     /// `subflow-create`: a join from our address `local` (address id
@@ -278,8 +297,17 @@ impl Connection {
         if local.is_ipv4() != remote.is_ipv4() {
             return Err(PmError::BadAddress);
         }
-        let additional = self.subflows.count().saturating_sub(1) + self.paths.pending_joins.len();
-        if additional >= self.cfg.mptcp.pm.max_subflows as usize {
+        // The join carries the id the peer knows the address by: the
+        // initial subflow's is 0, an announced one its announcement's. A
+        // given id that names another address is refused, as Linux's
+        // `mptcp_userspace_pm_append_new_local_addr`.
+        let local_id = match self.known_local_id(local) {
+            Some(known) if local_id == known || (local_id == 0 && known != 0) => known,
+            Some(_) => return Err(PmError::IdInUse),
+            None if local_id == 0 || self.id_taken(local_id, local) => return Err(PmError::IdInUse),
+            None => local_id,
+        };
+        if self.additional_subflows() >= self.cfg.mptcp.pm.max_subflows as usize {
             return Err(PmError::LimitReached);
         }
         self.paths.pending_joins.push(JoinRequest {
@@ -299,21 +327,23 @@ impl Connection {
         let m = |want: SocketAddr, got: SocketAddr| {
             want.ip() == got.ip() && (want.port() == 0 || want.port() == got.port())
         };
-        let slot = self.subflows.live_mut().find(|s| m(local, s.tcp.local()) && m(remote, s.tcp.remote()));
+        let slot =
+            self.subflows.live_mut().find(|s| s.is_open() && m(local, s.tcp.local()) && m(remote, s.tcp.remote()));
         let Some(slot) = slot else { return Err(PmError::NoSuchSubflow) };
         slot.tcp.close();
         Ok(())
     }
 
-    /// `set-flags`: backup or not for every subflow from our address
-    /// `local` (to `remote` only, if given), each told to the peer with
-    /// MP_PRIO. Returns how many subflows it touched.
+    /// `set-flags`: backup or not for every open subflow from our address
+    /// `local` (to `remote` only, if given; its port 0 matches any), each
+    /// told to the peer with MP_PRIO. Returns how many subflows it touched.
     pub fn pm_set_flags(&mut self, local: IpAddr, remote: Option<SocketAddr>, backup: bool) -> Result<usize, PmError> {
         self.pm_usable()?;
+        let to = |r: SocketAddr, got: SocketAddr| r.ip() == got.ip() && (r.port() == 0 || r.port() == got.port());
         let ids: Vec<usize> = self
             .subflows
             .iter()
-            .filter(|(_, s)| s.tcp.local().ip() == local && remote.is_none_or(|r| r == s.tcp.remote()))
+            .filter(|(_, s)| s.is_open() && s.tcp.local().ip() == local && remote.is_none_or(|r| to(r, s.tcp.remote())))
             .map(|(i, _)| i)
             .collect();
         if ids.is_empty() {
@@ -348,39 +378,42 @@ impl Connection {
         if ep.flags.signal && ep.addr != l0.ip() {
             let _ = self.pm_announce(ep.id, ep.addr, None);
         }
-        let cfg = &self.cfg.mptcp.pm;
-        let room = self.paths.pm.subflows_opened < cfg.max_subflows;
-        if ep.flags.subflow
-            && ep.addr != l0.ip()
-            && ep.addr.is_ipv4() == r0.is_ipv4()
-            && room
-            && !self.hs.peer_no_src_addr
-            && self.pm_subflow_create(ep.addr, ep.id, r0, ep.flags.backup).is_ok()
-        {
-            self.paths.pm.subflows_opened += 1;
+        if ep.flags.subflow && ep.addr != l0.ip() && ep.addr.is_ipv4() == r0.is_ipv4() && !self.hs.peer_no_src_addr {
+            // Within the limit: `pm_subflow_create` refuses beyond it.
+            let _ = self.pm_subflow_create(ep.addr, ep.id, r0, ep.flags.backup);
+            self.sync_subflow_count();
         }
     }
 
     /// `ip mptcp endpoint delete`: the address `id` is withdrawn (RM_ADDR
     /// if it was announced) and our subflows from it close
     /// (`mptcp_nl_remove_subflow_and_signal_addr`).
+    ///
+    /// The initial subflow's address is id 0 to the peer, so deleting its
+    /// endpoint withdraws id 0 and closes the initial subflow too (Linux
+    /// 6.x, `mptcp_pm_nl_rm_addr_or_subflow` with id 0). Subflows from the
+    /// address under any id close (a join to an announcement from a
+    /// matching source carries the source's), unless none would be left.
     pub(crate) fn pm_endpoint_deleted(&mut self, id: u8) {
         let addr = self.cfg.mptcp.pm.endpoints.iter().find(|e| e.id == id).map(|e| e.addr);
         self.cfg.mptcp.pm.endpoints.retain(|e| e.id != id);
+        let Some(addr) = addr else { return };
         if !self.mode.is_mapped() {
             return;
         }
-        if self.pm_remove(id).is_err() {
-            // Subflows from the address under another id (a join to an
-            // announced address from a matching source): they close too.
-            if let Some(a) = addr {
-                for s in self.subflows.live_mut().filter(|s| s.mp.join != JoinState::Initial) {
-                    if s.tcp.local().ip() == a {
-                        s.tcp.close();
-                    }
-                }
-            }
+        let wire_id = self.known_local_id(addr).filter(|&k| k == 0).unwrap_or(id);
+        let others = self.subflows.live().any(|s| s.is_open() && s.tcp.local().ip() != addr);
+        if !others {
+            // The address carries the last path: the connection keeps it
+            // (and the peer the address) rather than be left with none,
+            // where Linux would close it and wait for a new path.
+            return;
         }
+        let _ = self.pm_remove(wire_id);
+        for s in self.subflows.live_mut().filter(|s| s.is_open() && s.tcp.local().ip() == addr) {
+            s.tcp.close();
+        }
+        self.sync_subflow_count();
     }
 
     /// `ip mptcp endpoint change ID backup|nobackup`: subflows from the

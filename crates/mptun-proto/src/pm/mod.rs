@@ -117,7 +117,8 @@ pub fn source_for(cfg: &PmConfig, remote: IpAddr, fallback: IpAddr) -> Option<(I
         (IpAddr::V6(a), IpAddr::V6(r)) => a.segments()[..4] == r.segments()[..4],
         _ => false,
     };
-    let pick = |e: &PmEndpoint| (e.addr, e.id, e.flags.backup);
+    // The initial subflow's address is id 0 to the peer (see `on_add_addr`).
+    let pick = |e: &PmEndpoint| (e.addr, if e.addr == fallback { 0 } else { e.id }, e.flags.backup);
     cfg.endpoints
         .iter()
         .find(|e| same_net(&e.addr))
@@ -198,18 +199,17 @@ impl PmState {
         {
             return joins;
         }
-        let fam = |e: &&PmEndpoint| same_family(e.addr, addr);
-        let fullmesh: Vec<&PmEndpoint> = cfg.endpoints.iter().filter(|e| e.flags.fullmesh).filter(fam).collect();
-        let mut sources: Vec<(IpAddr, u8, bool)> = fullmesh.iter().map(|e| (e.addr, e.id, e.flags.backup)).collect();
+        // The peer knows the initial subflow's address as id 0, whatever
+        // endpoint id it also has here: a join from it carries 0.
+        let source = |e: &PmEndpoint| (e.addr, if e.addr == local0 { 0 } else { e.id }, e.flags.backup);
+        let of_family = |f: fn(&EndpointFlags) -> bool| {
+            cfg.endpoints.iter().filter(move |e| f(&e.flags) && same_family(e.addr, addr))
+        };
+        let mut sources: Vec<(IpAddr, u8, bool)> = of_family(|f| f.fullmesh).map(source).collect();
         if sources.is_empty() {
-            let laminar = cfg
-                .endpoints
-                .iter()
-                .filter(|e| e.flags.laminar && !self.laminar_used.contains(&e.id))
-                .find(|e| same_family(e.addr, addr));
-            if let Some(e) = laminar {
+            if let Some(e) = of_family(|f| f.laminar).find(|e| !self.laminar_used.contains(&e.id)) {
                 self.laminar_used.push(e.id);
-                sources.push((e.addr, e.id, e.flags.backup));
+                sources.push(source(e));
             } else if let Some(s) = source_for(cfg, addr, local0) {
                 sources.push(s);
             }
@@ -328,6 +328,8 @@ mod tests {
         let j = st.on_add_addr(&cfg, ip("10.0.1.1"), ip("10.0.2.2"), 80, false);
         assert_eq!(pairs(&j), [(ip("10.0.1.1"), ip("10.0.2.2")), (ip("10.0.2.1"), ip("10.0.2.2"))]);
         assert_eq!(st.subflows_opened, 3, "with the initial one, four");
+        // The join from the initial subflow's address carries id 0, as the peer knows it.
+        assert_eq!(j.iter().map(|j| j.local_id).collect::<Vec<_>>(), [0, 2]);
         // Without fullmesh, one join to the announcement.
         let mut plain = cfg.clone();
         plain.endpoints.iter_mut().for_each(|e| e.flags.fullmesh = false);

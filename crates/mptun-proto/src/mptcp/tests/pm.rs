@@ -280,3 +280,123 @@ fn endpoint_changes_apply_to_live_connections() {
     assert_eq!(up(n.a.conn(h).unwrap()), 1);
     assert_eq!(n.b.pm_endpoint_delete(1), Err(crate::pm::PmError::NoSuchId));
 }
+
+#[test]
+fn remove_of_an_address_announced_by_command_closes_the_peer_s_subflow_to_it() {
+    let mut n = two_path_with(|s| s.mptcp.pm.endpoints.clear());
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let sh = n.b.accept().unwrap();
+    let token = n.b.conn(sh).unwrap().local_token().unwrap();
+    n.b.pm_announce(token, 5, ip("10.0.2.2"), None).unwrap();
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 2);
+    // The join's SYN-ACK carried the announcement's id, so the client
+    // knows its subflow by it.
+    let ids: Vec<(u8, u8)> = n.b.conn(sh).unwrap().info().subflows.iter().map(|s| (s.local_id, s.remote_id)).collect();
+    assert!(ids.contains(&(5, 1)), "server (local, remote) ids: {ids:?}");
+    n.b.pm_remove(token, 5).unwrap();
+    n.run(Duration::from_millis(300), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 1, "the client closed its subflow to the withdrawn id");
+    assert_eq!(up(n.b.conn(sh).unwrap()), 1, "and so did the server");
+}
+
+#[test]
+fn a_subflow_destroyed_gives_its_place_back_to_the_limit() {
+    use crate::pm::PmError;
+    let mut n = two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let token = n.a.conn(h).unwrap().local_token().unwrap();
+    let srv: SocketAddr = "10.0.1.2:5000".parse().unwrap();
+    n.a.pm_subflow_create(token, ip("10.0.3.1"), 3, srv, false).unwrap();
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(n.a.pm_subflow_create(token, ip("10.0.4.1"), 4, srv, false), Err(PmError::LimitReached));
+    let sf = n.a.conn(h).unwrap().subflows().map(|(_, s)| s).find(|s| s.local().ip() == ip("10.0.3.1")).unwrap();
+    let (l, r) = (sf.local(), sf.remote());
+    n.a.pm_subflow_destroy(token, l, r).unwrap();
+    // Closing (FIN out) or in TIME_WAIT: it holds no place any more, and a
+    // second destroy finds nothing open.
+    assert_eq!(n.a.pm_subflow_destroy(token, l, r), Err(PmError::NoSuchSubflow));
+    n.run(Duration::from_millis(50), &mut pass());
+    n.a.pm_subflow_create(token, ip("10.0.4.1"), 4, srv, false).unwrap();
+    // An id that names another address is refused; the initial address is 0.
+    assert_eq!(n.a.pm_subflow_create(token, ip("10.0.5.1"), 4, srv, false), Err(PmError::IdInUse));
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 3);
+}
+
+#[test]
+fn a_retransmitted_announcement_is_not_joined_twice_and_priority_events_come_on_change() {
+    use crate::pm::PmEventKind::*;
+    let mut n = two_path_with(|s| s.mptcp.add_addr_timeout = Duration::from_millis(300));
+    n.a.listen_pm_events();
+    // Every ADD_ADDR echo from the client is lost once: the server sends
+    // its announcement again.
+    let mut echoes_lost = 0;
+    let mut lose_echo = |from_a: bool, p: Vec<u8>| {
+        let echo = mptcp_opts(&p).iter().any(|o| matches!(o, MptcpOption::AddAddr { echo: true, .. }));
+        if from_a && echo && echoes_lost < 1 {
+            echoes_lost += 1;
+            return None;
+        }
+        Some(p)
+    };
+    let h = n.connect();
+    n.run(Duration::from_secs(3), &mut lose_echo);
+    assert_eq!(echoes_lost, 1);
+    assert!(n.a.counters().mptcp_add_addr >= 2, "announced twice: {}", n.a.counters().mptcp_add_addr);
+    assert_eq!(n.b.counters().mptcp_mp_join_syn_rx, 1, "joined once");
+    assert_eq!(up(n.a.conn(h).unwrap()), 2);
+    let sh = n.b.accept().unwrap();
+    let token = n.b.conn(sh).unwrap().local_token().unwrap();
+    let _ = kinds(&mut n.a);
+    // MP_PRIO twice with the same flag: one sub-priority event.
+    n.b.pm_set_flags(token, ip("10.0.2.2"), None, true).unwrap();
+    n.run(Duration::from_millis(100), &mut pass());
+    let c = n.b.conn_mut(sh).unwrap();
+    let i = c.info().subflows.iter().find(|s| s.local.ip() == ip("10.0.2.2")).unwrap().id;
+    c.set_backup(i, true);
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(n.a.counters().mptcp_mp_prio_rx, 2);
+    assert_eq!(kinds(&mut n.a), [SubPriority]);
+}
+
+#[test]
+fn deleting_the_endpoint_of_the_initial_address_withdraws_id_0() {
+    let mut c = EndpointConfig::default();
+    c.mptcp.pm.endpoints.push(PmEndpoint {
+        id: 1,
+        addr: ip("10.0.1.1"),
+        flags: EndpointFlags { subflow: true, ..Default::default() },
+    });
+    c.mptcp.pm.endpoints.push(PmEndpoint {
+        id: 2,
+        addr: ip("10.0.2.1"),
+        flags: EndpointFlags { subflow: true, ..Default::default() },
+    });
+    let mut n = net(c, EndpointConfig::default());
+    let h = n.connect();
+    n.run_for(Duration::from_millis(3), &mut pass());
+    // Data makes the server's DSS prove it has our key: fully established.
+    n.a.send(h, &[1u8; 1000]).unwrap();
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 2);
+    let sh = n.b.accept().unwrap();
+    let mut buf = vec![0u8; 32768];
+    assert_eq!(n.read_b(sh, &mut buf).len(), 1000);
+    n.a.pm_endpoint_delete(1).unwrap();
+    n.run(Duration::from_millis(300), &mut pass());
+    assert_eq!(n.b.counters().mptcp_rm_addr, 1);
+    let c = n.a.conn(h).unwrap();
+    assert_eq!(up(c), 1);
+    assert!(c.subflows().all(|(_, s)| s.state() != crate::tcp::State::Established || s.local().ip() == ip("10.0.2.1")));
+    // The connection goes on over the other path.
+    n.a.send(h, &[3u8; 20_000]).unwrap();
+    n.run(Duration::from_millis(300), &mut pass());
+    assert_eq!(n.read_b(sh, &mut buf).len(), 20_000);
+    // Deleting the last path's endpoint keeps the path.
+    n.a.pm_endpoint_delete(2).unwrap();
+    n.run(Duration::from_millis(300), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 1);
+}
