@@ -21,6 +21,7 @@
 
 mod batch;
 mod channel;
+pub mod ctl;
 pub mod netns;
 pub mod netstat;
 mod packet_io;

@@ -75,7 +75,7 @@ pub use listener::MptcpListener;
 pub use options::{scheduler_by_name, SchedulerFactory, StreamOptions};
 pub use pm::{ConnectionPm, PathManager, PmEvents, PmLimits, PM_EVENT_BACKLOG};
 pub use split::{OwnedReadHalf, OwnedWriteHalf};
-pub use stack::{Path, Stack, StackBuilder};
+pub use stack::{Path, Stack, StackBuilder, WeakStack};
 pub use stats::RuntimeStats;
 pub use stream::MptcpStream;
 

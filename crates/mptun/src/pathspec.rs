@@ -66,8 +66,10 @@ pub fn flags_text(f: EndpointFlags) -> String {
     }
 }
 
-/// Sets the flag named `word` in `f` (`none` names none).
-fn set_flag(f: &mut EndpointFlags, word: &str) -> Result<(), String> {
+/// Sets the flag named `word` in `f` (`none` names none), as `ip mptcp
+/// endpoint add` takes its flag words; `fullmesh` with `signal` is refused
+/// as there. Shared by `--path` and `mptun pm endpoint add`.
+pub fn set_flag(f: &mut EndpointFlags, word: &str) -> Result<(), String> {
     match word {
         "signal" => f.signal = true,
         "subflow" => f.subflow = true,

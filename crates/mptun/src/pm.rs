@@ -188,6 +188,12 @@ impl PmEvents {
         }
     }
 
+    /// The stack is gone: no event will come any more (those waiting are
+    /// still read first).
+    pub fn closed(&self) -> bool {
+        self.rx.is_empty() && self.rx.sender_strong_count() == 0
+    }
+
     /// Events this subscriber lost by falling behind.
     pub fn lost(&self) -> u64 {
         self.lost

@@ -439,6 +439,27 @@ impl Stack {
     }
 }
 
+/// A handle to a [`Stack`] that does not keep it alive ([`Stack::downgrade`]):
+/// for a monitor or a control socket, which must not hold a stack whose
+/// program let it go (its connections would not be reset, its devices not
+/// released).
+#[derive(Clone, Debug)]
+pub struct WeakStack(std::sync::Weak<StackInner>);
+
+impl WeakStack {
+    /// The stack, while some [`Stack`] handle still holds it.
+    pub fn upgrade(&self) -> Option<Stack> {
+        self.0.upgrade().map(|inner| Stack { inner })
+    }
+}
+
+impl Stack {
+    /// A handle that does not keep the stack alive.
+    pub fn downgrade(&self) -> WeakStack {
+        WeakStack(Arc::downgrade(&self.inner))
+    }
+}
+
 impl std::fmt::Debug for Stack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stack").field("paths", &self.inner.paths).finish()

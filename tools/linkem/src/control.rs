@@ -7,13 +7,12 @@
 
 use crate::forward::{DirReport, Direction};
 use crate::spec::{apply_spec, format_spec, SpecError};
+use mptun_io::ctl::Session;
 use serde::Serialize;
-use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Which direction(s) a command applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,165 +150,24 @@ impl Links {
     }
 }
 
-/// Bounds on what one control client may hold: a client that never reads
-/// its replies, trickles a line, or never closes must not lock out the
-/// others, nor keep linkem from exiting.
-#[derive(Clone, Copy, Debug)]
-pub struct ControlLimits {
-    /// A line must arrive whole within this, counted from the previous
-    /// reply (or the connection).
-    pub line_timeout: Duration,
-    /// A reply must be taken within this.
-    pub write_timeout: Duration,
-    /// Longest line, bytes (commands are a few dozen).
-    pub max_line: usize,
-    /// Clients served at once; one more is told so and closed.
-    pub max_clients: usize,
-}
+pub use mptun_io::ctl::{send_command, ControlLimits};
 
-impl Default for ControlLimits {
-    fn default() -> Self {
-        ControlLimits {
-            line_timeout: Duration::from_secs(30),
-            write_timeout: Duration::from_secs(5),
-            max_line: 4096,
-            max_clients: 8,
-        }
-    }
-}
-
-/// Why a client's line was not read.
-#[derive(Debug)]
-enum LineError {
-    /// The client closed.
-    Closed,
-    TooLong,
-    TimedOut,
-    Io(io::Error),
-}
-
-/// Reads one line into `line` (without its newline) before `deadline`, at
-/// most `max` bytes; bytes read past the newline stay in `pending`.
-fn read_line(
-    stream: &mut UnixStream,
-    pending: &mut Vec<u8>,
-    line: &mut Vec<u8>,
-    max: usize,
-    deadline: std::time::Instant,
-) -> Result<(), LineError> {
-    line.clear();
-    loop {
-        if let Some(i) = pending.iter().position(|&b| b == b'\n') {
-            line.extend(pending.drain(..=i).take(i));
-            return if line.len() > max { Err(LineError::TooLong) } else { Ok(()) };
-        }
-        if pending.len() > max {
-            return Err(LineError::TooLong);
-        }
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(LineError::TimedOut);
-        }
-        stream.set_read_timeout(Some(left)).map_err(LineError::Io)?;
-        let mut buf = [0u8; 512];
-        match io::Read::read(stream, &mut buf) {
-            Ok(0) => return Err(LineError::Closed),
-            Ok(n) => pending.extend_from_slice(&buf[..n]),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                return Err(LineError::TimedOut)
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(LineError::Io(e)),
-        }
-    }
-}
-
-fn serve_client(links: &Links, mut stream: UnixStream, lim: ControlLimits, stop: &AtomicBool) -> io::Result<()> {
-    stream.set_write_timeout(Some(lim.write_timeout))?;
-    let (mut pending, mut line) = (Vec::new(), Vec::new());
-    while !stop.load(Ordering::Relaxed) {
-        let deadline = std::time::Instant::now() + lim.line_timeout;
-        match read_line(&mut stream, &mut pending, &mut line, lim.max_line, deadline) {
-            Ok(()) => {}
-            Err(LineError::Closed) => return Ok(()),
-            Err(LineError::TooLong) => {
-                writeln!(stream, "error line longer than {} bytes", lim.max_line)?;
-                return Ok(());
-            }
-            Err(LineError::TimedOut) => {
-                let _ = writeln!(stream, "error no whole line within {:?}", lim.line_timeout);
-                return Ok(());
-            }
-            Err(LineError::Io(e)) => return Err(e),
-        }
-        let text = String::from_utf8_lossy(&line);
-        if text.trim().is_empty() {
-            continue;
-        }
+/// Answers one control client: a reply line per command line.
+fn serve_client(links: &Links, mut session: Session) -> io::Result<()> {
+    while let Some(text) = session.next_line()? {
         let reply = match parse_command(&text).and_then(|c| links.execute(&c)) {
             Ok(r) => r,
             Err(e) => format!("error {e}"),
         };
         // The write timeout bounds a client that does not read.
-        writeln!(stream, "{reply}")?;
+        writeln!(session.writer(), "{reply}")?;
     }
     Ok(())
 }
 
-/// Makes `path` free for a new socket: nothing there, or a socket no
-/// server answers on (left by a linkem that died). Anything else is
-/// refused: the path may name a file that is not ours to delete.
-fn clear_stale_socket(path: &Path) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    if !meta.file_type().is_socket() {
-        return Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists and is not a socket: refusing to replace it"));
-    }
-    if UnixStream::connect(path).is_ok() {
-        return Err(io::Error::new(io::ErrorKind::AddrInUse, "another server answers on this socket"));
-    }
-    std::fs::remove_file(path)
-}
-
-/// (device, inode) of what `path` names, if anything.
-fn file_id(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
-/// Binds a listener at `path` that only its owner can connect to (mode
-/// 0600, whatever the umask): bound under a temporary name beside it,
-/// restricted, then renamed into place, so that it is never reachable with
-/// a wider mode.
-fn bind_private(path: &Path) -> io::Result<UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
-    let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let nonce: u64 =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id()) << 32;
-    let tmp = path.with_file_name(format!(".{}.{nonce:x}.tmp", name.to_string_lossy()));
-    let listener = UnixListener::bind(&tmp)?;
-    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = placed {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(listener)
-}
-
-/// A control socket; the path is removed when it is dropped (if it is
-/// still the socket this server bound).
-pub struct ControlServer {
-    path: PathBuf,
-    id: Option<(u64, u64)>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+/// linkem's control socket ([`mptun_io::ctl::ControlServer`]); the path is
+/// removed when it is dropped (if it is still the socket this server bound).
+pub struct ControlServer(mptun_io::ctl::ControlServer);
 
 impl ControlServer {
     /// Binds `path` (replacing a stale socket, never anything else) and
@@ -321,75 +179,25 @@ impl ControlServer {
 
     /// [`ControlServer::start`] with other bounds.
     pub fn start_with(path: &Path, links: Links, stop: Arc<AtomicBool>, lim: ControlLimits) -> io::Result<Self> {
-        clear_stale_socket(path)?;
-        let listener = bind_private(path)?;
-        let id = file_id(path);
-        listener.set_nonblocking(true)?;
-        let clients = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let stop2 = stop.clone();
-        let thread = std::thread::Builder::new().name("linkem-control".into()).spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        if clients.load(Ordering::Relaxed) >= lim.max_clients {
-                            let _ = s.set_write_timeout(Some(lim.write_timeout));
-                            let _ = writeln!(s, "error busy: {} clients already", lim.max_clients);
-                            continue;
-                        }
-                        clients.fetch_add(1, Ordering::Relaxed);
-                        let (links, stop, clients) = (links.clone(), stop2.clone(), clients.clone());
-                        let spawned = std::thread::Builder::new().name("linkem-ctl-client".into()).spawn(move || {
-                            if let Err(e) = serve_client(&links, s, lim, &stop) {
-                                eprintln!("linkem: control client: {e}");
-                            }
-                            clients.fetch_sub(1, Ordering::Relaxed);
-                        });
-                        if spawned.is_err() {
-                            eprintln!("linkem: control: no thread for a client");
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
-                    Err(e) => {
-                        eprintln!("linkem: control accept: {e}");
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-            }
-        })?;
-        Ok(ControlServer { path: path.to_path_buf(), id, stop, thread: Some(thread) })
+        let handler = Arc::new(move |s: Session| serve_client(&links, s));
+        mptun_io::ctl::ControlServer::start(path, "linkem", lim, stop, handler).map(ControlServer)
     }
-}
 
-impl Drop for ControlServer {
-    fn drop(&mut self) {
-        // Client threads are left to their bounds: each ends at its next
-        // line, timeout or write timeout, and none is waited for here.
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        if self.id.is_some() && file_id(&self.path) == self.id {
-            let _ = std::fs::remove_file(&self.path);
-        }
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        self.0.path()
     }
-}
-
-/// Sends `command` to the control socket at `path` and returns the reply line.
-pub fn send_command(path: &Path, command: &str) -> io::Result<String> {
-    let mut s = UnixStream::connect(path)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    writeln!(s, "{command}")?;
-    s.shutdown(std::net::Shutdown::Write)?;
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line)?;
-    Ok(line.trim_end().to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::spec::linkem_default;
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::path::PathBuf;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
 
     fn links() -> Links {
         Links {

@@ -13,6 +13,7 @@ use crate::bulk::{self, ClientTest, OutputDir, Pattern, ServerConfig, Settings, 
 use crate::cli_shared::JsonDocument;
 use crate::conn::{Conn, CounterSource};
 use crate::control::{Amount, HashKind, Request, MAX_BYTES};
+use crate::ctl::ControlArgs;
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, parse_path, PathSpec};
 use crate::report::{self, PathManagerInfo, Report, Verdict};
@@ -94,6 +95,8 @@ pub(crate) struct Common {
     /// Record mptun's packets into a pcap file.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    #[command(flatten)]
+    control: ControlArgs,
 }
 
 #[derive(Args, Debug)]
@@ -176,6 +179,9 @@ struct Plan {
     kernel_options: KernelOptions,
     settings: Settings,
     pcap: Option<PathBuf>,
+    control: ControlArgs,
+    /// The control socket of the stack, once there is one (held for the run).
+    control_server: std::sync::Mutex<Option<mptun_io::ctl::ControlServer>>,
 }
 
 impl Common {
@@ -292,6 +298,8 @@ impl Common {
                 }),
             },
             pcap: self.pcap.clone(),
+            control: self.control.clone(),
+            control_server: std::sync::Mutex::new(None),
         })
     }
 }
@@ -361,10 +369,13 @@ impl Plan {
         if let Some(p) = &self.pcap {
             b = b.pcap(p);
         }
-        b.build().map_err(|e| match &self.pcap {
+        let stack = b.build().map_err(|e| match &self.pcap {
             Some(p) => anyhow!("cannot start the stack (--pcap {}): {e}", p.display()),
             None => anyhow!("cannot start the stack: {e}"),
-        })
+        })?;
+        let server = self.control.start(&stack)?;
+        *self.control_server.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = server;
+        Ok(stack)
     }
 }
 

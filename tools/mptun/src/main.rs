@@ -17,6 +17,7 @@ mod cli_sim_mptcp;
 mod cli_xfer;
 mod conn;
 mod control;
+mod ctl;
 mod host;
 mod kernel;
 mod lab;
@@ -92,6 +93,13 @@ enum Command {
     Lab(lab::LabArgs),
     /// Multipath for unmodified applications: a SOCKS5/transparent local proxy and its exit (docs/proxy.md).
     Proxy(proxy::ProxyArgs),
+    /// The path manager of a running serve, send or proxy, as `ip mptcp`:
+    /// endpoints, limits, monitor, and the userspace PM's commands by token.
+    Pm(ctl::PmArgs),
+    /// Connections and subflows of a running serve, send or proxy, like `ss -Menitam`.
+    Ss(ctl::SsArgs),
+    /// Counters of a running serve, send or proxy with their change since the last call, like `nstat`.
+    Nstat(ctl::NstatArgs),
     /// Print a shell completion script, e.g. `mptun completions bash > /etc/bash_completion.d/mptun`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -110,7 +118,13 @@ impl Command {
             Command::Serve(a) => a.json(),
             Command::Send(a) => a.json(),
             Command::Lab(a) => a.json(),
-            Command::Sim(_) | Command::Proxy(_) | Command::Completions { .. } | Command::Man => false,
+            Command::Sim(_)
+            | Command::Proxy(_)
+            | Command::Pm(_)
+            | Command::Ss(_)
+            | Command::Nstat(_)
+            | Command::Completions { .. }
+            | Command::Man => false,
         }
     }
 }
@@ -148,6 +162,9 @@ fn main() -> ExitCode {
         Command::Send(a) => cli_xfer::run_send(a),
         Command::Lab(a) => lab::run(a),
         Command::Proxy(a) => proxy::run(a).map(|()| Verdict::Pass),
+        Command::Pm(a) => ctl::run_pm(a).map(|()| Verdict::Pass),
+        Command::Ss(a) => ctl::run_ss(a).map(|()| Verdict::Pass),
+        Command::Nstat(a) => ctl::run_nstat(a).map(|()| Verdict::Pass),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "mptun", &mut out);

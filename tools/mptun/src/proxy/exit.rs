@@ -90,6 +90,7 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
                 (Listener::Kernel(l), format!("{} (kernel MPTCP)", a.listen), None)
             }
         };
+        let _control = stack.as_ref().map(|s| a.carrier.control.start(s)).transpose()?.flatten();
         let reporter = Reporter::new("exit", a.carrier.json);
         let rules: Vec<String> = a.allow.iter().map(|r| format!("{r:?}")).collect();
         reporter.listening(&what, json!({"listen": a.listen.to_string(), "allow_rules": rules.len()}));

@@ -93,6 +93,7 @@ pub(crate) fn run(a: LocalArgs) -> Result<()> {
             Dialer::Mptun(s) => Some(s.clone()),
             Dialer::Kernel(_) => None,
         };
+        let _control = stack.as_ref().map(|s| a.carrier.control.start(s)).transpose()?.flatten();
         let listener = tokio::net::TcpListener::bind(a.listen).await.map_err(|e| anyhow!("listen {}: {e}", a.listen))?;
         let reporter = Reporter::new("local", a.carrier.json);
         let via = match &plan {

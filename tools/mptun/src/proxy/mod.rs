@@ -62,6 +62,8 @@ enum ProxyCmd {
 /// reporting and limits.
 #[derive(Args, Clone, Debug)]
 pub(crate) struct Carrier {
+    #[command(flatten)]
+    control: crate::ctl::ControlArgs,
     /// A path of mptun's stack, `dev=NAME,addr=A[/PREFIX][,peer=KERNEL_ADDR][,mtu=M]`
     /// (repeat for several paths; see docs/cli.md).
     #[arg(long = "path", value_name = "SPEC", value_parser = parse_path)]
