@@ -23,10 +23,18 @@ pub struct BulkApp {
     /// When the first and the last byte arrived.
     pub first_rx: Option<Instant>,
     pub last_rx: Option<Instant>,
+    /// The longest time between two deliveries of data to the application
+    /// and when it began: the stall a handover or a failure caused.
+    pub longest_gap: (mptun_time::Duration, Option<Instant>),
     /// The peer closed its direction (FIN / DATA_FIN seen and everything read).
     pub peer_closed: bool,
     /// We closed our direction after sending everything.
     pub closed: bool,
+    /// Close our direction only once the peer closed its own: a download
+    /// client that keeps its connection open, as a browser does, so that
+    /// its path manager may still add subflows (Linux takes no join once
+    /// it has our DATA_FIN).
+    pub close_after_peer: bool,
     scratch: Vec<u8>,
 }
 
@@ -43,8 +51,10 @@ impl BulkApp {
             recv_hash: Sha256::new(),
             first_rx: None,
             last_rx: None,
+            longest_gap: (mptun_time::Duration::ZERO, None),
             peer_closed: false,
             closed: false,
+            close_after_peer: false,
             scratch: Vec::new(),
         }
     }
@@ -75,6 +85,12 @@ impl BulkApp {
             return;
         }
         self.first_rx.get_or_insert(now);
+        if let Some(last) = self.last_rx {
+            let gap = now.saturating_duration_since(last);
+            if gap > self.longest_gap.0 {
+                self.longest_gap = (gap, Some(last));
+            }
+        }
         self.last_rx = Some(now);
         self.received += data.len() as u64;
         self.recv_hash.update(data);

@@ -42,7 +42,7 @@ impl StackHost {
                 let n = conn.send(&chunk).unwrap_or(0);
                 debug_assert_eq!(n, chunk.len());
             }
-            if app.send_done() && !app.closed && conn.is_established() {
+            if app.send_done() && !app.closed && conn.is_established() && (!app.close_after_peer || app.peer_closed) {
                 conn.close();
                 app.closed = true;
             }

@@ -136,6 +136,11 @@ struct LinkChange {
     config: LinkConfig,
 }
 
+/// Something a host does at a given virtual time: an operator's command
+/// (`ip mptcp endpoint delete` when an interface goes away), an
+/// application's call.
+pub type HostAction<A, B> = Box<dyn FnOnce(Instant, &mut A, &mut B)>;
+
 /// Counters of the simulation itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SimStats {
@@ -161,6 +166,8 @@ pub struct Sim<A: Host, B: Host> {
     queue: BinaryHeap<Reverse<InFlight>>,
     /// Pending link changes, latest first.
     changes: Vec<LinkChange>,
+    /// Pending host actions, latest first.
+    host_actions: Vec<(Instant, HostAction<A, B>)>,
     rng: ChaCha8Rng,
     now: Instant,
     order: u64,
@@ -191,6 +198,7 @@ impl<A: Host, B: Host> Sim<A, B> {
             routes: topology.routes,
             queue: BinaryHeap::new(),
             changes: Vec::new(),
+            host_actions: Vec::new(),
             now: Instant::ZERO,
             order: 0,
             pool: Vec::new(),
@@ -241,6 +249,16 @@ impl<A: Host, B: Host> Sim<A, B> {
         if let Some(c) = action.a_to_b {
             self.schedule_link(action.at, ab, c);
         }
+    }
+
+    /// Schedules `f` to run on both hosts at `at` (after the link changes
+    /// due then, before the packets); what it makes the hosts send leaves
+    /// at once.
+    pub fn schedule_host(&mut self, at: Instant, f: impl FnOnce(Instant, &mut A, &mut B) + 'static) {
+        // Latest first, and ahead of those due at the same instant: they
+        // pop, and run, in the order scheduled.
+        let i = self.host_actions.partition_point(|(t, _)| *t > at);
+        self.host_actions.insert(i, (at, Box::new(f)));
     }
 
     /// Schedules a change of link `link` (an index into the topology's links).
@@ -353,6 +371,7 @@ impl<A: Host, B: Host> Sim<A, B> {
         t = Instant::min_opt(t, self.a.poll_timeout());
         t = Instant::min_opt(t, self.b.poll_timeout());
         t = Instant::min_opt(t, self.changes.last().map(|c| c.at));
+        t = Instant::min_opt(t, self.host_actions.last().map(|(at, _)| *at));
         t
     }
 
@@ -403,6 +422,10 @@ impl<A: Host, B: Host> Sim<A, B> {
             while self.changes.last().is_some_and(|c| c.at <= now) {
                 let c = self.changes.pop().expect("peeked");
                 self.links[c.link].link.set_config(c.config);
+            }
+            while self.host_actions.last().is_some_and(|(at, _)| *at <= now) {
+                let (_, f) = self.host_actions.pop().expect("peeked");
+                f(now, &mut self.a, &mut self.b);
             }
             while self.queue.peek().is_some_and(|r| r.0.at <= now) {
                 let Reverse(pkt) = self.queue.pop().expect("peeked");

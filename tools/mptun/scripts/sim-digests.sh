@@ -22,6 +22,8 @@ digest cc-compare cc-compare
 digest aggregate aggregate
 digest failover failover
 digest fallback fallback
+digest handover/break handover --mode break
+digest handover/make handover --mode make
 for scenario in suite unbounded rwnd sndbuf both; do
     for policy in default penalise penalise-guarded mptcp-org; do
         digest "penalise/$scenario/$policy" penalise --scenario "$scenario" --policy "$policy" --seeds "${SEEDS:-2}"

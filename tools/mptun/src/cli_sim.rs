@@ -30,6 +30,9 @@ enum Scenario {
     Aggregate(crate::cli_sim_mptcp::AggregateArgs),
     /// `aggregate` with the 10 Mbit/s path down from 5 s to 15 s.
     Failover(crate::cli_sim_mptcp::AggregateArgs),
+    /// A download over Wi-Fi-like and LTE-like paths; Wi-Fi goes away at 5 s (its endpoint deleted) and
+    /// comes back at 15 s (added again): the longest delivery gap, LTE's takeover and Wi-Fi's return.
+    Handover(crate::cli_sim_mptcp::HandoverArgs),
     /// The client offers MPTCP, the server answers as plain TCP.
     Fallback(crate::cli_sim_mptcp::AggregateArgs),
     /// The slow-subflow penalty scenario matrix (suite/unbounded/rwnd/sndbuf/both) per scheduler policy.
@@ -223,6 +226,7 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
         Scenario::CcCompare(c) => run_cc_compare(c),
         Scenario::Aggregate(a) => crate::cli_sim_mptcp::run_aggregate(a),
         Scenario::Failover(a) => crate::cli_sim_mptcp::run_failover(a),
+        Scenario::Handover(a) => crate::cli_sim_mptcp::run_handover(a),
         Scenario::Fallback(a) => crate::cli_sim_mptcp::run_fallback(a),
         Scenario::Penalise(a) => crate::cli_sim_mptcp::run_penalise(a),
         Scenario::SharedBottleneck(b) => run_shared_bottleneck(b),

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use mptun::{Algorithm, PenaltyConfig, Policy};
 use mptun_sim::scenarios::penalise::{self, Scenario};
-use mptun_sim::scenarios::{aggregate, failover, fallback};
+use mptun_sim::scenarios::{aggregate, failover, fallback, handover};
 
 #[derive(Args)]
 #[command(
@@ -150,6 +150,52 @@ pub(crate) fn run_failover(a: AggregateArgs) -> Result<()> {
     })?;
     series(&a, "failover", true)?;
     if !r.aggregate.result.sha256_match {
+        bail!("transfer incomplete or corrupted");
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub(crate) struct HandoverArgs {
+    #[command(flatten)]
+    json: Json,
+    /// break (LTE a backup subflow until Wi-Fi is gone: break-before-make) or make (LTE active all
+    /// along: make-before-break).
+    #[arg(long, default_value = "break")]
+    mode: handover::Mode,
+    /// Bytes to download.
+    #[arg(long, default_value = "48M", value_parser = parse_size)]
+    size: u64,
+    /// Congestion control of every subflow.
+    #[arg(long, default_value_t = Algorithm::Cubic)]
+    cc: Algorithm,
+    #[command(flatten)]
+    seed: Seed,
+}
+
+/// One line of a handover's figures (the lab prints its rows with it too).
+pub(crate) fn handover_line(who: &str, mode: &str, f: &handover::Figures) -> String {
+    let ms = |v: Option<f64>| v.map_or("never".to_string(), |v| format!("{v:.0} ms"));
+    format!(
+        "{who:<14} {mode:<6} longest gap {:>6.0} ms (at {:.2} s)  LTE takes over {:>8}  Wi-Fi back {:>8}  lost {} B  {:.2} Mbit/s  sha256 {}",
+        f.longest_gap_ms,
+        f.longest_gap_at_s,
+        ms(f.lte_takeover_ms),
+        ms(f.wifi_return_ms),
+        f.bytes_lost,
+        f.goodput_bps / 1e6,
+        if f.sha256_match { "match" } else { "MISMATCH" }
+    )
+}
+
+pub(crate) fn run_handover(a: HandoverArgs) -> Result<()> {
+    let p = handover::Params { mode: a.mode, size: a.size, seed: a.seed.seed, cc: a.cc, ..Default::default() };
+    let r = handover::run(&p);
+    emit(a.json.json, &r, || {
+        println!("handover: {}; Wi-Fi down {:.0}-{:.0} s", r.paths.join(", "), r.down_at_s, r.up_at_s);
+        println!("{}", handover_line("mptun (sim)", r.mode.name(), &r.figures));
+    })?;
+    if !r.figures.sha256_match {
         bail!("transfer incomplete or corrupted");
     }
     Ok(())

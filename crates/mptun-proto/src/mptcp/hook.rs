@@ -144,6 +144,10 @@ pub(crate) struct Hook<'a> {
     pub next_ssn: Seq,
     /// Free space of the connection receive buffer.
     pub recv_window: u64,
+    /// The subflow is open (not closing): it may carry ADD_ADDR and
+    /// RM_ADDR, which are sent once or rarely; a closing one's FIN may be
+    /// lost with its path (the very path an RM_ADDR withdraws).
+    pub announces: bool,
 }
 
 fn push(opts: &mut TcpOptions, o: MptcpOption) -> bool {
@@ -301,6 +305,9 @@ impl Hook<'_> {
 
     /// ADD_ADDR (or its echo) on a pure ACK, when one is due and fits.
     fn announce(&mut self, opts: &mut TcpOptions) {
+        if !self.announces {
+            return;
+        }
         let now = self.now;
         let ann = &mut self.paths.announce;
         let Some(i) = ann.iter().position(|a| a.at <= now) else { return };

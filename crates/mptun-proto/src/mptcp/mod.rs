@@ -444,6 +444,7 @@ impl Connection {
             self.counters.mptcp_cwnd_penalized += 1;
         }
         let (base, next_ssn) = (slot.snd_base(), slot.snd_nxt_rel());
+        let announces = slot.is_open();
         let cap_before = self.hs.cap_ack_sent;
         let before = slot.tcp.snd_nxt();
         let mut hook = Hook {
@@ -458,6 +459,7 @@ impl Connection {
             base,
             next_ssn,
             recv_window,
+            announces,
         };
         let t = slot.tcp.poll_transmit(now, &mut hook, out);
         // A data segment (or the third ACK, which must carry MP_CAPABLE)

@@ -59,6 +59,11 @@ pub(super) struct Paths {
     /// retransmitted one is not joined again. One entry per id (a new
     /// address under an id replaces the old), so at most 256.
     pub peer_announced: Vec<(u8, IpAddr, u16)>,
+    /// The initial subflow's (local, remote) pair, kept after that subflow
+    /// is gone: the addresses the peer knows as id 0, and where a subflow
+    /// endpoint added later joins to (a handover back to the interface the
+    /// connection started on).
+    pub initial: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
 }
 
 impl Paths {
@@ -71,6 +76,7 @@ impl Paths {
             join_window: (now, 0),
             announced: Vec::new(),
             peer_announced: Vec::new(),
+            initial: None,
         }
     }
 

@@ -317,10 +317,18 @@ impl Connection {
     }
 
     /// The peer withdrew addresses: close our subflows to them (Linux
-    /// mptcp_pm_nl_rm_subflow_received); their data is reinjected.
+    /// `mptcp_pm_rm_addr_or_subflow`); their data is reinjected. Id 0 is
+    /// the address of the peer's initial subflow (a handover away from the
+    /// interface the connection started on, Linux 6.x): that subflow closes
+    /// too, while another subflow is open to carry the connection.
     fn close_removed(&mut self, rm_ids: &[u8]) {
+        if rm_ids.is_empty() {
+            return;
+        }
+        let removed = |s: &SubflowSlot| s.is_open() && rm_ids.contains(&s.mp.remote_id);
+        let kept = self.subflows.live().any(|s| s.is_open() && !removed(s));
         for s in self.subflows.live_mut() {
-            if s.mp.join != JoinState::Initial && rm_ids.contains(&s.mp.remote_id) {
+            if removed(s) && (s.mp.join != JoinState::Initial || kept) {
                 s.tcp.close();
             }
         }
@@ -334,6 +342,9 @@ impl Connection {
     /// (see [`Connection::joins_closed`]), nor to the peer's initial address
     /// when its MP_CAPABLE had the C flag.
     pub(super) fn pm_progress(&mut self, now: Instant) {
+        if self.paths.initial.is_none() {
+            self.paths.initial = self.addresses();
+        }
         if self.own_joins_closed() {
             self.paths.pending_joins.clear();
         }
@@ -371,6 +382,16 @@ impl Connection {
     /// before it decides anything.
     pub(super) fn sync_subflow_count(&mut self) {
         self.paths.pm.subflows_opened = u8::try_from(self.additional_subflows()).unwrap_or(u8::MAX);
+    }
+
+    /// The subflow to carry ADD_ADDR or RM_ADDR: as
+    /// [`Connection::best_ack_subflow`], among the open ones only (see
+    /// `Hook::announces`).
+    pub(super) fn announce_subflow(&mut self) -> Option<&mut SubflowSlot> {
+        self.subflows
+            .live_mut()
+            .filter(|s| s.can_signal() && s.is_open())
+            .min_by_key(|s| s.tcp.srtt().unwrap_or(Duration::MAX))
     }
 
     /// The subflow to carry a connection-level signal (window update,

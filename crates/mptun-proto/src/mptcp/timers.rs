@@ -261,7 +261,7 @@ impl Connection {
                 slot.tcp.request_ack();
             }
             Timer::Announce => {
-                if let Some(slot) = self.best_ack_subflow() {
+                if let Some(slot) = self.announce_subflow() {
                     slot.tcp.request_ack();
                 } else {
                     // No subflow can carry them now: look again later instead of

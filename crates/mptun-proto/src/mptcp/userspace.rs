@@ -252,11 +252,16 @@ impl Connection {
         Ok(())
     }
 
+    /// The initial subflow's (local, remote) pair, also once it is gone.
+    fn initial_addresses(&self) -> Option<(SocketAddr, SocketAddr)> {
+        self.paths.initial.or_else(|| self.addresses())
+    }
+
     /// The address id our address `addr` has for the peer: 0 for the
     /// initial subflow's, the id we announced it under, or the id of the
     /// endpoint it is; `None` when the peer knows no id of it.
     pub(super) fn known_local_id(&self, addr: IpAddr) -> Option<u8> {
-        if self.addresses().is_some_and(|(l, _)| l.ip() == addr) {
+        if self.initial_addresses().is_some_and(|(l, _)| l.ip() == addr) {
             return Some(0);
         }
         let announced = self.paths.announced.iter().find(|&&(_, a)| a == addr).map(|&(i, _)| i);
@@ -265,7 +270,7 @@ impl Connection {
 
     /// Whether id `id` already names an address other than `addr`.
     fn id_taken(&self, id: u8, addr: IpAddr) -> bool {
-        let initial = id == 0 && self.addresses().is_some_and(|(l, _)| l.ip() != addr);
+        let initial = id == 0 && self.initial_addresses().is_some_and(|(l, _)| l.ip() != addr);
         initial
             || self.paths.announced.iter().any(|&(i, a)| i == id && a != addr)
             || self.cfg.mptcp.pm.endpoints.iter().any(|e| e.id == id && e.addr != addr)
@@ -374,13 +379,19 @@ impl Connection {
             // Not yet established: the PM takes it when it is.
             return;
         }
-        let Some((l0, r0)) = self.addresses() else { return };
+        let Some((l0, r0)) = self.initial_addresses() else { return };
         if ep.flags.signal && ep.addr != l0.ip() {
             let _ = self.pm_announce(ep.id, ep.addr, None);
         }
-        if ep.flags.subflow && ep.addr != l0.ip() && ep.addr.is_ipv4() == r0.is_ipv4() && !self.hs.peer_no_src_addr {
+        // A subflow from it, unless one is open already: the initial
+        // subflow's address too once that subflow is gone (the interface
+        // the connection started on came back), with id 0 as the peer
+        // knows it.
+        let from_it = self.subflows.live().any(|s| s.is_open() && s.tcp.local().ip() == ep.addr);
+        if ep.flags.subflow && !from_it && ep.addr.is_ipv4() == r0.is_ipv4() && !self.hs.peer_no_src_addr {
             // Within the limit: `pm_subflow_create` refuses beyond it.
-            let _ = self.pm_subflow_create(ep.addr, ep.id, r0, ep.flags.backup);
+            let id = self.known_local_id(ep.addr).unwrap_or(ep.id);
+            let _ = self.pm_subflow_create(ep.addr, id, r0, ep.flags.backup);
             self.sync_subflow_count();
         }
     }

@@ -7,6 +7,7 @@ pub mod cc_compare;
 pub mod edt_rr;
 pub mod failover;
 pub mod fallback;
+pub mod handover;
 pub mod hystart;
 pub mod network;
 pub mod penalise;

@@ -176,8 +176,9 @@ fn remove_sends_rm_addr_and_the_peer_closes_its_subflow_to_it() {
     n.run(Duration::from_millis(200), &mut pass());
     assert_eq!((n.b.counters().mptcp_rm_addr_tx, n.a.counters().mptcp_rm_addr), (1, 1));
     let a = kinds(&mut n.a);
-    assert_eq!(a.first(), Some(&Removed), "{a:?}");
-    assert!(a.contains(&SubClosed), "{a:?}");
+    // The RM_ADDR rides on the subflow that stays; the withdrawn one's FIN
+    // may come first.
+    assert!(a.contains(&Removed) && a.contains(&SubClosed), "{a:?}");
     assert_eq!(up(n.a.conn(h).unwrap()), 1, "the subflow to the withdrawn address is gone");
     // The connection carries on over the other.
     n.a.send(h, &[5u8; 50_000]).unwrap();

@@ -1,0 +1,326 @@
+//! `handover`: a download over a Wi-Fi-like path (20 Mbit/s, 10 ms one way,
+//! the initial subflow's) beside an LTE-like one (10 Mbit/s, 60 ms, a deep
+//! queue) from a single-homed server. At 5 s the Wi-Fi interface goes away:
+//! its link drops everything both ways and the client's operator deletes
+//! its endpoint (`ip mptcp endpoint delete`, as mptcpd or NetworkManager
+//! does when an interface goes down), so RM_ADDR id 0 tells the server.
+//! At 15 s it comes back and the endpoint is added again
+//! (`ip mptcp endpoint add ADDR subflow`): the client joins from it and the
+//! server uses it again.
+//!
+//! Two modes, as the handover literature names them:
+//! * `break` (break-before-make): LTE is a backup subflow, idle until
+//!   Wi-Fi is gone;
+//! * `make` (make-before-break): LTE is an active subflow all along.
+//!
+//! Reported: the longest gap in the bytes delivered to the client's
+//! application, the time from the loss of Wi-Fi until LTE carries data it
+//! did not before, the time from Wi-Fi's return until it carries data
+//! again, and the bytes lost (none: the stream is SHA-256-checked).
+
+use super::aggregate::PathParams;
+use super::seed32;
+use crate::apps::BulkApp;
+use crate::report::{counters_map, WallClock};
+use crate::stack::StackHost;
+use crate::world::{PathSpec, Sim, SimConfig};
+use mptun_cc::Algorithm;
+use mptun_proto::endpoint::{Endpoint, EndpointConfig};
+use mptun_proto::pm::{EndpointFlags, PmEndpoint};
+use mptun_time::{Duration, Instant};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// Break-before-make or make-before-break.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// LTE is a backup subflow until Wi-Fi is gone.
+    Break,
+    /// LTE carries data all along.
+    Make,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "break" | "break-before-make" => Ok(Mode::Break),
+            "make" | "make-before-break" => Ok(Mode::Make),
+            _ => Err(format!("'{s}': break (LTE backup) or make (LTE active)")),
+        }
+    }
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Break => "break",
+            Mode::Make => "make",
+        }
+    }
+}
+
+/// The client's Wi-Fi and LTE addresses, the server's one.
+pub const WIFI: [u8; 4] = [10, 0, 1, 1];
+pub const LTE: [u8; 4] = [10, 0, 2, 1];
+pub const SERVER: [u8; 4] = [10, 0, 9, 2];
+/// When Wi-Fi goes away and comes back.
+pub const DOWN: Duration = Duration::from_secs(5);
+pub const UP: Duration = Duration::from_secs(15);
+/// How often the delivered bytes and the subflows are sampled.
+pub const SAMPLE: Duration = Duration::from_millis(10);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub mode: Mode,
+    pub size: u64,
+    pub seed: u64,
+    pub cc: Algorithm,
+    /// Wi-Fi first, LTE second.
+    pub paths: Vec<PathParams>,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            mode: Mode::Break,
+            size: 48 * 1024 * 1024,
+            seed: 1,
+            cc: Algorithm::Cubic,
+            paths: super::sched_compare::path_params(),
+        }
+    }
+}
+
+/// The figures of one handover, as the lab measures them too.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Figures {
+    /// The longest time the client's application got no data, ms.
+    pub longest_gap_ms: f64,
+    /// When it began, s from the connect.
+    pub longest_gap_at_s: f64,
+    /// From the loss of Wi-Fi until LTE carried data it had not before, ms.
+    pub lte_takeover_ms: Option<f64>,
+    /// From the return of Wi-Fi until it carried data again, ms.
+    pub wifi_return_ms: Option<f64>,
+    /// Bytes sent that never arrived (must be 0).
+    pub bytes_lost: u64,
+    pub sha256_match: bool,
+    pub goodput_bps: f64,
+    pub duration_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub scenario: &'static str,
+    pub mode: Mode,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cc: Option<&'static str>,
+    pub seed: u64,
+    pub size_bytes: u64,
+    pub paths: Vec<String>,
+    pub down_at_s: f64,
+    pub up_at_s: f64,
+    #[serde(flatten)]
+    pub figures: Figures,
+    /// Bytes the server's subflows had delivered, by client address, at the end.
+    pub bytes_by_client_addr: BTreeMap<String, u64>,
+    pub client_counters: BTreeMap<&'static str, u64>,
+    pub server_counters: BTreeMap<&'static str, u64>,
+    pub wall_s: f64,
+    pub sim_gbps_per_wall_s: f64,
+    pub run_digest: String,
+}
+
+/// (t in s, bytes each subflow delivered by the client's end of it): the
+/// sender's view, a subflow keeping its last count once it is gone.
+pub type Samples = Vec<(f64, BTreeMap<SocketAddr, u64>)>;
+
+/// The takeover and return times from the samples of delivered bytes per
+/// subflow, ms: from `down` until the subflows from `lte` delivered more
+/// than they had, and from `up` until a subflow from `wifi` that was not
+/// there before delivered data (a subflow that only finishes its close
+/// once the path is back does not count).
+pub fn figures_from(samples: &Samples, wifi: IpAddr, lte: IpAddr, down: f64, up: f64) -> (Option<f64>, Option<f64>) {
+    let last_before = |t: f64| samples.iter().take_while(|(s, _)| *s <= t).last().map(|(_, m)| m.clone());
+    let sum =
+        |m: &BTreeMap<SocketAddr, u64>, a: IpAddr| m.iter().filter(|(k, _)| k.ip() == a).map(|(_, v)| *v).sum::<u64>();
+    let at_down = last_before(down).unwrap_or_default();
+    let takeover =
+        samples.iter().find(|(s, m)| *s > down && sum(m, lte) > sum(&at_down, lte)).map(|(s, _)| (s - down) * 1e3);
+    let at_up = last_before(up).unwrap_or_default();
+    let back = samples
+        .iter()
+        .find(|(s, m)| *s > up && m.iter().any(|(k, v)| k.ip() == wifi && !at_up.contains_key(k) && *v > 0))
+        .map(|(s, _)| (s - up) * 1e3);
+    (takeover, back)
+}
+
+fn client_config(p: &Params) -> EndpointConfig {
+    let mut c = EndpointConfig::default();
+    c.tcp.congestion_control = p.cc;
+    let subflow = |backup| EndpointFlags { subflow: true, backup, ..Default::default() };
+    c.mptcp.pm.endpoints = vec![
+        PmEndpoint { id: 1, addr: IpAddr::from(WIFI), flags: subflow(false) },
+        PmEndpoint { id: 2, addr: IpAddr::from(LTE), flags: subflow(p.mode == Mode::Break) },
+    ];
+    c
+}
+
+/// Runs the handover.
+pub fn run(p: &Params) -> Report {
+    let wall = std::time::Instant::now();
+    let (wifi, lte, server) = (IpAddr::from(WIFI), IpAddr::from(LTE), IpAddr::from(SERVER));
+    let specs = vec![
+        PathSpec { addr_a: wifi, addr_b: server, a_to_b: p.paths[0].link(), b_to_a: p.paths[0].link() },
+        PathSpec { addr_a: lte, addr_b: server, a_to_b: p.paths[1].link(), b_to_a: p.paths[1].link() },
+    ];
+    let mut scfg = EndpointConfig::default();
+    scfg.tcp.congestion_control = p.cc;
+    let mut a = StackHost::new(Endpoint::new(client_config(p), seed32(p.seed, 0xA)));
+    let mut b = StackHost::new(Endpoint::new(scfg, seed32(p.seed, 0xB)));
+    let srv = SocketAddr::new(server, 5201);
+    b.ep.listen(srv);
+    b.accept_template = Some(BulkApp::new(p.size, p.seed ^ 0x0005_EEDB));
+    let h = a.ep.connect(Instant::ZERO, SocketAddr::new(wifi, 0), srv).expect("a fresh endpoint has free ports");
+    // The client asks for the download and keeps its side open, as a
+    // browser does: a half-closed connection takes no new path from Linux.
+    let mut app = BulkApp::new(0, p.seed ^ 0x0005_EEDA);
+    app.close_after_peer = true;
+    a.attach(h, app);
+    a.pump(Instant::ZERO);
+    let mut sim =
+        Sim::new(SimConfig { seed: p.seed, max_time: Duration::from_secs(600), ..Default::default() }, a, b, specs);
+    let (down, up) = (Instant::ZERO + DOWN, Instant::ZERO + UP);
+    let mut dead = p.paths[0].link();
+    dead.down = true;
+    sim.schedule(crate::world::Action { at: down, path: 0, a_to_b: Some(dead), b_to_a: Some(dead) });
+    sim.schedule(crate::world::Action {
+        at: up,
+        path: 0,
+        a_to_b: Some(p.paths[0].link()),
+        b_to_a: Some(p.paths[0].link()),
+    });
+    sim.schedule_host(down, |_, a: &mut StackHost, _| {
+        let _ = a.ep.pm_endpoint_delete(1);
+    });
+    let wifi_ep = PmEndpoint { id: 1, addr: wifi, flags: EndpointFlags { subflow: true, ..Default::default() } };
+    sim.schedule_host(up, move |_, a: &mut StackHost, _| {
+        let _ = a.ep.pm_endpoint_add(wifi_ep);
+    });
+    let size = p.size;
+    let mut samples: Samples = Vec::new();
+    let end = sim.run(
+        |s| s.a.apps.get(&h).is_some_and(|app| app.received >= size),
+        Some(SAMPLE),
+        |now, _, b| {
+            let mut m = BTreeMap::new();
+            for c in b.apps.keys().filter_map(|&sh| b.ep.conn(sh)) {
+                for sf in c.info().subflows {
+                    m.insert(sf.remote, sf.tcp.bytes_acked);
+                }
+            }
+            // Subflows that closed take their count with them: keep the highest seen.
+            if let Some((_, last)) = samples.last() {
+                for (k, v) in last {
+                    let e = m.entry(*k).or_insert(0);
+                    *e = (*e).max(*v);
+                }
+            }
+            samples.push((now.as_secs_f64(), m));
+        },
+    );
+    let app = sim.a.apps.get(&h).expect("attached");
+    let srv_app = sim.b.apps.values().next();
+    let sha = srv_app.is_some_and(|s| s.sent_digest() == app.received_digest() && s.sent == size);
+    let last = app.last_rx.unwrap_or(end);
+    let (lte_takeover_ms, wifi_return_ms) = figures_from(&samples, wifi, lte, down.as_secs_f64(), up.as_secs_f64());
+    let figures = Figures {
+        longest_gap_ms: app.longest_gap.0.as_secs_f64() * 1e3,
+        longest_gap_at_s: app.longest_gap.1.map_or(0.0, |t| t.as_secs_f64()),
+        lte_takeover_ms,
+        wifi_return_ms,
+        bytes_lost: size.saturating_sub(app.received),
+        sha256_match: sha && app.received == size,
+        goodput_bps: app.received as f64 * 8.0 / last.as_secs_f64().max(1e-9),
+        duration_s: last.as_secs_f64(),
+    };
+    let wc = WallClock::new(wall.elapsed(), app.received);
+    let mut r = Report {
+        scenario: "handover",
+        mode: p.mode,
+        cc: (p.cc != Algorithm::default()).then(|| p.cc.name()),
+        seed: p.seed,
+        size_bytes: size,
+        paths: p
+            .paths
+            .iter()
+            .zip(["Wi-Fi", "LTE"])
+            .map(|(q, n)| format!("{n}: {} Mbit/s, {} ms one way", q.rate_bps as f64 / 1e6, q.delay.as_millis()))
+            .collect(),
+        down_at_s: DOWN.as_secs_f64(),
+        up_at_s: UP.as_secs_f64(),
+        figures,
+        bytes_by_client_addr: samples
+            .last()
+            .map(|(_, m)| {
+                let mut by: BTreeMap<String, u64> = BTreeMap::new();
+                for (k, v) in m {
+                    *by.entry(k.ip().to_string()).or_insert(0) += v;
+                }
+                by
+            })
+            .unwrap_or_default(),
+        client_counters: counters_map(&sim.a.ep.counters()),
+        server_counters: counters_map(&sim.b.ep.counters()),
+        wall_s: wc.wall_s,
+        sim_gbps_per_wall_s: wc.sim_gbps_per_wall_s,
+        run_digest: String::new(),
+    };
+    r.run_digest = crate::report::run_digest(&r);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_mode(mode: Mode) -> Report {
+        run(&Params { mode, size: 40 * 1024 * 1024, ..Params::default() })
+    }
+
+    #[test]
+    fn both_handovers_lose_nothing_and_use_wifi_again() {
+        for mode in [Mode::Break, Mode::Make] {
+            let r = run_mode(mode);
+            let f = &r.figures;
+            assert!(f.sha256_match, "{mode:?}: {r:#?}");
+            assert_eq!(f.bytes_lost, 0);
+            // The operator's endpoint delete reached the server as RM_ADDR
+            // (sent on the LTE subflow: never on the one it withdraws)...
+            assert_eq!(r.client_counters.get("MPTcpExtRmAddrTx"), Some(&1), "{mode:?}: {:?}", r.client_counters);
+            assert_eq!(r.server_counters.get("MPTcpExtRmAddr"), Some(&1), "{mode:?}: {:?}", r.server_counters);
+            // ... and the endpoint added back made a new join from Wi-Fi,
+            // which carried data within a few round trips.
+            assert_eq!(r.server_counters.get("MPTcpExtMPJoinAckRx"), Some(&2), "{mode:?}: {:?}", r.server_counters);
+            let back = f.wifi_return_ms.unwrap_or_else(|| panic!("{mode:?}: Wi-Fi never used again: {r:#?}"));
+            assert!(back <= 200.0, "{mode:?}: Wi-Fi back after {back} ms");
+            assert!(f.longest_gap_ms < 3_000.0, "{mode:?}: {} ms", f.longest_gap_ms);
+            let at = f.longest_gap_at_s;
+            assert!((5.0..6.0).contains(&at), "{mode:?}: the longest stall is the handover's, not at {at} s");
+        }
+    }
+
+    #[test]
+    fn an_active_lte_subflow_takes_over_at_once_a_backup_one_later() {
+        let (b, m) = (run_mode(Mode::Break), run_mode(Mode::Make));
+        let (tb, tm) = (b.figures.lte_takeover_ms.unwrap(), m.figures.lte_takeover_ms.unwrap());
+        assert!(tm <= SAMPLE.as_secs_f64() * 1e3, "make: LTE already carries data: {tm} ms");
+        assert!(tb > tm, "break: the backup subflow waits for RM_ADDR: {tb} ms, make {tm} ms");
+        // LTE carried data before the loss only when it was active.
+        assert!(m.bytes_by_client_addr["10.0.2.1"] > b.bytes_by_client_addr["10.0.2.1"]);
+    }
+}
