@@ -23,9 +23,6 @@ pub struct BulkApp {
     /// When the first and the last byte arrived.
     pub first_rx: Option<Instant>,
     pub last_rx: Option<Instant>,
-    /// The longest time between two deliveries of data to the application
-    /// and when it began: the stall a handover or a failure caused.
-    pub longest_gap: (mptun_time::Duration, Option<Instant>),
     /// The peer closed its direction (FIN / DATA_FIN seen and everything read).
     pub peer_closed: bool,
     /// We closed our direction after sending everything.
@@ -51,7 +48,6 @@ impl BulkApp {
             recv_hash: Sha256::new(),
             first_rx: None,
             last_rx: None,
-            longest_gap: (mptun_time::Duration::ZERO, None),
             peer_closed: false,
             closed: false,
             close_after_peer: false,
@@ -85,12 +81,6 @@ impl BulkApp {
             return;
         }
         self.first_rx.get_or_insert(now);
-        if let Some(last) = self.last_rx {
-            let gap = now.saturating_duration_since(last);
-            if gap > self.longest_gap.0 {
-                self.longest_gap = (gap, Some(last));
-            }
-        }
         self.last_rx = Some(now);
         self.received += data.len() as u64;
         self.recv_hash.update(data);

@@ -85,6 +85,7 @@ impl Conn {
                             rttvar_us: sf.tcp.rttvar.as_micros() as u64,
                             penalized: sf.penalized,
                             state: state_name(sf.tcp.state),
+                            withdrawn: sf.withdrawn,
                             established: sf.tcp.state.is_synchronized()
                                 || sf.tcp.bytes_acked > 0
                                 || sf.tcp.bytes_received > 0,

@@ -144,6 +144,7 @@ fn subflow_from_tcp_info(id: usize, b: &[u8], local: Option<SocketAddr>, remote:
         penalized: 0,
         state: kernel_state(b.first().copied().unwrap_or(0)),
         established: matches!(b.first(), Some(1 | 4..=9 | 11)) || u64_at(b, 120) > 0 || u64_at(b, 128) > 0,
+        withdrawn: false,
     }
 }
 

@@ -32,6 +32,9 @@ pub(crate) struct SubflowProbe {
     /// Whether it ever completed its handshake (synchronized now, or has
     /// moved data): only those count as subflows in use.
     pub(crate) established: bool,
+    /// Closed by the path manager mid-connection (mptun): its close holds
+    /// nothing up (the kernel lets such a subflow go on its own).
+    pub(crate) withdrawn: bool,
 }
 
 /// A snapshot of a connection.

@@ -58,6 +58,10 @@ pub struct SubflowInfo {
     pub stale: bool,
     /// Usable for data (the initial subflow, or a join that completed).
     pub joined: bool,
+    /// Closed by the path manager before the connection's end (address
+    /// withdrawn, subflow destroyed): its close may never complete (its
+    /// path may be gone), and nothing waits for it.
+    pub withdrawn: bool,
     /// The subflow's own `TCP_INFO`.
     pub tcp: crate::tcp::TcpInfo,
     /// Scheduler's `avg_pacing_rate`, bytes/s.
@@ -107,6 +111,7 @@ impl Connection {
                     backup: s.mp.backup,
                     stale: s.mp.stale,
                     joined: s.mp.join.usable(),
+                    withdrawn: s.mp.withdrawn,
                     tcp: s.tcp.info(),
                     avg_pacing_rate: self.sched.avg_pacing_rate(i),
                     penalized: s.mp.penalized,

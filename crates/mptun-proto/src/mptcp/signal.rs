@@ -327,11 +327,28 @@ impl Connection {
         }
         let removed = |s: &SubflowSlot| s.is_open() && rm_ids.contains(&s.mp.remote_id);
         let kept = self.subflows.live().any(|s| s.is_open() && !removed(s));
-        for s in self.subflows.live_mut() {
-            if removed(s) && (s.mp.join != JoinState::Initial || kept) {
-                s.tcp.close();
+        self.close_subflows_where(|s| removed(s) && (s.mp.join != JoinState::Initial || kept));
+    }
+
+    /// Closes the open subflows `which` picks for the path manager (an
+    /// address withdrawn, a subflow destroyed) and sends their data not
+    /// yet DATA_ACKed on the others at once, as Linux's `__mptcp_close_ssk`
+    /// pushes a closed subflow's pending data back to the connection: its
+    /// path may be gone with what was in flight on it, and waiting for its
+    /// retransmission timeouts to mark it stale stalls the stream.
+    /// Returns how many it closed.
+    pub(super) fn close_subflows_where(&mut self, which: impl Fn(&SubflowSlot) -> bool) -> usize {
+        let mut closed = 0;
+        for i in 0..self.subflows.slot_count() {
+            let Some(s) = self.subflows.get_mut(i).filter(|s| s.is_open() && which(s)) else { continue };
+            s.tcp.close();
+            s.mp.withdrawn = true;
+            closed += 1;
+            if self.subflows.live().any(|o| o.is_open() && o.mp.join.usable()) {
+                self.reinject_from(i);
             }
         }
+        closed
     }
 
     /// Path manager, once fully established: announce our addresses and

@@ -222,6 +222,10 @@ pub(crate) struct SubflowMp {
     pub down_reported: bool,
     /// The (reason, flags) of the MP_TCPRST the peer reset it with.
     pub rst_reason: Option<(u8, u8)>,
+    /// Closed by the path manager before the connection's end (an address
+    /// withdrawn, a subflow destroyed): its path may be gone, and nothing
+    /// of the connection waits for its close to complete.
+    pub withdrawn: bool,
 }
 
 impl SubflowMp {
@@ -241,6 +245,7 @@ impl SubflowMp {
             up_reported: false,
             down_reported: false,
             rst_reason: None,
+            withdrawn: false,
         }
     }
 

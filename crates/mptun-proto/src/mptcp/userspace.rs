@@ -245,9 +245,7 @@ impl Connection {
         let now = self.last_now;
         self.paths.announced.retain(|&(i, _)| i != id);
         self.paths.queue_remove(id, now);
-        for s in self.subflows.live_mut().filter(|s| s.mp.local_id == id && s.is_open()) {
-            s.tcp.close();
-        }
+        self.close_subflows_where(|s| s.mp.local_id == id);
         self.sync_announce_timer();
         Ok(())
     }
@@ -332,10 +330,12 @@ impl Connection {
         let m = |want: SocketAddr, got: SocketAddr| {
             want.ip() == got.ip() && (want.port() == 0 || want.port() == got.port())
         };
-        let slot =
-            self.subflows.live_mut().find(|s| s.is_open() && m(local, s.tcp.local()) && m(remote, s.tcp.remote()));
-        let Some(slot) = slot else { return Err(PmError::NoSuchSubflow) };
-        slot.tcp.close();
+        let hit = |s: &super::slot::SubflowSlot| s.is_open() && m(local, s.tcp.local()) && m(remote, s.tcp.remote());
+        let Some(first) = self.subflows.iter().find(|(_, s)| hit(s)).map(|(i, _)| i) else {
+            return Err(PmError::NoSuchSubflow);
+        };
+        let (l, r) = self.subflows.get(first).map(|s| (s.tcp.local(), s.tcp.remote())).expect("found above");
+        self.close_subflows_where(|s| s.tcp.local() == l && s.tcp.remote() == r);
         Ok(())
     }
 
@@ -421,9 +421,7 @@ impl Connection {
             return;
         }
         let _ = self.pm_remove(wire_id);
-        for s in self.subflows.live_mut().filter(|s| s.is_open() && s.tcp.local().ip() == addr) {
-            s.tcp.close();
-        }
+        self.close_subflows_where(|s| s.tcp.local().ip() == addr);
         self.sync_subflow_count();
     }
 

@@ -8,6 +8,7 @@
 mod aggregate;
 mod failover;
 mod fallback;
+mod handover;
 mod hystart;
 mod peer;
 mod penalise;
@@ -37,6 +38,9 @@ enum LabScenario {
     Failover(TransferArgs),
     /// The client offers MPTCP to a plain-TCP kernel server: fallback to TCP.
     Fallback(TransferArgs),
+    /// A download over a Wi-Fi-like and an LTE-like path; Wi-Fi goes down at 5 s (its endpoint deleted)
+    /// and back at 15 s (added again): mptun and the kernel (`ip mptcp endpoint`), the simulator beside.
+    Handover(handover::HandoverArgs),
     /// One CUBIC flow, 50 Mbit/s, 150 ms RTT, 1-BDP buffer: HyStart's legacy vs fixed round start.
     Hystart(hystart::HystartArgs),
     /// A scenario file (as `mptun sim run` takes) on real packets, the simulator's run beside it.
@@ -58,6 +62,7 @@ impl LabArgs {
             LabScenario::Hystart(a) => a.common.json.json,
             LabScenario::Failover(a) => a.common.json.json,
             LabScenario::Fallback(a) => a.common.json.json,
+            LabScenario::Handover(a) => a.common.json.json,
             LabScenario::Run(a) => a.common.json.json,
             LabScenario::SchedCompare(a) => a.common.json.json,
             LabScenario::Peer(_) => true,
@@ -72,6 +77,7 @@ pub(crate) fn run(a: LabArgs) -> Result<Verdict> {
         LabScenario::Hystart(a) => hystart::run(a),
         LabScenario::Failover(a) => failover::run(a),
         LabScenario::Fallback(a) => fallback::run(a),
+        LabScenario::Handover(a) => handover::run(a),
         LabScenario::Run(a) => run::run(a),
         LabScenario::SchedCompare(a) => sched_compare::run(a),
         LabScenario::Peer(a) => peer::run(a),

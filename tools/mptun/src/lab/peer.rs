@@ -105,6 +105,13 @@ pub(crate) struct PeerArgs {
     /// Size of an object: the listening side answers each 100-byte request with this many bytes.
     #[arg(long, value_parser = parse_size)]
     object_size: Option<u64>,
+    /// Keep this side's direction open until the peer's stream has ended,
+    /// even with nothing to send (a download client, as a browser: Linux
+    /// takes no new subflow of a connection once it has our DATA_FIN).
+    #[arg(long)]
+    hold_open: bool,
+    #[command(flatten)]
+    control: crate::ctl::ControlArgs,
 }
 
 /// Bytes of an object request.
@@ -128,7 +135,13 @@ pub(crate) struct SlowStartExit {
 pub(crate) struct SubflowPoint {
     /// The subflow's index in its connection (stable while it lives).
     pub(crate) id: usize,
+    /// This side's end of it (a handover tells its paths apart by it).
+    #[serde(default)]
+    pub(crate) local: Option<std::net::SocketAddr>,
     pub(crate) bytes_acked: u64,
+    /// Bytes it delivered to this side (what a receiver's paths carried).
+    #[serde(default)]
+    pub(crate) bytes_received: u64,
     /// Packets.
     pub(crate) cwnd: u64,
     pub(crate) srtt_us: u64,
@@ -198,13 +211,17 @@ fn stream_options(a: &PeerArgs, mut o: StreamOptions) -> Result<StreamOptions> {
     Ok(o)
 }
 
-fn stack(a: &PeerArgs) -> Result<Stack> {
+/// mptun's stack of this peer and its control socket (held as long as it).
+fn stack(a: &PeerArgs) -> Result<(Stack, Option<mptun_io::ctl::ControlServer>)> {
     let paths = match a.topology.as_deref() {
         Some(t) => pathspec::topology(t)?,
         None if !a.paths.is_empty() => a.paths.clone(),
         None => bail!("--topology or --path is required for mptun's stack"),
     };
-    let cfg = stream_options(a, StreamOptions::default())?.config().clone();
+    let mut cfg = stream_options(a, StreamOptions::default())?.config().clone();
+    // Each path an endpoint with the flags its spec gives (`backup`,
+    // `signal`...), ids from 1 in order, as `send`/`serve` make them.
+    cfg.mptcp.pm.endpoints = mptun::pathspec::PathSpec::endpoints(&paths);
     // The lab reproduces the simulator's scenarios: its receiver takes and
     // acknowledges wire segments one by one, and so does this one (with
     // GRO whole, one ACK per 64 KiB changes the ACK pattern HyStart's delay
@@ -213,7 +230,9 @@ fn stack(a: &PeerArgs) -> Result<Stack> {
     for (addr, dev) in pathspec::create_tuns(&paths)? {
         b = b.path(addr, dev);
     }
-    b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))
+    let st = b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))?;
+    let control = a.control.start(&st)?;
+    Ok((st, control))
 }
 
 /// Both directions of one connection, driven from one task so the
@@ -234,6 +253,8 @@ struct Duplex {
     send_until: Option<Instant>,
     sent_all_at: Option<Instant>,
     closed: bool,
+    /// Shut our direction only after the peer's ended (`--hold-open`).
+    hold_open: bool,
 }
 
 impl Duplex {
@@ -291,7 +312,7 @@ impl Duplex {
         }
         if !self.sending(now) && !self.closed {
             let at = *self.sent_all_at.get_or_insert(now);
-            if self.rx_eof || now >= at + LINGER {
+            if self.rx_eof || (!self.hold_open && now >= at + LINGER) {
                 match Pin::new(&mut self.conn).poll_shutdown(cx) {
                     Poll::Ready(Ok(())) => {
                         self.closed = true;
@@ -355,7 +376,14 @@ fn tcp_info_cwnd(fd: std::os::fd::RawFd) -> Option<(u32, u32, u8)> {
 fn subflow_points(p: &crate::probe::Probe) -> Vec<SubflowPoint> {
     p.subflows
         .iter()
-        .map(|s| SubflowPoint { id: s.id, bytes_acked: s.bytes_acked, cwnd: s.cwnd, srtt_us: s.srtt_us })
+        .map(|s| SubflowPoint {
+            id: s.id,
+            local: s.local,
+            bytes_acked: s.bytes_acked,
+            bytes_received: s.bytes_received,
+            cwnd: s.cwnd,
+            srtt_us: s.srtt_us,
+        })
         .collect()
 }
 
@@ -364,8 +392,13 @@ fn subflow_points(p: &crate::probe::Probe) -> Vec<SubflowPoint> {
 /// earlier takes the connection with it, and the peer waits for an end of
 /// stream that never comes (the kernel finishes a close on its own).
 async fn fins_acked(conn: &Conn, since: Instant) {
+    // A subflow the path manager closed mid-transfer (its path gone) may
+    // never see its FIN acknowledged: the peer does not wait for it.
     let open = |c: &Conn| {
-        c.probe().subflows.iter().any(|s| s.established && !matches!(s.state, "FIN_WAIT2" | "TIME_WAIT" | "CLOSE"))
+        c.probe()
+            .subflows
+            .iter()
+            .any(|s| s.established && !s.withdrawn && !matches!(s.state, "FIN_WAIT2" | "TIME_WAIT" | "CLOSE"))
     };
     if matches!(conn, Conn::Mptun(_)) {
         while open(conn) && since.elapsed() < Duration::from_secs(35) {
@@ -495,6 +528,7 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
         send_until: a.send_for.map(|s| up + Duration::from_secs_f64(s)),
         sent_all_at: None,
         closed: false,
+        hold_open: a.hold_open,
     };
     let every = Duration::from_millis(a.sample_ms.max(1));
     let mut tick = Box::pin(tokio::time::sleep(every));
@@ -573,6 +607,7 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
 
 async fn serve(a: &PeerArgs, at: SocketAddr) -> Result<PeerReport> {
     let (mut listener_k, mut listener_m) = (None, None);
+    let mut control_kept = None;
     let (conn, counters, t0) = match a.stack {
         LabStack::Kernel => {
             let l = kernel::listen(at, &kernel_options(a))?;
@@ -586,7 +621,8 @@ async fn serve(a: &PeerArgs, at: SocketAddr) -> Result<PeerReport> {
             (Conn::Kernel(s), counters, Instant::now())
         }
         LabStack::Mptun => {
-            let st = stack(a)?;
+            let (st, control) = stack(a)?;
+            control_kept = control;
             let l = MptcpListener::bind(&st, at).await.map_err(|e| anyhow!("listen on {at}: {e}"))?;
             eprintln!("{READY} on {at}");
             let counters = CounterSource::mptun(st.clone());
@@ -596,12 +632,13 @@ async fn serve(a: &PeerArgs, at: SocketAddr) -> Result<PeerReport> {
         }
     };
     let r = run_conn(a, conn, counters, t0).await;
-    drop((listener_k, listener_m));
+    drop((listener_k, listener_m, control_kept));
     r
 }
 
 async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
     let limit = Duration::from_secs(10);
+    let mut control_kept = None;
     let (conn, counters, t0) = match a.stack {
         LabStack::Kernel => {
             let counters = CounterSource::kernel();
@@ -613,7 +650,8 @@ async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
             (Conn::Kernel(s), counters, t0)
         }
         LabStack::Mptun => {
-            let st = stack(a)?;
+            let (st, control) = stack(a)?;
+            control_kept = control;
             let counters = CounterSource::mptun(st.clone());
             let o = stream_options(a, st.stream_options())?;
             eprintln!("{CONNECTING} to {to}");
@@ -625,7 +663,9 @@ async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
             (Conn::Mptun(s), counters, t0)
         }
     };
-    run_conn(a, conn, counters, t0).await
+    let r = run_conn(a, conn, counters, t0).await;
+    drop(control_kept);
+    r
 }
 
 fn kernel_options(a: &PeerArgs) -> KernelOptions {
