@@ -4,7 +4,8 @@
 //! below the BDP, fixed by ACK train at or above it; the kernel's CUBIC as
 //! the anchor, after a crashed run's leftovers of the same name are
 //! removed), failover (a path down and back up), fallback to a plain-TCP
-//! server, and a scenario file (`lab run`: the shared bottleneck). Each report carries the simulator's prediction beside the lab's
+//! server, a scenario file (`lab run`: the shared bottleneck), and the
+//! handover (mptun and the kernel's MPTCP in one run). Each report carries the simulator's prediction beside the lab's
 //! figures. Needs root and linkem: skipped with a reason otherwise, failed
 //! when MPTUN_REQUIRE_NETNS=1.
 
@@ -364,4 +365,41 @@ fn cli_lab_sched_compare_blest_and_the_kernel() {
     assert!(b * 3 < k.max(3), "BLEST {b} out-of-order segments, kernel {k}: {v:#}");
     let objects = find("objects", "blest");
     assert!(objects["lab"]["object_p50_ms"].as_f64().unwrap() > 40.0, "an object takes 40 ms at 20 Mbit/s: {objects}");
+}
+
+/// The handover on real packets, break-before-make, mptun and the kernel
+/// in one run: Wi-Fi's linkem path down at 5 s with its endpoint deleted
+/// (mptun's control socket, `ip mptcp endpoint delete`), back at 15 s with
+/// it added again. Both stacks lose nothing, keep the backup LTE subflow
+/// idle until the loss, let it carry data within a second of it, and use
+/// a new Wi-Fi subflow within a second of the return; mptun's stall at the
+/// loss stays within twice the kernel's and the simulator's (room for a
+/// loaded host), and the simulator's row is first.
+#[test]
+fn cli_lab_handover_break_before_make_mptun_and_the_kernel() {
+    if !lab_ready() {
+        return;
+    }
+    let (v, err) = lab_json(&["handover", "--mode", "break", "--size", "40M"], &name("ho"), Duration::from_secs(200));
+    println!("{err}");
+    let rows = v["rows"].as_array().expect("rows");
+    let who: Vec<&str> = rows.iter().map(|r| r["who"].as_str().unwrap()).collect();
+    assert_eq!(who, ["mptun (sim)", "mptun (lab)", "kernel (lab)"], "{v:#}");
+    for r in rows {
+        assert_eq!(r["sha256_match"], true, "{r}");
+        assert_eq!(r["bytes_lost"], 0, "{r}");
+        assert_eq!(r["lte_bytes_at_down"], 0, "the backup subflow is idle before the loss: {r}");
+        let takeover = r["lte_takeover_ms"].as_f64().unwrap_or_else(|| panic!("LTE never took over: {r}"));
+        assert!(takeover < 1_000.0, "{r}");
+        let back = r["wifi_return_ms"].as_f64().unwrap_or_else(|| panic!("Wi-Fi never used again: {r}"));
+        assert!(back < 1_000.0, "{r}");
+    }
+    let gap = |i: usize| rows[i]["handover_gap_ms"].as_f64().unwrap();
+    assert!(
+        gap(1) < 2.0 * gap(2).max(gap(0)) + 100.0,
+        "mptun's stall {} ms, kernel's {} ms, sim {} ms",
+        gap(1),
+        gap(2),
+        gap(0)
+    );
 }
