@@ -281,6 +281,9 @@ counters! {
     /// Path-manager events dropped, oldest first: nobody read them and
     /// the connection's queue (256) or the endpoint's was full (mptun's).
     mptun_pm_events_dropped => "MptunPmEventsDropped",
+    /// Subflows of ours that failed (reset or timed out) opened again by
+    /// the path manager while their endpoint exists (mptun's).
+    mptun_pm_subflow_reopen => "MptunPMSubflowReopen",
     /// Packets dropped at the endpoint because they were malformed.
     mptun_malformed => "MptunMalformed",
     /// Packets that were not TCP (or used IP features we do not handle), ignored.

@@ -223,7 +223,12 @@ impl Connection {
     ) -> usize {
         let sfcfg = Self::subflow_cfg(&self.cfg, true);
         let tcp = Subflow::connect(now, sfcfg, local, SocketAddr::new(req.remote, req.remote_port), iss, ts_offset);
-        let mp = self.subflow_mp(JoinState::ClientSynSent { nonce }, req.local_id, 0, req.backup);
+        let mut mp = self.subflow_mp(JoinState::ClientSynSent { nonce }, req.local_id, 0, req.backup);
+        let attempt = match self.paths.reopening.iter().position(|(r, _)| r == req) {
+            Some(i) => self.paths.reopening.swap_remove(i).1,
+            None => 0,
+        };
+        mp.opened_as = Some((*req, attempt));
         self.place_subflow(SubflowSlot { tcp, mp })
     }
 

@@ -335,6 +335,9 @@ impl Connection {
         }
         if failed && mptcp {
             self.reinject_from(idx);
+            if error != 0 {
+                self.schedule_reopen(idx);
+            }
             self.report_sub_closed(idx, error);
             if let Some(slot) = self.subflows.take(idx) {
                 // Keep what the subflow counted.

@@ -23,6 +23,23 @@ pub(crate) struct JoinLimits {
     pub max_syn_per_sec: u32,
 }
 
+/// The first wait before a failed subflow is opened again; doubled for
+/// each failure in a row (a re-opened subflow that never came up), up to
+/// [`REOPEN_BACKOFF_MAX`].
+pub(crate) const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between two re-opens of one subflow.
+pub(crate) const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(64);
+
+/// A subflow of the path manager's that failed (reset or timed out), to be
+/// opened again while its endpoint exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reopen {
+    pub at: Instant,
+    pub req: JoinRequest,
+    /// Failures in a row before this one opens (0: the subflow had been up).
+    pub attempt: u32,
+}
+
 /// An announcement we owe the peer, or an echo.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct AddrAnnounce {
@@ -64,6 +81,12 @@ pub(super) struct Paths {
     /// endpoint added later joins to (a handover back to the interface the
     /// connection started on).
     pub initial: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+    /// Failed subflows to open again, each at its time; at most one per
+    /// failed subflow, so bounded by the `subflows` limit.
+    pub reopen: Vec<Reopen>,
+    /// Re-opens handed to the endpoint as joins, with their attempt
+    /// number, until their subflow is placed (it takes the number).
+    pub reopening: Vec<(JoinRequest, u32)>,
 }
 
 impl Paths {
@@ -77,6 +100,8 @@ impl Paths {
             announced: Vec::new(),
             peer_announced: Vec::new(),
             initial: None,
+            reopen: Vec::new(),
+            reopening: Vec::new(),
         }
     }
 
@@ -84,6 +109,11 @@ impl Paths {
     pub fn remember_peer_announcement(&mut self, id: u8, addr: IpAddr, port: u16) {
         self.peer_announced.retain(|&(i, _, _)| i != id);
         self.peer_announced.push((id, addr, port));
+    }
+
+    /// When the earliest re-open is due.
+    pub fn next_reopen(&self) -> Option<Instant> {
+        self.reopen.iter().map(|r| r.at).min()
     }
 
     /// When the earliest announcement is due.

@@ -4,6 +4,7 @@
 //! path manager's announcements once the connection is fully established.
 
 use super::fallback::{FallbackReason, Resume};
+use super::paths::{Reopen, REOPEN_BACKOFF, REOPEN_BACKOFF_MAX};
 use super::slot::{InfiniteMapTx, JoinState, SubflowSlot};
 use super::{Connection, MPTCP_RST_EMPTCP};
 use crate::seq::{DataSeq, Seq};
@@ -364,6 +365,7 @@ impl Connection {
         }
         if self.own_joins_closed() {
             self.paths.pending_joins.clear();
+            self.paths.reopen.clear();
         }
         self.sync_subflow_count();
         if self.hs.fully_established && !self.paths.pm.announced {
@@ -383,6 +385,71 @@ impl Connection {
             // No options go out any more: nothing can carry them.
             self.paths.announce.clear();
         }
+    }
+
+    /// A subflow of ours failed (reset or timed out): the path manager
+    /// opens it again after a backoff (1 s, doubled for each failure in a
+    /// row, at most 64 s) while what it joined still stands: its source
+    /// address is still an endpoint (or the initial subflow's) and its
+    /// destination still the peer's (its initial address, or an
+    /// announcement not withdrawn). Not after the path manager closed it
+    /// itself, nor once our joins are closed.
+    pub(super) fn schedule_reopen(&mut self, idx: usize) {
+        let Some(slot) = self.subflows.get(idx) else { return };
+        let Some((req, attempt)) = slot.mp.opened_as else { return };
+        if slot.mp.withdrawn || self.own_joins_closed() {
+            return;
+        }
+        // A subflow that had been up starts the count again.
+        let attempt = if slot.mp.join == JoinState::Joined { 0 } else { attempt.saturating_add(1) };
+        if !self.join_still_stands(&req) {
+            return;
+        }
+        let wait = (REOPEN_BACKOFF * (1u32 << attempt.min(6))).min(REOPEN_BACKOFF_MAX);
+        let at = self.last_now + wait;
+        self.paths.reopen.push(Reopen { at, req, attempt });
+        self.timers.set_opt(super::timers::Timer::Reopen, self.paths.next_reopen());
+    }
+
+    /// The re-opens due at `now` become joins, within the `subflows`
+    /// limit (one that finds no room now is tried again a backoff later),
+    /// and only while what they join still stands (checked again: an
+    /// endpoint may have gone meanwhile).
+    pub(super) fn reopen_due(&mut self, now: Instant) {
+        if self.own_joins_closed() {
+            self.paths.reopen.clear();
+            return;
+        }
+        // What an earlier batch handed over has been placed (or refused) by now.
+        self.paths.reopening.clear();
+        let (due, later): (Vec<Reopen>, Vec<Reopen>) = self.paths.reopen.drain(..).partition(|r| r.at <= now);
+        self.paths.reopen = later;
+        for r in due {
+            if !self.join_still_stands(&r.req) {
+                continue;
+            }
+            if self.additional_subflows() >= self.cfg.mptcp.pm.max_subflows as usize {
+                let wait = (REOPEN_BACKOFF * (1u32 << r.attempt.min(6))).min(REOPEN_BACKOFF_MAX);
+                self.paths.reopen.push(Reopen { at: now + wait, ..r });
+                continue;
+            }
+            self.counters.mptun_pm_subflow_reopen += 1;
+            self.paths.reopening.push((r.req, r.attempt));
+            self.paths.pending_joins.push(r.req);
+        }
+    }
+
+    /// Whether a join of ours may be made again: its source is still an
+    /// endpoint (or the initial subflow's address) and its destination
+    /// still the peer's (its initial address, or an announcement not
+    /// withdrawn).
+    fn join_still_stands(&self, req: &crate::pm::JoinRequest) -> bool {
+        let initial = self.paths.initial.or_else(|| self.addresses());
+        let from = initial.is_some_and(|(l, _)| l.ip() == req.local)
+            || self.cfg.mptcp.pm.endpoints.iter().any(|e| e.addr == req.local);
+        let to = initial.is_some_and(|(_, r)| r.ip() == req.remote)
+            || self.paths.peer_announced.iter().any(|&(_, a, _)| a == req.remote);
+        from && to
     }
 
     /// The subflows that count against the `subflows` limit, as Linux's

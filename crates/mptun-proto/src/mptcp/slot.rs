@@ -226,6 +226,9 @@ pub(crate) struct SubflowMp {
     /// withdrawn, a subflow destroyed): its path may be gone, and nothing
     /// of the connection waits for its close to complete.
     pub withdrawn: bool,
+    /// The join this subflow was opened as (ours only), and how many
+    /// failures in a row came before it: what a re-open repeats.
+    pub opened_as: Option<(crate::pm::JoinRequest, u32)>,
 }
 
 impl SubflowMp {
@@ -246,6 +249,7 @@ impl SubflowMp {
             down_reported: false,
             rst_reason: None,
             withdrawn: false,
+            opened_as: None,
         }
     }
 

@@ -42,6 +42,8 @@ pub(super) enum Timer {
     CloseTimeout,
     /// Our DATA_FIN goes (again) on a pure ACK.
     DataFin,
+    /// The earliest re-open of a failed subflow is due ([`super::paths::Reopen`]).
+    Reopen,
 }
 
 impl Timer {
@@ -51,8 +53,8 @@ impl Timer {
     /// then what may put data on a subflow, the DATA_FIN last, since it
     /// must follow everything else. [`Timer::JoinAck`] fires beside its
     /// subflow's own timers, in [`Connection::handle_timeout`].
-    pub(super) const PROGRESS_ORDER: [Timer; 5] =
-        [Timer::Announce, Timer::WindowProbe, Timer::Retransmit, Timer::CloseTimeout, Timer::DataFin];
+    pub(super) const PROGRESS_ORDER: [Timer; 6] =
+        [Timer::Announce, Timer::Reopen, Timer::WindowProbe, Timer::Retransmit, Timer::CloseTimeout, Timer::DataFin];
 
     /// Index among the connection-wide timers (not [`Timer::JoinAck`]).
     fn conn_index(self) -> Option<usize> {
@@ -63,6 +65,7 @@ impl Timer {
             Timer::Retransmit => Some(2),
             Timer::CloseTimeout => Some(3),
             Timer::DataFin => Some(4),
+            Timer::Reopen => Some(5),
         }
     }
 }
@@ -70,7 +73,7 @@ impl Timer {
 /// One optional deadline per [`Timer`].
 #[derive(Clone, Debug, Default)]
 pub(super) struct TimerTable {
-    conn: [Option<Instant>; 5],
+    conn: [Option<Instant>; 6],
     /// Indexed by subflow slot.
     join_ack: Vec<Option<Instant>>,
 }
@@ -185,6 +188,10 @@ impl Connection {
                 self.sync_announce_timer();
                 true
             }
+            Timer::Reopen => {
+                self.timers.set_opt(t, self.paths.next_reopen());
+                true
+            }
             Timer::WindowProbe => {
                 let tx = &self.tx;
                 let closed = tx.wnd_end.le(tx.nxt) && tx.una == tx.nxt && tx.write_seq.gt(tx.nxt);
@@ -259,6 +266,10 @@ impl Connection {
                 let Some(slot) = self.subflows.get_mut(i) else { return ControlFlow::Continue(()) };
                 self.timers.set(t, now + slot.tcp.info().rto.max(TCP_RTO_MIN));
                 slot.tcp.request_ack();
+            }
+            Timer::Reopen => {
+                self.reopen_due(now);
+                self.timers.set_opt(t, self.paths.next_reopen());
             }
             Timer::Announce => {
                 if let Some(slot) = self.announce_subflow() {

@@ -401,3 +401,57 @@ fn deleting_the_endpoint_of_the_initial_address_withdraws_id_0() {
     n.run(Duration::from_millis(300), &mut pass());
     assert_eq!(up(n.a.conn(h).unwrap()), 1);
 }
+
+#[test]
+fn a_subflow_reset_by_the_peer_is_opened_again_after_a_backoff_while_its_endpoints_stand() {
+    let mut n = two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 2);
+    let sh = n.b.accept().unwrap();
+    // The server resets its subflow of the announced address (a middlebox
+    // or a reboot of that interface would too).
+    let reset_join = |n: &mut Net| {
+        let c = n.b.conn_mut(sh).unwrap();
+        let s = c.subflows.live_mut().find(|s| s.is_open() && s.tcp.local().ip() == ip("10.0.2.2")).unwrap();
+        s.tcp.abort();
+    };
+    reset_join(&mut n);
+    n.run(Duration::from_millis(500), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 1, "gone, and not yet back: the first wait is 1 s");
+    assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 0);
+    n.run(Duration::from_millis(700), &mut pass());
+    assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 1);
+    assert_eq!(up(n.a.conn(h).unwrap()), 2, "opened again");
+    assert_eq!(n.b.counters().mptcp_mp_join_ack_rx, 2);
+    // Withdrawn by the peer (RM_ADDR): closed in order, not opened again.
+    let token = n.b.conn(sh).unwrap().local_token().unwrap();
+    n.b.pm_remove(token, 1).unwrap();
+    n.run(Duration::from_secs(5), &mut pass());
+    assert_eq!(up(n.a.conn(h).unwrap()), 1);
+    assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 1, "an address withdrawn is not joined again");
+}
+
+#[test]
+fn a_join_that_keeps_failing_is_tried_again_with_a_doubling_wait() {
+    let mut n = two_path();
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let sh = n.b.accept().unwrap();
+    // The server takes no more subflows and resets the one it has: each
+    // re-open is refused at its SYN, and the wait doubles (1, 2, 4, 8 s).
+    n.b.pm_limits_set(Some(0), None);
+    let c = n.b.conn_mut(sh).unwrap();
+    let s = c.subflows.live_mut().find(|s| s.is_open() && s.tcp.local().ip() == ip("10.0.2.2")).unwrap();
+    s.tcp.abort();
+    n.run(Duration::from_millis(7_500), &mut pass());
+    assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 3, "at 1, 3 and 7 s");
+    assert_eq!(n.b.counters().mptcp_mp_join_rejected, 3);
+    n.run(Duration::from_secs(6), &mut pass());
+    assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 3, "the next one waits 8 s");
+    // The server takes subflows again: the fourth re-open (at 15 s) holds.
+    n.b.pm_limits_set(Some(2), None);
+    n.run(Duration::from_secs(3), &mut pass());
+    assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 4);
+    assert_eq!(up(n.a.conn(h).unwrap()), 2);
+}
