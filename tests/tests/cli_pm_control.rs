@@ -204,7 +204,8 @@ fn cli_pm_endpoint_monitor_ss_and_nstat_drive_and_read_a_running_serve() {
 /// that joins it; mid-transfer the operator changes the endpoint to backup
 /// (MP_PRIO), announces a third address with a port (the kernel joins
 /// that port), then deletes the second endpoint (RM_ADDR: the kernel
-/// closes its subflow). The kernel's counters show each.
+/// closes its subflow) and adds a port endpoint in its place (the kernel
+/// joins its port). The kernel's counters show each.
 #[test]
 fn cli_pm_commands_reach_the_kernel_mp_prio_rm_addr_and_add_addr_with_a_port() {
     if require_netns().is_some() {
@@ -212,13 +213,13 @@ fn cli_pm_commands_reach_the_kernel_mp_prio_rm_addr_and_add_addr_with_a_port() {
     }
     let lab = Lab::new("clctk", 2).unwrap();
     lab.a.sysctl("net.mptcp.enabled", "1").unwrap();
-    lab.mptcp(Side::A, &["limits", "set", "add_addr_accepted", "2", "subflows", "2"]).unwrap();
+    lab.mptcp(Side::A, &["limits", "set", "add_addr_accepted", "3", "subflows", "3"]).unwrap();
     let dir = TempDir::new("kernel");
     let sock = dir.0.join("serve.sock");
     let server =
         serve(&lab, &sock, &["-1", "--json", "--subflows", "4", "--path", "dev=mptb2,addr=10.202.0.2/24,signal"]);
     let dst = lab.mptun_addr(Side::B, 1).to_string();
-    let client = Running::spawn(Some(lab.a.name()), &["send", "--kernel", &dst, "-t", "6", "--json"]);
+    let client = Running::spawn(Some(lab.a.name()), &["send", "--kernel", &dst, "-t", "8", "--json"]);
     let mut token = String::new();
     wait_for("the join to the signal path", Duration::from_secs(6), || {
         let conns = json_lines(&ctl_ok(&sock, &["ss", "--json"]));
@@ -248,6 +249,16 @@ fn cli_pm_commands_reach_the_kernel_mp_prio_rm_addr_and_add_addr_with_a_port() {
             })
         })
     });
+    // A port endpoint (`ip mptcp endpoint add ADDR port P signal`): announced
+    // with its port on the live connection, and the kernel joins it there.
+    assert_eq!(ctl_ok(&sock, &["pm", "endpoint", "add", "10.202.0.2", "port", "7001", "signal"]), "id 2\n");
+    assert!(ctl_ok(&sock, &["pm", "endpoint", "show"]).contains("10.202.0.2 port 7001 id 2 signal"));
+    wait_for("the join to port 7001", Duration::from_secs(6), || {
+        let conns = json_lines(&ctl_ok(&sock, &["ss", "--json"]));
+        conns.first().and_then(|c| c["subflows"].as_array()).is_some_and(|s| {
+            s.iter().any(|f| f["local"] == "10.202.0.2:7001" && f["state"] == "Established")
+        })
+    });
     let (st, out, err) = client.finish(Duration::from_secs(30));
     assert!(st.success(), "kernel client: {err}");
     let v = parse("mptun send --kernel", out.as_bytes());
@@ -255,10 +266,10 @@ fn cli_pm_commands_reach_the_kernel_mp_prio_rm_addr_and_add_addr_with_a_port() {
     let k = |n: &str| counter(&v, "counters", n);
     assert!(k("MPTcpExtMPPrioRx") >= 1, "MP_PRIO reached the kernel: {:#}", v["end"]["mptcp"]["counters"]);
     assert!(k("MPTcpExtRmAddr") >= 1, "RM_ADDR reached the kernel: {:#}", v["end"]["mptcp"]["counters"]);
-    assert!(k("MPTcpExtPortAdd") >= 1, "an announcement with a port: {:#}", v["end"]["mptcp"]["counters"]);
-    assert!(k("MPTcpExtMPJoinPortSynAckRx") >= 1, "a join to the port: {:#}", v["end"]["mptcp"]["counters"]);
-    assert!(k("MPTcpExtAddAddr") >= 2, "both announcements: {:#}", v["end"]["mptcp"]["counters"]);
-    assert!(k("MPTcpExtMPJoinSynAckRx") >= 2, "both joins: {:#}", v["end"]["mptcp"]["counters"]);
+    assert!(k("MPTcpExtPortAdd") >= 2, "two announcements with a port: {:#}", v["end"]["mptcp"]["counters"]);
+    assert!(k("MPTcpExtMPJoinPortSynAckRx") >= 2, "joins to both ports: {:#}", v["end"]["mptcp"]["counters"]);
+    assert!(k("MPTcpExtAddAddr") >= 3, "the three announcements: {:#}", v["end"]["mptcp"]["counters"]);
+    assert!(k("MPTcpExtMPJoinSynAckRx") >= 3, "the three joins: {:#}", v["end"]["mptcp"]["counters"]);
     let (st, _, err) = server.finish(Duration::from_secs(15));
     assert!(st.success(), "mptun serve: {err}");
 }

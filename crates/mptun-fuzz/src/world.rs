@@ -126,6 +126,7 @@ impl Setup {
                 id: 1,
                 addr: C2.into(),
                 flags: EndpointFlags { subflow: true, ..Default::default() },
+                port: None,
             });
         }
         if !client && self.server_signals {
@@ -133,6 +134,7 @@ impl Setup {
                 id: 1,
                 addr: S2.into(),
                 flags: EndpointFlags { signal: true, ..Default::default() },
+                port: None,
             });
         }
         cfg

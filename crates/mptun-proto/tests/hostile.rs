@@ -128,13 +128,14 @@ impl Net {
     /// joins it from its own.
     fn two() -> Net {
         let mut c = EndpointConfig::default();
-        c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: ip(C2), flags: EndpointFlags::default() });
+        c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: ip(C2), flags: EndpointFlags::default(), port: None });
         c.mptcp.pm.max_add_addr_accepted = 2;
         let mut s = EndpointConfig::default();
         s.mptcp.pm.endpoints.push(PmEndpoint {
             id: 1,
             addr: ip(S2),
             flags: EndpointFlags { signal: true, ..Default::default() },
+            port: None,
         });
         Net::with(c, s)
     }

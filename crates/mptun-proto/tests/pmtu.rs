@@ -67,11 +67,17 @@ impl Net {
         let mut cc = EndpointConfig::default();
         let mut sc = EndpointConfig::default();
         for (i, (ca, sa, _, _)) in paths.iter().enumerate().skip(1) {
-            cc.mptcp.pm.endpoints.push(PmEndpoint { id: i as u8, addr: ip(ca), flags: EndpointFlags::default() });
+            cc.mptcp.pm.endpoints.push(PmEndpoint {
+                id: i as u8,
+                addr: ip(ca),
+                flags: EndpointFlags::default(),
+                port: None,
+            });
             sc.mptcp.pm.endpoints.push(PmEndpoint {
                 id: i as u8,
                 addr: ip(sa),
                 flags: EndpointFlags { signal: true, ..Default::default() },
+                port: None,
             });
         }
         cc.mptcp.pm.max_add_addr_accepted = 4;

@@ -151,7 +151,11 @@ impl PathSpec {
     /// The path manager's endpoints for `paths`: each path's address with
     /// its flags, ids from 1 in order (as `ip mptcp endpoint add` numbers them).
     pub fn endpoints(paths: &[PathSpec]) -> Vec<PmEndpoint> {
-        paths.iter().zip(1u8..).map(|(p, id)| PmEndpoint { id, addr: p.addr.addr, flags: p.flags }).collect()
+        paths
+            .iter()
+            .zip(1u8..)
+            .map(|(p, id)| PmEndpoint { id, addr: p.addr.addr, flags: p.flags, port: None })
+            .collect()
     }
 
     /// A stack builder over the TUN devices of `paths` (created as

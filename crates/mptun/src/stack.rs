@@ -226,6 +226,7 @@ impl StackBuilder {
                         fullmesh: false,
                         laminar: false,
                     },
+                    port: None,
                 })
                 .collect();
         }

@@ -822,7 +822,8 @@ async fn a_listener_chooses_the_scheduler_of_accepted_connections() {
 fn two_path_pair() -> (Stack, Stack) {
     let (a, b) = ChannelIo::pair("a", "b", 1500, 4096);
     let (a, b): (Arc<dyn PacketIo>, Arc<dyn PacketIo>) = (Arc::new(a), Arc::new(b));
-    let none = |id, addr: &str| mptun::PmEndpoint { id, addr: addr.parse().unwrap(), flags: Default::default() };
+    let none =
+        |id, addr: &str| mptun::PmEndpoint { id, addr: addr.parse().unwrap(), flags: Default::default(), port: None };
     let mut ma = mptun::MptcpConfig::default();
     ma.pm.endpoints = vec![none(2, "10.0.1.1")];
     ma.pm.max_add_addr_accepted = 1;
@@ -888,7 +889,7 @@ async fn the_path_manager_changes_paths_of_a_live_connection_and_reports_it() {
     // The operator turns B's second address into a `signal` endpoint: the
     // live connection announces it and A, allowed one, joins it.
     let signal = EndpointFlags { signal: true, ..Default::default() };
-    let ep = |addr: &str, flags| mptun::PmEndpoint { id: 0, addr: addr.parse().unwrap(), flags };
+    let ep = |addr: &str, flags| mptun::PmEndpoint { id: 0, addr: addr.parse().unwrap(), flags, port: None };
     assert_eq!(pb.endpoint_add(ep("10.0.1.2", signal)), Err(PmError::IdInUse), "already an endpoint");
     assert_eq!(pb.endpoint_add(ep("10.0.9.2", signal)), Err(PmError::AddrNotLocal));
     pb.endpoint_delete(1).unwrap();

@@ -155,8 +155,15 @@ impl Endpoint {
             return Err(PmError::BadAddress);
         }
         self.check_local(ep.addr)?;
+        // A port endpoint is announced for joins at its port (Linux wants
+        // `signal` with a port) and may share its address with a plain one.
+        if ep.port == Some(0) || (ep.port.is_some() && (!ep.flags.signal || ep.flags.subflow || ep.flags.fullmesh)) {
+            return Err(PmError::BadAddress);
+        }
         let eps = &self.config.mptcp.pm.endpoints;
-        if eps.iter().any(|e| e.addr == ep.addr) || (ep.id != 0 && eps.iter().any(|e| e.id == ep.id)) {
+        if eps.iter().any(|e| e.addr == ep.addr && e.port == ep.port)
+            || (ep.id != 0 && eps.iter().any(|e| e.id == ep.id))
+        {
             return Err(PmError::IdInUse);
         }
         if ep.id == 0 {

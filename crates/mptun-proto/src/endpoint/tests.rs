@@ -68,6 +68,7 @@ fn a_join_without_a_free_port_is_counted_not_retried() {
         id: 1,
         addr: "10.0.2.1".parse().unwrap(),
         flags: EndpointFlags { subflow: true, ..Default::default() },
+        port: None,
     });
     let mut n = net_with(c, EndpointConfig::default());
     // The only port from 10.0.2.1 towards the server is taken.

@@ -375,7 +375,7 @@ impl Connection {
                     joins.clear();
                 }
                 for e in ann {
-                    self.paths.queue(e.id, e.addr, None, false, now);
+                    self.paths.queue(e.id, e.addr, e.port, false, now);
                     self.paths.announced.push((e.id, e.addr));
                 }
                 self.paths.pending_joins.extend(joins);

@@ -28,13 +28,14 @@ fn two_path() -> Net {
 /// [`two_path`] with the server's configuration changed by `f`.
 fn two_path_with(f: impl FnOnce(&mut EndpointConfig)) -> Net {
     let mut c = EndpointConfig::default();
-    c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: ip("10.0.2.1"), flags: EndpointFlags::default() });
+    c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: ip("10.0.2.1"), flags: EndpointFlags::default(), port: None });
     c.mptcp.pm.max_add_addr_accepted = 2;
     let mut s = EndpointConfig::default();
     s.mptcp.pm.endpoints.push(PmEndpoint {
         id: 1,
         addr: ip("10.0.2.2"),
         flags: EndpointFlags { signal: true, ..Default::default() },
+        port: None,
     });
     f(&mut s);
     net(c, s)
@@ -315,7 +316,12 @@ fn checksums_negotiated_by_either_side_and_corruption_caught() {
     n.a = {
         let mut c = EndpointConfig::default();
         c.mptcp.checksum = true;
-        c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: ip("10.0.2.1"), flags: EndpointFlags::default() });
+        c.mptcp.pm.endpoints.push(PmEndpoint {
+            id: 1,
+            addr: ip("10.0.2.1"),
+            flags: EndpointFlags::default(),
+            port: None,
+        });
         c.mptcp.pm.max_add_addr_accepted = 2;
         Endpoint::new(c, [1; 32])
     };
@@ -489,13 +495,19 @@ fn options_stripped_mid_stream_fall_back_to_an_infinite_mapping() {
 fn mptcp_over_ipv6_with_a_join() {
     let v6 = |s: &str| -> IpAddr { s.parse().unwrap() };
     let mut c = EndpointConfig::default();
-    c.mptcp.pm.endpoints.push(PmEndpoint { id: 1, addr: v6("fd00:0:0:2::1"), flags: EndpointFlags::default() });
+    c.mptcp.pm.endpoints.push(PmEndpoint {
+        id: 1,
+        addr: v6("fd00:0:0:2::1"),
+        flags: EndpointFlags::default(),
+        port: None,
+    });
     c.mptcp.pm.max_add_addr_accepted = 2;
     let mut s = EndpointConfig::default();
     s.mptcp.pm.endpoints.push(PmEndpoint {
         id: 1,
         addr: v6("fd00:0:0:2::2"),
         flags: EndpointFlags { signal: true, ..Default::default() },
+        port: None,
     });
     let mut b = Endpoint::new(s, [2; 32]);
     b.listen("[fd00:0:0:1::2]:5000".parse().unwrap());
@@ -768,6 +780,7 @@ fn a_backup_endpoint_makes_its_subflows_backup_at_creation_on_both_ends() {
         id: 1,
         addr: ip("10.0.2.1"),
         flags: EndpointFlags { backup: true, ..Default::default() },
+        port: None,
     });
     c.mptcp.pm.max_add_addr_accepted = 1;
     let mut s = EndpointConfig::default();
@@ -775,6 +788,7 @@ fn a_backup_endpoint_makes_its_subflows_backup_at_creation_on_both_ends() {
         id: 1,
         addr: ip("10.0.2.2"),
         flags: EndpointFlags { signal: true, ..Default::default() },
+        port: None,
     });
     let mut n = net(c, s);
     let h = n.connect();

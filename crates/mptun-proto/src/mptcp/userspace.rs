@@ -380,8 +380,8 @@ impl Connection {
             return;
         }
         let Some((l0, r0)) = self.initial_addresses() else { return };
-        if ep.flags.signal && ep.addr != l0.ip() {
-            let _ = self.pm_announce(ep.id, ep.addr, None);
+        if ep.flags.signal && (ep.addr != l0.ip() || ep.port.is_some()) {
+            let _ = self.pm_announce(ep.id, ep.addr, ep.port);
         }
         // A subflow from it, unless one is open already: the initial
         // subflow's address too once that subflow is gone (the interface
@@ -405,11 +405,24 @@ impl Connection {
     /// 6.x, `mptcp_pm_nl_rm_addr_or_subflow` with id 0). Subflows from the
     /// address under any id close (a join to an announcement from a
     /// matching source carries the source's), unless none would be left.
+    ///
+    /// A port endpoint withdraws its own id and closes only the subflows
+    /// joined at its port.
     pub(crate) fn pm_endpoint_deleted(&mut self, id: u8) {
-        let addr = self.cfg.mptcp.pm.endpoints.iter().find(|e| e.id == id).map(|e| e.addr);
+        let ep = self.cfg.mptcp.pm.endpoints.iter().find(|e| e.id == id).copied();
         self.cfg.mptcp.pm.endpoints.retain(|e| e.id != id);
-        let Some(addr) = addr else { return };
+        let Some(ep) = ep else { return };
         if !self.mode.is_mapped() {
+            return;
+        }
+        let addr = ep.addr;
+        let from_it = |s: &super::slot::SubflowSlot| {
+            s.tcp.local().ip() == addr && ep.port.is_none_or(|p| s.tcp.local().port() == p)
+        };
+        if ep.port.is_some() {
+            let _ = self.pm_remove_announced(id);
+            self.close_subflows_where(from_it);
+            self.sync_subflow_count();
             return;
         }
         let wire_id = self.known_local_id(addr).filter(|&k| k == 0).unwrap_or(id);
@@ -421,8 +434,21 @@ impl Connection {
             return;
         }
         let _ = self.pm_remove(wire_id);
-        self.close_subflows_where(|s| s.tcp.local().ip() == addr);
+        self.close_subflows_where(from_it);
         self.sync_subflow_count();
+    }
+
+    /// RM_ADDR of an id we announced, without closing anything (a port
+    /// endpoint's subflows are closed by port by the caller).
+    fn pm_remove_announced(&mut self, id: u8) -> Result<(), PmError> {
+        if !self.paths.announced.iter().any(|&(i, _)| i == id) {
+            return Err(PmError::NoSuchId);
+        }
+        let now = self.last_now;
+        self.paths.announced.retain(|&(i, _)| i != id);
+        self.paths.queue_remove(id, now);
+        self.sync_announce_timer();
+        Ok(())
     }
 
     /// `ip mptcp endpoint change ID backup|nobackup`: subflows from the

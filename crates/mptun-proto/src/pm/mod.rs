@@ -43,6 +43,10 @@ pub struct PmEndpoint {
     pub addr: IpAddr,
     /// What the PM does with it (announce, open subflows from it, backup).
     pub flags: EndpointFlags,
+    /// A port endpoint (`ip mptcp endpoint add ADDR port P signal`): its
+    /// announcement carries the port, where the peer joins instead of the
+    /// connection's port.
+    pub port: Option<u16>,
 }
 
 /// Path-manager configuration of one endpoint (host).
@@ -163,7 +167,9 @@ impl PmState {
         let mut announce = Vec::new();
         if !self.announced {
             self.announced = true;
-            announce = cfg.endpoints.iter().filter(|e| e.flags.signal && e.addr != local0).copied().collect();
+            // The initial address is known to the peer, unless at another port.
+            let fresh = |e: &&PmEndpoint| e.addr != local0 || e.port.is_some();
+            announce = cfg.endpoints.iter().filter(|e| e.flags.signal).filter(fresh).copied().collect();
         }
         let per_pair = cfg.subflows_per_pair.max(1);
         let mut joins = Vec::new();
@@ -232,7 +238,12 @@ mod tests {
     use super::*;
 
     fn ep(id: u8, a: &str, signal: bool, subflow: bool) -> PmEndpoint {
-        PmEndpoint { id, addr: a.parse().unwrap(), flags: EndpointFlags { signal, subflow, ..Default::default() } }
+        PmEndpoint {
+            id,
+            addr: a.parse().unwrap(),
+            flags: EndpointFlags { signal, subflow, ..Default::default() },
+            port: None,
+        }
     }
 
     #[test]
@@ -314,8 +325,8 @@ mod tests {
         // is the initial subflow's); the server announces its second.
         let cfg = PmConfig {
             endpoints: vec![
-                PmEndpoint { id: 1, addr: ip("10.0.1.1"), flags: flags("fm") },
-                PmEndpoint { id: 2, addr: ip("10.0.2.1"), flags: flags("fm") },
+                PmEndpoint { id: 1, addr: ip("10.0.1.1"), flags: flags("fm"), port: None },
+                PmEndpoint { id: 2, addr: ip("10.0.2.1"), flags: flags("fm"), port: None },
             ],
             max_subflows: 4,
             max_add_addr_accepted: 1,
@@ -346,7 +357,7 @@ mod tests {
         assert_eq!(j.len(), 3, "the initial pair gets three more");
         assert!(j.iter().all(|j| j.local == ip("10.0.1.1") && j.remote == ip("10.0.1.2") && j.local_id == 0));
         let cfg = PmConfig {
-            endpoints: vec![PmEndpoint { id: 1, addr: ip("10.0.2.1"), flags: flags("f") }],
+            endpoints: vec![PmEndpoint { id: 1, addr: ip("10.0.2.1"), flags: flags("f"), port: None }],
             subflows_per_pair: 2,
             max_subflows: 2,
             ..PmConfig::default()
@@ -360,8 +371,8 @@ mod tests {
     fn laminar_endpoints_are_each_used_once_for_announcements() {
         let cfg = PmConfig {
             endpoints: vec![
-                PmEndpoint { id: 1, addr: ip("10.9.2.1"), flags: flags("l") },
-                PmEndpoint { id: 2, addr: ip("10.9.3.1"), flags: flags("l") },
+                PmEndpoint { id: 1, addr: ip("10.9.2.1"), flags: flags("l"), port: None },
+                PmEndpoint { id: 2, addr: ip("10.9.3.1"), flags: flags("l"), port: None },
             ],
             max_subflows: 4,
             max_add_addr_accepted: 4,
@@ -378,7 +389,7 @@ mod tests {
     #[test]
     fn an_announced_address_of_the_other_family_is_joined_from_a_local_one_of_its_family() {
         let cfg = PmConfig {
-            endpoints: vec![PmEndpoint { id: 1, addr: ip("fd00:2::1"), flags: flags("") }],
+            endpoints: vec![PmEndpoint { id: 1, addr: ip("fd00:2::1"), flags: flags(""), port: None }],
             max_add_addr_accepted: 1,
             ..PmConfig::default()
         };

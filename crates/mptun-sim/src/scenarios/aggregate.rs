@@ -50,11 +50,17 @@ pub fn mptcp_configs(n: usize) -> (EndpointConfig, EndpointConfig) {
     let mut server = EndpointConfig::default();
     for i in 1..n {
         let (a, b) = addrs(i);
-        client.mptcp.pm.endpoints.push(PmEndpoint { id: i as u8, addr: a, flags: EndpointFlags::default() });
+        client.mptcp.pm.endpoints.push(PmEndpoint {
+            id: i as u8,
+            addr: a,
+            flags: EndpointFlags::default(),
+            port: None,
+        });
         server.mptcp.pm.endpoints.push(PmEndpoint {
             id: i as u8,
             addr: b,
             flags: EndpointFlags { signal: true, ..Default::default() },
+            port: None,
         });
     }
     client.mptcp.pm = PmConfig { max_subflows: 8, max_add_addr_accepted: 8, ..client.mptcp.pm };

@@ -231,8 +231,8 @@ fn client_config(p: &Params) -> EndpointConfig {
     c.tcp.congestion_control = p.cc;
     let subflow = |backup| EndpointFlags { subflow: true, backup, ..Default::default() };
     c.mptcp.pm.endpoints = vec![
-        PmEndpoint { id: 1, addr: IpAddr::from(WIFI), flags: subflow(false) },
-        PmEndpoint { id: 2, addr: IpAddr::from(LTE), flags: subflow(p.mode == Mode::Break) },
+        PmEndpoint { id: 1, addr: IpAddr::from(WIFI), flags: subflow(false), port: None },
+        PmEndpoint { id: 2, addr: IpAddr::from(LTE), flags: subflow(p.mode == Mode::Break), port: None },
     ];
     c
 }
@@ -274,7 +274,8 @@ pub fn run(p: &Params) -> Report {
     sim.schedule_host(down, |_, a: &mut StackHost, _| {
         let _ = a.ep.pm_endpoint_delete(1);
     });
-    let wifi_ep = PmEndpoint { id: 1, addr: wifi, flags: EndpointFlags { subflow: true, ..Default::default() } };
+    let wifi_ep =
+        PmEndpoint { id: 1, addr: wifi, flags: EndpointFlags { subflow: true, ..Default::default() }, port: None };
     sim.schedule_host(up, move |_, a: &mut StackHost, _| {
         let _ = a.ep.pm_endpoint_add(wifi_ep);
     });

@@ -278,7 +278,7 @@ fn client_config(spec: &Spec) -> EndpointConfig {
             if c.mptcp.pm.endpoints.iter().all(|e| e.addr != *a) {
                 id += 1;
                 let flags = EndpointFlags { subflow: true, ..Default::default() };
-                c.mptcp.pm.endpoints.push(PmEndpoint { id, addr: *a, flags });
+                c.mptcp.pm.endpoints.push(PmEndpoint { id, addr: *a, flags, port: None });
             }
         }
     }

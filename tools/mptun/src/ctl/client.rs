@@ -66,8 +66,9 @@ enum PmCommand {
 
 #[derive(Subcommand, Debug)]
 enum EndpointOp {
-    /// `ADDR [id N] [signal] [subflow] [backup] [fullmesh] [laminar]`: a new
-    /// endpoint (one of the stack's path addresses); live connections use it too.
+    /// `ADDR [port P] [id N] [signal] [subflow] [backup] [fullmesh] [laminar]`: a new endpoint (one
+    /// of the stack's path addresses; with a port, a signal one joined at that port); live
+    /// connections use it too.
     Add(Words),
     /// `id N [ADDR]`: RM_ADDR where it was announced; subflows from it close.
     Delete(Words),
@@ -213,7 +214,8 @@ pub(crate) fn run_pm(a: PmArgs) -> Result<()> {
     match &a.cmd {
         PmCommand::Endpoint(EndpointOp::Show(_)) => {
             for e in &out {
-                println!("{} id {} {}", text(e, "addr"), text(e, "id"), text(e, "flags"));
+                let port = e["port"].as_u64().map_or(String::new(), |p| format!(" port {p}"));
+                println!("{}{port} id {} {}", text(e, "addr"), text(e, "id"), text(e, "flags"));
             }
         }
         PmCommand::Endpoint(EndpointOp::Add(_)) => {

@@ -2,7 +2,7 @@
 //! done, so that hostile input is handled (and tested) without sockets.
 //!
 //! ```text
-//! endpoint add ADDR [id N] [signal] [subflow] [backup] [fullmesh] [laminar]
+//! endpoint add ADDR [port P] [id N] [signal] [subflow] [backup] [fullmesh] [laminar]
 //! endpoint delete id N [ADDR]
 //! endpoint change id N [backup|nobackup] [fullmesh|nofullmesh]
 //! endpoint show [id N]
@@ -35,7 +35,7 @@ pub(crate) const MAX_LIMIT: u8 = 8;
 /// One parsed request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Request {
-    EndpointAdd { addr: IpAddr, id: u8, flags: EndpointFlags },
+    EndpointAdd { addr: IpAddr, id: u8, flags: EndpointFlags, port: Option<u16> },
     EndpointDelete { id: u8 },
     EndpointChange { id: u8, backup: Option<bool>, fullmesh: Option<bool> },
     EndpointShow { id: Option<u8> },
@@ -167,17 +167,18 @@ pub(crate) fn parse(line: &str) -> Result<Request, BadRequest> {
     let r = match (cmd, what) {
         ("endpoint", "add") => {
             let id = w.parsed::<u8>("id", "an address id (1-255)")?.unwrap_or(0);
-            if w.value("port")?.is_some() {
-                return bad("port endpoints are not supported (announce with a port: `announce ... port P`)");
-            }
+            let port: Option<u16> = w.parsed("port", "a port")?;
             let mut flags = EndpointFlags::default();
             for word in ["signal", "subflow", "backup", "fullmesh", "laminar"] {
                 if w.flag(word) {
                     mptun::pathspec::set_flag(&mut flags, word).map_err(BadRequest)?;
                 }
             }
+            if port.is_some() && !flags.signal {
+                return bad("a port endpoint is a signal one (as `ip mptcp endpoint add ADDR port P signal`)");
+            }
             let addr = ip(w.positional().ok_or_else(|| BadRequest("the address is missing".into()))?)?;
-            Request::EndpointAdd { addr, id, flags }
+            Request::EndpointAdd { addr, id, flags, port }
         }
         ("endpoint", "delete") => {
             let id = id(&mut w, "id")?;
@@ -284,7 +285,7 @@ mod tests {
         let signal_backup = EndpointFlags { signal: true, backup: true, ..Default::default() };
         assert_eq!(
             ok("endpoint add 10.0.2.1 id 3 signal backup"),
-            Request::EndpointAdd { addr: "10.0.2.1".parse().unwrap(), id: 3, flags: signal_backup }
+            Request::EndpointAdd { addr: "10.0.2.1".parse().unwrap(), id: 3, flags: signal_backup, port: None }
         );
         assert_eq!(ok("endpoint delete id 3 10.0.2.1"), Request::EndpointDelete { id: 3 });
         assert_eq!(
@@ -335,7 +336,8 @@ mod tests {
         assert!(err("endpoint add").contains("address is missing"));
         assert!(err("endpoint add 10.0.0.1 id 300").contains("id '300'"));
         assert!(err("endpoint add 10.0.0.1 signal fullmesh").contains("fullmesh"));
-        assert!(err("endpoint add 10.0.0.1 port 80").contains("port endpoints"));
+        assert!(err("endpoint add 10.0.0.1 port 80").contains("signal one"));
+        assert!(matches!(ok("endpoint add 10.0.0.1 port 80 signal"), Request::EndpointAdd { port: Some(80), .. }));
         assert!(err("endpoint add 10.0.0.1 frob").contains("unexpected 'frob'"));
         assert!(err("endpoint change id 1").contains("change what"));
         assert!(err("limits set subflows 9").contains("at most 8"));

@@ -111,7 +111,7 @@ pub(crate) fn event_json(e: &PmEvent) -> Value {
 }
 
 fn endpoint_json(e: &PmEndpoint) -> Value {
-    json!({ "id": e.id, "addr": e.addr.to_string(), "flags": flags_text(e.flags) })
+    json!({ "id": e.id, "addr": e.addr.to_string(), "port": e.port, "flags": flags_text(e.flags) })
 }
 
 /// One connection as `ss -Menitam` shows it.
@@ -165,8 +165,8 @@ fn execute(stack: &Stack, r: Request) -> Result<Vec<Value>, String> {
     let pm = stack.path_manager();
     let e = |e: mptun::PmError| e.to_string();
     Ok(match r {
-        Request::EndpointAdd { addr, id, flags } => {
-            let id = pm.endpoint_add(PmEndpoint { id, addr, flags }).map_err(e)?;
+        Request::EndpointAdd { addr, id, flags, port } => {
+            let id = pm.endpoint_add(PmEndpoint { id, addr, flags, port }).map_err(e)?;
             vec![json!({ "id": id })]
         }
         Request::EndpointDelete { id } => vec![endpoint_json(&pm.endpoint_delete(id).map_err(e)?)],

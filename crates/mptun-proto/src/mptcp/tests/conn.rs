@@ -369,6 +369,7 @@ fn mp_capable_flags_h_and_b_checked_and_c_honoured() {
         id: 1,
         addr: ip("10.0.2.1"),
         flags: EndpointFlags { subflow: true, ..Default::default() },
+        port: None,
     });
     for c_flag in [false, true] {
         let mut n = net(c.clone(), EndpointConfig::default());
@@ -489,6 +490,7 @@ fn add_addr_retransmitted_three_times_at_add_addr_timeout() {
         id: 1,
         addr: ip("10.0.2.2"),
         flags: EndpointFlags { signal: true, ..Default::default() },
+        port: None,
     });
     let mut b = Endpoint::new(s, [2; 32]);
     b.listen("10.0.1.2:5000".parse().unwrap());

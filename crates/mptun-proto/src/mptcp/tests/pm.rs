@@ -13,6 +13,7 @@ fn subflow_endpoint_net() -> Net {
         id: 1,
         addr: ip("10.0.2.1"),
         flags: EndpointFlags { subflow: true, ..Default::default() },
+        port: None,
     });
     net(c, EndpointConfig::default())
 }
@@ -265,6 +266,7 @@ fn endpoint_changes_apply_to_live_connections() {
             id: 0,
             addr: ip("10.0.2.2"),
             flags: EndpointFlags { signal: true, ..Default::default() },
+            port: None,
         })
         .unwrap();
     assert_eq!(id, 1);
@@ -370,11 +372,13 @@ fn deleting_the_endpoint_of_the_initial_address_withdraws_id_0() {
         id: 1,
         addr: ip("10.0.1.1"),
         flags: EndpointFlags { subflow: true, ..Default::default() },
+        port: None,
     });
     c.mptcp.pm.endpoints.push(PmEndpoint {
         id: 2,
         addr: ip("10.0.2.1"),
         flags: EndpointFlags { subflow: true, ..Default::default() },
+        port: None,
     });
     let mut n = net(c, EndpointConfig::default());
     let h = n.connect();
@@ -454,4 +458,30 @@ fn a_join_that_keeps_failing_is_tried_again_with_a_doubling_wait() {
     n.run(Duration::from_secs(3), &mut pass());
     assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 4);
     assert_eq!(up(n.a.conn(h).unwrap()), 2);
+}
+
+#[test]
+fn a_port_endpoint_is_announced_with_its_port_and_joined_there() {
+    let mut n = two_path_with(|s| s.mptcp.pm.endpoints.clear());
+    let h = n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let _sh = n.b.accept().unwrap();
+    let port_ep = |port, flags| PmEndpoint { id: 0, addr: ip("10.0.2.2"), flags, port };
+    let signal = EndpointFlags { signal: true, ..Default::default() };
+    let subflow = EndpointFlags { subflow: true, ..Default::default() };
+    assert_eq!(n.b.pm_endpoint_add(port_ep(Some(7100), subflow)), Err(crate::pm::PmError::BadAddress), "signal only");
+    assert_eq!(n.b.pm_endpoint_add(port_ep(Some(0), signal)), Err(crate::pm::PmError::BadAddress));
+    let id = n.b.pm_endpoint_add(port_ep(Some(7100), signal)).unwrap();
+    // The same address without a port is another endpoint.
+    assert!(n.b.pm_endpoint_add(port_ep(None, EndpointFlags::default())).is_ok());
+    assert_eq!(n.b.pm_endpoint_add(port_ep(Some(7100), signal)), Err(crate::pm::PmError::IdInUse));
+    n.run(Duration::from_millis(100), &mut pass());
+    let c = n.a.conn(h).unwrap();
+    assert!(c.subflows().any(|(_, s)| s.remote() == "10.0.2.2:7100".parse().unwrap()), "joined at the port");
+    assert_eq!(up(c), 2);
+    // Deleted: RM_ADDR of its id, and the subflow at its port closes.
+    n.b.pm_endpoint_delete(id).unwrap();
+    n.run(Duration::from_millis(300), &mut pass());
+    assert_eq!(n.a.counters().mptcp_rm_addr, 1);
+    assert_eq!(up(n.a.conn(h).unwrap()), 1);
 }
