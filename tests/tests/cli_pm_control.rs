@@ -255,9 +255,10 @@ fn cli_pm_commands_reach_the_kernel_mp_prio_rm_addr_and_add_addr_with_a_port() {
     assert!(ctl_ok(&sock, &["pm", "endpoint", "show"]).contains("10.202.0.2 port 7001 id 2 signal"));
     wait_for("the join to port 7001", Duration::from_secs(6), || {
         let conns = json_lines(&ctl_ok(&sock, &["ss", "--json"]));
-        conns.first().and_then(|c| c["subflows"].as_array()).is_some_and(|s| {
-            s.iter().any(|f| f["local"] == "10.202.0.2:7001" && f["state"] == "Established")
-        })
+        conns
+            .first()
+            .and_then(|c| c["subflows"].as_array())
+            .is_some_and(|s| s.iter().any(|f| f["local"] == "10.202.0.2:7001" && f["state"] == "Established"))
     });
     let (st, out, err) = client.finish(Duration::from_secs(30));
     assert!(st.success(), "kernel client: {err}");

@@ -124,7 +124,14 @@ fn socket(given: &Option<PathBuf>) -> Result<PathBuf> {
         for e in rd.flatten() {
             let p = e.path();
             let pid = p.extension().filter(|x| *x == "sock").and_then(|_| p.file_stem()?.to_str()?.parse::<u32>().ok());
-            if let Some(pid) = pid.filter(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
+            // A live process's socket that answers (a killed one leaves its
+            // socket behind, and its pid may be another process's by now).
+            // (One that refuses this user is listed: connecting says why.)
+            let answers = |p: &Path| match UnixStream::connect(p) {
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
+            };
+            if let Some(pid) = pid.filter(|pid| Path::new(&format!("/proc/{pid}")).exists() && answers(&p)) {
                 live.push((pid, p));
             }
         }
@@ -322,13 +329,45 @@ fn matches(pattern: &str, name: &str) -> bool {
 }
 
 /// Where the last values are kept between calls: per user and socket, as
-/// nstat keeps `/tmp/.nstat.uUID`.
+/// nstat keeps `/tmp/.nstat.uUID` (in $XDG_RUNTIME_DIR when there is one).
 fn history_file(socket: &Path) -> PathBuf {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let tag: String =
         socket.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    std::env::temp_dir().join(format!(".mptun-nstat.u{uid}.{tag}"))
+    let dir = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    dir.join(format!(".mptun-nstat.u{uid}.{tag}"))
+}
+
+/// The history as it was: nothing when it is missing, unreadable, or not a
+/// plain file of ours (a link someone else put in a shared directory).
+fn read_history(path: &Path) -> serde_json::Map<String, Value> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_file() && m.uid() == me => {
+            std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+        }
+        _ => Default::default(),
+    }
+}
+
+/// Writes the history without following a link at its path: into a new
+/// file beside it (mode 0600, created exclusively), then renamed over it.
+fn write_history(path: &Path, values: &serde_json::Map<String, Value>) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("history {}", tmp.display()))?;
+    f.write_all(&serde_json::to_vec(values)?)?;
+    drop(f);
+    std::fs::rename(&tmp, path).with_context(|| format!("history {}", path.display()))
 }
 
 pub(crate) fn run_nstat(a: NstatArgs) -> Result<()> {
@@ -337,12 +376,8 @@ pub(crate) fn run_nstat(a: NstatArgs) -> Result<()> {
     let now = request(&target, "nstat")?;
     let now = now.first().and_then(Value::as_object).cloned().ok_or_else(|| anyhow!("no counters in the answer"))?;
     let hist = history_file(&path);
-    let before: serde_json::Map<String, Value> = if a.reset || a.absolute {
-        Default::default()
-    } else {
-        std::fs::read(&hist).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
-    };
-    std::fs::write(&hist, serde_json::to_vec(&now)?).with_context(|| format!("history {}", hist.display()))?;
+    let before = if a.reset || a.absolute { Default::default() } else { read_history(&hist) };
+    write_history(&hist, &now)?;
     if a.nooutput {
         return Ok(());
     }
