@@ -241,6 +241,22 @@ fn refusal(path: &Path, s: &UnixStream) -> Option<String> {
     }
 }
 
+/// One client's place among [`ControlLimits::max_clients`].
+struct ClientSlot(Arc<AtomicUsize>);
+
+impl ClientSlot {
+    fn take(n: &Arc<AtomicUsize>) -> ClientSlot {
+        n.fetch_add(1, Ordering::Relaxed);
+        ClientSlot(n.clone())
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// What a control server does with one client's session.
 pub type Handler = dyn Fn(Session) -> io::Result<()> + Send + Sync;
 
@@ -285,16 +301,18 @@ impl ControlServer {
                             let _ = writeln!(s, "error busy: {} clients already", lim.max_clients);
                             continue;
                         }
-                        clients.fetch_add(1, Ordering::Relaxed);
-                        let (handler, stop, clients) = (handler.clone(), stop2.clone(), clients.clone());
+                        // Given back when the client's thread ends however it
+                        // ends (a panicking handler too), or if it never starts.
+                        let slot = ClientSlot::take(&clients);
+                        let (handler, stop) = (handler.clone(), stop2.clone());
                         let who = name2.clone();
                         let session = Session { stream: s, pending: Vec::new(), lim, stop };
                         let spawned =
                             std::thread::Builder::new().name(format!("{name2}-ctl-client")).spawn(move || {
+                                let _slot = slot;
                                 if let Err(e) = handler(session) {
                                     eprintln!("{who}: control client: {e}");
                                 }
-                                clients.fetch_sub(1, Ordering::Relaxed);
                             });
                         if spawned.is_err() {
                             eprintln!("{name2}: control: no thread for a client");

@@ -87,6 +87,11 @@ pub(super) struct Paths {
     /// Re-opens handed to the endpoint as joins, with their attempt
     /// number, until their subflow is placed (it takes the number).
     pub reopening: Vec<(JoinRequest, u32)>,
+    /// Our initial address was withdrawn (its endpoint deleted): nothing is
+    /// opened from it again until it is an endpoint again.
+    pub initial_local_withdrawn: bool,
+    /// The peer withdrew its initial address (RM_ADDR id 0).
+    pub peer_initial_removed: bool,
 }
 
 impl Paths {
@@ -102,6 +107,8 @@ impl Paths {
             initial: None,
             reopen: Vec::new(),
             reopening: Vec::new(),
+            initial_local_withdrawn: false,
+            peer_initial_removed: false,
         }
     }
 

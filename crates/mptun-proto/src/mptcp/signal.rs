@@ -326,8 +326,15 @@ impl Connection {
         if rm_ids.is_empty() {
             return;
         }
-        let removed = |s: &SubflowSlot| s.is_open() && rm_ids.contains(&s.mp.remote_id);
-        let kept = self.subflows.live().any(|s| s.is_open() && !removed(s));
+        if rm_ids.contains(&0) {
+            self.paths.peer_initial_removed = true;
+        }
+        // A join still waiting for its SYN-ACK has no remote id yet (0 is a
+        // placeholder): it is not the address withdrawn.
+        let removed = |s: &SubflowSlot| {
+            s.is_open() && !matches!(s.mp.join, JoinState::ClientSynSent { .. }) && rm_ids.contains(&s.mp.remote_id)
+        };
+        let kept = self.subflows.live().any(|s| s.is_open() && s.mp.join.usable() && !removed(s));
         self.close_subflows_where(|s| removed(s) && (s.mp.join != JoinState::Initial || kept));
     }
 
@@ -397,7 +404,10 @@ impl Connection {
     pub(super) fn schedule_reopen(&mut self, idx: usize) {
         let Some(slot) = self.subflows.get(idx) else { return };
         let Some((req, attempt)) = slot.mp.opened_as else { return };
-        if slot.mp.withdrawn || self.own_joins_closed() {
+        // A peer that reset it with MP_TCPRST without the T (transient) flag
+        // asks not to be tried again (RFC 8684 3.6).
+        let permanent = slot.mp.rst_reason.is_some_and(|(_, flags)| flags & 0x1 == 0);
+        if slot.mp.withdrawn || permanent || self.own_joins_closed() {
             return;
         }
         // A subflow that had been up starts the count again.
@@ -424,10 +434,22 @@ impl Connection {
         self.paths.reopening.clear();
         let (due, later): (Vec<Reopen>, Vec<Reopen>) = self.paths.reopen.drain(..).partition(|r| r.at <= now);
         self.paths.reopen = later;
-        for r in due {
+        for mut r in due {
             if !self.join_still_stands(&r.req) {
                 continue;
             }
+            // Not if the pair has its subflows again (the endpoint added back,
+            // the address announced again) or is already asked for.
+            let same = |l: IpAddr, a: std::net::SocketAddr| {
+                l == r.req.local && a.ip() == r.req.remote && a.port() == r.req.remote_port
+            };
+            let open = self.subflows.live().filter(|s| s.is_open() && same(s.tcp.local().ip(), s.tcp.remote())).count();
+            let asked = self.paths.pending_joins.iter().any(|j| j.local == r.req.local && j.remote == r.req.remote);
+            if asked || open >= usize::from(self.cfg.mptcp.pm.subflows_per_pair.max(1)) {
+                continue;
+            }
+            // The id the address has now (it may have been deleted and added again).
+            r.req.local_id = self.known_local_id(r.req.local).unwrap_or(r.req.local_id);
             if self.additional_subflows() >= self.cfg.mptcp.pm.max_subflows as usize {
                 let wait = (REOPEN_BACKOFF * (1u32 << r.attempt.min(6))).min(REOPEN_BACKOFF_MAX);
                 self.paths.reopen.push(Reopen { at: now + wait, ..r });
@@ -445,9 +467,9 @@ impl Connection {
     /// withdrawn).
     fn join_still_stands(&self, req: &crate::pm::JoinRequest) -> bool {
         let initial = self.paths.initial.or_else(|| self.addresses());
-        let from = initial.is_some_and(|(l, _)| l.ip() == req.local)
+        let from = (initial.is_some_and(|(l, _)| l.ip() == req.local) && !self.paths.initial_local_withdrawn)
             || self.cfg.mptcp.pm.endpoints.iter().any(|e| e.addr == req.local);
-        let to = initial.is_some_and(|(_, r)| r.ip() == req.remote)
+        let to = (initial.is_some_and(|(_, r)| r.ip() == req.remote) && !self.paths.peer_initial_removed)
             || self.paths.peer_announced.iter().any(|&(_, a, _)| a == req.remote);
         from && to
     }

@@ -262,8 +262,11 @@ impl Connection {
         if self.initial_addresses().is_some_and(|(l, _)| l.ip() == addr) {
             return Some(0);
         }
-        let announced = self.paths.announced.iter().find(|&&(_, a)| a == addr).map(|&(i, _)| i);
-        announced.or_else(|| self.cfg.mptcp.pm.endpoints.iter().find(|e| e.addr == addr).map(|e| e.id))
+        // A port endpoint's id names joins at its port only, not the address.
+        let port_ep = |i: u8| self.cfg.mptcp.pm.endpoints.iter().any(|e| e.id == i && e.port.is_some());
+        let announced = self.paths.announced.iter().find(|&&(i, a)| a == addr && !port_ep(i)).map(|&(i, _)| i);
+        announced
+            .or_else(|| self.cfg.mptcp.pm.endpoints.iter().find(|e| e.addr == addr && e.port.is_none()).map(|e| e.id))
     }
 
     /// Whether id `id` already names an address other than `addr`.
@@ -375,6 +378,9 @@ impl Connection {
     pub(crate) fn pm_endpoint_added(&mut self, ep: PmEndpoint) {
         self.cfg.mptcp.pm.endpoints.retain(|e| e.id != ep.id);
         self.cfg.mptcp.pm.endpoints.push(ep);
+        if self.paths.initial.is_some_and(|(l, _)| l.ip() == ep.addr) {
+            self.paths.initial_local_withdrawn = false;
+        }
         if !self.mode.is_mapped() || !self.hs.fully_established || !self.paths.pm.announced {
             // Not yet established: the PM takes it when it is.
             return;
@@ -426,14 +432,28 @@ impl Connection {
             return;
         }
         let wire_id = self.known_local_id(addr).filter(|&k| k == 0).unwrap_or(id);
-        let others = self.subflows.live().any(|s| s.is_open() && s.tcp.local().ip() != addr);
+        if wire_id == 0 {
+            self.paths.initial_local_withdrawn = true;
+        }
+        // A path that carries data, not a join still in its handshake.
+        let others = self.subflows.live().any(|s| s.is_open() && s.mp.join.usable() && !from_it(s));
         if !others {
             // The address carries the last path: the connection keeps it
             // (and the peer the address) rather than be left with none,
             // where Linux would close it and wait for a new path.
             return;
         }
-        let _ = self.pm_remove(wire_id);
+        // RM_ADDR of the id, and our subflows from the address close (by
+        // address: joins we took at other addresses may carry id 0 too).
+        // Only an id the peer knows: announced, or carried by a subflow.
+        let known = self.paths.announced.iter().any(|&(i, _)| i == wire_id)
+            || self.subflows.live().any(|s| s.is_open() && s.mp.local_id == wire_id && from_it(s));
+        if known {
+            let now = self.last_now;
+            self.paths.announced.retain(|&(i, _)| i != wire_id);
+            self.paths.queue_remove(wire_id, now);
+            self.sync_announce_timer();
+        }
         self.close_subflows_where(from_it);
         self.sync_subflow_count();
     }

@@ -322,9 +322,9 @@ pub(crate) fn run_ss(a: SsArgs) -> Result<()> {
 fn matches(pattern: &str, name: &str) -> bool {
     match pattern.split_once('*') {
         None => pattern == name,
-        Some((head, rest)) => {
-            name.starts_with(head) && (0..=name.len() - head.len()).any(|i| matches(rest, &name[head.len() + i..]))
-        }
+        Some((head, rest)) => name.strip_prefix(head).is_some_and(|tail| {
+            tail.char_indices().map(|(i, _)| i).chain([tail.len()]).any(|i| matches(rest, &tail[i..]))
+        }),
     }
 }
 

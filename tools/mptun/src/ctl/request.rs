@@ -36,7 +36,7 @@ pub(crate) const MAX_LIMIT: u8 = 8;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Request {
     EndpointAdd { addr: IpAddr, id: u8, flags: EndpointFlags, port: Option<u16> },
-    EndpointDelete { id: u8 },
+    EndpointDelete { id: u8, addr: Option<IpAddr> },
     EndpointChange { id: u8, backup: Option<bool>, fullmesh: Option<bool> },
     EndpointShow { id: Option<u8> },
     EndpointFlush,
@@ -182,10 +182,8 @@ pub(crate) fn parse(line: &str) -> Result<Request, BadRequest> {
         }
         ("endpoint", "delete") => {
             let id = id(&mut w, "id")?;
-            if let Some(a) = w.positional() {
-                ip(a)?;
-            }
-            Request::EndpointDelete { id }
+            let addr = w.positional().map(ip).transpose()?;
+            Request::EndpointDelete { id, addr }
         }
         ("endpoint", "change") => {
             let id = id(&mut w, "id")?;
@@ -287,7 +285,10 @@ mod tests {
             ok("endpoint add 10.0.2.1 id 3 signal backup"),
             Request::EndpointAdd { addr: "10.0.2.1".parse().unwrap(), id: 3, flags: signal_backup, port: None }
         );
-        assert_eq!(ok("endpoint delete id 3 10.0.2.1"), Request::EndpointDelete { id: 3 });
+        assert_eq!(
+            ok("endpoint delete id 3 10.0.2.1"),
+            Request::EndpointDelete { id: 3, addr: Some("10.0.2.1".parse().unwrap()) }
+        );
         assert_eq!(
             ok("endpoint change id 3 nobackup"),
             Request::EndpointChange { id: 3, backup: Some(false), fullmesh: None }

@@ -39,7 +39,9 @@ fn serve_client(weak: &WeakStack, mut s: Session) -> io::Result<()> {
                 return monitor(events, s);
             }
             Ok(r) => match execute(&stack, r) {
+                // The stack is let go before a slow reader gets the answer.
                 Ok(lines) => {
+                    drop(stack);
                     let w = s.writer();
                     for l in lines {
                         writeln!(w, "{l}")?;
@@ -169,7 +171,14 @@ fn execute(stack: &Stack, r: Request) -> Result<Vec<Value>, String> {
             let id = pm.endpoint_add(PmEndpoint { id, addr, flags, port }).map_err(e)?;
             vec![json!({ "id": id })]
         }
-        Request::EndpointDelete { id } => vec![endpoint_json(&pm.endpoint_delete(id).map_err(e)?)],
+        Request::EndpointDelete { id, addr } => {
+            // `delete id 0 ADDR`, as `ip mptcp` withdraws an address by itself: its endpoint's id.
+            let id = match (id, addr) {
+                (0, Some(a)) => pm.endpoints().iter().find(|x| x.addr == a && x.port.is_none()).map_or(0, |x| x.id),
+                (id, _) => id,
+            };
+            vec![endpoint_json(&pm.endpoint_delete(id).map_err(e)?)]
+        }
         Request::EndpointChange { id, backup, fullmesh } => {
             let cur = pm.endpoints().into_iter().find(|x| x.id == id).ok_or_else(|| e(mptun::PmError::NoSuchId))?;
             let mut flags = cur.flags;

@@ -448,14 +448,27 @@ fn a_join_that_keeps_failing_is_tried_again_with_a_doubling_wait() {
     let c = n.b.conn_mut(sh).unwrap();
     let s = c.subflows.live_mut().find(|s| s.is_open() && s.tcp.local().ip() == ip("10.0.2.2")).unwrap();
     s.tcp.abort();
-    n.run(Duration::from_millis(7_500), &mut pass());
+    // Its resets say the refusal is transient (MP_TCPRST's T flag), so the
+    // client tries again.
+    let mut transient = |from_a: bool, p: Vec<u8>| {
+        let rst = parse_tcp_packet(&p).unwrap().tcp.flags.rst();
+        if !from_a && rst {
+            return Some(super::rewrite(&p, &mut |o| {
+                if let MptcpOption::MpTcpRst { flags, .. } = o {
+                    *flags |= 1;
+                }
+            }));
+        }
+        Some(p)
+    };
+    n.run(Duration::from_millis(7_500), &mut transient);
     assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 3, "at 1, 3 and 7 s");
     assert_eq!(n.b.counters().mptcp_mp_join_rejected, 3);
-    n.run(Duration::from_secs(6), &mut pass());
+    n.run(Duration::from_secs(6), &mut transient);
     assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 3, "the next one waits 8 s");
     // The server takes subflows again: the fourth re-open (at 15 s) holds.
     n.b.pm_limits_set(Some(2), None);
-    n.run(Duration::from_secs(3), &mut pass());
+    n.run(Duration::from_secs(3), &mut transient);
     assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 4);
     assert_eq!(up(n.a.conn(h).unwrap()), 2);
 }
@@ -484,4 +497,20 @@ fn a_port_endpoint_is_announced_with_its_port_and_joined_there() {
     n.run(Duration::from_millis(300), &mut pass());
     assert_eq!(n.a.counters().mptcp_rm_addr, 1);
     assert_eq!(up(n.a.conn(h).unwrap()), 1);
+}
+
+#[test]
+fn a_join_refused_for_good_is_not_tried_again() {
+    let mut n = two_path();
+    n.connect();
+    n.run(Duration::from_millis(100), &mut pass());
+    let sh = n.b.accept().unwrap();
+    n.b.pm_limits_set(Some(0), None);
+    let c = n.b.conn_mut(sh).unwrap();
+    let s = c.subflows.live_mut().find(|s| s.is_open() && s.tcp.local().ip() == ip("10.0.2.2")).unwrap();
+    s.tcp.abort();
+    // The refusal's MP_TCPRST has no T flag: one re-open, then none (RFC 8684 3.6).
+    n.run(Duration::from_secs(20), &mut pass());
+    assert_eq!(n.a.counters().mptun_pm_subflow_reopen, 1);
+    assert_eq!(n.b.counters().mptcp_mp_join_rejected, 1);
 }
