@@ -15,12 +15,8 @@ use mptun_proto::pm::{EndpointFlags, PmEndpoint, PmError, PmEvent};
 use tokio::sync::broadcast;
 
 use crate::state::State;
+pub use crate::state::PM_EVENT_BACKLOG;
 use crate::Stack;
-
-/// Events a subscriber may fall behind by before it loses the oldest
-/// (as a netlink socket whose buffer is full gets `ENOBUFS`); each loss is
-/// counted by [`PmEvents::lost`].
-pub const PM_EVENT_BACKLOG: usize = 4096;
 
 /// The path manager of a [`Stack`] ([`Stack::path_manager`]). Cheap to
 /// clone; every method takes the stack's lock for a few calls into the

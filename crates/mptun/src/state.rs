@@ -104,6 +104,11 @@ pub(crate) struct ListenerState {
 /// before it refuses more.
 pub(crate) const BACKLOG: usize = 4096;
 
+/// Path-manager events a subscriber may fall behind by before it loses the
+/// oldest (as a netlink socket whose buffer is full gets `ENOBUFS`); each
+/// loss is counted by [`crate::PmEvents::lost`].
+pub const PM_EVENT_BACKLOG: usize = 4096;
+
 /// Everything behind the lock.
 pub(crate) struct State {
     pub(crate) ep: Endpoint,
@@ -148,7 +153,7 @@ impl State {
         if self.pm_tx.is_none() {
             self.ep.listen_pm_events();
         }
-        self.pm_tx.get_or_insert_with(|| tokio::sync::broadcast::channel(crate::pm::PM_EVENT_BACKLOG).0)
+        self.pm_tx.get_or_insert_with(|| tokio::sync::broadcast::channel(PM_EVENT_BACKLOG).0)
     }
 
     /// Moves the endpoint's path-manager events to the subscribers (none
