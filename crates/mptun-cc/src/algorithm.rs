@@ -4,7 +4,7 @@ use core::fmt;
 use core::str::FromStr;
 
 use crate::coupled::{Balia, Lia, Olia};
-use crate::{CongestionControl, Cubic, CubicConfig, Reno};
+use crate::{Bbr, CongestionControl, Cubic, CubicConfig, Reno};
 
 /// The congestion control algorithms this crate implements.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -20,12 +20,14 @@ pub enum Algorithm {
     Olia,
     /// BALIA ([`Balia`]); NewReno on a single path.
     Balia,
+    /// BBR v1 ([`Bbr`]), per subflow and uncoupled as in Linux.
+    Bbr,
 }
 
 impl Algorithm {
     /// Every algorithm, for help texts and test matrices.
-    pub const ALL: [Algorithm; 5] =
-        [Algorithm::Reno, Algorithm::Cubic, Algorithm::Lia, Algorithm::Olia, Algorithm::Balia];
+    pub const ALL: [Algorithm; 6] =
+        [Algorithm::Reno, Algorithm::Cubic, Algorithm::Lia, Algorithm::Olia, Algorithm::Balia, Algorithm::Bbr];
 
     /// The kernel's name for it.
     pub fn name(self) -> &'static str {
@@ -35,6 +37,7 @@ impl Algorithm {
             Algorithm::Lia => "lia",
             Algorithm::Olia => "olia",
             Algorithm::Balia => "balia",
+            Algorithm::Bbr => "bbr",
         }
     }
 
@@ -59,7 +62,12 @@ impl FromStr for Algorithm {
             "lia" | "coupled" => Ok(Algorithm::Lia),
             "olia" => Ok(Algorithm::Olia),
             "balia" => Ok(Algorithm::Balia),
-            _ => Err(ParseError::new("congestion control algorithm", s, &["reno", "cubic", "lia", "olia", "balia"])),
+            "bbr" => Ok(Algorithm::Bbr),
+            _ => Err(ParseError::new(
+                "congestion control algorithm",
+                s,
+                &["reno", "cubic", "lia", "olia", "balia", "bbr"],
+            )),
         }
     }
 }
@@ -107,6 +115,7 @@ pub fn new_controller_with(algorithm: Algorithm, cubic: CubicConfig) -> Box<dyn 
         Algorithm::Lia => Box::new(Lia::new()),
         Algorithm::Olia => Box::new(Olia::new()),
         Algorithm::Balia => Box::new(Balia::new()),
+        Algorithm::Bbr => Box::new(Bbr::new()),
     }
 }
 
@@ -122,10 +131,10 @@ mod tests {
             assert_eq!(new_controller(a).name(), a.name());
         }
         assert_eq!("CUBIC".parse::<Algorithm>(), Ok(Algorithm::Cubic));
-        let err = "bbr".parse::<Algorithm>().unwrap_err();
+        let err = "vegas".parse::<Algorithm>().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown congestion control algorithm \"bbr\" (expected one of: reno, cubic, lia, olia, balia)"
+            "unknown congestion control algorithm \"vegas\" (expected one of: reno, cubic, lia, olia, balia, bbr)"
         );
         for a in Algorithm::ALL {
             assert_eq!(new_controller(a).is_coupled(), a.is_coupled(), "{a}");

@@ -20,8 +20,14 @@
 //! * on each data segment sent: `cwnd_event(TxStart)` if nothing was in
 //!   flight, [`CongestionControl::data_sent`], [`Pacer::on_send`].
 //!
-//! Pieces: [`Reno`] and [`Cubic`] (with HyStart, [`HystartRoundStart`]),
-//! chosen by [`Algorithm`]; [`RttEstimator`] (RFC 6298 + Linux RTO floor,
+//! A controller that owns the window and the pacing rate outright (BBR,
+//! Linux's `cong_control` hook) gets each ACK's delivery-rate sample
+//! ([`rate::RateSample`]) in [`CongestionControl::cong_control`] instead,
+//! and the subflow's PRR, `cong_avoid` and pacing-rate formula stand aside.
+//!
+//! Pieces: [`Reno`], [`Cubic`] (with HyStart, [`HystartRoundStart`]) and
+//! [`Bbr`], chosen by [`Algorithm`]; [`rate::DeliveryRate`] (Linux
+//! `tcp_rate.c`); [`RttEstimator`] (RFC 6298 + Linux RTO floor,
 //! windowed min RTT); [`EdtPacer`] and [`QuantumPacer`] behind [`Pacer`],
 //! chosen by [`PacerKind`]. Nothing here reads a clock: every entry point
 //! takes the driver's [`Instant`].
@@ -30,15 +36,22 @@
 #![deny(missing_docs)]
 
 mod algorithm;
+mod bbr;
 pub mod coupled;
 mod cubic;
 mod hystart;
 mod minmax;
 mod pacing;
+pub mod rate;
 mod reno;
 mod rtt;
 
 pub use algorithm::{new_controller, new_controller_with, Algorithm, ControllerFactory, ParseError};
+pub use bbr::{
+    Bbr, BbrCounters, BbrInfo, BbrMode, BBR_BW_RTTS, BBR_CWND_GAIN, BBR_CWND_MIN_TARGET, BBR_CYCLE_RAND,
+    BBR_DRAIN_GAIN, BBR_FULL_BW_CNT, BBR_FULL_BW_THRESH, BBR_HIGH_GAIN, BBR_MIN_RTT_WIN, BBR_PACING_GAIN,
+    BBR_PROBE_RTT_MODE, BBR_UNIT, BW_SCALE, BW_UNIT, CYCLE_LEN,
+};
 pub use cubic::{cubic_root, Cubic, CubicConfig, BICTCP_BETA_SCALE, BICTCP_HZ, HZ};
 pub use hystart::{
     hystart_delay_thresh, HystartRoundStart, HYSTART_ACK_TRAIN, HYSTART_DELAY, HYSTART_DELAY_MAX_US,
@@ -114,6 +127,29 @@ pub struct AckSample {
     pub snd_nxt: u32,
     /// Packets in flight before this ACK.
     pub in_flight: u32,
+}
+
+/// What a controller that sets the window and pacing rate itself (Linux
+/// `cong_control`, BBR) reads of its subflow on an ACK, beside the rate
+/// sample: the parts of `tcp_sock` the kernel's BBR reads directly.
+#[derive(Clone, Copy, Debug)]
+pub struct AckContext {
+    /// Payload bytes per segment (`mss_cache`).
+    pub mss: u32,
+    /// Packets in flight after this ACK (`tcp_packets_in_flight`).
+    pub in_flight: u32,
+    /// Smoothed RTT, if measured (`srtt_us`).
+    pub srtt: Option<Duration>,
+    /// Windowed minimum RTT of the subflow (`tcp_min_rtt`).
+    pub min_rtt: Option<Duration>,
+    /// The CA state after this ACK (`icsk_ca_state`).
+    pub ca_state: CaState,
+    /// When the next paced segment may leave (`tcp_wstamp_ns`).
+    pub next_departure: Instant,
+    /// `sk_max_pacing_rate`, bytes per second (`u64::MAX`: none).
+    pub max_pacing_rate: u64,
+    /// The subflow's delivery state (`delivered`, `lost`, `app_limited`, ...).
+    pub delivery: rate::DeliveryRate,
 }
 
 /// How far a window reduction asked from outside the controller goes
@@ -224,6 +260,54 @@ pub trait CongestionControl: Send + core::fmt::Debug {
     fn slow_start_exit(&self) -> Option<SlowStartExit> {
         None
     }
+    /// The subflow reached ESTABLISHED (Linux calls `init` then, in
+    /// `tcp_init_transfer`, with the handshake's RTT known; mptun calls
+    /// [`CongestionControl::init`] at creation and this at establishment).
+    fn established(&mut self, _state: &mut CcState, _ctx: &AckContext, _now: Instant) {}
+    /// The endpoint's randomness for this subflow (the core has no RNG of
+    /// its own; BBR draws its gain-cycle phase from it). Called once, right
+    /// after `init`.
+    fn seed(&mut self, _seed: u64) {}
+    /// Linux `cong_control`: set the window (and the pacing rate, see
+    /// [`CongestionControl::pacing_rate`]) from this ACK's delivery-rate
+    /// sample. Called for every ACK, after `pkts_acked`, with the sample
+    /// every controller may read; returns whether the controller took the
+    /// window in hand, in which case the subflow's PRR, `cong_avoid` and
+    /// its own pacing-rate formula are skipped, as in the kernel. `rate` is
+    /// writable because BBR marks the flow app-limited in PROBE_RTT.
+    fn cong_control(
+        &mut self,
+        _state: &mut CcState,
+        _ctx: &AckContext,
+        _rate: &mut rate::DeliveryRate,
+        _rs: &rate::RateSample,
+        _now: Instant,
+    ) -> bool {
+        false
+    }
+    /// The subflow's delivery state changed outside an ACK (a transmission
+    /// from idle, an RTO): what a rate-based controller reads there.
+    fn observe_delivery(&mut self, _delivery: &rate::DeliveryRate) {}
+    /// The pacing rate the controller set itself (`sk_pacing_rate` under
+    /// BBR), bytes of payload per second; `None`: the subflow computes it
+    /// (`tcp_update_pacing_rate`). A controller that sets it needs pacing:
+    /// the subflow paces it even where no pacer was chosen, as Linux does
+    /// for `SK_PACING_NEEDED`.
+    fn pacing_rate(&self) -> Option<u64> {
+        None
+    }
+    /// Least segments per TSO burst (`min_tso_segs`); `None`: the sysctl's 2.
+    fn min_tso_segs(&self) -> Option<u32> {
+        None
+    }
+    /// Send-buffer size in congestion windows (`sndbuf_expand`; Linux: 2).
+    fn sndbuf_expand(&self) -> u32 {
+        2
+    }
+    /// BBR's model, for `ss`-like reports (`get_info` with `INET_DIAG_BBRINFO`).
+    fn bbr_info(&self) -> Option<BbrInfo> {
+        None
+    }
     /// The subflows of this subflow's multipath connection, given before
     /// every input and timeout the subflow processes, when
     /// [`CongestionControl::is_coupled`] says the controller reads it: what a
@@ -278,6 +362,37 @@ impl<C: CongestionControl + ?Sized> CongestionControl for Box<C> {
     }
     fn set_coupling(&mut self, coupling: &coupled::Coupling<'_>) {
         (**self).set_coupling(coupling)
+    }
+    fn established(&mut self, state: &mut CcState, ctx: &AckContext, now: Instant) {
+        (**self).established(state, ctx, now)
+    }
+    fn seed(&mut self, seed: u64) {
+        (**self).seed(seed)
+    }
+    fn cong_control(
+        &mut self,
+        state: &mut CcState,
+        ctx: &AckContext,
+        rate: &mut rate::DeliveryRate,
+        rs: &rate::RateSample,
+        now: Instant,
+    ) -> bool {
+        (**self).cong_control(state, ctx, rate, rs, now)
+    }
+    fn observe_delivery(&mut self, delivery: &rate::DeliveryRate) {
+        (**self).observe_delivery(delivery)
+    }
+    fn pacing_rate(&self) -> Option<u64> {
+        (**self).pacing_rate()
+    }
+    fn min_tso_segs(&self) -> Option<u32> {
+        (**self).min_tso_segs()
+    }
+    fn sndbuf_expand(&self) -> u32 {
+        (**self).sndbuf_expand()
+    }
+    fn bbr_info(&self) -> Option<BbrInfo> {
+        (**self).bbr_info()
     }
     fn is_coupled(&self) -> bool {
         (**self).is_coupled()

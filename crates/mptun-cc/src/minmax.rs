@@ -1,4 +1,5 @@
-//! A windowed minimum (Kathleen Nichols' algorithm, Linux `lib/minmax.c`).
+//! A windowed minimum over time and a windowed maximum over rounds
+//! (Kathleen Nichols' algorithm, Linux `lib/minmax.c`).
 //!
 //! TCP's min RTT must forget old values — a route change can raise the real
 //! propagation delay for good — yet must not be fooled by a single lucky
@@ -81,6 +82,61 @@ impl WindowedMin {
     }
 }
 
+/// Running maximum of a value over a window of `win` rounds (Linux
+/// `minmax_running_max` with packet-timed rounds as its clock): BBR's
+/// bottleneck-bandwidth filter, which must forget a path's old capacity
+/// within ten round trips yet keep a recent near-maximum when the best
+/// sample ages out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoundMax {
+    s: [(u32, u64); 3],
+}
+
+impl RoundMax {
+    /// The current maximum (0 before the first sample).
+    pub fn get(&self) -> u64 {
+        self.s[0].1
+    }
+
+    /// Forget everything but this sample (`minmax_reset`).
+    pub fn reset(&mut self, round: u32, v: u64) -> u64 {
+        self.s = [(round, v); 3];
+        v
+    }
+
+    /// Add a sample taken in `round` and return the new maximum.
+    pub fn update(&mut self, win: u32, round: u32, v: u64) -> u64 {
+        let val = (round, v);
+        let s = &mut self.s;
+        if v >= s[0].1 || round.wrapping_sub(s[2].0) > win {
+            return self.reset(round, v);
+        }
+        if v >= s[1].1 {
+            s[1] = val;
+            s[2] = val;
+        } else if v >= s[2].1 {
+            s[2] = val;
+        }
+        let dt = round.wrapping_sub(s[0].0);
+        if dt > win {
+            s[0] = s[1];
+            s[1] = s[2];
+            s[2] = val;
+            if round.wrapping_sub(s[0].0) > win {
+                s[0] = s[1];
+                s[1] = s[2];
+                s[2] = val;
+            }
+        } else if s[1].0 == s[0].0 && dt > win / 4 {
+            s[1] = val;
+            s[2] = val;
+        } else if s[2].0 == s[1].0 && dt > win / 2 {
+            s[2] = val;
+        }
+        s[0].1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +178,20 @@ mod tests {
         let mut m = WindowedMin::new(Duration::from_secs(10));
         m.update(at(0), ms(10));
         assert_eq!(m.update(at(30), ms(90)), ms(90));
+    }
+
+    #[test]
+    fn round_max_keeps_the_best_of_the_last_rounds() {
+        let mut m = RoundMax::default();
+        assert_eq!(m.update(10, 0, 100), 100);
+        assert_eq!(m.update(10, 1, 50), 100);
+        assert_eq!(m.update(10, 3, 80), 100);
+        assert_eq!(m.update(10, 6, 70), 100);
+        // Round 11: the 100 of round 0 is older than 10 rounds; the
+        // runner-up from the second quarter takes over.
+        assert_eq!(m.update(10, 11, 60), 80);
+        assert_eq!(m.update(10, 12, 120), 120);
+        // Nothing in the window any more: the new sample alone.
+        assert_eq!(m.update(10, 40, 10), 10);
     }
 }

@@ -191,8 +191,8 @@ struct HystartArgs {
 struct TcpSingleArgs {
     #[command(flatten)]
     json: Json,
-    /// Congestion control: reno or cubic (default cubic, as `send`, `demo`
-    /// and the stack's default configuration).
+    /// Congestion control: reno, cubic or bbr (default cubic, as `send`,
+    /// `demo` and the stack's default configuration).
     #[arg(long, default_value_t = mptun::TcpConfig::default().congestion_control)]
     cc: Algorithm,
     /// Bytes to transfer (20MB = 20,000,000; 20M = 20 MiB).

@@ -27,8 +27,8 @@ pub(crate) struct AggregateArgs {
     /// Bytes to transfer.
     #[arg(long, default_value = "32M", value_parser = parse_size)]
     size: u64,
-    /// Congestion control of every subflow: reno, cubic, or coupled (lia,
-    /// olia, balia). `aggregate` only.
+    /// Congestion control of every subflow: reno, cubic, bbr (per subflow,
+    /// uncoupled as in Linux), or coupled (lia, olia, balia). `aggregate` only.
     #[arg(long, default_value_t = Algorithm::Cubic)]
     cc: Algorithm,
     /// MPTCP scheduler of both ends: default, minrtt, roundrobin, redundant, blest, ecf, first, backup, penalise, penalise-guarded, mptcp-org.

@@ -61,8 +61,8 @@ pub(crate) struct Common {
     /// Plain TCP instead of MPTCP (either stack).
     #[arg(long)]
     no_mptcp: bool,
-    /// Congestion control: reno, cubic, or coupled across the subflows: lia, olia, balia (mptun); any the
-    /// kernel has (--kernel).
+    /// Congestion control: reno, cubic, bbr (per subflow, uncoupled), or coupled across the subflows:
+    /// lia, olia, balia (mptun); any the kernel has (--kernel).
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
     /// MPTCP scheduler (mptun; a server's accepted connections run it): default, minrtt, roundrobin, redundant, blest, ecf, first, backup, penalise, penalise-guarded, mptcp-org.

@@ -94,9 +94,10 @@ impl RcvSpace {
     }
 }
 
-/// Linux `tcp_sndbuf_expand`: a send buffer with room for two congestion
-/// windows of segments, never shrinking and never past `max`.
-pub(crate) fn sndbuf_expand(limit: usize, cwnd: u32, mss: u32, max: usize) -> usize {
-    let want = 2 * cwnd as usize * mss as usize;
+/// Linux `tcp_sndbuf_expand`: a send buffer with room for `factor`
+/// congestion windows of segments (the controller's `sndbuf_expand`, 2 by
+/// default, 3 for BBR), never shrinking and never past `max`.
+pub(crate) fn sndbuf_expand(limit: usize, factor: u32, cwnd: u32, mss: u32, max: usize) -> usize {
+    let want = factor as usize * cwnd as usize * mss as usize;
     limit.max(want.min(max))
 }

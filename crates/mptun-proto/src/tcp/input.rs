@@ -153,7 +153,7 @@ impl Subflow {
             }
             // Linux sets the pacing rate once the handshake gave an RTT
             // (tcp_init_transfer), not only on the first data ACK.
-            self.update_pacing_rate();
+            self.on_established_cc(now);
             self.timers.stop(Timer::Rto);
             self.retries = 0;
             self.state = State::Established;
@@ -307,7 +307,7 @@ impl Subflow {
                 if !self.syn_retransmitted {
                     self.rtt.update(now, now - self.syn_tx_time);
                 }
-                self.update_pacing_rate();
+                self.on_established_cc(now);
                 self.snd_wnd = (hdr.window as u32) << self.snd_wscale;
                 self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
                 self.snd_wl1 = seq;
@@ -605,6 +605,7 @@ impl Subflow {
         let prior_in_flight = self.in_flight();
         let prior_wnd = self.snd_wnd;
 
+        self.scoreboard.begin_ack(prior_in_flight);
         self.ack_update_window(Seq(hdr.seq), ack, wnd);
         let (newly_sacked, sack_rtt) = self.ack_sacks(now, &opts.sack);
         let mut acked = Acked::default();
@@ -625,13 +626,20 @@ impl Subflow {
         self.detect_loss(now);
         self.pmtu_on_ack(now);
         self.fastretrans_alert(now, ack.gt(prior_una));
-        self.cong_control(now, ack.gt(prior_una), delivered, ca_rtt, prior_in_flight);
+        let reneged = self.scoreboard.head_sacked();
+        let rs = self.scoreboard.rate_gen(now, delivered, reneged, self.rtt.min(), ca_rtt);
+        self.cong_control(now, ack.gt(prior_una), delivered, ca_rtt, prior_in_flight, &rs);
         if acked.fin {
             self.on_fin_acked(now);
         }
         if self.cfg.send_buffer.is_auto() {
-            self.send_limit =
-                autotune::sndbuf_expand(self.send_limit, self.ccs.cwnd, self.mss(0), self.cfg.send_buffer.max());
+            self.send_limit = autotune::sndbuf_expand(
+                self.send_limit,
+                self.cc.sndbuf_expand(),
+                self.ccs.cwnd,
+                self.mss(0),
+                self.cfg.send_buffer.max(),
+            );
         }
     }
 
@@ -665,7 +673,7 @@ impl Subflow {
     fn ack_cumulative(&mut self, now: Instant, ack: Seq) -> Acked {
         let acked = self.scoreboard.remove_acked(now, ack, self.rtt.min(), &mut self.counters);
         self.bytes_acked += (ack - self.snd_una) as u64 - acked.fin as u64;
-        self.note_delivery(now);
+        self.last_ack_recv = Some(now);
         self.send_buf.ack_to(ack);
         self.snd_una = ack;
         self.retries = 0;
@@ -677,24 +685,10 @@ impl Subflow {
         acked
     }
 
-    /// An ACK of new data: the time, and the delivery rate once an
-    /// interval of at least one smoothed RTT has passed since the last.
-    fn note_delivery(&mut self, now: Instant) {
-        self.last_ack_recv = Some(now);
-        let Some((t0, b0)) = self.rate_mark else {
-            self.rate_mark = Some((now, self.bytes_acked));
-            return;
-        };
-        let span = now - t0;
-        if span > Duration::ZERO && span >= self.rtt.smoothed().unwrap_or(Duration::MAX) {
-            let bytes = self.bytes_acked - b0;
-            self.delivery_rate = (bytes as f64 / span.as_secs_f64()) as u64;
-            self.rate_mark = Some((now, self.bytes_acked));
-        }
-    }
-
     /// Linux `tcp_cong_control`: the controller's sample (`pkts_acked`), then
-    /// window growth, or PRR during recovery; pacing rate and loss probe follow.
+    /// the controller's own `cong_control` with the rate sample if it has
+    /// one (BBR), else window growth, or PRR during recovery; pacing rate
+    /// and loss probe follow.
     fn cong_control(
         &mut self,
         now: Instant,
@@ -702,6 +696,7 @@ impl Subflow {
         delivered: u32,
         ca_rtt: Option<Duration>,
         prior_in_flight: u32,
+        rs: &mptun_cc::rate::RateSample,
     ) {
         let sample = AckSample {
             pkts_acked: delivered,
@@ -713,7 +708,11 @@ impl Subflow {
         if delivered > 0 || ca_rtt.is_some() {
             self.cc.pkts_acked(&mut self.ccs, &sample, now);
         }
-        if self.ca_state == CaState::Recovery {
+        let ctx = self.ack_context(now);
+        let mut rate = *self.scoreboard.rate();
+        if self.cc.cong_control(&mut self.ccs, &ctx, &mut rate, rs, now) {
+            *self.scoreboard.rate_mut() = rate;
+        } else if self.ca_state == CaState::Recovery {
             self.prr_update(delivered, una_advanced);
         } else if una_advanced && self.is_cwnd_limited() {
             self.cc.cong_avoid(&mut self.ccs, self.snd_una.0, delivered.max(1), now);

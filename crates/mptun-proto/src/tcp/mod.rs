@@ -199,10 +199,6 @@ pub struct Subflow {
     last_data_send: Option<Instant>,
     /// The last ACK of new data.
     last_ack_recv: Option<Instant>,
-    /// Start of the current delivery-rate interval and `bytes_acked` then.
-    rate_mark: Option<(Instant, u64)>,
-    /// Bytes per second acknowledged over the last whole interval.
-    delivery_rate: u64,
     scratch: Vec<u8>,
 }
 
@@ -289,7 +285,14 @@ impl Subflow {
             None => mptun_cc::new_controller_with(cfg.congestion_control, cfg.cubic),
         };
         cc.init(&mut ccs, now);
-        let pacer = mptun_cc::new_pacer(cfg.pacer, cfg.mss as u32 + ip_tcp_header_len(&local));
+        cc.seed(u64::from(iss) << 32 | u64::from(ts_offset));
+        // A controller that sets its own pacing rate needs pacing (Linux
+        // SK_PACING_NEEDED: TCP paces itself when no qdisc does).
+        let pacer_kind = match cfg.pacer {
+            mptun_cc::PacerKind::None if cc.pacing_rate().is_some() => mptun_cc::PacerKind::Edt,
+            kind => kind,
+        };
+        let pacer = mptun_cc::new_pacer(pacer_kind, cfg.mss as u32 + ip_tcp_header_len(&local));
         let rcv_wscale = if cfg.window_scaling { wscale_for(cfg.recv_buffer.max()) } else { 0 };
         let iss = Seq(iss);
         let recv_limit = cfg.recv_buffer.initial();
@@ -374,8 +377,6 @@ impl Subflow {
             loss_marks: [0; 2],
             last_data_send: None,
             last_ack_recv: None,
-            rate_mark: None,
-            delivery_rate: 0,
             scratch: Vec::new(),
             cfg,
         }
@@ -534,8 +535,43 @@ impl Subflow {
             slow_start_exit: self.cc.slow_start_exit(),
             last_data_send: self.last_data_send,
             last_ack_recv: self.last_ack_recv,
-            delivery_rate: self.delivery_rate,
+            delivery_rate: self.scoreboard.rate().rate(self.mss(0)).0,
+            delivery_rate_app_limited: self.scoreboard.rate().rate(self.mss(0)).1,
+            delivered: self.scoreboard.rate().delivered(),
+            lost: self.scoreboard.rate().lost(),
+            bbr: self.cc.bbr_info(),
         }
+    }
+
+    /// What a rate-based controller reads of this subflow on an ACK.
+    pub(super) fn ack_context(&self, now: Instant) -> mptun_cc::AckContext {
+        mptun_cc::AckContext {
+            mss: self.mss(0),
+            in_flight: self.in_flight(),
+            srtt: self.rtt.smoothed(),
+            min_rtt: self.rtt.min(),
+            ca_state: self.ca_state,
+            next_departure: self.pacer.departure(now),
+            max_pacing_rate: self.cfg.max_pacing_rate.unwrap_or(u64::MAX),
+            delivery: *self.scoreboard.rate(),
+        }
+    }
+
+    /// The handshake completed: the controller's `init` as Linux calls it
+    /// (`tcp_init_transfer`, the handshake's RTT known), then the pacing rate.
+    pub(super) fn on_established_cc(&mut self, now: Instant) {
+        let ctx = self.ack_context(now);
+        self.cc.established(&mut self.ccs, &ctx, now);
+        self.update_pacing_rate();
+    }
+
+    /// Linux `tcp_rate_check_app_limited`, called where the application
+    /// writes: little left to send and room in the window means the
+    /// delivery-rate samples to come describe the application, not the path.
+    fn check_app_limited(&mut self) {
+        let (unsent, mss, in_flight, cwnd) = (self.unsent_bytes() as u64, self.mss(0), self.in_flight(), self.ccs.cwnd);
+        let (lost_out, retrans_out) = (self.scoreboard.lost_out(), self.scoreboard.retrans_out());
+        self.scoreboard.rate_mut().check_app_limited(unsent, mss, in_flight, cwnd, lost_out, retrans_out);
     }
 
     /// Congestion-avoidance state (the scheduler avoids subflows in recovery).
@@ -620,6 +656,7 @@ impl Subflow {
 
     /// Queues as much of `data` as the send buffer takes; returns how much.
     pub fn send(&mut self, data: &[u8]) -> usize {
+        self.check_app_limited();
         let n = data.len().min(self.send_space());
         if n > 0 {
             self.send_buf.push(Bytes::copy_from_slice(&data[..n]));
@@ -633,6 +670,7 @@ impl Subflow {
         if data.len() > self.send_space() {
             return Err(data);
         }
+        self.check_app_limited();
         self.send_buf.push(data);
         Ok(())
     }
@@ -644,6 +682,7 @@ impl Subflow {
         if data.len() > self.send_space() {
             return Err(data);
         }
+        self.check_app_limited();
         self.send_buf.push_joined(data);
         Ok(())
     }

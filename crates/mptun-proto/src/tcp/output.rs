@@ -99,8 +99,16 @@ impl Subflow {
         }
     }
 
-    /// Linux `tcp_update_pacing_rate`: 200 % of cwnd/srtt in slow start, 120 % after.
+    /// Linux `tcp_update_pacing_rate`: 200 % of cwnd/srtt in slow start, 120 % after;
+    /// or the controller's own rate where it sets one (BBR).
     pub(super) fn update_pacing_rate(&mut self) {
+        if let Some(rate) = self.cc.pacing_rate() {
+            // The controller sets it (BBR's sk_pacing_rate), and paces.
+            let rate = rate.min(self.cfg.max_pacing_rate.unwrap_or(u64::MAX));
+            self.pacer.set_rate(rate);
+            self.cc.set_pacing(rate, true);
+            return;
+        }
         let cfg = PacingRateConfig {
             max_pacing_rate: self.cfg.max_pacing_rate.unwrap_or(u64::MAX),
             ..PacingRateConfig::default()
@@ -121,7 +129,7 @@ impl Subflow {
             Some(seq) if self.pmtu.known() => self.mss(hook.option_space_at(seq)),
             _ => u32::MAX,
         };
-        let s = self.scoreboard.on_loss_probe(max_len)?;
+        let s = self.scoreboard.on_loss_probe(max_len, now)?;
         self.tlp.on_probe_sent(self.snd_nxt);
         self.counters.tcp_ext_tcp_loss_probes += 1;
         self.counters.tcp_retrans_segs += 1;
@@ -264,7 +272,7 @@ impl Subflow {
                     self.scoreboard.split(i, max);
                 }
             }
-            let s = self.scoreboard.on_retransmit(i, now);
+            let s = self.scoreboard.on_retransmit(i, now, departure);
             self.counters.tcp_retrans_segs += 1;
             self.bytes_retrans += s.len as u64;
             self.last_data_send = Some(now);
@@ -284,7 +292,7 @@ impl Subflow {
             }
             let t = self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts);
             let t = t.map(|t| Transmit { departure, ..t });
-            self.after_data_sent(now, t.as_ref());
+            self.after_data_sent(now, t.as_ref(), s.len);
             return t;
         }
 
@@ -333,11 +341,13 @@ impl Subflow {
         }
         let seq = self.snd_nxt;
         // The scoreboard keeps one entry per wire segment, so SACK, RACK,
-        // PRR and every count in packets work as without TSO.
+        // PRR and every count in packets work as without TSO. Its pieces
+        // share one delivery snapshot, taken as the first leaves.
+        let rate = self.scoreboard.rate_on_sent(departure);
         let mut off = 0;
         loop {
             let piece = (len - off).min(segment_size);
-            self.scoreboard.push(seq + off, piece, fin && off + piece == len, now);
+            self.scoreboard.push(seq + off, piece, fin && off + piece == len, now, rate);
             off += piece;
             if off >= len {
                 break;
@@ -353,7 +363,11 @@ impl Subflow {
         }
         if self.scoreboard.len() == 1 {
             // First transmission after idle (Linux CA_EVENT_TX_START).
+            self.cc.observe_delivery(self.scoreboard.rate());
             self.cc.cwnd_event(&mut self.ccs, CaEvent::TxStart, now);
+            if self.cc.pacing_rate().is_some() {
+                self.update_pacing_rate();
+            }
         }
         self.cc.data_sent(now);
         if !self.timers.is_set(Timer::Rto) {
@@ -369,7 +383,7 @@ impl Subflow {
             self.counters.tcp_out_segs += u64::from(pieces - 1);
             self.data_segs_out += u64::from(pieces - 1);
         }
-        self.after_data_sent(now, t.as_ref());
+        self.after_data_sent(now, t.as_ref(), len);
         t
     }
 
@@ -399,17 +413,23 @@ impl Subflow {
                 bytes = bytes.saturating_add(gso_max >> r);
             }
         }
-        let by_rate = (bytes.min(gso_max) / u64::from(mss)).max(TCP_MIN_TSO_SEGS) as u32;
+        let min_segs = self.cc.min_tso_segs().map_or(TCP_MIN_TSO_SEGS, u64::from);
+        let by_rate = (bytes.min(gso_max) / u64::from(mss)).max(min_segs) as u32;
         let cwnd = self.ccs.cwnd;
         let quota = cwnd.saturating_sub(self.in_flight()).min((cwnd >> 1).max(1));
         by_buf.min(by_rate).min(quota).max(1)
     }
 
-    pub(super) fn after_data_sent(&mut self, now: Instant, t: Option<&Transmit>) {
+    /// Bookkeeping after a data segment of `payload` bytes left as `t`.
+    /// The pacer counts whole packets, except under a controller that sets
+    /// its own pacing rate (BBR): that rate is of payload, as Linux's
+    /// `tcp_update_skb_after_send` counts it.
+    pub(super) fn after_data_sent(&mut self, now: Instant, t: Option<&Transmit>, payload: u32) {
         if let Some(t) = t {
             self.schedule_tlp(now);
             self.data_segs_out += 1;
-            self.pacer.on_send(now, t.packet_len());
+            let paced_len = if self.cc.pacing_rate().is_some() { payload as usize } else { t.packet_len() };
+            self.pacer.on_send(now, paced_len);
             let limited = self.in_flight() >= self.ccs.cwnd;
             self.cwnd_validate(limited);
         }

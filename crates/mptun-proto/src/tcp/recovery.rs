@@ -9,6 +9,7 @@
 //! `sent_packets.rs` keeps its in-flight totals the same way).
 
 use super::*;
+use mptun_cc::rate::{DeliveryRate, RateSample, TxRate};
 
 /// RACK's reordering-window multiplier never grows past this (RFC 8985 6.2
 /// step 4 bounds `reo_wnd` by SRTT anyway).
@@ -37,6 +38,8 @@ pub(super) struct Sent {
     lost: bool,
     /// A retransmission of this segment is in flight.
     retrans: bool,
+    /// The delivery state at its last transmission (`tcp_rate.c`).
+    rate: TxRate,
 }
 
 impl Sent {
@@ -133,6 +136,14 @@ pub(super) struct Scoreboard {
     retrans_out: u32,
     rack: Rack,
     prr: Prr,
+    /// The connection's delivery state (Linux `delivered`, `lost`,
+    /// `app_limited`...), kept here because every change to it comes with
+    /// a change of a segment's marks.
+    rate: DeliveryRate,
+    /// The rate sample of the ACK being processed.
+    rs: RateSample,
+    /// `rate.lost()` when that ACK's processing began.
+    lost_at_ack: u64,
 }
 
 impl Default for Scoreboard {
@@ -144,6 +155,9 @@ impl Default for Scoreboard {
             retrans_out: 0,
             rack: Rack { xmit: None, reo_wnd_mult: 1, reo_wnd_recoveries: 0 },
             prr: Prr::default(),
+            rate: DeliveryRate::default(),
+            rs: RateSample::new(0),
+            lost_at_ack: 0,
         }
     }
 }
@@ -195,8 +209,48 @@ impl Scoreboard {
         false
     }
 
-    /// Records a first transmission.
-    pub(super) fn push(&mut self, seq: Seq, len: u32, fin: bool, now: Instant) {
+    /// The delivery state (`tcp_rate.c`).
+    pub(super) fn rate(&self) -> &DeliveryRate {
+        &self.rate
+    }
+
+    /// The delivery state, writable (app-limited marks).
+    pub(super) fn rate_mut(&mut self) -> &mut DeliveryRate {
+        &mut self.rate
+    }
+
+    /// `tcp_rate_skb_sent` for a (super-)segment leaving at `departure`,
+    /// before it is pushed: its pieces share the snapshot.
+    pub(super) fn rate_on_sent(&mut self, departure: Instant) -> TxRate {
+        let packets_out = self.len();
+        self.rate.on_sent(packets_out, departure)
+    }
+
+    /// Starts the rate sample of an ACK that found `prior_in_flight` in flight.
+    pub(super) fn begin_ack(&mut self, prior_in_flight: u32) {
+        self.rs = RateSample::new(prior_in_flight);
+        self.lost_at_ack = self.rate.lost();
+    }
+
+    /// `tcp_rate_gen`: the ACK's sample, `delivered` packets newly
+    /// delivered, `rtt` its RTT sample.
+    pub(super) fn rate_gen(
+        &mut self,
+        now: Instant,
+        delivered: u32,
+        reneged: bool,
+        min_rtt: Option<Duration>,
+        rtt: Option<Duration>,
+    ) -> RateSample {
+        let lost = u32::try_from(self.rate.lost() - self.lost_at_ack).unwrap_or(u32::MAX);
+        let mut rs = self.rs;
+        self.rate.generate(now, delivered, lost, reneged, min_rtt, &mut rs);
+        rs.rtt_us = rtt.map_or(-1, |r| i64::try_from(r.as_micros()).unwrap_or(i64::MAX));
+        rs
+    }
+
+    /// Records a first transmission, with its delivery snapshot `rate`.
+    pub(super) fn push(&mut self, seq: Seq, len: u32, fin: bool, now: Instant, rate: TxRate) {
         self.segs.push_back(Sent {
             seq,
             len,
@@ -206,6 +260,7 @@ impl Scoreboard {
             sacked: false,
             lost: false,
             retrans: false,
+            rate,
         });
     }
 
@@ -244,7 +299,7 @@ impl Scoreboard {
     /// `tcp_simple_retransmit` with `tcp_mark_skb_lost`); returns how many
     /// became lost.
     pub(super) fn mark_lost_larger_than(&mut self, mss: u32) -> u32 {
-        let mut n = 0;
+        let mut n = 0u32;
         for s in self.segs.iter_mut().filter(|s| !s.sacked && s.len > mss) {
             if s.retrans {
                 s.retrans = false;
@@ -252,10 +307,11 @@ impl Scoreboard {
             }
             if !s.lost {
                 s.lost = true;
-                self.lost_out += 1;
                 n += 1;
             }
         }
+        self.lost_out += n;
+        self.rate.on_lost(n);
         n
     }
 
@@ -264,13 +320,16 @@ impl Scoreboard {
         self.segs.iter().find(|s| s.seq == seq).is_some_and(|s| s.lost)
     }
 
-    /// Records the retransmission of segment `i` at `now`; returns it.
-    pub(super) fn on_retransmit(&mut self, i: usize, now: Instant) -> Sent {
+    /// Records the retransmission of segment `i` at `now`, leaving at
+    /// `departure`; returns it.
+    pub(super) fn on_retransmit(&mut self, i: usize, now: Instant, departure: Instant) -> Sent {
         let s = self.segs[i];
+        let rate = self.rate.on_sent(self.len(), departure);
         let seg = &mut self.segs[i];
         seg.retrans = true;
         seg.ever_retrans = true;
         seg.tx_time = now;
+        seg.rate = rate;
         self.retrans_out += 1;
         s
     }
@@ -284,7 +343,7 @@ impl Scoreboard {
     /// `max_len` bytes, Linux `tcp_send_loss_probe`) and marks it
     /// retransmitted (Karn), without counting it as a retransmission in
     /// flight; returns it.
-    pub(super) fn on_loss_probe(&mut self, max_len: u32) -> Option<Sent> {
+    pub(super) fn on_loss_probe(&mut self, max_len: u32, now: Instant) -> Option<Sent> {
         let mut i = self.segs.iter().rposition(|s| !s.sacked)?;
         if self.segs[i].len > max_len && max_len > 0 {
             self.split(i, self.segs[i].len - max_len);
@@ -292,6 +351,7 @@ impl Scoreboard {
         }
         let s = self.segs[i];
         self.segs[i].ever_retrans = true;
+        self.segs[i].rate = self.rate.on_sent(self.len(), now);
         Some(s)
     }
 
@@ -308,9 +368,11 @@ impl Scoreboard {
             if front.end().gt(ack) {
                 break;
             }
-            let s = self.segs.pop_front().expect("front exists");
+            let mut s = self.segs.pop_front().expect("front exists");
             if !s.sacked {
                 self.rack_update(now, s.tx_time, s.ever_retrans, min_rtt, counters);
+                let (end, retrans) = (s.end().0, s.ever_retrans);
+                self.rate.on_delivered(&mut s.rate, end, false, retrans, &mut self.rs);
             }
             if s.sacked {
                 self.sacked_out -= 1;
@@ -386,6 +448,8 @@ impl Scoreboard {
                     self.retrans_out -= 1;
                 }
                 let tx = s.tx_time;
+                let (end, retrans) = (s.end().0, s.ever_retrans);
+                self.rate.on_delivered(&mut s.rate, end, true, retrans, &mut self.rs);
                 if !s.ever_retrans {
                     let t = now - tx;
                     rtt = Some(rtt.map_or(t, |x: Duration| x.min(t)));
@@ -471,6 +535,7 @@ impl Scoreboard {
             } else {
                 s.lost = true;
                 self.lost_out += 1;
+                self.rate.on_lost(1);
             }
         }
         next
@@ -497,6 +562,7 @@ impl Scoreboard {
             if !s.sacked && !s.lost && !s.retrans {
                 s.lost = true;
                 self.lost_out += 1;
+                self.rate.on_lost(1);
             }
         }
     }
@@ -508,6 +574,7 @@ impl Scoreboard {
             if !s.lost {
                 s.lost = true;
                 self.lost_out += 1;
+                self.rate.on_lost(1);
                 if s.retrans {
                     s.retrans = false;
                     self.retrans_out -= 1;
@@ -534,14 +601,17 @@ impl Scoreboard {
         }
         self.lost_out = 0;
         self.retrans_out = 0;
+        let mut newly = 0;
         for s in self.segs.iter_mut() {
             s.retrans = false;
             if reneged {
                 s.sacked = false;
             }
+            newly += (!s.lost && !s.sacked) as u32;
             s.lost = !s.sacked;
             self.lost_out += s.lost as u32;
         }
+        self.rate.on_lost(newly);
         reneged
     }
 
@@ -657,6 +727,7 @@ impl Subflow {
             self.cc.cwnd_event(&mut self.ccs, CaEvent::Loss, now);
         }
         self.ca_state = CaState::Loss;
+        self.cc.observe_delivery(self.scoreboard.rate());
         self.cc.set_state(&mut self.ccs, CaState::Loss, now);
         self.ccs.cwnd = 1;
         self.ccs.cwnd_cnt = 0;

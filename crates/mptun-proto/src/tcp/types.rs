@@ -221,11 +221,20 @@ pub struct TcpInfo {
     pub last_data_send: Option<Instant>,
     /// When an ACK last acknowledged new data.
     pub last_ack_recv: Option<Instant>,
-    /// Bytes acknowledged per second over the last interval of at least
-    /// one smoothed RTT (0 before the first such interval): a coarse
-    /// delivery rate, not marked app-limited, for schedulers that weigh
-    /// what a path delivers rather than what its window allows.
+    /// Delivery rate, bytes per second (Linux `tcpi_delivery_rate`, from
+    /// `tcp_rate.c`'s samples): the last sample not app-limited, or the best
+    /// app-limited one; 0 before the first. For schedulers that weigh what
+    /// a path delivers rather than what its window allows.
     pub delivery_rate: u64,
+    /// That sample was app-limited (`tcpi_delivery_rate_app_limited`).
+    pub delivery_rate_app_limited: bool,
+    /// Packets delivered, ACKed or SACKed (`tcpi_delivered`).
+    pub delivered: u64,
+    /// Packets marked lost (`tcpi_lost` counts those outstanding; this is
+    /// Linux's cumulative `tp->lost`).
+    pub lost: u64,
+    /// BBR's model when the controller is BBR (`ss -ti`'s `bbr:(...)`).
+    pub bbr: Option<mptun_cc::BbrInfo>,
 }
 
 /// What a subflow made of one incoming segment

@@ -26,7 +26,7 @@ pub(crate) struct AggregateArgs {
     /// Bytes to transfer (client to server).
     #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
     size: u64,
-    /// Congestion control at both ends: reno, cubic, lia, olia, balia (mptun), any the kernel has
+    /// Congestion control at both ends: reno, cubic, bbr, lia, olia, balia (mptun), any the kernel has
     /// (--stack kernel). The simulator's prediction runs the same one, or CUBIC where it has no such.
     #[arg(long, default_value = "cubic")]
     cc: String,

@@ -94,7 +94,7 @@ pub(crate) struct TransferArgs {
     /// Bytes to transfer (client to server).
     #[arg(long, short = 'n', default_value = "32M", value_parser = crate::units::parse_size)]
     pub(crate) size: u64,
-    /// Congestion control at both ends: reno, cubic, lia, olia, balia (mptun), any the kernel has
+    /// Congestion control at both ends: reno, cubic, bbr, lia, olia, balia (mptun), any the kernel has
     /// (--stack kernel). The simulator's prediction runs the same one, or CUBIC where it has no such.
     #[arg(long, default_value = "cubic")]
     pub(crate) cc: String,

@@ -74,8 +74,8 @@ pub(crate) struct Carrier {
     /// Carry the connections over the kernel's MPTCP (IPPROTO_MPTCP sockets) instead of mptun's stack.
     #[arg(long)]
     kernel: bool,
-    /// Congestion control of the MPTCP connections between the two ends: reno, cubic, or coupled across
-    /// the subflows: lia, olia, balia (mptun); any the kernel has (--kernel, TCP_CONGESTION). Each end
+    /// Congestion control of the MPTCP connections between the two ends: reno, cubic, bbr, or coupled
+    /// across the subflows: lia, olia, balia (mptun); any the kernel has (--kernel, TCP_CONGESTION). Each end
     /// sets its own sending direction's.
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
