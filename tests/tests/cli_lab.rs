@@ -403,3 +403,53 @@ fn cli_lab_handover_break_before_make_mptun_and_the_kernel() {
         gap(0)
     );
 }
+
+/// mptun's BBR and the kernel's BBR through one bottleneck (20 Mbit/s,
+/// 40 ms, 2 BDP): each gets its share (0.4 to 0.6), both intact, and both
+/// senders' models read the same path (bandwidth estimate and min RTT).
+#[test]
+fn cli_lab_bbr_mptun_against_the_kernels_bbr() {
+    if !lab_ready() {
+        return;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/bbr-vs-bbr.toml");
+    let (v, err) = lab_json(&["run", file, "--duration", "30s"], &name("bb"), Duration::from_secs(100));
+    println!("{err}\n{v:#}");
+    let flows = v["flows"].as_array().expect("flows");
+    assert_eq!((flows[0]["stack"].as_str(), flows[0]["cc"].as_str()), (Some("mptun"), Some("bbr")));
+    assert_eq!((flows[1]["stack"].as_str(), flows[1]["cc"].as_str()), (Some("kernel"), Some("bbr")));
+    for f in flows {
+        assert_eq!(f["sha256_match"], true, "{f}");
+        let share = f["share"].as_f64().unwrap();
+        assert!((0.4..=0.6).contains(&share), "share {share}: {f}");
+        let bw = f["sender"]["bbr_bw_bps"].as_f64().expect("the sender's BBR bandwidth");
+        assert!((5e6..25e6).contains(&bw), "bw {bw}: {f}");
+        let mrtt = f["sender"]["bbr_min_rtt_ms"].as_f64().expect("the sender's BBR min RTT");
+        assert!((39.0..50.0).contains(&mrtt), "mrtt {mrtt}: {f}");
+    }
+}
+
+/// BBR alone on 10 Mbit/s, 40 ms, 10 BDP of buffer, mptun's TCP then the
+/// kernel's: mptun's median pacing rate and cwnd within 10 % of the
+/// kernel's (the kernel's read as `ss -ti` does, TCP_INFO and TCP_CC_INFO).
+#[test]
+fn cli_lab_bbr_alone_follows_the_kernels_bbr() {
+    if !lab_ready() {
+        return;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/bbr-alone-10.toml");
+    let mut medians = Vec::new();
+    for stack in ["mptun", "kernel"] {
+        let args = ["run", file, "--tcp-stack", stack, "--duration", "24s"];
+        let (v, err) = lab_json(&args, &name(&format!("ba{}", &stack[..1])), Duration::from_secs(90));
+        println!("{err}\n{v:#}");
+        let f = &v["flows"][0];
+        assert_eq!((f["stack"].as_str(), f["sha256_match"].as_bool()), (Some(stack), Some(true)), "{f}");
+        assert!(f["goodput_bps"].as_f64().unwrap() > 9.0e6, "{f}");
+        let s = &f["sender"];
+        medians.push((s["pacing_rate_bps"].as_f64().expect("paced"), s["cwnd"].as_f64().unwrap()));
+    }
+    let ((mp, mc), (kp, kc)) = (medians[0], medians[1]);
+    assert!((mp / kp - 1.0).abs() <= 0.10, "pacing rate: mptun {mp}, kernel {kp}");
+    assert!((mc / kc - 1.0).abs() <= 0.10, "cwnd: mptun {mc}, kernel {kc}");
+}

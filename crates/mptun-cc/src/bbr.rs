@@ -853,6 +853,24 @@ impl CongestionControl for Bbr {
         let bw = self.bw();
         self.set_pacing_rate(bw, self.pacing_gain, state.cwnd, ctx.srtt);
         self.set_cwnd(state, rs, rs.acked_sacked, bw, self.cwnd_gain, ctx);
+        if std::env::var_os("BBR_DEBUG").is_some() && self.round_start {
+            eprintln!(
+                "{:.3} mode {:?} idx {} bw {:.0} pps min_rtt {} rs {} {} {} al {} cwnd {} infl {} pr {} ea {}",
+                now.as_secs_f64(),
+                self.mode,
+                self.cycle_idx,
+                self.bw() as f64 * 1e6 / BW_UNIT as f64,
+                self.min_rtt_us,
+                rs.delivered,
+                rs.interval_us,
+                rs.rtt_us,
+                rs.is_app_limited,
+                state.cwnd,
+                ctx.in_flight,
+                self.pacing_rate,
+                self.extra_acked_max()
+            );
+        }
         if let Some(in_flight) = self.mark_app_limited.take() {
             rate.set_app_limited(in_flight);
             self.delivery = *rate;

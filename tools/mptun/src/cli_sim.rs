@@ -42,6 +42,9 @@ enum Scenario {
     SharedBottleneck(SharedBottleneckArgs),
     /// Runs a scenario file: links, routes and flows in TOML (docs/scenarios/).
     Run(RunArgs),
+    /// BBR's experiments: BBR and CUBIC alone on a 10-BDP buffer (goodput, standing queue), then one
+    /// BBR flow against 1, 2, 4 CUBIC flows with buffers of 0.5 to 16 BDP (shares).
+    Bbr(crate::cli_sim_bbr::BbrArgs),
     /// The packet schedulers on a Wi-Fi-like (20 Mbit/s, 10 ms) and an LTE-like (10 Mbit/s, 60 ms,
     /// deep queue) path: bulk with a 256 KiB and an autotuned receive buffer, 100 KB objects, with loss.
     SchedCompare(crate::cli_sched_compare::SchedCompareArgs),
@@ -59,6 +62,9 @@ struct RunArgs {
     /// Seed (the file's otherwise).
     #[arg(long)]
     seed: Option<u64>,
+    /// Every link's buffer, in BDPs of its round trip (the file's `queue` otherwise).
+    #[arg(long, value_name = "BDP")]
+    queue_bdp: Option<f64>,
     #[command(flatten)]
     series: Series,
 }
@@ -230,9 +236,10 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
         Scenario::Fallback(a) => crate::cli_sim_mptcp::run_fallback(a),
         Scenario::Penalise(a) => crate::cli_sim_mptcp::run_penalise(a),
         Scenario::SharedBottleneck(b) => run_shared_bottleneck(b),
+        Scenario::Bbr(b) => crate::cli_sim_bbr::run(b),
         Scenario::SchedCompare(s) => crate::cli_sched_compare::run(s),
         Scenario::Run(r) => {
-            let o = crate::scenario_file::Overrides { mptcp_cc: r.cc, seed: r.seed };
+            let o = crate::scenario_file::Overrides { mptcp_cc: r.cc, seed: r.seed, queue_bdp: r.queue_bdp };
             let spec = crate::scenario_file::load(&r.file, o)?;
             if !r.series.wanted() {
                 return print_network(&crate::scenario_file::run(&spec)?, r.json.json);

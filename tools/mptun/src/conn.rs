@@ -83,6 +83,8 @@ impl Conn {
                             pmtu: u64::from(sf.tcp.pmtu),
                             srtt_us: sf.tcp.srtt.as_micros() as u64,
                             rttvar_us: sf.tcp.rttvar.as_micros() as u64,
+                            pacing_rate: sf.tcp.pacing_rate,
+                            bbr: sf.tcp.bbr.map(|b| (b.bw, b.min_rtt_us)),
                             penalized: sf.penalized,
                             state: state_name(sf.tcp.state),
                             withdrawn: sf.withdrawn,

@@ -141,6 +141,8 @@ fn subflow_from_tcp_info(id: usize, b: &[u8], local: Option<SocketAddr>, remote:
         pmtu: u32_at(b, 60),
         srtt_us: u32_at(b, 68),
         rttvar_us: u32_at(b, 72),
+        pacing_rate: u64_at(b, 104),
+        bbr: None,
         penalized: 0,
         state: kernel_state(b.first().copied().unwrap_or(0)),
         established: matches!(b.first(), Some(1 | 4..=9 | 11)) || u64_at(b, 120) > 0 || u64_at(b, 128) > 0,
@@ -218,11 +220,33 @@ pub(crate) fn probe(s: &tokio::net::TcpStream) -> Probe {
     } else {
         let mut b = [0u8; TCP_INFO_LEN];
         if getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut b).is_ok() {
-            subflows.push(subflow_from_tcp_info(0, &b, s.local_addr().ok(), s.peer_addr().ok()));
+            let mut sf = subflow_from_tcp_info(0, &b, s.local_addr().ok(), s.peer_addr().ok());
+            sf.bbr = bbr_info(fd);
+            subflows.push(sf);
         }
     }
     let retrans_segs = subflows.iter().map(|s| s.retrans_segs).sum();
     Probe { mode: if mptcp { "mptcp" } else { "tcp" }, subflows, retrans_segs }
+}
+
+/// `TCP_CC_INFO` of a socket running BBR (`struct tcp_bbr_info`: bw low and
+/// high words in bytes per second, min RTT in µs, the gains): what `ss -ti`
+/// prints as `bbr:(bw:…,mrtt:…,pacing_gain:…,cwnd_gain:…)`.
+fn bbr_info(fd: RawFd) -> Option<(u64, u32)> {
+    const TCP_CC_INFO: i32 = 26;
+    if congestion_fd(fd).as_deref() != Some("bbr") {
+        return None;
+    }
+    let mut b = [0u8; 20];
+    let n = getsockopt(fd, libc::IPPROTO_TCP, TCP_CC_INFO, &mut b).ok()?;
+    (n >= 12).then(|| (u64_at(&b, 0), u32_at(&b, 8) as u32))
+}
+
+fn congestion_fd(fd: RawFd) -> Option<String> {
+    let mut b = [0u8; 16];
+    let n = getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, &mut b).ok()?;
+    let end = b[..n].iter().position(|&c| c == 0).unwrap_or(n);
+    Some(String::from_utf8_lossy(&b[..end]).into_owned())
 }
 
 /// Bytes written but not yet acknowledged (`SIOCOUTQ`; MPTCP sockets
@@ -236,10 +260,7 @@ pub(crate) fn unacked(s: &tokio::net::TcpStream) -> Option<u64> {
 
 /// The congestion control a socket runs (`TCP_CONGESTION`).
 pub(crate) fn congestion(s: &tokio::net::TcpStream) -> Option<String> {
-    let mut b = [0u8; 16];
-    let n = getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, &mut b).ok()?;
-    let end = b[..n].iter().position(|&c| c == 0).unwrap_or(n);
-    Some(String::from_utf8_lossy(&b[..end]).into_owned())
+    congestion_fd(s.as_raw_fd())
 }
 
 /// This namespace's `MPTcpExt*`/`TcpExt*`/`Tcp*` counters (nstat names).

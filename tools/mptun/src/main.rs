@@ -13,6 +13,7 @@ mod cli_demo;
 mod cli_sched_compare;
 mod cli_shared;
 mod cli_sim;
+mod cli_sim_bbr;
 mod cli_sim_mptcp;
 mod cli_xfer;
 mod conn;

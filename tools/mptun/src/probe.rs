@@ -25,6 +25,12 @@ pub(crate) struct SubflowProbe {
     pub(crate) pmtu: u64,
     pub(crate) srtt_us: u64,
     pub(crate) rttvar_us: u64,
+    /// Pacing rate, payload bytes per second (`tcpi_pacing_rate`; `u64::MAX`: unpaced).
+    pub(crate) pacing_rate: u64,
+    /// BBR's model when the subflow runs BBR: (bandwidth estimate in bytes
+    /// per second, min RTT in µs), what `ss -ti` prints as `bbr:(bw:…,mrtt:…)`
+    /// (the kernel's from `TCP_CC_INFO`, plain TCP sockets only).
+    pub(crate) bbr: Option<(u64, u32)>,
     /// Slow-subflow halvings (mptun's penalise schedulers).
     pub(crate) penalized: u64,
     /// TCP state, Linux's names (`ESTABLISHED`, `SYN_SENT`, ...).

@@ -87,6 +87,9 @@ pub(crate) struct Overrides {
     /// The MPTCP flows' congestion control.
     pub(crate) mptcp_cc: Option<Algorithm>,
     pub(crate) seed: Option<u64>,
+    /// Every link's buffer, in BDPs of its round trip (a buffer-size sweep
+    /// over one file).
+    pub(crate) queue_bdp: Option<f64>,
 }
 
 /// Reads the scenario in `path`.
@@ -127,7 +130,13 @@ pub(crate) fn parse(text: &str, name: &str, o: Overrides) -> Result<Spec> {
             let link = Bottleneck {
                 rate_bps: parse_rate(&l.rate).with_context(|| format!("link {}: rate", l.name))?,
                 rtt: delay * 2,
-                queue_packets: l.queue,
+                queue_packets: match o.queue_bdp {
+                    Some(bdp) => {
+                        let rtt = 2.0 * parse_duration(&l.delay)?.as_secs_f64();
+                        Some((parse_rate(&l.rate)? as f64 / 8.0 * rtt / 1500.0 * bdp).round().max(2.0) as usize)
+                    }
+                    None => l.queue,
+                },
                 jitter: l.jitter.as_deref().map(parse_duration).transpose()?.unwrap_or_default(),
                 qdisc: qdisc(l).with_context(|| format!("link {}: qdisc", l.name))?,
             };
@@ -211,7 +220,8 @@ mod tests {
 
     #[test]
     fn the_shipped_file_is_the_builtin_experiment() {
-        let spec = parse(SHARED, "x", Overrides { mptcp_cc: Some(Algorithm::Lia), seed: Some(2) }).unwrap();
+        let spec =
+            parse(SHARED, "x", Overrides { mptcp_cc: Some(Algorithm::Lia), seed: Some(2), queue_bdp: None }).unwrap();
         let builtin = mptun_sim::scenarios::shared_bottleneck::spec(&mptun_sim::scenarios::shared_bottleneck::Params {
             mptcp_cc: Algorithm::Lia,
             seed: 2,
@@ -227,7 +237,7 @@ mod tests {
     #[test]
     fn coupled_multipath_beats_the_best_single_path() {
         let goodput = |text: &str, cc: Option<Algorithm>| {
-            let spec = parse(text, "x", Overrides { mptcp_cc: cc, seed: None }).unwrap();
+            let spec = parse(text, "x", Overrides { mptcp_cc: cc, seed: None, queue_bdp: None }).unwrap();
             run(&spec).unwrap().flows[0].goodput_bps
         };
         let tcp = goodput(IMPROVE_TCP, None);
@@ -245,7 +255,7 @@ mod tests {
     #[test]
     fn olia_a_lia_hurts_the_type_two_users_more_than_olia() {
         let type2 = |text: &str, cc: Option<Algorithm>| {
-            let spec = parse(text, "x", Overrides { mptcp_cc: cc, seed: None }).unwrap();
+            let spec = parse(text, "x", Overrides { mptcp_cc: cc, seed: None, queue_bdp: None }).unwrap();
             assert_eq!(spec.flows.len(), 20);
             let r = run(&spec).unwrap();
             if cc.is_some() {

@@ -2,6 +2,7 @@
 //! returns a serialisable report; the `mptun sim` command prints them.
 
 pub mod aggregate;
+pub mod bbr;
 pub mod bottleneck;
 pub mod cc_compare;
 pub mod edt_rr;

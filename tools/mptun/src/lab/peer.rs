@@ -145,6 +145,12 @@ pub(crate) struct SubflowPoint {
     /// Packets.
     pub(crate) cwnd: u64,
     pub(crate) srtt_us: u64,
+    /// Payload bytes per second (`u64::MAX`: unpaced).
+    #[serde(default)]
+    pub(crate) pacing_rate: u64,
+    /// BBR's (bandwidth bytes/s, min RTT µs), when it runs BBR.
+    #[serde(default)]
+    pub(crate) bbr: Option<(u64, u32)>,
 }
 
 /// What a peer prints.
@@ -383,6 +389,8 @@ fn subflow_points(p: &crate::probe::Probe) -> Vec<SubflowPoint> {
             bytes_received: s.bytes_received,
             cwnd: s.cwnd,
             srtt_us: s.srtt_us,
+            pacing_rate: s.pacing_rate,
+            bbr: s.bbr,
         })
         .collect()
 }

@@ -47,6 +47,9 @@ pub(crate) struct RunArgs {
     /// Whose MPTCP carries the MPTCP flows, at both ends.
     #[arg(long, value_enum, default_value = "mptun")]
     stack: LabStack,
+    /// Whose TCP carries the TCP flows, at both ends (mptun: plain TCP over its TUN devices).
+    #[arg(long, value_enum, default_value = "kernel")]
+    tcp_stack: LabStack,
     /// The TCP flows' controller (the kernel's: cubic, bbr, reno, ...); default each flow's `cc`.
     #[arg(long, value_name = "NAME")]
     tcp_cc: Option<String>,
@@ -63,6 +66,10 @@ pub(crate) struct RunArgs {
     /// Seed of the simulator's run (the lab's own randomness is linkem's, seeded per path).
     #[arg(long)]
     seed: Option<u64>,
+    /// Every link's buffer, in BDPs of its round trip (the file's `queue` otherwise), in the lab
+    /// and in the simulator's run beside it.
+    #[arg(long, value_name = "BDP")]
+    queue_bdp: Option<f64>,
     /// Run this long instead of the file's duration (the measurement then starts at half of it,
     /// unless the file's `measure_from` still falls inside).
     #[arg(long, value_parser = parse_duration)]
@@ -85,8 +92,9 @@ const KERNEL_PACING_CAP: u64 = 1_250_000_000;
 /// How one flow of the file is carried.
 #[derive(Clone, Debug, PartialEq)]
 enum Carrier {
-    /// mptun at both ends: server TUN `10.8.f.2`, client TUNs `10.9.k.2` (one per address).
-    Mptun { f: u8, ks: Vec<u8> },
+    /// mptun at both ends: server TUN `10.8.f.2`, client TUNs `10.9.k.2`
+    /// (one per address); plain TCP when `tcp` (a TCP flow on mptun's stack).
+    Mptun { f: u8, ks: Vec<u8>, tcp: bool },
     /// The kernel's MPTCP at both ends.
     KernelMptcp,
     /// The kernel's TCP at both ends.
@@ -138,7 +146,7 @@ fn linkem_spec(l: &mptun_sim::scenarios::bottleneck::Bottleneck) -> String {
     s
 }
 
-fn plan(spec: &Spec, stack: LabStack, tcp_cc: Option<&str>) -> Result<Plan> {
+fn plan(spec: &Spec, stack: LabStack, tcp_stack: LabStack, tcp_cc: Option<&str>) -> Result<Plan> {
     if spec.links.is_empty() || spec.links.len() > 8 {
         bail!("the lab builds 1 to 8 links; the file has {}", spec.links.len());
     }
@@ -167,21 +175,36 @@ fn plan(spec: &Spec, stack: LabStack, tcp_cc: Option<&str>) -> Result<Plan> {
         if end <= f.start {
             bail!("flow {i}: it stops before it starts");
         }
+        let on_mptun = match f.kind {
+            FlowKind::Mptcp => stack == LabStack::Mptun,
+            FlowKind::Tcp => tcp_stack == LabStack::Mptun,
+            FlowKind::Unresponsive { .. } => false,
+        };
         let (carrier, cc) = match (&f.kind, stack) {
-            (FlowKind::Mptcp, LabStack::Mptun) => {
+            (FlowKind::Mptcp | FlowKind::Tcp, _) if on_mptun => {
+                let tcp = f.kind == FlowKind::Tcp;
+                let cc = match (tcp, tcp_cc) {
+                    (true, Some(name)) => name.parse::<Algorithm>().map_err(|e| anyhow!("--tcp-cc: {e}"))?.name(),
+                    _ => f.cc.name(),
+                };
                 let ks: Vec<u8> = (0..paths.len() as u8).map(|j| next_k + j).collect();
                 next_k += paths.len() as u8;
                 client_nets.extend(ks.iter().copied().zip(paths.iter().copied()));
                 server_nets.push((next_f, paths[0]));
                 next_f += 1;
-                (Carrier::Mptun { f: next_f - 1, ks }, f.cc.name().to_string())
+                (Carrier::Mptun { f: next_f - 1, ks, tcp }, cc.to_string())
             }
-            (FlowKind::Mptcp, LabStack::Kernel) => {
+            (FlowKind::Mptcp, _) => {
                 kernel_mptcp += 1;
                 if paths[0] != 1 {
                     bail!("flow {i}: the kernel's MPTCP flow must leave from an address routed over the first link");
                 }
-                let cc = if matches!(f.cc, Algorithm::Reno) { "reno" } else { "cubic" };
+                // Uncoupled: the kernel has reno, cubic and bbr; a coupled name becomes cubic.
+                let cc = match f.cc {
+                    Algorithm::Reno => "reno",
+                    Algorithm::Bbr => "bbr",
+                    _ => "cubic",
+                };
                 (Carrier::KernelMptcp, cc.to_string())
             }
             (FlowKind::Tcp, _) => (Carrier::KernelTcp, tcp_cc.map_or_else(|| f.cc.name().to_string(), String::from)),
@@ -220,18 +243,21 @@ fn paced_by_kernel(f: &LabFlow, kernel_pacing: bool) -> bool {
 fn peer_args(f: &LabFlow, pacer: Option<mptun::PacerKind>, kernel_pacing: bool) -> (Vec<String>, Vec<String>) {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
     let mut srv = s(&["lab", "peer", "--trace", "--sample-ms", "100"]);
-    let mut cli = s(&["lab", "peer", "--sample-ms", "100", "--send-for"]);
+    let mut cli = s(&["lab", "peer", "--trace", "--sample-ms", "100", "--send-for"]);
     cli.push(format!("{:.3}", f.send_for));
     if paced_by_kernel(f, kernel_pacing) {
         cli.extend(["--max-pacing-rate".into(), KERNEL_PACING_CAP.to_string()]);
     }
     match &f.carrier {
-        Carrier::Mptun { f: n, ks } => {
+        Carrier::Mptun { f: n, ks, tcp } => {
             let sched = f.scheduler.unwrap_or_default().to_string();
             srv.extend(s(&["--stack", "mptun", "--cc", &f.cc, "--scheduler", &sched, "--path"]));
             srv.push(format!("dev=mlrs{n},addr=10.8.{n}.2/24,peer=10.8.{n}.1"));
             srv.extend(["--listen".into(), format!("10.8.{n}.2:{}", f.port)]);
             cli.extend(s(&["--stack", "mptun", "--cc", &f.cc, "--scheduler", &sched]));
+            if *tcp {
+                cli.push("--no-mptcp".into());
+            }
             if let Some(p) = pacer {
                 cli.extend(["--pacer".into(), p.to_string()]);
             }
@@ -289,6 +315,55 @@ struct FlowRow {
     share_delta: f64,
     bytes: u64,
     sha256_match: bool,
+    /// The sender's first subflow over the measurement window, medians of
+    /// its 100 ms samples: what BBR's model and pacing made of the path.
+    sender: Option<SenderMedians>,
+}
+
+/// Medians of a sender's samples (see [`sender_medians`]).
+#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
+struct SenderMedians {
+    samples: usize,
+    cwnd: f64,
+    srtt_ms: f64,
+    /// Payload bit/s; `None` when unpaced.
+    pacing_rate_bps: Option<f64>,
+    /// BBR's bandwidth estimate, bit/s, and min RTT, ms (`ss -ti`'s
+    /// `bbr:(bw:…,mrtt:…)` for the kernel's TCP).
+    bbr_bw_bps: Option<f64>,
+    bbr_min_rtt_ms: Option<f64>,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+}
+
+/// The medians of the first subflow's samples taken from `from` to `to`
+/// seconds of the flow's life.
+fn sender_medians(series: &[(f64, Vec<super::peer::SubflowPoint>)], from: f64, to: f64) -> Option<SenderMedians> {
+    let pts: Vec<&super::peer::SubflowPoint> =
+        series.iter().filter(|(t, _)| *t >= from && *t <= to).filter_map(|(_, v)| v.first()).collect();
+    if pts.is_empty() {
+        return None;
+    }
+    let paced: Vec<f64> = pts
+        .iter()
+        .filter(|p| p.pacing_rate != u64::MAX && p.pacing_rate > 0)
+        .map(|p| p.pacing_rate as f64 * 8.0)
+        .collect();
+    Some(SenderMedians {
+        samples: pts.len(),
+        cwnd: median(pts.iter().map(|p| p.cwnd as f64).collect())?,
+        srtt_ms: median(pts.iter().map(|p| p.srtt_us as f64 / 1000.0).collect())?,
+        pacing_rate_bps: if paced.len() * 2 > pts.len() { median(paced) } else { None },
+        bbr_bw_bps: median(pts.iter().filter_map(|p| p.bbr).map(|b| b.0 as f64 * 8.0).collect()),
+        bbr_min_rtt_ms: median(pts.iter().filter_map(|p| p.bbr).map(|b| f64::from(b.1) / 1000.0).collect()),
+    })
 }
 
 #[derive(Serialize)]
@@ -336,14 +411,14 @@ fn prepare(topo: &Topology, spec: &Spec, plan: &Plan) -> Result<()> {
 }
 
 pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
-    let mut spec = scenario_file::load(&a.file, Overrides { mptcp_cc: a.cc, seed: a.seed })?;
+    let mut spec = scenario_file::load(&a.file, Overrides { mptcp_cc: a.cc, seed: a.seed, queue_bdp: a.queue_bdp })?;
     if let Some(d) = a.duration {
         spec.duration = d;
         spec.measure_from = spec.measure_from.filter(|&m| m < d);
     }
-    let plan = plan(&spec, a.stack, a.tcp_cc.as_deref())?;
+    let plan = plan(&spec, a.stack, a.tcp_stack, a.tcp_cc.as_deref())?;
     let sim = scenario_file::run(&spec)?;
-    let what = format!("MPTCP flows on {}'s stack, TCP flows on the kernel's", a.stack.name());
+    let what = format!("MPTCP flows on {}'s stack, TCP flows on {}'s", a.stack.name(), a.tcp_stack.name());
     let topo = Topology::plan(&a.common)?.up_with(&plan.specs, &what, true)?;
     prepare(&topo, &spec, &plan)?;
     let mut servers: Vec<Proc> = Vec::new();
@@ -427,6 +502,10 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
             share_delta: g / total - s.share,
             bytes: sr.received,
             sha256_match: cr.intact_with(sr),
+            sender: {
+                let s = f.start.as_secs_f64();
+                sender_medians(&cr.subflow_series, (measure - s).max(0.0), (end - s).max(0.0))
+            },
         })
         .collect();
     let r = LabRunReport {
@@ -459,6 +538,21 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
                 if f.sha256_match { "match" } else { "MISMATCH" }
             );
         }
+        println!("  senders over the same window (medians of 100 ms samples, first subflow):");
+        println!("  flow  cwnd   srtt ms  pacing Mbit/s  bbr bw Mbit/s  bbr mrtt ms");
+        let opt = |v: Option<f64>, scale: f64| v.map_or("-".to_string(), |x| format!("{:.2}", x / scale));
+        for (i, f) in r.flows.iter().enumerate() {
+            if let Some(m) = &f.sender {
+                println!(
+                    "  {i:<4}  {:>5.0}  {:>7.1}  {:>13}  {:>13}  {:>11}",
+                    m.cwnd,
+                    m.srtt_ms,
+                    opt(m.pacing_rate_bps, 1e6),
+                    opt(m.bbr_bw_bps, 1e6),
+                    opt(m.bbr_min_rtt_ms, 1.0)
+                );
+            }
+        }
     })?;
     if let Some((i, _)) = r.flows.iter().enumerate().find(|(_, f)| !f.sha256_match) {
         return Ok(Verdict::Fail(anyhow!("flow {i}: integrity check failed")));
@@ -484,12 +578,12 @@ mod tests {
 
     #[test]
     fn the_shared_bottleneck_is_one_path_both_subflows_on_it() {
-        let p = plan(&spec(SHARED), LabStack::Mptun, None).unwrap();
+        let p = plan(&spec(SHARED), LabStack::Mptun, LabStack::Kernel, None).unwrap();
         assert_eq!(
             p.specs,
             ["rate=20000000bit,delay=20000us,limit=66,limit-scope=bottleneck,jitter=500us,jitter-mode=ordered"]
         );
-        assert_eq!(p.flows[0].carrier, Carrier::Mptun { f: 1, ks: vec![1, 2] });
+        assert_eq!(p.flows[0].carrier, Carrier::Mptun { f: 1, ks: vec![1, 2], tcp: false });
         assert_eq!(p.client_nets, [(1, 1), (2, 1)], "both TUN subnets through path 1");
         assert_eq!(p.server_nets, [(1, 1)]);
         assert_eq!((p.flows[1].carrier.clone(), p.flows[1].cc.as_str()), (Carrier::KernelTcp, "cubic"));
@@ -505,7 +599,7 @@ mod tests {
         assert!(!unpaced.contains(&"--max-pacing-rate".to_string()));
         assert!(tcp.contains(&"10.0.1.2:5601".to_string()) && tcp.contains(&"--no-mptcp".to_string()));
         // The kernel's MPTCP instead, and BBR for the TCP flow.
-        let k = plan(&spec(SHARED), LabStack::Kernel, Some("bbr")).unwrap();
+        let k = plan(&spec(SHARED), LabStack::Kernel, LabStack::Kernel, Some("bbr")).unwrap();
         assert_eq!((k.flows[0].carrier.clone(), k.flows[0].cc.as_str()), (Carrier::KernelMptcp, "cubic"));
         assert_eq!(k.flows[1].cc, "bbr");
         assert!(k.client_nets.is_empty());
@@ -513,13 +607,13 @@ mod tests {
 
     #[test]
     fn pooling_is_two_paths_codel_keeps_its_parameters_udp_is_refused() {
-        let p = plan(&spec(POOLING), LabStack::Mptun, None).unwrap();
+        let p = plan(&spec(POOLING), LabStack::Mptun, LabStack::Kernel, None).unwrap();
         assert_eq!(p.specs.len(), 2);
         assert_eq!(p.client_nets, [(1, 1), (2, 2)]);
         assert_eq!(p.flows.iter().filter(|f| f.carrier == Carrier::KernelTcp).count(), 2);
-        let c = plan(&spec(CODEL), LabStack::Mptun, None).unwrap();
+        let c = plan(&spec(CODEL), LabStack::Mptun, LabStack::Kernel, None).unwrap();
         assert!(c.specs[0].ends_with(",qdisc=codel,codel-target=5000us,codel-interval=100000us"), "{}", c.specs[0]);
-        let e = plan(&spec(CROSS), LabStack::Mptun, None).unwrap_err().to_string();
+        let e = plan(&spec(CROSS), LabStack::Mptun, LabStack::Kernel, None).unwrap_err().to_string();
         assert!(e.contains("udp"), "{e}");
     }
 

@@ -1,0 +1,122 @@
+//! `bbr`: BBR's experiments, each a network of one droptail bottleneck.
+//!
+//! * [`alone`]: one flow alone on a link (10 or 100 Mbit/s, 40 ms RTT, a
+//!   deep buffer of 10 BDP): the goodput it takes and the queue it keeps
+//!   standing, BBR against CUBIC. A loss-based flow fills any buffer; BBR
+//!   aims at one BDP in flight and so at an almost empty queue.
+//! * [`versus`]: one BBR flow against `n` CUBIC flows, buffers from half a
+//!   BDP to 16: the share each takes. Ware, Mukerjee, Seshan and Sherry
+//!   ("Modeling BBR's interactions with loss-based congestion control",
+//!   IMC 2019) found BBR's share set by the buffer size (its in-flight cap,
+//!   2 BDP, against a queue CUBIC keeps full) and not by how many CUBIC
+//!   flows it meets.
+//!
+//! Every flow is backlogged for the whole run; goodput is counted over its
+//! second half, past STARTUP (a BBR flow's PROBE_RTT falls inside it).
+
+use super::bottleneck::Bottleneck;
+use super::network::{self, Flow, FlowKind, LinkSpec, Report, Route, Spec};
+use mptun_cc::Algorithm;
+use mptun_proto::sched::Policy;
+use mptun_time::Duration;
+use std::net::IpAddr;
+
+/// The bottleneck of both experiments.
+#[derive(Clone, Copy, Debug)]
+pub struct Path {
+    /// Link rate, bit/s.
+    pub rate_bps: u64,
+    /// Round-trip propagation delay.
+    pub rtt: Duration,
+    /// Buffer in BDPs of 1500-byte packets.
+    pub buffer_bdp: f64,
+    /// Order-preserving delay jitter (breaks droptail's phase effects).
+    pub jitter: Duration,
+}
+
+impl Path {
+    /// A 40 ms path at `rate_bps` with a buffer of `buffer_bdp`.
+    pub fn new(rate_bps: u64, buffer_bdp: f64) -> Path {
+        Path { rate_bps, rtt: Duration::from_millis(40), buffer_bdp, jitter: Duration::from_micros(500) }
+    }
+
+    /// One BDP in 1500-byte packets.
+    pub fn bdp_packets(&self) -> f64 {
+        self.rate_bps as f64 / 8.0 * self.rtt.as_secs_f64() / 1500.0
+    }
+
+    fn bottleneck(&self) -> Bottleneck {
+        let queue = (self.bdp_packets() * self.buffer_bdp).round().max(2.0) as usize;
+        Bottleneck {
+            rate_bps: self.rate_bps,
+            rtt: self.rtt,
+            queue_packets: Some(queue),
+            jitter: self.jitter,
+            qdisc: Default::default(),
+        }
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("literal")
+}
+
+/// TCP flows with controllers `ccs` through `path`, for `duration`.
+pub fn spec(name: &str, path: &Path, ccs: &[Algorithm], duration: Duration, seed: u64) -> Spec {
+    let (a, b) = (ip("10.0.1.1"), ip("10.0.1.2"));
+    let flows = ccs
+        .iter()
+        .map(|&cc| Flow {
+            kind: FlowKind::Tcp,
+            from: vec![a],
+            to: b,
+            cc,
+            policy: Policy::Default,
+            start: Duration::ZERO,
+            stop: None,
+        })
+        .collect();
+    Spec {
+        name: name.into(),
+        links: vec![LinkSpec { name: "bottleneck".into(), link: path.bottleneck() }],
+        routes: vec![Route { a, b, links: vec!["bottleneck".into()] }],
+        flows,
+        duration,
+        measure_from: None,
+        seed,
+    }
+}
+
+/// One flow with controller `cc` alone on `path`.
+pub fn alone(path: &Path, cc: Algorithm, duration: Duration, seed: u64) -> Report {
+    network::run(&spec("bbr-alone", path, &[cc], duration, seed)).expect("a well-formed network")
+}
+
+/// One BBR flow (the first of the report) against `n_cubic` CUBIC flows.
+pub fn versus(path: &Path, n_cubic: usize, duration: Duration, seed: u64) -> Report {
+    let mut ccs = vec![Algorithm::Bbr];
+    ccs.extend(std::iter::repeat_n(Algorithm::Cubic, n_cubic));
+    network::run(&spec("bbr-versus-cubic", path, &ccs, duration, seed)).expect("a well-formed network")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// BBR alone on a deep buffer fills the link and keeps the queue short;
+    /// CUBIC fills the link and the buffer.
+    #[test]
+    fn bbr_fills_a_10_mbit_link_with_a_short_queue_where_cubic_fills_the_buffer() {
+        let path = Path::new(10_000_000, 10.0);
+        let d = Duration::from_secs(30);
+        let bbr = alone(&path, Algorithm::Bbr, d, 1);
+        let cubic = alone(&path, Algorithm::Cubic, d, 1);
+        let (lb, lc) = (&bbr.links[0], &cubic.links[0]);
+        assert!(lb.utilisation > 0.95, "BBR used {:.3} of the link", lb.utilisation);
+        assert!(lc.utilisation > 0.95, "CUBIC used {:.3}", lc.utilisation);
+        // 10 BDP is 400 ms of queue: CUBIC keeps it mostly full, BBR
+        // under one BDP (its in-flight cap is 2 BDP).
+        assert!(lc.queue_delay_p50_ms > 150.0, "CUBIC's median queue {} ms", lc.queue_delay_p50_ms);
+        assert!(lb.queue_delay_p50_ms < 40.0, "BBR's median queue {} ms", lb.queue_delay_p50_ms);
+    }
+}
