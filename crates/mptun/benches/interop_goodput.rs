@@ -14,7 +14,9 @@
 //! (run only the runs whose name contains it, e.g. `mptun TCP`, for a
 //! profile of one; the others report 0), `MPTUN_BENCH_CC` (the kernel's
 //! congestion control on every kernel socket of the bench, e.g. `cubic`;
-//! default: the host's `net.ipv4.tcp_congestion_control`, printed),
+//! default: the host's `net.ipv4.tcp_congestion_control`, printed; mptun
+//! runs the same one when it has it, reno, cubic or bbr, else CUBIC),
+//! `MPTUN_BENCH_MPTUN_CC` (mptun's controller instead),
 //! `MPTUN_BENCH_WRITER` (`0`: mptun without writer threads, `1`: with,
 //! `ab`: both, as separate interleaved runs; default: the stack's default),
 //! `MPTUN_BENCH_ZC` (the same for `StackBuilder::zero_copy_send`; `ab`
@@ -100,6 +102,16 @@ fn kernel_cc() -> &'static str {
                 .unwrap_or_else(|_| "cubic".into())
         })
     })
+}
+
+/// mptun's controller: `MPTUN_BENCH_MPTUN_CC`, else the kernel's when mptun
+/// has it (so BBR meets BBR), else CUBIC.
+fn mptun_cc() -> mptun_cc::Algorithm {
+    let name = std::env::var("MPTUN_BENCH_MPTUN_CC").unwrap_or_else(|_| kernel_cc().to_string());
+    match name.parse::<mptun_cc::Algorithm>() {
+        Ok(a) if !a.is_coupled() || std::env::var("MPTUN_BENCH_MPTUN_CC").is_ok() => a,
+        _ => mptun_cc::Algorithm::Cubic,
+    }
 }
 
 /// Sets [`kernel_cc`] on a kernel socket (a listener's accepted sockets
@@ -302,6 +314,7 @@ async fn mptun_run(
     }
     let stack = b.build()?;
     let mut opts = stack.stream_options().mptcp(mptcp);
+    opts.config_mut().tcp.congestion_control = mptun_cc();
     if std::env::var("MPTUN_BENCH_NOPACE").is_ok() {
         opts.config_mut().tcp.pacer = mptun_cc::PacerKind::None;
     }
@@ -458,9 +471,10 @@ fn main() {
         Topo::up(&prefix, &["--paths", "2", "--octet", &OCTET.to_string(), "--kernel-mptcp"]).expect("topo.sh up");
     let buf = Arc::new(mptun::pattern::Pattern::bytes(0x1234_5678_9abc_def1, CHUNK));
     println!(
-        "interop_goodput: {mib} MiB per direction, 2 unconstrained veth paths (topo.sh --kernel-mptcp), kernel congestion control {} ({})",
+        "interop_goodput: {mib} MiB per direction, 2 unconstrained veth paths (topo.sh --kernel-mptcp), kernel congestion control {} ({}), mptun's {}",
         kernel_cc(),
-        if std::env::var("MPTUN_BENCH_CC").is_ok() { "MPTUN_BENCH_CC" } else { "the host's default" }
+        if std::env::var("MPTUN_BENCH_CC").is_ok() { "MPTUN_BENCH_CC" } else { "the host's default" },
+        mptun_cc()
     );
     let rounds: usize = std::env::var("MPTUN_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1);
     // The A/B knobs: `Some(false)` for the base rows when `ab`.

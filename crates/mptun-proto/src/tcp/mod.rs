@@ -540,6 +540,7 @@ impl Subflow {
             delivered: self.scoreboard.rate().delivered(),
             lost: self.scoreboard.rate().lost(),
             bbr: self.cc.bbr_info(),
+            cc: self.cc.name(),
         }
     }
 

@@ -235,6 +235,8 @@ pub struct TcpInfo {
     pub lost: u64,
     /// BBR's model when the controller is BBR (`ss -ti`'s `bbr:(...)`).
     pub bbr: Option<mptun_cc::BbrInfo>,
+    /// The controller's name (`tcpi_ca_name` as `ss -ti` prints it: `cubic`, `bbr`...).
+    pub cc: &'static str,
 }
 
 /// What a subflow made of one incoming segment

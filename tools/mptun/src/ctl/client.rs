@@ -296,18 +296,34 @@ pub(crate) fn run_ss(a: SsArgs) -> Result<()> {
         for s in &subs {
             let srtt = s["srtt_us"].as_f64().unwrap_or(0.0) / 1000.0;
             let rttvar = s["rttvar_us"].as_f64().unwrap_or(0.0) / 1000.0;
+            // ss -ti's `bbr:(bw:…bps,mrtt:…,pacing_gain:…,cwnd_gain:…)`, mptun's mode added.
+            let bbr = match &s["bbr"] {
+                Value::Object(b) => format!(
+                    " bbr:(bw:{}bps,mrtt:{:.3},pacing_gain:{},cwnd_gain:{},mode:{})",
+                    b["bw"].as_u64().unwrap_or(0) * 8,
+                    b["min_rtt_us"].as_f64().unwrap_or(0.0) / 1000.0,
+                    b["pacing_gain"],
+                    b["cwnd_gain"],
+                    b["mode"].as_str().unwrap_or("?"),
+                ),
+                _ => String::new(),
+            };
+            let app_limited = if s["delivery_rate_app_limited"] == true { " app_limited" } else { "" };
             println!(
-                "\t subflow {} -> {} {} loc-id:{} rem-id:{} backup:{} cwnd:{} ssthresh:{} mss:{} rtt:{srtt:.3}/{rttvar:.3} pacing_rate:{}bps bytes_sent:{} bytes_acked:{} bytes_received:{} bytes_retrans:{}",
+                "\t subflow {} -> {} {} loc-id:{} rem-id:{} backup:{} {}{bbr} cwnd:{} ssthresh:{} mss:{} rtt:{srtt:.3}/{rttvar:.3} pacing_rate:{}bps delivery_rate:{}bps{app_limited} delivered:{} bytes_sent:{} bytes_acked:{} bytes_received:{} bytes_retrans:{}",
                 text(s, "local"),
                 text(s, "remote"),
                 text(s, "state"),
                 text(s, "loc_id"),
                 text(s, "rem_id"),
                 (s["backup"] == true) as u8,
+                text(s, "cc"),
                 text(s, "cwnd"),
                 text(s, "ssthresh"),
                 text(s, "mss"),
                 s["pacing_rate"].as_u64().unwrap_or(0) * 8,
+                s["delivery_rate"].as_u64().unwrap_or(0) * 8,
+                text(s, "delivered"),
                 text(s, "bytes_sent"),
                 text(s, "bytes_acked"),
                 text(s, "bytes_received"),

@@ -417,6 +417,10 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
         spec.measure_from = spec.measure_from.filter(|&m| m < d);
     }
     let plan = plan(&spec, a.stack, a.tcp_stack, a.tcp_cc.as_deref())?;
+    // The simulator's run beside it takes --tcp-cc too where mptun has it.
+    if let Some(alg) = a.tcp_cc.as_deref().and_then(|n| n.parse::<Algorithm>().ok()) {
+        spec.flows.iter_mut().filter(|f| f.kind == FlowKind::Tcp).for_each(|f| f.cc = alg);
+    }
     let sim = scenario_file::run(&spec)?;
     let what = format!("MPTCP flows on {}'s stack, TCP flows on {}'s", a.stack.name(), a.tcp_stack.name());
     let topo = Topology::plan(&a.common)?.up_with(&plan.specs, &what, true)?;
