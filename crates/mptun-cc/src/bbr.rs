@@ -438,14 +438,14 @@ impl Bbr {
         if now_state == CaState::Recovery && prev != CaState::Recovery {
             self.packet_conservation = true;
             self.next_rtt_delivered = self.delivery.delivered();
-            cwnd = ctx.in_flight + acked;
+            cwnd = ctx.in_flight.saturating_add(acked);
         } else if ca_rank(prev) >= ca_rank(CaState::Recovery) && ca_rank(now_state) < ca_rank(CaState::Recovery) {
             cwnd = cwnd.max(self.prior_cwnd);
             self.packet_conservation = false;
         }
         self.prev_ca_state = now_state;
         if self.packet_conservation {
-            return (true, cwnd.max(ctx.in_flight + acked));
+            return (true, cwnd.max(ctx.in_flight.saturating_add(acked)));
         }
         (false, cwnd)
     }
@@ -577,8 +577,8 @@ impl Bbr {
         if rs.losses == 0 {
             return;
         }
-        let lost = self.delivery.lost() - self.lt_last_lost;
-        let delivered = self.delivery.delivered() - self.lt_last_delivered;
+        let lost = self.delivery.lost().saturating_sub(self.lt_last_lost);
+        let delivered = self.delivery.delivered().saturating_sub(self.lt_last_delivered);
         if delivered == 0 || (lost << BBR_SCALE) < u64::from(BBR_LT_LOSS_THRESH) * delivered {
             return;
         }
@@ -591,7 +591,7 @@ impl Bbr {
             self.reset_lt_bw_sampling();
             return;
         }
-        let bw = delivered * BW_UNIT / (t as u64 * 1000);
+        let bw = u64::try_from(u128::from(delivered) * u128::from(BW_UNIT) / (t as u128 * 1000)).unwrap_or(u64::MAX);
         self.lt_bw_interval_done(bw);
     }
 
@@ -608,7 +608,8 @@ impl Bbr {
             self.packet_conservation = false;
         }
         self.lt_bw_sampling(rs);
-        let bw = rs.delivered as u64 * BW_UNIT / rs.interval_us as u64;
+        let bw = u64::try_from(u128::from(rs.delivered as u64) * u128::from(BW_UNIT) / rs.interval_us as u128)
+            .unwrap_or(u64::MAX);
         if !rs.is_app_limited || bw >= self.max_bw() {
             self.bw.update(BBR_BW_RTTS, self.rtt_cnt, bw);
         }
@@ -634,13 +635,13 @@ impl Bbr {
         };
         let mut expected = (u128::from(self.bw()) * u128::from(epoch_us) / u128::from(BW_UNIT)) as u64;
         if u64::from(self.ack_epoch_acked) <= expected
-            || self.ack_epoch_acked + rs.acked_sacked >= BBR_ACK_EPOCH_ACKED_RESET_THRESH
+            || self.ack_epoch_acked.saturating_add(rs.acked_sacked) >= BBR_ACK_EPOCH_ACKED_RESET_THRESH
         {
             self.ack_epoch_acked = 0;
             self.ack_epoch_mstamp = delivered_mstamp;
             expected = 0;
         }
-        self.ack_epoch_acked = (self.ack_epoch_acked + rs.acked_sacked).min(0xFFFFF);
+        self.ack_epoch_acked = self.ack_epoch_acked.saturating_add(rs.acked_sacked).min(0xFFFFF);
         let extra = (u64::from(self.ack_epoch_acked) - expected.min(u64::from(self.ack_epoch_acked))) as u32;
         let extra = extra.min(cwnd);
         let slot = &mut self.extra_acked[self.extra_acked_win_idx];
@@ -692,7 +693,9 @@ impl Bbr {
     /// `bbr_update_min_rtt`, and PROBE_RTT's entry and exit.
     fn update_min_rtt(&mut self, state: &mut CcState, rs: &RateSample, ctx: &AckContext, now: Instant) {
         let filter_expired = now > self.min_rtt_stamp + BBR_MIN_RTT_WIN;
-        if rs.rtt_us >= 0 && (rs.rtt_us <= i64::from(self.min_rtt_us) || (filter_expired && !rs.is_ack_delayed)) {
+        // Strictly lower (Linux since 5.10): an equal sample does not put
+        // PROBE_RTT off, or a path with a steady RTT would never drain.
+        if rs.rtt_us >= 0 && (rs.rtt_us < i64::from(self.min_rtt_us) || (filter_expired && !rs.is_ack_delayed)) {
             self.min_rtt_us = u32::try_from(rs.rtt_us).unwrap_or(u32::MAX);
             self.min_rtt_stamp = now;
         }
@@ -737,7 +740,8 @@ impl Bbr {
     }
 
     fn note_context(&mut self, ctx: &AckContext) {
-        self.mss = ctx.mss;
+        // A zero MSS would make a zero pacing rate: a sender stalled for good.
+        self.mss = ctx.mss.max(1);
         self.max_pacing_rate = ctx.max_pacing_rate;
     }
 
@@ -853,24 +857,6 @@ impl CongestionControl for Bbr {
         let bw = self.bw();
         self.set_pacing_rate(bw, self.pacing_gain, state.cwnd, ctx.srtt);
         self.set_cwnd(state, rs, rs.acked_sacked, bw, self.cwnd_gain, ctx);
-        if std::env::var_os("BBR_DEBUG").is_some() && self.round_start {
-            eprintln!(
-                "{:.3} mode {:?} idx {} bw {:.0} pps min_rtt {} rs {} {} {} al {} cwnd {} infl {} pr {} ea {}",
-                now.as_secs_f64(),
-                self.mode,
-                self.cycle_idx,
-                self.bw() as f64 * 1e6 / BW_UNIT as f64,
-                self.min_rtt_us,
-                rs.delivered,
-                rs.interval_us,
-                rs.rtt_us,
-                rs.is_app_limited,
-                state.cwnd,
-                ctx.in_flight,
-                self.pacing_rate,
-                self.extra_acked_max()
-            );
-        }
         if let Some(in_flight) = self.mark_app_limited.take() {
             rate.set_app_limited(in_flight);
             self.delivery = *rate;
@@ -879,7 +865,11 @@ impl CongestionControl for Bbr {
     }
 
     fn pacing_rate(&self) -> Option<u64> {
-        Some(self.pacing_rate)
+        Some(self.pacing_rate.max(1))
+    }
+
+    fn has_cong_control(&self) -> bool {
+        true
     }
 
     fn min_tso_segs(&self) -> Option<u32> {
@@ -1159,6 +1149,26 @@ mod tests {
         assert_eq!(f.bbr.mode(), BbrMode::ProbeBw);
         assert!(f.st.cwnd >= cwnd_before.min(f.bbr.inflight(f.bbr.bw(), BBR_CWND_GAIN)), "{}", f.st.cwnd);
         assert_eq!(f.bbr.min_rtt_stamp, f.now);
+    }
+
+    /// An RTT sample equal to the minimum does not put PROBE_RTT off (Linux
+    /// since 5.10 refreshes the filter only on a strictly lower one): a path
+    /// with a steady RTT still drains every 10 s.
+    #[test]
+    fn an_equal_rtt_does_not_postpone_probe_rtt() {
+        let mut f = into_probe_bw(11);
+        let start = f.bbr.min_rtt_stamp;
+        while f.now + Duration::from_millis(100) <= start + BBR_MIN_RTT_WIN {
+            f.round_with(8000, Duration::from_millis(100), 100, false, 0);
+        }
+        assert_eq!(f.bbr.min_rtt_stamp, start, "equal samples leave the stamp alone");
+        f.round_with(8000, Duration::from_millis(100), 100, false, 0);
+        assert_eq!(f.bbr.mode(), BbrMode::ProbeRtt);
+        // A strictly lower sample does refresh it.
+        let mut g = into_probe_bw(11);
+        g.round_with(8000, Duration::from_millis(100), 99, false, 0);
+        assert_eq!(g.bbr.min_rtt_stamp, g.now);
+        assert_eq!(g.bbr.min_rtt_us(), 99_000);
     }
 
     /// An app-limited sample lower than the filter's maximum is kept out of

@@ -285,6 +285,14 @@ pub trait CongestionControl: Send + core::fmt::Debug {
     ) -> bool {
         false
     }
+    /// Whether the controller has a `cong_control` of its own (Linux tests
+    /// `icsk_ca_ops->cong_control`): the subflow then leaves the window to
+    /// it at the end of a recovery too (`tcp_end_cwnd_reduction` returns
+    /// early, no `CompleteCwr`), and signals a transmission start from idle
+    /// whatever the first burst's size.
+    fn has_cong_control(&self) -> bool {
+        false
+    }
     /// The subflow's delivery state changed outside an ACK (a transmission
     /// from idle, an RTO): what a rate-based controller reads there.
     fn observe_delivery(&mut self, _delivery: &rate::DeliveryRate) {}
@@ -381,6 +389,9 @@ impl<C: CongestionControl + ?Sized> CongestionControl for Box<C> {
     }
     fn observe_delivery(&mut self, delivery: &rate::DeliveryRate) {
         (**self).observe_delivery(delivery)
+    }
+    fn has_cong_control(&self) -> bool {
+        (**self).has_cong_control()
     }
     fn pacing_rate(&self) -> Option<u64> {
         (**self).pacing_rate()

@@ -238,7 +238,7 @@ impl DeliveryRate {
             rs.interval_us = -1;
             return;
         };
-        rs.delivered = (self.delivered - rs.prior_delivered) as i64;
+        rs.delivered = i64::try_from(self.delivered.saturating_sub(rs.prior_delivered)).unwrap_or(i64::MAX);
         let snd_us = rs.interval_us.max(0) as u64;
         let ack_us = micros(now - prior);
         rs.interval_us = snd_us.max(ack_us) as i64;
@@ -322,28 +322,26 @@ mod tests {
         assert!(!rs[0].is_valid());
     }
 
-    /// With ACK compression the send phase is the longer: 4 segments sent
-    /// over 40 ms, all ACKed at one instant, give 4 packets in 40 ms, not
-    /// in the ACK phase's (shorter) time.
+    /// With ACK compression the ACK phase is the shorter, and the send
+    /// phase bounds the sample. A first packet (sent at 0) is delivered at
+    /// 100 ms; four more, sent 100 to 130 ms while it was in flight, are all
+    /// acknowledged at 135 ms. Their ACK phase is 35 ms (from the last
+    /// delivery); their send phase runs from the send of the packet whose
+    /// delivery opened the window (0) to the newest's send (130 ms). The
+    /// sample is 4 packets over 130 ms, not over the compressed 35.
     #[test]
     fn ack_compression_falls_back_on_the_send_phase() {
         let mut d = DeliveryRate::default();
-        d.on_sent(0, ms(0));
-        // A first delivery starts the ACK clock at 100 ms.
         let mut first = d.on_sent(0, ms(0));
         let mut rs = RateSample::new(1);
         d.on_delivered(&mut first, 1000, false, false, &mut rs);
         d.generate(ms(100), 1, 0, false, None, &mut rs);
         let mut tx: Vec<TxRate> = (0..4).map(|i| d.on_sent(1 + i, ms(100 + 10 * u64::from(i)))).collect();
-        tx.iter_mut().for_each(|_| ());
         let mut rs = RateSample::new(4);
         for (i, t) in tx.iter_mut().enumerate() {
             d.on_delivered(t, 2000 + i as u32 * 1000, false, false, &mut rs);
         }
         d.generate(ms(135), 4, 0, false, None, &mut rs);
-        // The newest segment (sent at 130 ms) set the sample: send phase
-        // 130 - 0 (its first_tx: the flow was never idle since 0) = 130 ms,
-        // ACK phase 135 - 100 = 35 ms.
         assert_eq!(rs.prior_delivered, 1);
         assert_eq!(
             (rs.delivered, rs.snd_interval_us, rs.rcv_interval_us, rs.interval_us),
@@ -393,8 +391,9 @@ mod tests {
         assert!(!d.is_app_limited());
     }
 
-    /// A SACKed segment gives its sample once: the cumulative ACK that later
-    /// covers it counts nothing more and samples nothing.
+    /// A SACKed segment gives up its snapshot: whoever tracks its marks (the
+    /// scoreboard, which delivers a SACKed segment only once) cannot take a
+    /// second sample from it. Reneging invalidates a sample.
     #[test]
     fn a_sacked_segment_is_sampled_once() {
         let mut d = DeliveryRate::default();
@@ -410,6 +409,10 @@ mod tests {
         assert_eq!(rs.prior_mstamp, Some(ms(0)));
         d.generate(ms(101), 1, 0, false, None, &mut rs);
         assert_eq!(d.delivered(), 2);
+        // The SACKed segment's snapshot is spent: offered again, it sets no sample.
+        let mut again = RateSample::new(0);
+        d.on_delivered(&mut b, 2000, false, false, &mut again);
+        assert_eq!((again.prior_mstamp, again.prior_delivered), (None, 0));
         // Reneging invalidates the sample.
         let mut c = d.on_sent(0, ms(200));
         let mut rs = RateSample::new(1);

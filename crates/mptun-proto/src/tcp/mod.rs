@@ -567,8 +567,12 @@ impl Subflow {
     }
 
     /// Linux `tcp_rate_check_app_limited`, called where the application
-    /// writes: little left to send and room in the window means the
-    /// delivery-rate samples to come describe the application, not the path.
+    /// writes ([`Subflow::send`], a plain TCP connection's writes): little
+    /// left to send and room in the window means the delivery-rate samples
+    /// to come describe the application, not the path. Not where the MPTCP
+    /// layer hands a subflow data (`send_bytes`): its scheduler hands data
+    /// exactly when the window has room, and Linux's MPTCP never marks a
+    /// subflow app-limited either.
     fn check_app_limited(&mut self) {
         let (unsent, mss, in_flight, cwnd) = (self.unsent_bytes() as u64, self.mss(0), self.in_flight(), self.ccs.cwnd);
         let (lost_out, retrans_out) = (self.scoreboard.lost_out(), self.scoreboard.retrans_out());
@@ -671,7 +675,6 @@ impl Subflow {
         if data.len() > self.send_space() {
             return Err(data);
         }
-        self.check_app_limited();
         self.send_buf.push(data);
         Ok(())
     }
@@ -683,7 +686,6 @@ impl Subflow {
         if data.len() > self.send_space() {
             return Err(data);
         }
-        self.check_app_limited();
         self.send_buf.push_joined(data);
         Ok(())
     }

@@ -344,6 +344,7 @@ impl Subflow {
         // PRR and every count in packets work as without TSO. Its pieces
         // share one delivery snapshot, taken as the first leaves.
         let rate = self.scoreboard.rate_on_sent(departure);
+        let was_idle = self.scoreboard.is_empty();
         let mut off = 0;
         loop {
             let piece = (len - off).min(segment_size);
@@ -361,8 +362,13 @@ impl Subflow {
         if self.ca_state == CaState::Recovery {
             self.scoreboard.prr_on_sent();
         }
-        if self.scoreboard.len() == 1 {
-            // First transmission after idle (Linux CA_EVENT_TX_START).
+        // First transmission after idle (Linux CA_EVENT_TX_START, sent when
+        // nothing is in flight). The historical test, one segment in flight
+        // after the send, misses an idle start that is a TSO burst; it stays
+        // for the loss-based controllers, whose runs it has shaped, and a
+        // controller with its own cong_control (BBR) gets Linux's rule.
+        let tx_start = if self.cc.has_cong_control() { was_idle } else { self.scoreboard.len() == 1 };
+        if tx_start {
             self.cc.observe_delivery(self.scoreboard.rate());
             self.cc.cwnd_event(&mut self.ccs, CaEvent::TxStart, now);
             if self.cc.pacing_rate().is_some() {

@@ -144,6 +144,10 @@ pub(super) struct Scoreboard {
     rs: RateSample,
     /// `rate.lost()` when that ACK's processing began.
     lost_at_ack: u64,
+    /// The receiver reneged on its SACKs in this loss episode (Linux
+    /// `is_sack_reneg`): rate samples are invalid until it ends, since the
+    /// reneged segments are delivered a second time.
+    reneged: bool,
 }
 
 impl Default for Scoreboard {
@@ -158,6 +162,7 @@ impl Default for Scoreboard {
             rate: DeliveryRate::default(),
             rs: RateSample::new(0),
             lost_at_ack: 0,
+            reneged: false,
         }
     }
 }
@@ -226,6 +231,11 @@ impl Scoreboard {
         self.rate.on_sent(packets_out, departure)
     }
 
+    /// The loss episode that reneged ended.
+    pub(super) fn clear_reneged(&mut self) {
+        self.reneged = false;
+    }
+
     /// Starts the rate sample of an ACK that found `prior_in_flight` in flight.
     pub(super) fn begin_ack(&mut self, prior_in_flight: u32) {
         self.rs = RateSample::new(prior_in_flight);
@@ -244,7 +254,7 @@ impl Scoreboard {
     ) -> RateSample {
         let lost = u32::try_from(self.rate.lost() - self.lost_at_ack).unwrap_or(u32::MAX);
         let mut rs = self.rs;
-        self.rate.generate(now, delivered, lost, reneged, min_rtt, &mut rs);
+        self.rate.generate(now, delivered, lost, reneged || self.reneged, min_rtt, &mut rs);
         rs.rtt_us = rtt.map_or(-1, |r| i64::try_from(r.as_micros()).unwrap_or(i64::MAX));
         rs
     }
@@ -300,10 +310,12 @@ impl Scoreboard {
     /// became lost.
     pub(super) fn mark_lost_larger_than(&mut self, mss: u32) -> u32 {
         let mut n = 0u32;
+        let mut again = 0u32;
         for s in self.segs.iter_mut().filter(|s| !s.sacked && s.len > mss) {
             if s.retrans {
                 s.retrans = false;
                 self.retrans_out -= 1;
+                again += u32::from(s.lost);
             }
             if !s.lost {
                 s.lost = true;
@@ -311,7 +323,7 @@ impl Scoreboard {
             }
         }
         self.lost_out += n;
-        self.rate.on_lost(n);
+        self.rate.on_lost(n + again);
         n
     }
 
@@ -529,8 +541,11 @@ impl Scoreboard {
                 continue;
             }
             if s.retrans {
+                // A retransmission lost again counts in `lost` too (Linux
+                // tcp_mark_skb_lost → tcp_notify_skb_loss_event).
                 s.retrans = false;
                 self.retrans_out -= 1;
+                self.rate.on_lost(1);
                 counters.tcp_ext_tcp_lost_retransmit += 1;
             } else {
                 s.lost = true;
@@ -601,13 +616,16 @@ impl Scoreboard {
         }
         self.lost_out = 0;
         self.retrans_out = 0;
+        self.reneged |= reneged;
         let mut newly = 0;
         for s in self.segs.iter_mut() {
-            s.retrans = false;
             if reneged {
                 s.sacked = false;
             }
-            newly += (!s.lost && !s.sacked) as u32;
+            // Newly lost, or a retransmission lost again: Linux counts both
+            // in `lost` (tcp_mark_skb_lost).
+            newly += u32::from(!s.sacked && (!s.lost || s.retrans));
+            s.retrans = false;
             s.lost = !s.sacked;
             self.lost_out += s.lost as u32;
         }
@@ -700,13 +718,20 @@ impl Subflow {
     /// while SACKed segments remain).
     pub(super) fn exit_recovery(&mut self, now: Instant) {
         self.scoreboard.on_recovery_exit();
-        if self.ccs.ssthresh < u32::MAX {
+        // A controller with its own cong_control (BBR) keeps its window:
+        // Linux's tcp_end_cwnd_reduction returns before touching it.
+        let own = self.cc.has_cong_control();
+        if self.ccs.ssthresh < u32::MAX && !own {
             self.ccs.cwnd = self.ccs.ssthresh.max(1);
         }
-        self.ccs.cwnd_cnt = 0;
+        if !own {
+            self.ccs.cwnd_cnt = 0;
+        }
         self.ca_state = if self.scoreboard.sacked_out() > 0 { CaState::Disorder } else { CaState::Open };
         self.cc.set_state(&mut self.ccs, CaState::Open, now);
-        self.cc.cwnd_event(&mut self.ccs, CaEvent::CompleteCwr, now);
+        if !own {
+            self.cc.cwnd_event(&mut self.ccs, CaEvent::CompleteCwr, now);
+        }
     }
 
     /// PRR's window for this ACK, applied to `cwnd`.
@@ -727,14 +752,17 @@ impl Subflow {
             self.cc.cwnd_event(&mut self.ccs, CaEvent::Loss, now);
         }
         self.ca_state = CaState::Loss;
+        // Everything is marked lost before the controller hears of the new
+        // state (Linux: tcp_timeout_mark_lost, then tcp_set_ca_state), so
+        // that BBR's policer sampling counts the RTO's losses.
+        if self.scoreboard.mark_all_lost() {
+            self.counters.tcp_ext_tcp_sack_reneging += 1;
+        }
         self.cc.observe_delivery(self.scoreboard.rate());
         self.cc.set_state(&mut self.ccs, CaState::Loss, now);
         self.ccs.cwnd = 1;
         self.ccs.cwnd_cnt = 0;
         self.high_seq = self.snd_nxt;
-        if self.scoreboard.mark_all_lost() {
-            self.counters.tcp_ext_tcp_sack_reneging += 1;
-        }
     }
 
     /// Loss detection after an ACK: RACK with SACK, the dupack threshold
@@ -783,6 +811,7 @@ impl Subflow {
             }
             CaState::Loss => {
                 if self.snd_una.ge(self.high_seq) {
+                    self.scoreboard.clear_reneged();
                     self.ca_state = CaState::Open;
                     self.cc.set_state(&mut self.ccs, CaState::Open, now);
                 }
