@@ -90,8 +90,10 @@ pub struct SubflowView {
     pub lost: u32,
     /// Retransmitted segments still in flight (`retrans_out`).
     pub retrans: u32,
-    /// Bytes acknowledged per second over the last interval of at least
-    /// one srtt; 0 before the first (see [`crate::tcp::TcpInfo::delivery_rate`]).
+    /// The subflow's delivery rate, bytes per second (Linux
+    /// `tcpi_delivery_rate` from `tcp_rate.c`'s samples: the last one not
+    /// app-limited, or the best app-limited); 0 before the first (see
+    /// [`crate::tcp::TcpInfo::delivery_rate`]).
     pub delivery_rate: u64,
     /// When the subflow last sent data (Linux `lsndtime`).
     pub last_send: Option<Instant>,
