@@ -42,6 +42,9 @@ enum Scenario {
     SharedBottleneck(SharedBottleneckArgs),
     /// Runs a scenario file: links, routes and flows in TOML (docs/scenarios/).
     Run(RunArgs),
+    /// A grid of parameters x seeds on every core: a scenario file, the penalise matrix or tcp-single;
+    /// one CSV row per run, mean/sd/95 % CI/min/max per point, a figure with error bars (docs/sweep.md).
+    Sweep(crate::sweep::SweepArgs),
     /// BBR's experiments: BBR and CUBIC alone on a 10-BDP buffer (goodput, standing queue), then one
     /// BBR flow against 1, 2, 4 CUBIC flows with buffers of 0.5 to 16 BDP (shares).
     Bbr(crate::cli_sim_bbr::BbrArgs),
@@ -237,6 +240,7 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
         Scenario::Penalise(a) => crate::cli_sim_mptcp::run_penalise(a),
         Scenario::SharedBottleneck(b) => run_shared_bottleneck(b),
         Scenario::Bbr(b) => crate::cli_sim_bbr::run(b),
+        Scenario::Sweep(s) => crate::sweep::run(s),
         Scenario::SchedCompare(s) => crate::cli_sched_compare::run(s),
         Scenario::Run(r) => {
             let o = crate::scenario_file::Overrides { mptcp_cc: r.cc, seed: r.seed, queue_bdp: r.queue_bdp };

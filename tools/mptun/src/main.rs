@@ -30,6 +30,7 @@ mod report;
 mod scenario_file;
 mod signals;
 mod stack;
+mod sweep;
 mod traces;
 mod units;
 

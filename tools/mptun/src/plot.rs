@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use std::path::Path;
 use std::sync::Once;
 
-fn register_font() -> Result<()> {
+pub(crate) fn register_font() -> Result<()> {
     static ONCE: Once = Once::new();
     let mut res = Ok(());
     ONCE.call_once(|| {
@@ -18,7 +18,7 @@ fn register_font() -> Result<()> {
     res
 }
 
-const COLOURS: [RGBColor; 4] =
+pub(crate) const COLOURS: [RGBColor; 4] =
     [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
 
 /// cwnd of every subflow over time, one panel per labelled run, with each

@@ -122,6 +122,17 @@ fn qdisc(l: &FileLink) -> Result<Qdisc> {
 
 pub(crate) fn parse(text: &str, name: &str, o: Overrides) -> Result<Spec> {
     let f: File = toml::from_str(text).map_err(|e| anyhow!("{e}"))?;
+    from_file(f, name, o)
+}
+
+/// A scenario from a file's document already parsed (and perhaps changed:
+/// `mptun sim sweep` sets its keys).
+pub(crate) fn parse_table(doc: toml::Table, name: &str, o: Overrides) -> Result<Spec> {
+    let f: File = toml::Value::Table(doc).try_into().map_err(|e| anyhow!("{e}"))?;
+    from_file(f, name, o)
+}
+
+fn from_file(f: File, name: &str, o: Overrides) -> Result<Spec> {
     let links = f
         .links
         .iter()

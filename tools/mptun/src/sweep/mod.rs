@@ -1,0 +1,438 @@
+//! `mptun sim sweep`: a grid of parameters × seeds, run on every core.
+//!
+//! A researcher runs a simulator hundreds of times per figure. The sweep
+//! takes a target (a scenario file, the `penalise` matrix, or `tcp-single`),
+//! axes (`--set KEY=V1,V2,...`) and seeds, runs every (point, seed) on a
+//! pool of threads (each run is a pure function of its point and seed, so
+//! the order they finish in changes nothing), and writes:
+//!
+//! * `DIR/runs.csv`: one row per run, the point's values, the seed, then
+//!   every figure of the run's report (its numbers, by JSON path);
+//! * `DIR/summary.csv`: per point and figure, n, mean, standard deviation,
+//!   the 95 % confidence interval of the mean (Student's t) and min/max;
+//! * with `--plot`, `DIR/sweep-FIGURE.svg`: a figure over one axis with its
+//!   confidence intervals as error bars, a line per value of the others.
+//!
+//! Rows are appended and flushed as runs finish; a sweep stopped (Ctrl-C)
+//! and started again with the same arguments skips the runs `runs.csv`
+//! already has. Progress goes to stderr.
+
+mod grid;
+mod plot;
+mod stats;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use mptun::{Algorithm, Policy};
+use mptun_sim::scenarios::{network, penalise, tcp_single};
+
+use crate::units::{parse_duration, parse_rate, parse_size};
+use grid::{Axis, Point};
+
+#[derive(Args)]
+pub(crate) struct SweepArgs {
+    /// A scenario file (docs/scenarios/); its keys are FIELD (`duration`) or
+    /// TABLE.NAME_OR_INDEX.FIELD (`link.bottleneck.rate`, `flow.1.cc`, `flow.*.cc`), plus `cc` (the
+    /// MPTCP flows') and `queue_bdp` (every link's buffer in BDPs).
+    #[arg(conflicts_with_all = ["penalise", "tcp_single"], required_unless_present_any = ["penalise", "tcp_single"])]
+    file: Option<PathBuf>,
+    /// The slow-subflow penalty matrix instead (`sim penalise`); keys: scenario (suite, unbounded,
+    /// rwnd, sndbuf, both), policy (default, penalise, penalise-guarded, mptcp-org...), factor, tso.
+    #[arg(long)]
+    penalise: bool,
+    /// `sim tcp-single` instead; keys: rate, delay, queue, loss, reorder, cc, size.
+    #[arg(long)]
+    tcp_single: bool,
+    /// An axis of the grid: KEY=V1,V2,... (repeat for more axes).
+    #[arg(long = "set", value_name = "KEY=V1,V2,...", value_parser = grid::parse_axis)]
+    axes: Vec<Axis>,
+    /// Seeds 1 to N at every point.
+    #[arg(long, default_value_t = 10)]
+    seeds: u64,
+    /// Runs at once (default: the cores this process may use).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Where runs.csv, summary.csv and the plots go.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Figures printed per point (mean ± 95 % CI) and plotted with --plot, by JSON path
+    /// (e.g. goodput_bps, flows.0.share, runtime_s).
+    #[arg(long = "figure", value_name = "PATH")]
+    figures: Vec<String>,
+    /// Draw each --figure over this axis, with error bars, into DIR/sweep-FIGURE.svg.
+    #[arg(long, value_name = "KEY")]
+    plot: Option<String>,
+}
+
+/// What a sweep runs.
+enum Target {
+    File { text: String, stem: String },
+    Penalise,
+    TcpSingle,
+}
+
+impl Target {
+    /// The report of one run at `point` with `seed`, as JSON.
+    fn run(&self, point: &Point, seed: u64) -> Result<serde_json::Value> {
+        let get = |k: &str| point.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        match self {
+            Target::File { text, stem } => {
+                let patched = grid::patch_file(text, point)?;
+                let o = crate::scenario_file::Overrides {
+                    mptcp_cc: get("cc").map(|c| c.parse::<Algorithm>().map_err(|e| anyhow!("cc: {e}"))).transpose()?,
+                    seed: Some(seed),
+                    queue_bdp: get("queue_bdp").map(|q| q.parse::<f64>().context("queue_bdp")).transpose()?,
+                };
+                let spec = crate::scenario_file::parse_table(patched, stem, o)?;
+                let r = network::run(&spec).map_err(|e| anyhow!("{e}"))?;
+                Ok(serde_json::to_value(r)?)
+            }
+            Target::Penalise => {
+                let mut p = penalise::Params {
+                    scenario: penalise::Scenario::Suite,
+                    policy: Policy::Default,
+                    seeds: 1,
+                    penalty: Default::default(),
+                    first_seed: seed,
+                    tso: false,
+                };
+                for (k, v) in point {
+                    match k.as_str() {
+                        "scenario" => p.scenario = v.parse().map_err(|e: String| anyhow!(e))?,
+                        "policy" => p.policy = v.parse().map_err(|e| anyhow!("policy: {e}"))?,
+                        "factor" => p.penalty.factor = v.parse().context("factor")?,
+                        "tso" => p.tso = v.parse().context("tso")?,
+                        other => bail!("penalise has no key {other} (scenario, policy, factor, tso)"),
+                    }
+                }
+                Ok(serde_json::to_value(penalise::run(&p))?)
+            }
+            Target::TcpSingle => {
+                let mut p = tcp_single::Params { cc: Algorithm::Cubic, seed, ..tcp_single::Params::default() };
+                for (k, v) in point {
+                    match k.as_str() {
+                        "rate" => p.rate_bps = parse_rate(v)?,
+                        "delay" => p.delay = parse_duration(v)?,
+                        "queue" => p.queue_packets = Some(v.parse().context("queue")?),
+                        "loss" => p.loss = crate::units::parse_ratio(v)?,
+                        "reorder" => p.reorder = crate::units::parse_ratio(v)?,
+                        "cc" => p.cc = v.parse().map_err(|e| anyhow!("cc: {e}"))?,
+                        "size" => p.size = parse_size(v)?,
+                        other => bail!("tcp-single has no key {other} (rate, delay, queue, loss, reorder, cc, size)"),
+                    }
+                }
+                Ok(serde_json::to_value(tcp_single::run(&p))?)
+            }
+        }
+    }
+}
+
+/// One run of the sweep.
+struct Job {
+    point: usize,
+    seed: u64,
+}
+
+/// The key of a row: the point's values and the seed.
+fn row_key(values: &[String], seed: u64) -> String {
+    format!("{}|{seed}", values.join("|"))
+}
+
+/// What `runs.csv` holds already: its header and the rows' keys.
+fn existing(path: &Path, keys: &[String]) -> Result<Option<(Vec<String>, BTreeSet<String>)>> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(None) };
+    let mut lines = text.lines();
+    let Some(head) = lines.next() else { return Ok(None) };
+    let header: Vec<String> = head.split(',').map(String::from).collect();
+    let want: Vec<&str> = keys.iter().map(String::as_str).chain(["seed"]).collect();
+    if header.len() < want.len() || header[..want.len()].iter().map(String::as_str).ne(want.iter().copied()) {
+        bail!("{}: its columns ({}) are another sweep's; use another --out", path.display(), head);
+    }
+    let k = keys.len();
+    let done = lines
+        .filter(|l| l.split(',').count() == header.len())
+        .map(|l| {
+            let f: Vec<String> = l.split(',').map(String::from).collect();
+            row_key(&f[..k], f[k].parse().unwrap_or(0))
+        })
+        .collect();
+    Ok(Some((header, done)))
+}
+
+pub(crate) fn run(a: SweepArgs) -> Result<()> {
+    let target = match &a.file {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("{}", f.display()))?;
+            let stem = f.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
+            Target::File { text, stem }
+        }
+        None if a.penalise => Target::Penalise,
+        None => Target::TcpSingle,
+    };
+    if a.seeds == 0 || a.seeds > 100_000 {
+        bail!("--seeds must be between 1 and 100000");
+    }
+    for ax in &a.axes {
+        if ax.values.iter().chain([&ax.key]).any(|v| v.contains('"') || v.contains('|')) {
+            bail!("--set {}: no quotes or | in keys and values", ax.key);
+        }
+    }
+    if let Some(x) = &a.plot {
+        if !a.axes.iter().any(|ax| &ax.key == x) {
+            bail!("--plot {x}: not an axis of the grid");
+        }
+        if a.figures.is_empty() {
+            bail!("--plot needs at least one --figure");
+        }
+    }
+    let points = grid::points(&a.axes)?;
+    let keys: Vec<String> = a.axes.iter().map(|x| x.key.clone()).collect();
+    // Every point checked once before any run (a bad value fails now, not an hour in).
+    for p in &points {
+        if let Target::File { text, stem } = &target {
+            let o = crate::scenario_file::Overrides { mptcp_cc: None, seed: None, queue_bdp: None };
+            crate::scenario_file::parse_table(grid::patch_file(text, p)?, stem, o).with_context(|| describe(p))?;
+        }
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
+    let runs_path = a.out.join("runs.csv");
+    let prior = existing(&runs_path, &keys)?;
+    let done = prior.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
+    let values: Vec<Vec<String>> = points.iter().map(|p| p.iter().map(|(_, v)| v.clone()).collect()).collect();
+    let jobs: Vec<Job> = (0..points.len())
+        .flat_map(|point| (1..=a.seeds).map(move |seed| Job { point, seed }))
+        .filter(|j| !done.contains(&row_key(&values[j.point], j.seed)))
+        .collect();
+    let total = points.len() as u64 * a.seeds;
+    let workers = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    eprintln!(
+        "sweep: {} point(s) x {} seed(s) = {total} runs, {} to do ({} in {}), {workers} at once",
+        points.len(),
+        a.seeds,
+        jobs.len(),
+        done.len(),
+        runs_path.display()
+    );
+    let mut header = prior.map(|(h, _)| h);
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&runs_path)
+        .with_context(|| format!("{}", runs_path.display()))?;
+    let started = std::time::Instant::now();
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel::<(usize, Result<serde_json::Value>, f64)>();
+    let mut failed = None;
+    std::thread::scope(|s| -> Result<()> {
+        for _ in 0..workers.min(jobs.len()) {
+            let (tx, next, jobs, points, target) = (tx.clone(), &next, &jobs, &points, &target);
+            s.spawn(move || loop {
+                if crate::signals::received().is_some() {
+                    return;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(j) = jobs.get(i) else { return };
+                let t = std::time::Instant::now();
+                let r = target.run(&points[j.point], j.seed);
+                if tx.send((i, r, t.elapsed().as_secs_f64())).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        let mut finished = done.len() as u64;
+        for (i, r, wall) in rx {
+            let j = &jobs[i];
+            let v = match r {
+                Ok(v) => v,
+                Err(e) => {
+                    failed.get_or_insert_with(|| anyhow!("{}, seed {}: {e:#}", describe(&points[j.point]), j.seed));
+                    continue;
+                }
+            };
+            let figs = stats::figures(&v);
+            let h = header.get_or_insert_with(|| {
+                let h: Vec<String> =
+                    keys.iter().cloned().chain(["seed".into()]).chain(figs.iter().map(|(n, _)| n.clone())).collect();
+                let _ = writeln!(file, "{}", h.join(","));
+                h
+            });
+            let by_name: BTreeMap<&str, f64> = figs.iter().map(|(n, x)| (n.as_str(), *x)).collect();
+            let cells: Vec<String> = h[keys.len() + 1..]
+                .iter()
+                .map(|n| by_name.get(n.as_str()).map_or(String::new(), |x| format!("{x}")))
+                .collect();
+            let row: Vec<String> = values[j.point].iter().cloned().chain([j.seed.to_string()]).chain(cells).collect();
+            writeln!(file, "{}", row.join(",")).context("runs.csv")?;
+            file.flush()?;
+            finished += 1;
+            // Progress must not end the sweep when stderr goes away (`| head`).
+            let _ = writeln!(
+                std::io::stderr(),
+                "[{finished}/{total}] {} seed {}: {wall:.2} s",
+                describe(&points[j.point]),
+                j.seed
+            );
+        }
+        Ok(())
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if crate::signals::received().is_some() {
+        eprintln!("sweep: interrupted; run the same command again to go on");
+        return Err(crate::signals::interrupted());
+    }
+    eprintln!("sweep: {} runs in {:.1} s", jobs.len(), started.elapsed().as_secs_f64());
+    let summary = summarise(&runs_path, &keys, &a.out.join("summary.csv"))?;
+    print_figures(&summary, &keys, &a.figures);
+    if let Some(x) = &a.plot {
+        for f in &a.figures {
+            let path = a.out.join(format!("sweep-{}.svg", f.replace(['.', '/'], "_")));
+            plot::figure_over(&path, &summary, &keys, x, f)?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn describe(p: &Point) -> String {
+    if p.is_empty() {
+        return "(no axis)".into();
+    }
+    p.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+/// Per point: figure name → its statistics.
+pub(crate) type Summary = Vec<(Vec<String>, BTreeMap<String, stats::Stat>)>;
+
+/// Reads every row of `runs` and writes the statistics per point to `out`.
+fn summarise(runs: &Path, keys: &[String], out: &Path) -> Result<Summary> {
+    let text = std::fs::read_to_string(runs).with_context(|| format!("{}", runs.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().map(|h| h.split(',').collect()).unwrap_or_default();
+    let k = keys.len();
+    let mut by_point: BTreeMap<Vec<String>, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+    let mut order: Vec<Vec<String>> = Vec::new();
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        if f.len() != header.len() {
+            continue;
+        }
+        let point: Vec<String> = f[..k].iter().map(|s| s.to_string()).collect();
+        if !by_point.contains_key(&point) {
+            order.push(point.clone());
+        }
+        let m = by_point.entry(point).or_default();
+        for (name, cell) in header[k + 1..].iter().zip(&f[k + 1..]) {
+            if let Ok(x) = cell.parse::<f64>() {
+                m.entry(name.to_string()).or_default().push(x);
+            }
+        }
+    }
+    let mut w = std::io::BufWriter::new(std::fs::File::create(out).with_context(|| format!("{}", out.display()))?);
+    let cols: Vec<String> = keys
+        .iter()
+        .cloned()
+        .chain(["figure", "n", "mean", "sd", "ci95_low", "ci95_high", "min", "max"].map(String::from))
+        .collect();
+    writeln!(w, "{}", cols.join(","))?;
+    let mut summary = Vec::new();
+    for point in order {
+        let mut stats = BTreeMap::new();
+        for (name, xs) in &by_point[&point] {
+            let s = stats::stat(xs);
+            writeln!(
+                w,
+                "{},{name},{},{},{},{},{},{},{}",
+                point.join(","),
+                s.n,
+                s.mean,
+                s.sd,
+                s.mean - s.ci95,
+                s.mean + s.ci95,
+                s.min,
+                s.max
+            )?;
+            stats.insert(name.clone(), s);
+        }
+        summary.push((point, stats));
+    }
+    w.flush()?;
+    Ok(summary)
+}
+
+fn print_figures(summary: &Summary, keys: &[String], figures: &[String]) {
+    if figures.is_empty() {
+        return;
+    }
+    println!(
+        "{}  n  {}",
+        keys.join("  "),
+        figures.iter().map(|f| format!("{f} (mean ± 95% CI)")).collect::<Vec<_>>().join("  ")
+    );
+    for (point, stats) in summary {
+        let n = figures.iter().filter_map(|f| stats.get(f)).map(|s| s.n).max().unwrap_or(0);
+        let cells: Vec<String> = figures
+            .iter()
+            .map(|f| stats.get(f).map_or("-".to_string(), |s| format!("{:.4} ± {:.4}", s.mean, s.ci95)))
+            .collect();
+        println!("{}  {n}  {}", point.join("  "), cells.join("  "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(out: &Path, seeds: u64, plot: bool) -> SweepArgs {
+        SweepArgs {
+            file: None,
+            penalise: false,
+            tcp_single: true,
+            axes: vec![grid::parse_axis("cc=cubic,reno").unwrap(), grid::parse_axis("size=200KB").unwrap()],
+            seeds,
+            jobs: Some(2),
+            out: out.to_path_buf(),
+            figures: vec!["goodput_bps".into()],
+            plot: plot.then(|| "cc".into()),
+        }
+    }
+
+    /// Two points × two seeds: a row each, a summary row per point and
+    /// figure with n = 2; started again with a third seed, only the two new
+    /// runs are made; the figure is drawn; a different grid is refused.
+    #[test]
+    fn a_sweep_writes_rows_and_summary_and_resumes() {
+        let dir = std::env::temp_dir().join(format!("mptun-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        run(args(&dir, 2, false)).unwrap();
+        let runs = std::fs::read_to_string(dir.join("runs.csv")).unwrap();
+        assert_eq!(runs.lines().count(), 1 + 4, "{runs}");
+        assert!(runs.lines().next().unwrap().starts_with("cc,size,seed,"));
+        let summary = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+        let good: Vec<&str> = summary.lines().filter(|l| l.contains(",goodput_bps,")).collect();
+        assert_eq!(good.len(), 2, "{summary}");
+        assert!(good.iter().all(|l| l.split(',').nth(3) == Some("2")), "n = 2: {good:?}");
+        // The same cell of the same run twice gives the same figure: runs are
+        // pure functions of point and seed.
+        let seed1: Vec<&str> = runs.lines().filter(|l| l.starts_with("cubic,200KB,1,")).collect();
+        assert_eq!(seed1.len(), 1);
+        run(args(&dir, 3, true)).unwrap();
+        let runs2 = std::fs::read_to_string(dir.join("runs.csv")).unwrap();
+        assert_eq!(runs2.lines().count(), 1 + 6);
+        assert!(runs2.starts_with(&runs), "the first rows stay as they were");
+        assert!(dir.join("sweep-goodput_bps.svg").exists());
+        let mut other = args(&dir, 1, false);
+        other.axes.pop();
+        let e = run(other).unwrap_err().to_string();
+        assert!(e.contains("another sweep's"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
