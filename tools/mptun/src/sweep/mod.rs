@@ -290,7 +290,7 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         return Err(crate::signals::interrupted());
     }
     eprintln!("sweep: {} runs in {:.1} s", jobs.len(), started.elapsed().as_secs_f64());
-    let summary = summarise(&runs_path, &keys, &a.out.join("summary.csv"))?;
+    let summary = summarise(&runs_path, &keys, &values, &a.out.join("summary.csv"))?;
     print_figures(&summary, &keys, &a.figures);
     if let Some(x) = &a.plot {
         for f in &a.figures {
@@ -312,30 +312,32 @@ fn describe(p: &Point) -> String {
 /// Per point: figure name → its statistics.
 pub(crate) type Summary = Vec<(Vec<String>, BTreeMap<String, stats::Stat>)>;
 
-/// Reads every row of `runs` and writes the statistics per point to `out`.
-fn summarise(runs: &Path, keys: &[String], out: &Path) -> Result<Summary> {
+/// Reads every row of `runs` and writes the statistics per point to `out`:
+/// points in grid order (`grid`), each figure over its runs in seed order,
+/// so that the summary does not depend on the order the runs finished in.
+fn summarise(runs: &Path, keys: &[String], grid: &[Vec<String>], out: &Path) -> Result<Summary> {
     let text = std::fs::read_to_string(runs).with_context(|| format!("{}", runs.display()))?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().map(|h| h.split(',').collect()).unwrap_or_default();
     let k = keys.len();
-    let mut by_point: BTreeMap<Vec<String>, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
-    let mut order: Vec<Vec<String>> = Vec::new();
+    // Point → figure → (seed, value) of each run.
+    type Runs = BTreeMap<String, Vec<(u64, f64)>>;
+    let mut by_point: BTreeMap<Vec<String>, Runs> = BTreeMap::new();
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
         if f.len() != header.len() {
             continue;
         }
         let point: Vec<String> = f[..k].iter().map(|s| s.to_string()).collect();
-        if !by_point.contains_key(&point) {
-            order.push(point.clone());
-        }
+        let seed: u64 = f[k].parse().unwrap_or(0);
         let m = by_point.entry(point).or_default();
         for (name, cell) in header[k + 1..].iter().zip(&f[k + 1..]) {
             if let Ok(x) = cell.parse::<f64>() {
-                m.entry(name.to_string()).or_default().push(x);
+                m.entry(name.to_string()).or_default().push((seed, x));
             }
         }
     }
+    let order: Vec<Vec<String>> = grid.iter().filter(|p| by_point.contains_key(*p)).cloned().collect();
     let mut w = std::io::BufWriter::new(std::fs::File::create(out).with_context(|| format!("{}", out.display()))?);
     let cols: Vec<String> = keys
         .iter()
@@ -346,8 +348,10 @@ fn summarise(runs: &Path, keys: &[String], out: &Path) -> Result<Summary> {
     let mut summary = Vec::new();
     for point in order {
         let mut stats = BTreeMap::new();
-        for (name, xs) in &by_point[&point] {
-            let s = stats::stat(xs);
+        for (name, runs) in by_point.get_mut(&point).expect("in the grid") {
+            runs.sort_by_key(|&(seed, _)| seed);
+            let xs: Vec<f64> = runs.iter().map(|&(_, x)| x).collect();
+            let s = stats::stat(&xs);
             writeln!(
                 w,
                 "{},{name},{},{},{},{},{},{},{}",
