@@ -144,9 +144,15 @@ fn row_key(values: &[String], seed: u64) -> String {
     format!("{}|{seed}", values.join("|"))
 }
 
-/// What `runs.csv` holds already: its header and the rows' keys.
+/// What `runs.csv` holds already: its header and the rows' keys. A last
+/// line without its newline (a sweep killed while writing it) is cut off
+/// first: the run is made again rather than read half-written.
 fn existing(path: &Path, keys: &[String]) -> Result<Option<(Vec<String>, BTreeSet<String>)>> {
-    let Ok(text) = std::fs::read_to_string(path) else { return Ok(None) };
+    let Ok(mut text) = std::fs::read_to_string(path) else { return Ok(None) };
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+        std::fs::write(path, &text).with_context(|| format!("{}", path.display()))?;
+    }
     let mut lines = text.lines();
     let Some(head) = lines.next() else { return Ok(None) };
     let header: Vec<String> = head.split(',').map(String::from).collect();
@@ -432,6 +438,11 @@ mod tests {
         let runs2 = std::fs::read_to_string(dir.join("runs.csv")).unwrap();
         assert_eq!(runs2.lines().count(), 1 + 6);
         assert!(runs2.starts_with(&runs), "the first rows stay as they were");
+        // A row cut short by a kill is made again, not read half-written.
+        let cut = &runs2[..runs2.len() - 5];
+        std::fs::write(dir.join("runs.csv"), cut).unwrap();
+        run(args(&dir, 3, false)).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("runs.csv")).unwrap().lines().count(), 1 + 6);
         assert!(dir.join("sweep-goodput_bps.svg").exists());
         let mut other = args(&dir, 1, false);
         other.axes.pop();
