@@ -188,6 +188,9 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         if ax.values.iter().chain([&ax.key]).any(|v| v.contains('"') || v.contains('|')) {
             bail!("--set {}: no quotes or | in keys and values", ax.key);
         }
+        if ax.key == "seed" {
+            bail!("--set seed: the seeds are --seeds N (1 to N at every point)");
+        }
     }
     if let Some(x) = &a.plot {
         if !a.axes.iter().any(|ax| &ax.key == x) {
