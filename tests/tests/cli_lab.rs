@@ -392,7 +392,10 @@ fn cli_lab_handover_break_before_make_mptun_and_the_kernel() {
         let takeover = r["lte_takeover_ms"].as_f64().unwrap_or_else(|| panic!("LTE never took over: {r}"));
         assert!(takeover < 1_000.0, "{r}");
         let back = r["wifi_return_ms"].as_f64().unwrap_or_else(|| panic!("Wi-Fi never used again: {r}"));
-        assert!(back < 1_000.0, "{r}");
+        // Typically 50-80 ms; a join SYN lost or late when the path comes back
+        // costs its 1 s retransmission timeout (seen once in CI: 1098 ms with
+        // the lab tests running side by side on two cores).
+        assert!(back < 2_500.0, "{r}");
     }
     let gap = |i: usize| rows[i]["handover_gap_ms"].as_f64().unwrap();
     assert!(
