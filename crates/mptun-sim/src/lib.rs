@@ -11,6 +11,7 @@
 pub mod apps;
 pub mod cross;
 pub mod host;
+pub mod pattern;
 pub mod report;
 pub mod rr;
 pub mod scenarios;

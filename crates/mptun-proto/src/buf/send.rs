@@ -11,21 +11,43 @@ use std::collections::VecDeque;
 
 /// Bytes written by the application from the oldest unacknowledged one on,
 /// addressed by sequence number.
+///
+/// Each write remembers where it starts in the stream, so the write that
+/// holds a sequence number is found by binary search: a send buffer of
+/// megabytes holds a hundred writes or more, and every segment sent or
+/// retransmitted looks one up (a linear walk was a sixth of a simulated
+/// 1 Gbit/s run).
 #[derive(Debug)]
 pub(crate) struct SendBuf {
-    chunks: VecDeque<Bytes>,
-    /// Per chunk: it continues the write before it (one MPTCP mapping
-    /// grown by a later write), so no segment boundary falls between them.
-    joined: VecDeque<bool>,
-    /// Sequence number of the first byte of `chunks[0]`.
+    chunks: VecDeque<Chunk>,
+    /// Sequence number of the first buffered byte.
     head: Seq,
+    /// Stream position (bytes pushed before it, ever) of that byte.
+    head_pos: u64,
     len: usize,
+}
+
+/// One application write, or what is left of it.
+#[derive(Debug)]
+struct Chunk {
+    /// Stream position of `data[0]`.
+    pos: u64,
+    data: Bytes,
+    /// It continues the write before it (one MPTCP mapping grown by a
+    /// later write), so no segment boundary falls between them.
+    joined: bool,
+}
+
+impl Chunk {
+    fn end(&self) -> u64 {
+        self.pos + self.data.len() as u64
+    }
 }
 
 impl SendBuf {
     /// An empty buffer whose first byte will have sequence number `head`.
     pub fn new(head: Seq) -> Self {
-        SendBuf { chunks: VecDeque::new(), joined: VecDeque::new(), head, len: 0 }
+        SendBuf { chunks: VecDeque::new(), head, head_pos: 0, len: 0 }
     }
 
     /// Bytes buffered (unacknowledged plus unsent).
@@ -51,9 +73,9 @@ impl SendBuf {
 
     fn push_write(&mut self, data: Bytes, joined: bool) {
         if !data.is_empty() {
+            let pos = self.head_pos + self.len as u64;
             self.len += data.len();
-            self.chunks.push_back(data);
-            self.joined.push_back(joined);
+            self.chunks.push_back(Chunk { pos, data, joined });
         }
     }
 
@@ -64,18 +86,32 @@ impl SendBuf {
         }
         let mut n = (seq - self.head).min(self.len as u32) as usize;
         self.head += n as u32;
+        self.head_pos += n as u64;
         self.len -= n;
         while n > 0 {
             let front = self.chunks.front_mut().expect("len accounts for chunks");
-            if front.len() <= n {
-                n -= front.len();
+            if front.data.len() <= n {
+                n -= front.data.len();
                 self.chunks.pop_front();
-                self.joined.pop_front();
             } else {
-                front.advance(n);
+                front.data.advance(n);
+                front.pos += n as u64;
                 n = 0;
             }
         }
+    }
+
+    /// The chunk holding `seq` (at or after the head) and the offset in it;
+    /// `None` at or past the end.
+    fn locate(&self, seq: Seq) -> Option<(usize, usize)> {
+        let off = (seq - self.head) as usize;
+        if off >= self.len {
+            return None;
+        }
+        let pos = self.head_pos + off as u64;
+        let idx = self.chunks.partition_point(|c| c.end() <= pos);
+        let c = self.chunks.get(idx)?;
+        Some((idx, (pos - c.pos) as usize))
     }
 
     /// Bytes from `seq` to the end of the write that holds it (its chunk
@@ -84,15 +120,9 @@ impl SendBuf {
         if seq.lt(self.head) {
             return 0;
         }
-        let mut off = (seq - self.head) as usize;
-        for (i, c) in self.chunks.iter().enumerate() {
-            if off < c.len() {
-                let rest = self.chunks.iter().zip(&self.joined).skip(i + 1);
-                return c.len() - off + rest.take_while(|(_, &j)| j).map(|(c, _)| c.len()).sum::<usize>();
-            }
-            off -= c.len();
-        }
-        0
+        let Some((idx, off)) = self.locate(seq) else { return 0 };
+        let rest = self.chunks.iter().skip(idx + 1).take_while(|c| c.joined).map(|c| c.data.len()).sum::<usize>();
+        self.chunks[idx].data.len() - off + rest
     }
 
     /// The bytes `[seq, seq + len)` as zero-copy slices of the writes they
@@ -101,41 +131,33 @@ impl SendBuf {
     /// fresh allocation.
     pub fn slices(&self, seq: Seq, len: usize) -> impl Iterator<Item = Bytes> + '_ {
         debug_assert!(seq.ge(self.head) && (seq + len as u32).le(self.end()));
-        let mut off = (seq - self.head) as usize;
+        let (idx, mut off) = if len > 0 { self.locate(seq).unwrap_or((self.chunks.len(), 0)) } else { (0, 0) };
         let mut need = len;
-        let mut chunks = self.chunks.iter();
+        let mut chunks = self.chunks.range(idx.min(self.chunks.len())..);
         // Stops at the last piece instead of walking the rest of the buffer.
         std::iter::from_fn(move || {
-            while need > 0 {
-                let c = chunks.next()?;
-                if off >= c.len() {
-                    off -= c.len();
-                    continue;
-                }
-                let take = (c.len() - off).min(need);
-                let part = c.slice(off..off + take);
-                off = 0;
-                need -= take;
-                return Some(part);
+            if need == 0 {
+                return None;
             }
-            None
+            let c = &chunks.next()?.data;
+            let take = (c.len() - off).min(need);
+            let part = c.slice(off..off + take);
+            off = 0;
+            need -= take;
+            Some(part)
         })
     }
 
     /// The bytes `[seq, seq + len)` as a `Bytes`: a zero-copy slice when they
     /// lie in one chunk.
     pub fn slice_bytes(&self, seq: Seq, len: usize) -> Bytes {
-        let mut scratch = Vec::new();
-        let mut off = (seq - self.head) as usize;
-        for c in &self.chunks {
-            if off < c.len() {
-                if off + len <= c.len() {
-                    return c.slice(off..off + len);
-                }
-                break;
+        if let Some((idx, off)) = self.locate(seq) {
+            let c = &self.chunks[idx].data;
+            if off + len <= c.len() {
+                return c.slice(off..off + len);
             }
-            off -= c.len();
         }
+        let mut scratch = Vec::new();
         Bytes::from(self.range(seq, len, &mut scratch).to_vec())
     }
 
@@ -143,24 +165,23 @@ impl SendBuf {
     /// otherwise gathered into `scratch`.
     pub fn range<'a>(&'a self, seq: Seq, len: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {
         debug_assert!(seq.ge(self.head) && (seq + len as u32).le(self.end()));
-        let mut off = (seq - self.head) as usize;
-        let mut idx = 0;
-        while idx < self.chunks.len() && off >= self.chunks[idx].len() {
-            off -= self.chunks[idx].len();
-            idx += 1;
-        }
-        if idx < self.chunks.len() && off + len <= self.chunks[idx].len() {
-            return &self.chunks[idx][off..off + len];
-        }
         scratch.clear();
-        let mut need = len;
-        while need > 0 && idx < self.chunks.len() {
-            let c = &self.chunks[idx][off..];
-            let take = c.len().min(need);
-            scratch.extend_from_slice(&c[..take]);
-            need -= take;
-            off = 0;
-            idx += 1;
+        let Some((idx, off)) = self.locate(seq) else { return scratch };
+        let c = &self.chunks[idx].data;
+        if off + len <= c.len() {
+            return &c[off..off + len];
+        }
+        for part in self.chunks.range(idx..).map(|c| &c.data[..]).scan((off, len), |(off, need), c| {
+            if *need == 0 {
+                return None;
+            }
+            let take = (c.len() - *off).min(*need);
+            let part = &c[*off..*off + take];
+            *off = 0;
+            *need -= take;
+            Some(part)
+        }) {
+            scratch.extend_from_slice(part);
         }
         scratch
     }
@@ -203,5 +224,51 @@ mod tests {
         assert_eq!(b.slices(Seq(u32::MAX - 2), 2).collect::<Vec<_>>(), [&b"he"[..]]);
         assert_eq!(b.slices(Seq(3), 5).collect::<Vec<_>>(), [&b"world"[..]]);
         assert_eq!(b.slices(Seq(3), 0).count(), 0);
+    }
+
+    #[test]
+    fn lookups_agree_with_a_flat_copy_through_writes_and_acks() {
+        // Many writes of odd sizes, acks that cut them in the middle, a
+        // wrapping sequence space: every lookup is checked against a flat
+        // copy of the stream.
+        let base = Seq(u32::MAX - 5000);
+        let mut b = SendBuf::new(base);
+        let mut flat: Vec<u8> = Vec::new();
+        let mut acked = 0usize;
+        let mut x = 12345u64;
+        let mut rnd = |n: usize| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) as usize % n
+        };
+        let mut s = Vec::new();
+        let mut writes: Vec<(usize, usize, bool)> = Vec::new(); // start, end, joined
+        for round in 0..400 {
+            let w: Vec<u8> = (0..1 + rnd(3000)).map(|i| (flat.len() + i) as u8 ^ (round as u8)).collect();
+            let joined = rnd(3) == 0;
+            writes.push((flat.len(), flat.len() + w.len(), joined));
+            flat.extend_from_slice(&w);
+            if joined {
+                b.push_joined(Bytes::from(w));
+            } else {
+                b.push(Bytes::from(w));
+            }
+            if rnd(4) == 0 {
+                acked = (acked + rnd(flat.len() - acked + 1)).min(flat.len());
+                b.ack_to(base + acked as u32);
+            }
+            assert_eq!(b.len(), flat.len() - acked);
+            for _ in 0..5 {
+                let off = acked + rnd(flat.len() - acked);
+                let len = rnd(flat.len() - off + 1).min(5000);
+                let seq = base + off as u32;
+                assert_eq!(b.range(seq, len, &mut s), &flat[off..off + len], "range {off}+{len}");
+                assert_eq!(b.slice_bytes(seq, len), &flat[off..off + len]);
+                let joined: Vec<u8> = b.slices(seq, len).flat_map(|p| p.to_vec()).collect();
+                assert_eq!(joined, &flat[off..off + len]);
+                let i = writes.iter().position(|&(a, e, _)| a <= off && off < e).expect("in a write");
+                let end = writes[i + 1..].iter().take_while(|w| w.2).last().map_or(writes[i].1, |w| w.1);
+                assert_eq!(b.contiguous_from(seq), end - off, "contiguous from {off}");
+            }
+        }
     }
 }

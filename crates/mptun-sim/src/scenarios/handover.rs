@@ -255,7 +255,7 @@ pub fn run(p: &Params) -> Report {
     let h = a.ep.connect(Instant::ZERO, SocketAddr::new(wifi, 0), srv).expect("a fresh endpoint has free ports");
     // The client asks for the download and keeps its side open, as a
     // browser does: a half-closed connection takes no new path from Linux.
-    let mut app = BulkApp::new(0, p.seed ^ 0x0005_EEDA);
+    let mut app = BulkApp::new(0, p.seed ^ 0x0005_EEDA).expecting(p.seed ^ 0x0005_EEDB);
     app.close_after_peer = true;
     a.attach(h, app);
     a.pump(Instant::ZERO);
@@ -305,7 +305,7 @@ pub fn run(p: &Params) -> Report {
     );
     let app = sim.a.apps.get(&h).expect("attached");
     let srv_app = sim.b.apps.values().next();
-    let sha = srv_app.is_some_and(|s| s.sent_digest() == app.received_digest() && s.sent == size);
+    let sha = srv_app.is_some_and(|s| app.received == s.sent && app.received_intact() && s.sent == size);
     let last = app.last_rx.unwrap_or(end);
     // The last sample may predate the last byte: the series ends with it.
     series.push((last.as_secs_f64(), app.received));
