@@ -37,6 +37,9 @@ counters! {
     tcp_retrans_segs => "TcpRetransSegs",
     /// Segments received with a bad checksum or malformed header (`Tcp InErrs`).
     tcp_in_errs => "TcpInErrs",
+    /// Segments dropped for a bad TCP checksum (`Tcp InCsumErrors`); also
+    /// counted in `TcpInErrs`, as Linux does.
+    tcp_in_csum_errors => "TcpInCsumErrors",
     /// RSTs sent (`Tcp OutRsts`).
     tcp_out_rsts => "TcpOutRsts",
     /// Connections reset by a RST we accepted (`Tcp EstabResets`).

@@ -4,6 +4,7 @@
 //! bytes arrived.
 
 use crate::pattern::Pattern;
+use bytes::Bytes;
 use mptun_time::Instant;
 
 /// Largest chunk handed to the stack in one write.
@@ -67,8 +68,8 @@ impl BulkApp {
     }
 
     /// The next chunk to write given `space` bytes of room; generated only
-    /// once it is certain to be written.
-    pub fn next_chunk(&mut self, space: usize) -> Option<Vec<u8>> {
+    /// once it is certain to be written, and handed over without a copy.
+    pub fn next_chunk(&mut self, space: usize) -> Option<Bytes> {
         let n = (self.to_send - self.sent).min(space as u64).min(CHUNK as u64) as usize;
         if n == 0 {
             return None;
@@ -76,7 +77,7 @@ impl BulkApp {
         let mut v = vec![0; n];
         self.gen.fill(self.sent, &mut v);
         self.sent += n as u64;
-        Some(v)
+        Some(Bytes::from(v))
     }
 
     /// Records received bytes (and checks them, when [`BulkApp::expecting`]).

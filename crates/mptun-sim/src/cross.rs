@@ -116,7 +116,7 @@ impl<H: Host> WithCross<H> {
 }
 
 impl<H: Host> Host for WithCross<H> {
-    fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
+    fn handle_packet(&mut self, now: Instant, packet: &[u8], csum_verified: bool) {
         if let Ok(ip) = etherparse::Ipv4HeaderSlice::from_slice(packet) {
             if ip.protocol() == etherparse::IpNumber::UDP && packet.len() >= HEADERS {
                 let port = u16::from_be_bytes([packet[20], packet[21]]);
@@ -129,7 +129,7 @@ impl<H: Host> Host for WithCross<H> {
                 }
             }
         }
-        self.inner.handle_packet(now, packet);
+        self.inner.handle_packet(now, packet, csum_verified);
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -202,7 +202,7 @@ mod tests {
             assert_eq!(o.len, 1500);
             let ip = etherparse::Ipv4HeaderSlice::from_slice(&out[..o.len]).unwrap();
             assert_eq!(ip.total_len(), 1500);
-            b.handle_packet(t, &out[..o.len]);
+            b.handle_packet(t, &out[..o.len], true);
             times.push(t);
         }
         // 10 packets in each of 5..105, 405..505 and 805..905 (a fourth

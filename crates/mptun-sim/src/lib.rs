@@ -10,6 +10,7 @@
 
 pub mod apps;
 pub mod cross;
+mod events;
 pub mod host;
 pub mod pattern;
 pub mod report;

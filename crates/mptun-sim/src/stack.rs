@@ -39,8 +39,9 @@ impl StackHost {
             loop {
                 let space = conn.send_space();
                 let Some(chunk) = app.next_chunk(space) else { break };
-                let n = conn.send(&chunk).unwrap_or(0);
-                debug_assert_eq!(n, chunk.len());
+                let len = chunk.len();
+                let n = conn.send_bytes(chunk).unwrap_or(0);
+                debug_assert_eq!(n, len);
             }
             if app.send_done() && !app.closed && conn.is_established() && (!app.close_after_peer || app.peer_closed) {
                 conn.close();

@@ -53,11 +53,11 @@ impl<H: Host> Tap<H> {
 }
 
 impl<H: Host> Host for Tap<H> {
-    fn handle_packet(&mut self, now: Instant, packet: &[u8]) {
+    fn handle_packet(&mut self, now: Instant, packet: &[u8], csum_verified: bool) {
         self.rx_packets += 1;
         self.rx_bytes += packet.len() as u64;
         self.arrivals.push((now, packet.len() as u32));
-        self.inner.handle_packet(now, packet);
+        self.inner.handle_packet(now, packet, csum_verified);
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -86,7 +86,7 @@ mod tests {
         let gap = Duration::from_nanos(242_240);
         let mut now = Instant::ZERO;
         for _ in 0..1000 {
-            t.handle_packet(now, &[0u8; 1500]);
+            t.handle_packet(now, &[0u8; 1500], true);
             now += gap;
         }
         let end = Instant::ZERO + gap * 1000;

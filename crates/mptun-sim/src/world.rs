@@ -7,13 +7,13 @@
 //! each way, are the special case every older scenario uses, and they run
 //! exactly as they did.
 
+use crate::events::EventQueue;
 use crate::host::Host;
 use mptun_link::{Link, LinkConfig, LinkStats, Verdict};
 use mptun_time::{Duration, Instant};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::net::IpAddr;
 
 /// Which host.
@@ -92,31 +92,15 @@ struct LinkState {
     link: Link,
 }
 
-/// A packet on its way; ordered by arrival time, then by send order.
+/// A packet on its way ([`EventQueue`] orders them by arrival, then by
+/// send order).
 struct InFlight {
-    at: Instant,
-    order: u64,
     to: Side,
     /// The route and the hop it enters next, when it has links left to cross.
     next: Option<(usize, usize)>,
+    /// A link flipped a bit of it: the receiver must check the checksum.
+    corrupted: bool,
     data: Vec<u8>,
-}
-
-impl PartialEq for InFlight {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.order) == (o.at, o.order)
-    }
-}
-impl Eq for InFlight {}
-impl PartialOrd for InFlight {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for InFlight {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.order).cmp(&(o.at, o.order))
-    }
 }
 
 /// A change to apply at a given virtual time (a path going down, a rate
@@ -163,14 +147,13 @@ pub struct Sim<A: Host, B: Host> {
     cfg: SimConfig,
     links: Vec<LinkState>,
     routes: Vec<RouteSpec>,
-    queue: BinaryHeap<Reverse<InFlight>>,
+    queue: EventQueue<InFlight>,
     /// Pending link changes, latest first.
     changes: Vec<LinkChange>,
     /// Pending host actions, latest first.
     host_actions: Vec<(Instant, HostAction<A, B>)>,
     rng: ChaCha8Rng,
     now: Instant,
-    order: u64,
     pool: Vec<Vec<u8>>,
     stats: SimStats,
 }
@@ -188,7 +171,9 @@ impl<A: Host, B: Host> Sim<A, B> {
             assert!(!r.a_to_b.is_empty() && !r.b_to_a.is_empty(), "a route crosses at least one link each way: {r:?}");
             assert!(r.a_to_b.iter().chain(&r.b_to_a).all(|&l| l < topology.links.len()), "no such link: {r:?}");
         }
-        let links = topology.links.into_iter().map(|(name, c)| LinkState { name, link: Link::new(c) }).collect();
+        let links: Vec<_> =
+            topology.links.into_iter().map(|(name, c)| LinkState { name, link: Link::new(c) }).collect();
+        let queue = EventQueue::new(links.len());
         Sim {
             a,
             b,
@@ -196,11 +181,10 @@ impl<A: Host, B: Host> Sim<A, B> {
             cfg,
             links,
             routes: topology.routes,
-            queue: BinaryHeap::new(),
+            queue,
             changes: Vec::new(),
             host_actions: Vec::new(),
             now: Instant::ZERO,
-            order: 0,
             pool: Vec::new(),
             stats: SimStats::default(),
         }
@@ -306,7 +290,7 @@ impl<A: Host, B: Host> Sim<A, B> {
             };
             let Some(size) = out.segment_size.filter(|_| out.len > self.cfg.mtu) else {
                 self.stats.packets_sent += 1;
-                self.put_on_link(side, p, 0, buf);
+                self.put_on_link(side, p, 0, buf, false);
                 continue;
             };
             // The device's segmentation: each wire segment meets the link
@@ -320,7 +304,7 @@ impl<A: Host, B: Host> Sim<A, B> {
                         Ok(Some(n)) => {
                             seg.truncate(n);
                             self.stats.packets_sent += 1;
-                            self.put_on_link(side, p, 0, seg);
+                            self.put_on_link(side, p, 0, seg, false);
                         }
                         Ok(None) => {
                             self.pool.push(seg);
@@ -341,7 +325,7 @@ impl<A: Host, B: Host> Sim<A, B> {
 
     /// Offers one wire packet, sent by `side` on route `route`, to the
     /// route's link number `hop` in that direction.
-    fn put_on_link(&mut self, side: Side, route: usize, hop: usize, mut buf: Vec<u8>) {
+    fn put_on_link(&mut self, side: Side, route: usize, hop: usize, mut buf: Vec<u8>, mut corrupted: bool) {
         let now = self.now;
         let r = &self.routes[route];
         let (hops, to) = match side {
@@ -349,25 +333,25 @@ impl<A: Host, B: Host> Sim<A, B> {
             Side::B => (&r.b_to_a, Side::A),
         };
         let next = (hop + 1 < hops.len()).then_some((route, hop + 1));
-        let link = &mut self.links[hops[hop]].link;
+        let line = hops[hop];
+        let link = &mut self.links[line].link;
         match link.offer(now, buf.len(), &mut self.rng) {
             Verdict::Dropped(_) => self.pool.push(buf),
             Verdict::Deliver { release, duplicate, corrupt_bit } => {
                 if let Some(bit) = corrupt_bit {
                     buf[(bit / 8) as usize] ^= 1 << (bit % 8);
+                    corrupted = true;
                 }
                 if let Some(d) = duplicate {
-                    self.order += 1;
-                    self.queue.push(Reverse(InFlight { at: d, order: self.order, to, next, data: buf.clone() }));
+                    self.queue.push(line, d, InFlight { to, next, corrupted, data: buf.clone() });
                 }
-                self.order += 1;
-                self.queue.push(Reverse(InFlight { at: release, order: self.order, to, next, data: buf }));
+                self.queue.push(line, release, InFlight { to, next, corrupted, data: buf });
             }
         }
     }
 
     fn next_event(&self) -> Option<Instant> {
-        let mut t = self.queue.peek().map(|r| r.0.at);
+        let mut t = self.queue.next_at();
         t = Instant::min_opt(t, self.a.poll_timeout());
         t = Instant::min_opt(t, self.b.poll_timeout());
         t = Instant::min_opt(t, self.changes.last().map(|c| c.at));
@@ -427,22 +411,21 @@ impl<A: Host, B: Host> Sim<A, B> {
                 let (_, f) = self.host_actions.pop().expect("peeked");
                 f(now, &mut self.a, &mut self.b);
             }
-            while self.queue.peek().is_some_and(|r| r.0.at <= now) {
-                let Reverse(pkt) = self.queue.pop().expect("peeked");
+            while let Some(pkt) = self.queue.pop_due(now) {
                 if let Some((route, hop)) = pkt.next {
                     // Out of one link, into the route's next one.
                     let from = match pkt.to {
                         Side::A => Side::B,
                         Side::B => Side::A,
                     };
-                    self.put_on_link(from, route, hop, pkt.data);
+                    self.put_on_link(from, route, hop, pkt.data, pkt.corrupted);
                     continue;
                 }
                 self.stats.packets_delivered += 1;
                 self.stats.bytes_delivered += pkt.data.len() as u64;
                 match pkt.to {
-                    Side::A => self.a.handle_packet(now, &pkt.data),
-                    Side::B => self.b.handle_packet(now, &pkt.data),
+                    Side::A => self.a.handle_packet(now, &pkt.data, !pkt.corrupted),
+                    Side::B => self.b.handle_packet(now, &pkt.data, !pkt.corrupted),
                 }
                 self.pool.push(pkt.data);
             }

@@ -27,52 +27,62 @@ impl Instant {
     pub const FAR_FUTURE: Instant = Instant(u64::MAX);
 
     /// An instant `nanos` nanoseconds after the epoch.
+    #[inline]
     pub const fn from_nanos(nanos: u64) -> Self {
         Instant(nanos)
     }
 
     /// An instant `micros` microseconds after the epoch.
+    #[inline]
     pub const fn from_micros(micros: u64) -> Self {
         Instant(micros.saturating_mul(1_000))
     }
 
     /// An instant `millis` milliseconds after the epoch.
+    #[inline]
     pub const fn from_millis(millis: u64) -> Self {
         Instant(millis.saturating_mul(1_000_000))
     }
 
     /// Nanoseconds since the epoch.
+    #[inline]
     pub const fn as_nanos(self) -> u64 {
         self.0
     }
 
     /// Microseconds since the epoch (what TCP timestamps and Linux's `tcp_mstamp` use).
+    #[inline]
     pub const fn as_micros(self) -> u64 {
         self.0 / 1_000
     }
 
     /// Milliseconds since the epoch.
+    #[inline]
     pub const fn as_millis(self) -> u64 {
         self.0 / 1_000_000
     }
 
     /// Seconds since the epoch as a float, for reports and traces.
+    #[inline]
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 / 1e9
     }
 
     /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.
+    #[inline]
     pub fn saturating_duration_since(self, earlier: Instant) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 
     /// `self + d`, or `None` past the end of representable time.
+    #[inline]
     pub fn checked_add(self, d: Duration) -> Option<Instant> {
         let d = u64::try_from(d.as_nanos()).ok()?;
         self.0.checked_add(d).map(Instant)
     }
 
     /// The earlier of two optional deadlines (`None` means "no deadline").
+    #[inline]
     pub fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -84,12 +94,14 @@ impl Instant {
 
 impl Add<Duration> for Instant {
     type Output = Instant;
+    #[inline]
     fn add(self, d: Duration) -> Instant {
         self.checked_add(d).unwrap_or(Instant::FAR_FUTURE)
     }
 }
 
 impl AddAssign<Duration> for Instant {
+    #[inline]
     fn add_assign(&mut self, d: Duration) {
         *self = *self + d;
     }
@@ -97,6 +109,7 @@ impl AddAssign<Duration> for Instant {
 
 impl Sub<Instant> for Instant {
     type Output = Duration;
+    #[inline]
     fn sub(self, earlier: Instant) -> Duration {
         self.saturating_duration_since(earlier)
     }
@@ -104,6 +117,7 @@ impl Sub<Instant> for Instant {
 
 impl Sub<Duration> for Instant {
     type Output = Instant;
+    #[inline]
     fn sub(self, d: Duration) -> Instant {
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Instant(self.0.saturating_sub(d))

@@ -64,7 +64,10 @@ impl Endpoint {
                 self.counters.mptun_not_tcp += 1;
                 return;
             }
-            Err(_) => {
+            Err(e) => {
+                if e == mptun_wire::Error::BadChecksum {
+                    self.counters.tcp_in_csum_errors += 1;
+                }
                 self.counters.tcp_in_errs += 1;
                 self.counters.mptun_malformed += 1;
                 return;

@@ -31,15 +31,28 @@ impl Connection {
     /// no room yet (or the handshake has not said where data goes); an
     /// error: no byte will ever be taken again.
     pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
+        self.write(data.len(), |n| Bytes::copy_from_slice(&data[..n]))
+    }
+
+    /// [`Connection::send`] without a copy: the buffer keeps (a slice of)
+    /// `data` itself until it is acknowledged. For a writer that builds its
+    /// data in an owned buffer anyway (the simulator's bulk sender).
+    pub fn send_bytes(&mut self, data: Bytes) -> Result<usize, SendError> {
+        self.write(data.len(), |n| data.slice(..n))
+    }
+
+    /// Queues the first `n` bytes (at most `len`, as room allows) of a
+    /// write, which `take(n)` hands over.
+    fn write(&mut self, len: usize, take: impl FnOnce(usize) -> Bytes) -> Result<usize, SendError> {
         if !self.may_send() {
             return Err(SendError::InvalidState);
         }
         if self.plain() {
-            return Ok(self.initial().map_or(0, |s| s.send(data)));
+            return Ok(self.initial().map_or(0, |s| s.write_with(len, take)));
         }
-        let n = data.len().min(self.send_space());
+        let n = len.min(self.send_space());
         if n > 0 {
-            self.tx.buf.push(Bytes::copy_from_slice(&data[..n]));
+            self.tx.buf.push(take(n));
             self.tx.write_seq += n as u64;
             self.progress(self.last_now);
         }

@@ -661,10 +661,17 @@ impl Subflow {
 
     /// Queues as much of `data` as the send buffer takes; returns how much.
     pub fn send(&mut self, data: &[u8]) -> usize {
+        self.write_with(data.len(), |n| Bytes::copy_from_slice(&data[..n]))
+    }
+
+    /// Queues the first `n` bytes (at most `len`, as the send buffer has
+    /// room) of an application write, which `take(n)` hands over: a copy
+    /// for [`Subflow::send`], a slice for a zero-copy writer.
+    pub(crate) fn write_with(&mut self, len: usize, take: impl FnOnce(usize) -> Bytes) -> usize {
         self.check_app_limited();
-        let n = data.len().min(self.send_space());
+        let n = len.min(self.send_space());
         if n > 0 {
-            self.send_buf.push(Bytes::copy_from_slice(&data[..n]));
+            self.send_buf.push(take(n));
         }
         n
     }
