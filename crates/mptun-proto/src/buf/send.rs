@@ -7,6 +7,7 @@
 
 use crate::seq::Seq;
 use bytes::{Buf, Bytes};
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 /// Bytes written by the application from the oldest unacknowledged one on,
@@ -25,6 +26,13 @@ pub(crate) struct SendBuf {
     /// Stream position (bytes pushed before it, ever) of that byte.
     head_pos: u64,
     len: usize,
+    /// Chunks released so far, ever: with it, `hint` survives acks.
+    released: u64,
+    /// The chunk the last lookup found (counted from the first ever
+    /// pushed): lookups mostly walk forward (`snd_nxt`), so it or the one
+    /// after it usually holds the next one, and the binary search is for
+    /// retransmissions.
+    hint: Cell<u64>,
 }
 
 /// One application write, or what is left of it.
@@ -47,7 +55,7 @@ impl Chunk {
 impl SendBuf {
     /// An empty buffer whose first byte will have sequence number `head`.
     pub fn new(head: Seq) -> Self {
-        SendBuf { chunks: VecDeque::new(), head, head_pos: 0, len: 0 }
+        SendBuf { chunks: VecDeque::new(), head, head_pos: 0, len: 0, released: 0, hint: Cell::new(0) }
     }
 
     /// Bytes buffered (unacknowledged plus unsent).
@@ -93,6 +101,7 @@ impl SendBuf {
             if front.data.len() <= n {
                 n -= front.data.len();
                 self.chunks.pop_front();
+                self.released += 1;
             } else {
                 front.data.advance(n);
                 front.pos += n as u64;
@@ -109,8 +118,17 @@ impl SendBuf {
             return None;
         }
         let pos = self.head_pos + off as u64;
-        let idx = self.chunks.partition_point(|c| c.end() <= pos);
+        let holds = |i: usize| self.chunks.get(i).is_some_and(|c| c.pos <= pos && pos < c.end());
+        let near = self.hint.get().saturating_sub(self.released) as usize;
+        let idx = if holds(near) {
+            near
+        } else if holds(near + 1) {
+            near + 1
+        } else {
+            self.chunks.partition_point(|c| c.end() <= pos)
+        };
         let c = self.chunks.get(idx)?;
+        self.hint.set(self.released + idx as u64);
         Some((idx, (pos - c.pos) as usize))
     }
 
