@@ -35,6 +35,13 @@ impl Pattern {
         Pattern { pad }
     }
 
+    /// The stream's first `len` bytes.
+    pub fn bytes(&self, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.fill(0, &mut v);
+        v
+    }
+
     fn word(&self, k: u64) -> u64 {
         self.pad[k as usize % PAD_WORDS].wrapping_add(k)
     }

@@ -12,6 +12,7 @@ pub mod handover;
 pub mod hystart;
 pub mod network;
 pub mod penalise;
+pub mod scale;
 pub mod sched_compare;
 pub mod shared_bottleneck;
 pub mod tcp_single;
