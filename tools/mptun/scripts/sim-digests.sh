@@ -29,3 +29,17 @@ for scenario in suite unbounded rwnd sndbuf both; do
         digest "penalise/$scenario/$policy" penalise --scenario "$scenario" --policy "$policy" --seeds "${SEEDS:-2}"
     done
 done
+# Since issue 35: the fast paths (1 Gbit/s, the payload check), BBR, the
+# topologies and every scenario file. A report without a digest (`sim bbr`)
+# is hashed whole, its wall-clock lines left out.
+digest tcp-single/1gbit tcp-single --rate 1gbit --delay 5ms --size 1GB
+digest tcp-single/100mbit tcp-single --rate 100mbit --delay 5ms --size 200MB
+digest tcp-single/bbr tcp-single --cc bbr
+digest tcp-single/bbr/1gbit tcp-single --cc bbr --rate 1gbit --delay 5ms --size 300MB
+digest tcp-single/loss0.5%/seed3 tcp-single --loss 0.5% --seed 3
+digest shared-bottleneck shared-bottleneck
+digest sched-compare sched-compare
+printf '%-44s %s\n' bbr "$("$MPTUN" sim bbr --json | grep -v -e wall_s -e sim_gbps | sha256sum | cut -c1-64)"
+for f in "$(dirname "$0")"/../../../docs/scenarios/*.toml; do
+    digest "run/$(basename "$f")" run "$f"
+done
