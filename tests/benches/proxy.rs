@@ -27,9 +27,25 @@
 //! ```sh
 //! cargo bench -p mptun-tests --bench proxy -- --flood --bytes 512M --runs 3
 //! ```
+//!
+//! `--concurrent N` (1000) measures the proxy at scale: N downloads begun
+//! at once through one proxy pair over two unconstrained veth paths, of
+//! `--bytes`/4 to `--bytes` each (4M: 1 to 4 MiB, distinct objects, every
+//! SHA-256 checked), against one download of `--single` (512M) alone
+//! through the same pair, alternating, `--runs` times (3); both ends run
+//! with `--max-handshakes 1024 --max-handshakes-per-source 1024` and
+//! `--memory-budget` (24G; the default is 1G). Prints both goodputs
+//! (medians), their ratio, each download's completion time (min, median,
+//! max), and both ends' RSS: before, peak (VmHWM), 2 s after the last
+//! download and after `--settle` seconds more (65: past TIME_WAIT):
+//!
+//! ```sh
+//! cargo bench -p mptun-tests --bench proxy -- --concurrent 1000 --bytes 4M --runs 3
+//! ```
 
-#[path = "../tests/cli_support.rs"]
-mod support;
+#[path = "../tests/proxy_support.rs"]
+mod px;
+use px::support;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -45,6 +61,8 @@ const KEY: &str = "px-bench-key-0123456789abcdef\n";
 
 #[path = "proxy/flood.rs"]
 mod flood;
+#[path = "proxy/many.rs"]
+mod many;
 
 fn arg(name: &str) -> Option<String> {
     let a: Vec<String> = std::env::args().collect();
@@ -178,6 +196,9 @@ fn main() {
     }
     if std::env::args().any(|a| a == "--flood") {
         return flood::main();
+    }
+    if std::env::args().any(|a| a == "--concurrent") {
+        return many::main();
     }
     let n = parse_bytes(&arg("--bytes").unwrap_or_else(|| "512M".into()));
     let runs: usize = arg("--runs").map_or(3, |r| r.parse().expect("--runs N"));

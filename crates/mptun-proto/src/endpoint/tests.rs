@@ -469,6 +469,29 @@ fn a_cookie_builds_a_plain_connection() {
     cookie_connection(false);
 }
 
+/// Over a device that completes TCP checksums (`checksum_offload`: a TUN
+/// with offloads, what the runtime runs on) the cookie SYN-ACK is written
+/// with only the pseudo-header sum; it must go out all the same. (It was
+/// checked as if complete, failed, and was dropped unsent and uncounted:
+/// every SYN beyond the half-open queue vanished, and a burst of more than
+/// `max_syn_backlog` connects left the rest to their SYN retries.)
+#[test]
+fn cookies_go_out_when_the_device_completes_checksums() {
+    let mut s = EndpointConfig::default();
+    s.tcp.checksum_offload = true;
+    let mut n = net_with(EndpointConfig::default(), s);
+    flood(&mut n, 300);
+    let backlog = Limits::default().max_syn_backlog;
+    assert_eq!(n.b.counters().tcp_ext_syncookies_sent, 300 - backlog as u64);
+    let out = drain(&mut n.b, n.now);
+    let synacks = out
+        .iter()
+        .map(|p| mptun_wire::parse_tcp_packet_unverified(p).unwrap().tcp.flags)
+        .filter(|f| f.syn() && f.ack())
+        .count();
+    assert_eq!(synacks, 300, "a SYN-ACK for every SYN, {backlog} with state and the rest with a cookie");
+}
+
 #[test]
 fn a_forged_cookie_is_counted_and_reset() {
     let mut n = net();

@@ -245,11 +245,15 @@ impl Admitted {
     /// buffers are the kernel's memory, not this process's).
     pub(crate) fn track(&mut self, conn: &Conn) {
         if let (Conn::Mptun(_), Some(l), Some(p)) = (conn, conn.local_addr(), conn.peer_addr()) {
-            self.charge.tracked = Some((l, p));
-            self.charge.gate.budget.update(|st| {
-                st.tracked.insert((l, p));
-            });
+            self.track_key((l, p));
         }
+    }
+
+    fn track_key(&mut self, key: ConnKey) {
+        self.charge.tracked = Some(key);
+        self.charge.gate.budget.update(|st| {
+            st.tracked.insert(key, 0);
+        });
     }
 }
 
@@ -318,12 +322,17 @@ pub(crate) struct Budget {
     reporter: Arc<Reporter>,
 }
 
+/// A connection on mptun's stack: its (local, peer) address.
+type ConnKey = (SocketAddr, SocketAddr);
+
 #[derive(Default)]
 struct BudgetState {
     relays: u64,
-    /// The relays' connections on mptun's stack, by (local, peer) address.
-    tracked: HashSet<(SocketAddr, SocketAddr)>,
-    /// Their buffers as last sampled.
+    /// The relays' connections on mptun's stack, each with its buffers as
+    /// last sampled.
+    tracked: HashMap<ConnKey, u64>,
+    /// The sum of those: a relay that ends takes its share with it at once,
+    /// not at the next sample.
     sampled: u64,
 }
 
@@ -351,19 +360,28 @@ impl Budget {
 
     /// Samples what the relays' connections on `stack` hold in buffers.
     pub(crate) fn sample(&self, stack: &mptun::Stack) {
-        let tracked = self.st.lock().expect("budget").tracked.clone();
-        let bytes = stack
+        let tracked: HashSet<ConnKey> = self.st.lock().expect("budget").tracked.keys().copied().collect();
+        let by_conn: HashMap<ConnKey, u64> = stack
             .connections()
             .iter()
             .filter(|c| tracked.contains(&(c.local, c.remote)))
-            .flat_map(|c| c.conn.subflows.iter())
-            .map(|s| (s.tcp.send_buffer + s.tcp.recv_buffer) as u64)
-            .sum();
-        self.sampled(bytes);
+            .map(|c| {
+                let bytes = c.conn.subflows.iter().map(|s| (s.tcp.send_buffer + s.tcp.recv_buffer) as u64).sum();
+                ((c.local, c.remote), bytes)
+            })
+            .collect();
+        self.record(&by_conn);
     }
 
-    fn sampled(&self, bytes: u64) {
-        self.update(|st| st.sampled = bytes);
+    /// Takes a sample of the tracked connections' buffers (one not in it
+    /// holds none any more; one that ended meanwhile stays out).
+    fn record(&self, by_conn: &HashMap<ConnKey, u64>) {
+        self.update(|st| {
+            for (k, b) in st.tracked.iter_mut() {
+                *b = by_conn.get(k).copied().unwrap_or(0);
+            }
+            st.sampled = st.tracked.values().sum();
+        });
     }
 
     /// Counts one more relay once there is room for it (the caller holds
@@ -400,7 +418,7 @@ impl Budget {
 /// One relay's share of the [`Budget`], returned on drop.
 struct Charge {
     gate: Arc<Gate>,
-    tracked: Option<(SocketAddr, SocketAddr)>,
+    tracked: Option<ConnKey>,
 }
 
 impl Drop for Charge {
@@ -408,8 +426,8 @@ impl Drop for Charge {
         let tracked = self.tracked;
         self.gate.budget.update(|st| {
             st.relays -= 1;
-            if let Some(k) = tracked {
-                st.tracked.remove(&k);
+            if let Some(b) = tracked.and_then(|k| st.tracked.remove(&k)) {
+                st.sampled -= b;
             }
         });
     }
@@ -485,16 +503,55 @@ mod tests {
         drop(a);
         let (c, waited) = waiting.await.unwrap();
         assert!(c.is_ok() && waited >= SHORT / 2 && waited < SHORT, "{waited:?}");
+        let mut c = c.unwrap();
+        c.track_key(key(3));
         let over = g.enter(sa("192.0.2.1:4")).admit().await;
         assert!(matches!(&over, Err(NotAdmitted::Full(w)) if w.contains("--max-connections")), "{:?}", over.err());
         drop(b);
-        // The slot is free, the budget not: the stack's buffers grew.
-        g.budget.sampled(200);
+        // The slot is free, the budget not: c's connection's buffers grew.
+        g.budget.record(&HashMap::from([(key(3), 200)]));
         let over = g.enter(sa("192.0.2.1:5")).admit().await;
         assert!(matches!(&over, Err(NotAdmitted::Full(w)) if w.contains("--memory-budget")), "{:?}", over.err());
         assert_eq!(g.reporter.counters.over_budget.load(Ordering::Relaxed), 2);
-        g.budget.sampled(0);
+        g.budget.record(&HashMap::from([(key(3), 0)]));
         assert!(g.enter(sa("192.0.2.1:6")).admit().await.is_ok());
         drop(c);
+    }
+
+    /// A connection of mptun's stack, for the budget's books.
+    fn key(port: u16) -> ConnKey {
+        (sa("10.201.0.2:1081"), SocketAddr::new("10.101.0.2".parse().unwrap(), port))
+    }
+
+    /// A relay that ends gives back its connection's buffers as last
+    /// sampled at once, so one waiting for room is admitted then, not at the
+    /// next sample (each second). Before, at 1,000 relays, those that
+    /// ended kept the budget full until the next sample, and the waiting
+    /// ones were admitted one at a time (the first always is) for that
+    /// second.
+    #[tokio::test]
+    async fn an_ended_relay_gives_its_sampled_buffers_back_at_once() {
+        let g = gate(8, 8, 10, 250); // a relay costs 40 + its connection's buffers, at least 60
+        let mut a = g.enter(sa("192.0.2.1:1")).admit().await.unwrap();
+        a.track_key(key(1));
+        let mut b = g.enter(sa("192.0.2.1:2")).admit().await.unwrap();
+        b.track_key(key(2));
+        // Autotuning grew both connections' buffers: 2 x 40 + 2 x 90 = 260 of 250.
+        g.budget.record(&HashMap::from([(key(1), 90), (key(2), 90)]));
+        assert_eq!(g.reporter.counters.budget_used.load(Ordering::Relaxed), 260);
+        let (g2, started) = (g.clone(), tokio::time::Instant::now());
+        let waiting = tokio::spawn(async move {
+            let c = g2.enter(sa("192.0.2.1:3")).admit().await;
+            (c, started.elapsed())
+        });
+        tokio::time::sleep(SHORT / 4).await;
+        drop(a);
+        let (c, waited) = waiting.await.unwrap();
+        assert!(c.is_ok() && waited < SHORT / 2, "admitted after {waited:?}, a ended after {:?}", SHORT / 4);
+        // Two relays of 40, and their connections' buffers: b's 90 sampled,
+        // c's not yet, but at least 60 each: 2 x 40 + 2 x 60.
+        assert_eq!(g.reporter.counters.budget_used.load(Ordering::Relaxed), 200);
+        drop((b, c));
+        assert_eq!(g.reporter.counters.budget_used.load(Ordering::Relaxed), 0);
     }
 }
