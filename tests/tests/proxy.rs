@@ -162,7 +162,11 @@ fn proxy_1000_concurrent_downloads() {
     }
     // This process holds the clients' sockets and the HTTP server's.
     let nofile = raise_nofile();
-    assert!(nofile >= 3 * MANY as u64, "RLIMIT_NOFILE: a hard limit of {nofile}, {} sockets needed", 2 * MANY);
+    assert!(
+        nofile >= 3 * MANY as u64,
+        "RLIMIT_NOFILE: a hard limit of {nofile}, {} descriptors needed (the clients' sockets and the server's)",
+        3 * MANY
+    );
     let (lab, _dir, key) = lab_with_key("px-1k", 2);
     let _http = HttpServer::start(lab.b.name(), SocketAddr::from(([0, 0, 0, 0], HTTP_PORT))).unwrap();
     let limits = many_limits(MANY_BUDGET);
@@ -201,8 +205,8 @@ fn proxy_1000_concurrent_downloads() {
     let cpu = [cpu_secs(lpid) - cpu0[0], cpu_secs(xpid) - cpu0[1]];
     check("the 1,000 downloads", &wants, &got);
     let aggregate = goodput(&wants, wall);
-    let (first_end, times) = completion(&got);
-    let open_then = got.iter().filter(|g| g.start <= first_end).count();
+    let (_, times) = completion(&got);
+    let at_once = most_at_once(&got);
     let peak = [proc_kib(lpid, "VmHWM"), proc_kib(xpid, "VmHWM")];
     // Every relay ends cleanly at both ends.
     let ended = 3 + MANY;
@@ -229,8 +233,8 @@ fn proxy_1000_concurrent_downloads() {
         aggregate / single
     );
     println!(
-        "  each download took {:.2} s at least, {:.2} s median, {:.2} s at most; {open_then} had begun when the \
-         first ended; most relays at once (1 s summaries): local {}, exit {}; CPU local {:.0} %, exit {:.0} % \
+        "  each download took {:.2} s at least, {:.2} s median, {:.2} s at most; {at_once} were receiving at \
+         once (first to last byte); most relays at once (1 s summaries): local {}, exit {}; CPU local {:.0} %, exit {:.0} % \
          of one core",
         times[0],
         times[times.len() / 2],
@@ -249,7 +253,10 @@ fn proxy_1000_concurrent_downloads() {
         mib(after[0]),
         mib(after[1])
     );
-    assert!(open_then >= MANY * 9 / 10, "the downloads overlapped: only {open_then} had begun when the first ended");
+    // The point of the test: the relays carried data at the same time, not
+    // one after another (counted from each download's first response byte,
+    // when its relay through both ends was up).
+    assert!(at_once >= MANY / 2, "only {at_once} downloads were receiving at once");
     // Healthy afterwards: both run, a new download goes through, and both
     // end on Ctrl-C with nothing refused, failed or evicted.
     assert!(alive(lpid) && alive(xpid), "both proxy ends still run");

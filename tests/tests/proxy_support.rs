@@ -180,10 +180,29 @@ pub struct Want {
 pub struct Got {
     /// The body's length and SHA-256 (hex), or what went wrong.
     pub result: Result<(u64, String), String>,
-    /// When it began (its connect to the SOCKS port) and when its last
-    /// byte arrived, after the common start.
+    /// When it began (its connect to the SOCKS port), when the first byte
+    /// of the response arrived (the relay through both ends was up) and
+    /// when its last byte did, after the common start.
     pub start: Duration,
+    pub first_byte: Option<Duration>,
     pub end: Duration,
+}
+
+/// The most downloads that were receiving at once: between their first
+/// response byte and their last.
+pub fn most_at_once(got: &[Got]) -> usize {
+    let mut edges: Vec<(Duration, i32)> =
+        got.iter().filter_map(|g| g.first_byte.map(|f| [(f, 1), (g.end, -1)])).flatten().collect();
+    // An end before a start at the same instant: touching is not overlapping.
+    edges.sort();
+    edges
+        .iter()
+        .scan(0i32, |n, &(_, d)| {
+            *n += d;
+            Some(*n)
+        })
+        .max()
+        .unwrap_or(0) as usize
 }
 
 /// Downloads every `wants` at once through the SOCKS5 proxy at `socks`
@@ -207,11 +226,15 @@ pub fn fetch_all(
             for (i, &w) in wants.iter().enumerate() {
                 set.spawn(async move {
                     let start = t0.elapsed();
-                    let result = match tokio::time::timeout(limit, fetch_one(socks, dest, w)).await {
+                    let first = std::sync::OnceLock::new();
+                    let fetch = fetch_one(socks, dest, w, || {
+                        let _ = first.set(t0.elapsed());
+                    });
+                    let result = match tokio::time::timeout(limit, fetch).await {
                         Ok(r) => r,
                         Err(_) => Err(format!("not done within {limit:?}")),
                     };
-                    (i, Got { result, start, end: t0.elapsed() })
+                    (i, Got { result, start, first_byte: first.get().copied(), end: t0.elapsed() })
                 });
             }
             let mut got: Vec<Option<Got>> = wants.iter().map(|_| None).collect();
@@ -227,7 +250,12 @@ pub fn fetch_all(
 
 /// SOCKS5 CONNECT (no authentication) to `dest` through `socks`, then
 /// `GET /bytes/N/SEED`: the body's length and SHA-256.
-async fn fetch_one(socks: SocketAddr, dest: SocketAddr, w: Want) -> Result<(u64, String), String> {
+async fn fetch_one(
+    socks: SocketAddr,
+    dest: SocketAddr,
+    w: Want,
+    first_byte: impl FnOnce(),
+) -> Result<(u64, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let io = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
     let mut s = tokio::net::TcpStream::connect(socks).await.map_err(io("connect to the SOCKS port"))?;
@@ -260,10 +288,14 @@ async fn fetch_one(socks: SocketAddr, dest: SocketAddr, w: Want) -> Result<(u64,
     s.write_all(get.as_bytes()).await.map_err(io("request"))?;
     let mut buf = vec![0u8; 32 * 1024];
     let mut head = Vec::new();
+    let mut first_byte = Some(first_byte);
     let body_at = loop {
         let k = s.read(&mut buf).await.map_err(io("response head"))?;
         if k == 0 {
             return Err(format!("end of stream in the response head after {} bytes", head.len()));
+        }
+        if let Some(f) = first_byte.take() {
+            f();
         }
         head.extend_from_slice(&buf[..k]);
         if let Some(p) = head.windows(4).position(|x| x == b"\r\n\r\n") {

@@ -421,6 +421,15 @@ impl<A: Host, B: Host> Sim<A, B> {
                     self.put_on_link(from, route, hop, pkt.data, pkt.corrupted);
                     continue;
                 }
+                // Receivers trust the checksums of packets the wire left
+                // alone: what stands behind that is every sender's, which
+                // builds of the tests check here.
+                debug_assert!(
+                    pkt.corrupted
+                        || !matches!(mptun_wire::parse_tcp_packet(&pkt.data), Err(mptun_wire::Error::BadChecksum)),
+                    "a sender put a packet with a bad checksum on the wire: {:02x?}",
+                    &pkt.data[..pkt.data.len().min(64)]
+                );
                 self.stats.packets_delivered += 1;
                 self.stats.bytes_delivered += pkt.data.len() as u64;
                 match pkt.to {

@@ -31,7 +31,11 @@ pub(super) fn main() {
     let settle = Duration::from_secs_f64(arg("--settle").map_or(65.0, |s| s.parse().expect("--settle SECS")));
     // This process holds the clients' sockets and the HTTP server's.
     let nofile = px::raise_nofile();
-    assert!(nofile >= 3 * n as u64, "RLIMIT_NOFILE: a hard limit of {nofile}, {} sockets needed", 2 * n);
+    assert!(
+        nofile >= 3 * n as u64,
+        "RLIMIT_NOFILE: a hard limit of {nofile}, {} descriptors needed (the clients' sockets and the server's)",
+        3 * n
+    );
     let (lab, _dir, key) = px::lab_with_key("px-many", 2);
     let _http = HttpServer::start(lab.b.name(), SocketAddr::from(([0, 0, 0, 0], px::HTTP_PORT))).unwrap();
     let limits = px::many_limits(&budget);
@@ -56,7 +60,7 @@ pub(super) fn main() {
         wants
             .iter()
             .zip(got)
-            .filter(|(w, g)| g.result.as_ref().is_ok_and(|(n, _)| *n == w.n))
+            .filter(|(w, g)| g.result.as_ref().is_ok_and(|(n, sha)| *n == w.n && *sha == px::expected_sha(**w)))
             .map(|(w, _)| *w)
             .collect()
     };
@@ -78,13 +82,13 @@ pub(super) fn main() {
         }
         busy += wall.as_secs_f64();
         let done = check("the concurrent downloads", &wants, &got);
-        let (first_end, t) = px::completion(&got);
-        let open_then = got.iter().filter(|g| g.start <= first_end).count();
+        let (_, t) = px::completion(&got);
+        let at_once = px::most_at_once(&got);
         together.push(px::goodput(&done, wall));
         let peak = rss("VmHWM");
         println!(
             "run {}: alone {:.1} Mbit/s; {n} at once {:.1} Mbit/s ({} MiB in {:.2} s), each {:.2} / {:.2} / {:.2} s \
-             (min / median / max), {open_then} begun before the first ended; peak RSS so far local / exit {:.1} / {:.1} MiB",
+             (min / median / max), {at_once} receiving at once; peak RSS so far local / exit {:.1} / {:.1} MiB",
             r + 1,
             mbit(alone[r]),
             mbit(together[r]),

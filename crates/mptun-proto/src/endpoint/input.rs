@@ -65,7 +65,7 @@ impl Endpoint {
                 return;
             }
             Err(e) => {
-                if e == mptun_wire::Error::BadChecksum {
+                if e == mptun_wire::Error::BadChecksum && ip_header_checksum_ok(packet) {
                     self.counters.tcp_in_csum_errors += 1;
                 }
                 self.counters.tcp_in_errs += 1;
@@ -392,4 +392,14 @@ fn offers_mptcp(opts: &OptionSummary) -> bool {
     opts.mptcp.iter().any(
         |o| matches!(o, MptcpOption::MpCapable { version: 1, flags, .. } if crate::mptcp::usable_cap_flags(*flags)),
     )
+}
+
+/// The packet's IP header checksum holds (IPv6 has none): a
+/// [`mptun_wire::Error::BadChecksum`] was then the TCP checksum's, what
+/// `TcpInCsumErrors` counts (a bad IPv4 header is Linux's `IpInCsumErrors`).
+fn ip_header_checksum_ok(packet: &[u8]) -> bool {
+    match packet.first().map(|b| (b >> 4, usize::from(b & 0x0f) * 4)) {
+        Some((4, ihl)) => packet.get(..ihl).is_some_and(mptun_wire::checksum::verify),
+        _ => true,
+    }
 }

@@ -515,3 +515,27 @@ fn without_cookies_a_full_queue_drops() {
     assert_eq!(c.tcp_ext_syncookies_sent, 0);
     assert_eq!(c.tcp_ext_tcp_req_q_full_drop, 300 - Limits::default().max_syn_backlog as u64);
 }
+
+/// A bad TCP checksum is `TcpInCsumErrors` (and `TcpInErrs`), as Linux
+/// counts it; a bad IPv4 header checksum is not a TCP checksum error.
+#[test]
+fn a_bad_tcp_checksum_is_counted_as_one_and_a_bad_ip_header_is_not() {
+    let mut ep = Endpoint::new(EndpointConfig::default(), [7; 32]);
+    ep.listen(sa(SERVER));
+    let syn = packet(sa("10.0.1.1:40000"), sa(SERVER), 1, 0, TcpFlags::SYN, &[]);
+    let mut bad_tcp = syn.clone();
+    *bad_tcp.last_mut().unwrap() ^= 0x01; // the last byte of the TCP header
+    ep.handle_packet(Instant::ZERO, &bad_tcp);
+    let c = ep.counters();
+    assert_eq!((c.tcp_in_csum_errors, c.tcp_in_errs), (1, 1));
+    let mut bad_ip = syn.clone();
+    bad_ip[8] ^= 0x01; // the TTL, under the header checksum
+    ep.handle_packet(Instant::ZERO, &bad_ip);
+    let c = ep.counters();
+    assert_eq!((c.tcp_in_csum_errors, c.tcp_in_errs), (1, 2));
+    // Over a device that verified the TCP checksum, the IP header is still
+    // checked, and still not counted as a TCP checksum error.
+    ep.handle_packet_checksum_verified(Instant::ZERO, &bad_ip);
+    assert_eq!(ep.counters().tcp_in_csum_errors, 1);
+    assert_eq!(ep.counters().tcp_in_errs, 3);
+}

@@ -36,7 +36,10 @@ impl Connection {
 
     /// [`Connection::send`] without a copy: the buffer keeps (a slice of)
     /// `data` itself until it is acknowledged. For a writer that builds its
-    /// data in an owned buffer anyway (the simulator's bulk sender).
+    /// data in an owned buffer anyway (the simulator's bulk sender). A
+    /// partial write keeps all of `data`'s allocation alive while only the
+    /// part taken is counted against the send buffer: size writes to
+    /// [`Connection::send_space`].
     pub fn send_bytes(&mut self, data: Bytes) -> Result<usize, SendError> {
         self.write(data.len(), |n| data.slice(..n))
     }

@@ -334,7 +334,9 @@ impl ScaleHost {
         while self.writing && self.next_write.is_some_and(|t| t <= now) && !self.bulk.is_empty() {
             let h = self.bulk[self.cursor % self.bulk.len()];
             self.cursor += 1;
-            let data = self.payload.clone();
+            // A buffer of its own, as a socket write copies it: what waits
+            // in a send buffer is in the endpoint's heap.
+            let data = Bytes::copy_from_slice(&self.payload);
             let len = data.len();
             match self.ep.conn_mut(h).map(|c| (c.send_space() >= len).then(|| c.send_bytes(data))) {
                 Some(Some(Ok(n))) => self.bulk_bytes += n as u64,
