@@ -119,22 +119,28 @@ fn free_endpoints(s: &mut Scale, n: usize) -> (f64, f64) {
     (per(h1 - h2, n), per(h0 - h1, n))
 }
 
+/// A run with its `n` connections open and settled, and the wall time the
+/// opening took.
+fn opened(p: &Params) -> (Scale, std::time::Duration) {
+    let mut s = Scale::new(p);
+    let w0 = std::time::Instant::now();
+    assert!(s.open_all(), "{}: not every connection opened", p.n);
+    let took = w0.elapsed();
+    s.settle();
+    (s, took)
+}
+
 fn measure(p: &Params) -> Row {
     let n = p.n;
     let mut row = Row { n, ..Row::default() };
     // Run 1: setup, then each end's idle heap (the experiment's own books,
     // its maps of connections, are not in it).
-    let mut s = Scale::new(p);
-    let w0 = std::time::Instant::now();
-    assert!(s.open_all(), "{n}: not every connection opened");
-    row.setup_per_s = n as f64 / w0.elapsed().as_secs_f64();
-    s.settle();
+    let (mut s, took) = opened(p);
+    row.setup_per_s = n as f64 / took.as_secs_f64();
     (row.idle_client, row.idle_server) = free_endpoints(&mut s, n);
     drop(s);
     // Run 2: the active phase; each end's heap at its end.
-    let mut s = Scale::new(p);
-    assert!(s.open_all(), "{n}: not every connection opened");
-    s.settle();
+    let (mut s, _) = opened(p);
     let c0 = cpu_ns();
     let b0 = s.sim.b.bulk_bytes;
     s.run_active();
@@ -149,9 +155,7 @@ fn measure(p: &Params) -> Row {
     (row.active_client, row.active_server) = free_endpoints(&mut s, n);
     drop(s);
     // Run 3: TCP_CRR beside the idle connections.
-    let mut s = Scale::new(p);
-    assert!(s.open_all(), "{n}: not every connection opened");
-    s.settle();
+    let (mut s, _) = opened(p);
     let c2 = cpu_ns();
     s.run_crr();
     let c3 = cpu_ns();
