@@ -4,10 +4,11 @@
 # its copies and its integrity check. Rounds are interleaved (iperf3, mptun with its default check, mptun
 # with each --hash given) so a machine's drift touches every column alike.
 #
-#   send-vs-iperf3.sh [--rounds N] [--size SIZE] [--mptun PATH] [--hash H]...
+#   send-vs-iperf3.sh [--rounds N] [--size SIZE] [--mptun PATH] [--hash H]... [--prefix P]
 #
 # Defaults: 3 rounds of 2G, the mptun on PATH, extra check sha256. Prints a line per run and the medians.
-# Needs root, iproute2 and iperf3; the two namespaces (sviA, sviB) are deleted on exit, even on failure.
+# Needs root, iproute2 and iperf3; the two namespaces (P-a, P-b; P is svi) are deleted on exit, even on
+# failure.
 # Offloads stay on: this is the path a user's iperf3 run takes.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -16,13 +17,15 @@ ROUNDS=3
 SIZE=2G
 MPTUN=mptun
 HASHES=()
+PREFIX=svi
 while [ $# -gt 0 ]; do
     case $1 in
         --rounds) ROUNDS=$2; shift 2 ;;
         --size) SIZE=$2; shift 2 ;;
         --mptun) MPTUN=$2; shift 2 ;;
         --hash) HASHES+=("$2"); shift 2 ;;
-        -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+        --prefix) PREFIX=$2; shift 2 ;;
+        -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
         *) lab_die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -32,8 +35,8 @@ command -v iperf3 >/dev/null || lab_die "needs iperf3"
 command -v "$MPTUN" >/dev/null || [ -x "$MPTUN" ] || lab_die "no mptun binary at $MPTUN (--mptun PATH)"
 command -v python3 >/dev/null || lab_die "needs python3 (reads the JSON reports)"
 
-A=sviA
-B=sviB
+A=$PREFIX-a
+B=$PREFIX-b
 PIDS=()
 cleanup() {
     local p
@@ -64,7 +67,10 @@ lab_wait_for port_open 5302 || lab_die "mptun serve did not listen"
 gbps() {
     python3 -c '
 import json, sys
-d = json.load(sys.stdin)
+try:
+    d = json.load(sys.stdin)
+except ValueError:
+    sys.exit("no JSON report (the tool failed: its error is above)")
 m = d["end"].get("mptcp")
 if m is not None and not m["sha256_match"]:
     sys.exit("mptun: integrity check failed")

@@ -3,7 +3,9 @@
 //! mptun's document with a value of the same JSON type (mptun may add keys,
 //! none may be missing), at the client and at the server, forward and
 //! reverse (`-R`); the `sender` flags are iperf3's; `-t 3` gives three
-//! intervals; both ends of an mptun test carry the same cookie. Needs root
+//! intervals; both ends of an mptun test carry the same cookie. And
+//! `netns-scripts/send-vs-iperf3.sh` (BENCH.md's default-check table) runs
+//! and cleans up. Needs root
 //! (namespaces) and `iperf3` (installed by `.ci/run`): skipped with a reason
 //! otherwise, failed when MPTUN_REQUIRE_NETNS=1.
 
@@ -112,14 +114,22 @@ fn mptun(lab: &Lab, args: &[&str]) -> (Value, Value) {
     (client, parse("mptun serve", stdout.as_bytes()))
 }
 
-#[test]
-fn cli_json_has_every_iperf3_key_with_its_type() {
+/// Whether these tests can run here: namespaces (root) and iperf3 (`.ci/run` installs it); prints why not.
+fn ready() -> bool {
     if require_netns().is_some() {
-        return;
+        return false;
     }
     if Command::new("iperf3").arg("--version").output().is_err() {
         assert!(std::env::var("MPTUN_REQUIRE_NETNS").as_deref() != Ok("1"), "iperf3 is not installed");
         println!("skipped: iperf3 is not installed (apt-get install iperf3)");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn cli_json_has_every_iperf3_key_with_its_type() {
+    if !ready() {
         return;
     }
     let lab = Lab::new("cljson", 1).unwrap();
@@ -161,4 +171,66 @@ fn cli_json_has_every_iperf3_key_with_its_type() {
             "the server names the client's port"
         );
     }
+}
+
+/// `netns-scripts/send-vs-iperf3.sh`, the script behind BENCH.md's table of
+/// the CLI's default check against iperf3, in one short round: a figure for
+/// iperf3 and for each check (each named as the report names it), their
+/// medians, and no namespace left behind; a run that fails half-way (a
+/// check mptun does not know) exits non-zero and also cleans up.
+#[test]
+fn send_vs_iperf3_script_reports_and_cleans_up() {
+    if !ready() {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../netns-scripts/send-vs-iperf3.sh");
+    let bin = support::mptun_bin();
+    let prefix = format!("svi{}", std::process::id() % 100_000);
+    // `timeout` sends TERM: the script's trap deletes its namespaces then too.
+    let script_run = |hashes: &[&str]| {
+        let mut c = Command::new("timeout");
+        c.args(["120", "bash", script, "--rounds", "1", "--size", "64M", "--prefix", &prefix, "--mptun"]);
+        c.arg(&bin);
+        for h in hashes {
+            c.args(["--hash", h]);
+        }
+        let out = c.stdin(Stdio::null()).output().expect("run the script");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            support::namespaces_named(&prefix).is_empty(),
+            "namespaces left: {:?}",
+            support::namespaces_named(&prefix)
+        );
+        (out.status, text, err)
+    };
+
+    let (st, text, err) = script_run(&["sha256", "blake3"]);
+    assert!(st.success(), "the script failed ({st}): {text}\n{err}");
+    let gbps = |line: &str| -> f64 {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let at = w.iter().position(|&x| x == "Gbit/s").unwrap_or_else(|| panic!("no figure in {line:?}"));
+        w[at - 1].parse().unwrap_or_else(|_| panic!("no figure in {line:?}"))
+    };
+    for (prefix, check) in [
+        ("round 1 iperf3 ", None),
+        ("round 1 mptun default ", Some("(check: xxh3)")),
+        ("round 1 mptun sha256 ", Some("(check: sha256)")),
+        ("round 1 mptun blake3 ", Some("(check: blake3)")),
+        ("median iperf3 ", None),
+        ("median default ", None),
+        ("median sha256 ", None),
+        ("median blake3 ", None),
+    ] {
+        let line = text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?} in {text}"));
+        assert!(gbps(line) > 0.0, "{line}");
+        if let Some(check) = check {
+            assert!(line.contains(check), "{line} should name {check}");
+        }
+    }
+    println!("{text}");
+
+    let (st, text, err) = script_run(&["no-such-hash"]);
+    assert!(!st.success(), "a failing mptun send must fail the script: {text}\n{err}");
+    assert!(err.contains("no-such-hash") && err.contains("no JSON report"), "failed for another reason: {err}");
 }

@@ -30,16 +30,6 @@ fn name(suffix: &str) -> String {
     format!("lb{}{suffix}", std::process::id() % 100_000)
 }
 
-fn namespaces_of(name: &str) -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("{name}-")))
-        .map(String::from)
-        .collect()
-}
-
 /// `mptun lab ARGS --json --name NAME`, which must succeed and leave no namespace behind.
 fn lab_json(args: &[&str], name: &str, limit: Duration) -> (Value, String) {
     let mut all = vec!["lab"];
@@ -49,7 +39,7 @@ fn lab_json(args: &[&str], name: &str, limit: Duration) -> (Value, String) {
     let out = run(None, &all, limit);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "mptun {}: {}\n{err}", all.join(" "), out.status);
-    assert!(namespaces_of(name).is_empty(), "namespaces left: {:?}", namespaces_of(name));
+    assert!(support::namespaces_named(name).is_empty(), "namespaces left: {:?}", support::namespaces_named(name));
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     (v, err)
 }

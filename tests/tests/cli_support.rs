@@ -258,3 +258,15 @@ pub fn linkem_built() -> bool {
     println!("skipped: {} not built (cargo build -p linkem)", linkem.display());
     false
 }
+
+/// The network namespaces whose names start with `prefix-`: what a test
+/// checks is gone once its lab or script has ended.
+pub fn namespaces_named(prefix: &str) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+        .map(String::from)
+        .collect()
+}
