@@ -212,7 +212,7 @@ fn send_vs_iperf3_script_reports_and_cleans_up() {
         let at = w.iter().position(|&x| x == "Gbit/s").unwrap_or_else(|| panic!("no figure in {line:?}"));
         w[at - 1].parse().unwrap_or_else(|_| panic!("no figure in {line:?}"))
     };
-    for (prefix, check) in [
+    for (start, check) in [
         ("round 1 iperf3 ", None),
         ("round 1 mptun default ", Some("(check: xxh3)")),
         ("round 1 mptun sha256 ", Some("(check: sha256)")),
@@ -222,7 +222,7 @@ fn send_vs_iperf3_script_reports_and_cleans_up() {
         ("median sha256 ", None),
         ("median blake3 ", None),
     ] {
-        let line = text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?} in {text}"));
+        let line = text.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no {start:?} in {text}"));
         assert!(gbps(line) > 0.0, "{line}");
         if let Some(check) = check {
             assert!(line.contains(check), "{line} should name {check}");
