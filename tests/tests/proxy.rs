@@ -179,10 +179,13 @@ fn proxy_1000_concurrent_downloads() {
         let bad = bad_downloads(wants, got);
         assert!(
             bad.is_empty(),
-            "{what}: {} of {} downloads failed or differ, e.g. {:?}\nlocal (last lines): {}\nexit (last lines): {}",
+            "{what}: {} of {} downloads failed or differ, e.g. {:?}\nlocal (its first failures): {}\n\
+             exit (its first failures): {}\nlocal (last lines): {}\nexit (last lines): {}",
             bad.len(),
             wants.len(),
             &bad[..bad.len().min(10)],
+            failures(&local.output(), 10),
+            failures(&exit.output(), 10),
             tail(&local.output(), 30),
             tail(&exit.output(), 30)
         );
@@ -273,6 +276,17 @@ fn proxy_1000_concurrent_downloads() {
 }
 
 /// The last `n` lines of `s`.
+/// The first `n` relays a proxy failed, refused or evicted, with their reasons.
+fn failures(s: &str, n: usize) -> String {
+    let kinds = ["\"event\":\"failed\"", "\"event\":\"refused\"", "\"event\":\"evicted\""];
+    let v: Vec<&str> = s.lines().filter(|l| kinds.iter().any(|k| l.contains(k))).take(n).collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join("\n")
+    }
+}
+
 fn tail(s: &str, n: usize) -> String {
     let v: Vec<&str> = s.lines().collect();
     v[v.len().saturating_sub(n)..].join("\n")

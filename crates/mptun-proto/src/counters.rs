@@ -293,6 +293,11 @@ counters! {
     mptun_not_tcp => "MptunNotTcp",
     /// Packets for which no connection or listener existed.
     mptun_no_socket => "MptunNoSocket",
+    /// Third ACKs that returned a SYN cookie to a pair that had since got a
+    /// half-open connection (the client's SYN sent again found room): the
+    /// connection is built from the cookie and the half-open one dropped
+    /// (mptun's; Linux hands such an ACK to the listener's cookie check).
+    mptun_syncookies_over_half_open => "MptunSyncookiesOverHalfOpen",
 }
 
 impl Counters {

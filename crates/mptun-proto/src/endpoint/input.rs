@@ -80,11 +80,19 @@ impl Endpoint {
             self.counters.mptun_malformed += 1;
         }
         if let Some((h, idx)) = self.tuple_owner(&(local, remote)) {
-            let s = self.conns[h.0].as_mut().expect("tuple_owner checked the slot");
-            s.conn.handle_segment(now, idx, &pkt.tcp, &opts, pkt.payload, owner);
-            self.ready.insert(h.0);
-            self.post_conn(now, h);
-            return;
+            if idx == 0 && self.acks_a_cookie_instead(now, h, local, remote, &pkt.tcp) {
+                self.counters.mptun_syncookies_over_half_open += 1;
+                self.free_slot(h);
+                if self.cookie_ack(now, local, remote, &pkt.tcp, &opts, pkt.payload) {
+                    return;
+                }
+            } else {
+                let s = self.conns[h.0].as_mut().expect("tuple_owner checked the slot");
+                s.conn.handle_segment(now, idx, &pkt.tcp, &opts, pkt.payload, owner);
+                self.ready.insert(h.0);
+                self.post_conn(now, h);
+                return;
+            }
         }
         self.by_tuple.remove(&(local, remote));
         let f = pkt.tcp.flags;
@@ -153,6 +161,39 @@ impl Endpoint {
         self.apply_device_mtu(h, 0, local.ip());
         self.ready.insert(h.0);
         self.settle(h);
+    }
+
+    /// Whether an ACK to the half-open connection `h` returns, instead of
+    /// its SYN-ACK's sequence number, a cookie we sent for the same pair: the
+    /// client's SYN was answered with a cookie while the queue was full, then
+    /// sent again (the cookie SYN-ACK late) and given a half-open connection
+    /// once the queue had room. The client completes the handshake it got
+    /// first; the half-open connection would reset it (RFC 9293, an
+    /// unacceptable ACK in SYN-RECEIVED), so the cookie wins, as in Linux,
+    /// where such an ACK fails the request socket's check and goes on to the
+    /// listener's cookie check.
+    fn acks_a_cookie_instead(
+        &self,
+        now: Instant,
+        h: ConnectionHandle,
+        local: SocketAddr,
+        remote: SocketAddr,
+        ack: &TcpHeader,
+    ) -> bool {
+        let f = ack.flags;
+        if !f.ack() || f.syn() || f.rst() || !self.cookies.active(now) || !self.is_listening(local) {
+            return false;
+        }
+        let Some(s) = self.conns.get(h.0).and_then(Option::as_ref) else { return false };
+        if !s.half_open || s.owned {
+            return false;
+        }
+        let Some(sf) = s.conn.subflow(0) else { return false };
+        if sf.state() != crate::tcp::State::SynReceived || Seq(ack.ack) == sf.iss() + 1 {
+            return false;
+        }
+        let (peer_isn, iss) = (ack.seq.wrapping_sub(1), ack.ack.wrapping_sub(1));
+        self.cookies.check(now, local, remote, peer_isn, iss).is_some()
     }
 
     /// Answers a SYN with a cookie SYN-ACK and keeps nothing. The SYN-ACK is

@@ -114,6 +114,19 @@ impl Subflow {
         }
     }
 
+    /// The end of what we sent in SYN-SENT or SYN-RECEIVED: our SYN (or
+    /// SYN-ACK) once it went out, also after an RTO moved `snd_nxt` back to
+    /// send it again and before it left: an ACK of the first one arriving in
+    /// between acknowledges what the peer got (Linux checks against
+    /// `snt_isn + 1`; its retransmission never moves `snd_nxt` back).
+    fn syn_snd_max(&self) -> Seq {
+        if self.syn_retransmitted {
+            self.iss + 1
+        } else {
+            self.snd_nxt
+        }
+    }
+
     pub(super) fn handle_syn_sent(
         &mut self,
         now: Instant,
@@ -124,7 +137,7 @@ impl Subflow {
     ) -> Verdict {
         let f = hdr.flags;
         let ack = Seq(hdr.ack);
-        if f.ack() && (ack.le(self.iss) || ack.gt(self.snd_nxt)) {
+        if f.ack() && (ack.le(self.iss) || ack.gt(self.syn_snd_max())) {
             if !f.rst() {
                 self.queue_rst(ack, Seq(0), TcpFlags::RST);
             }
@@ -146,6 +159,7 @@ impl Subflow {
         self.take_syn_options(now, hdr, opts);
         if f.ack() {
             self.snd_una = ack;
+            self.snd_nxt = ack;
             self.snd_wl1 = Seq(hdr.seq);
             self.snd_wl2 = ack;
             if !self.syn_retransmitted {
@@ -299,8 +313,9 @@ impl Subflow {
         // 5. ACK processing.
         let ack = Seq(hdr.ack);
         if self.state == State::SynReceived {
-            if ack.gt(self.snd_una) && ack.le(self.snd_nxt) {
+            if ack.gt(self.snd_una) && ack.le(self.syn_snd_max()) {
                 self.snd_una = ack;
+                self.snd_nxt = ack;
                 self.state = State::Established;
                 self.timers.stop(Timer::Rto);
                 self.retries = 0;

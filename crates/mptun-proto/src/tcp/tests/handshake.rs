@@ -301,6 +301,39 @@ fn syn_received_syn_ack_is_retransmitted_on_rto() {
     assert_eq!(t.fire_timer(), Duration::from_secs(2));
 }
 
+/// The RTO fired (the SYN-ACK is to go again) but the retransmission has
+/// not left when the peer's ACK of the first one arrives: it acknowledges
+/// what we sent and completes the handshake (it was reset, as an ACK beyond
+/// a `snd_nxt` the timer had moved back: a loaded exit proxy reset 128
+/// connections at once this way). Linux checks against `snt_isn + 1`.
+#[test]
+fn syn_received_ack_between_the_rto_and_the_retransmission_establishes() {
+    let mut t = Sf::accept(cfg(), Sf::peer_syn(PLAIN));
+    t.recv().unwrap();
+    assert_eq!(t.fire_timer(), Duration::from_secs(1));
+    send!(t, seq: IRS + 1, ack: ISS + 1);
+    assert_eq!(t.state(), State::Established);
+    assert_eq!(t.events(), vec![Event::Connected]);
+    recv_nothing!(t);
+    assert_eq!(t.sf.snd_una().0, ISS + 1);
+    assert_eq!(t.sf.send(b"after"), 5);
+    recv!(t, seq: ISS + 1, ack: IRS + 1, flags: PSH | ACK, payload: b"after".to_vec());
+}
+
+/// The same in SYN-SENT: the SYN-ACK of our first SYN, arriving after the
+/// RTO but before the SYN went again, establishes the connection.
+#[test]
+fn syn_sent_syn_ack_between_the_rto_and_the_retransmission_establishes() {
+    let mut t = Sf::connect(cfg());
+    t.recv().unwrap();
+    assert_eq!(t.fire_timer(), Duration::from_secs(1));
+    send!(t, seq: IRS, ack: ISS + 1, flags: SYN | ACK, window: 65535, mss: Some(MSS));
+    assert_eq!(t.state(), State::Established);
+    assert_eq!(t.events(), vec![Event::Connected]);
+    recv!(t, seq: ISS + 1, ack: IRS + 1);
+    recv_nothing!(t);
+}
+
 #[test]
 fn syn_received_rst_in_sequence_closes() {
     let mut t = Sf::accept(cfg(), Sf::peer_syn(PLAIN));
