@@ -189,7 +189,10 @@ impl Endpoint {
             return false;
         }
         let Some(sf) = s.conn.subflow(0) else { return false };
-        if sf.state() != crate::tcp::State::SynReceived || Seq(ack.ack) == sf.iss() + 1 {
+        // The same SYN sent again (not a stray segment of an earlier
+        // connection of the pair), and not an ACK of this connection's SYN-ACK.
+        if sf.state() != crate::tcp::State::SynReceived || Seq(ack.seq) != sf.irs() + 1 || Seq(ack.ack) == sf.iss() + 1
+        {
             return false;
         }
         let (peer_isn, iss) = (ack.seq.wrapping_sub(1), ack.ack.wrapping_sub(1));

@@ -525,6 +525,12 @@ fn a_cookie_ack_wins_over_the_half_open_of_the_same_syn_sent_again() {
     n.b.handle_packet(n.now, &syn[0]);
     let cookie_synack = drain(&mut n.b, n.now);
     assert_eq!((cookie_synack.len(), n.b.counters().tcp_ext_syncookies_sent), (1, 1));
+    // Another SYN of the pair (an earlier connection's, its own ISN) got a
+    // cookie too: its ACK must not pass for this one's later.
+    let client = sa("10.0.1.1:40000");
+    let other_isn = parse_tcp_packet(&syn[0]).unwrap().tcp.seq.wrapping_add(1 << 30);
+    n.b.handle_packet(n.now, &packet(client, sa(SERVER), other_isn, 0, TcpFlags::SYN, &[]));
+    let other_cookie = parse_tcp_packet(&drain(&mut n.b, n.now)[0]).unwrap().tcp.seq;
     // A place frees (a flood connection reset by its peer) and the SYN comes again.
     let flooder = SocketAddr::new("10.0.7.7".parse().unwrap(), 1024);
     n.b.handle_packet(n.now, &packet(flooder, sa(SERVER), 2, 0, TcpFlags::RST, &[]));
@@ -543,6 +549,21 @@ fn a_cookie_ack_wins_over_the_half_open_of_the_same_syn_sent_again() {
     n.a.handle_packet(n.now, &cookie_synack[0]);
     assert!(n.a.is_established(h));
     let ack = drain(&mut n.a, n.now);
+    assert_eq!(ack.len(), 1);
+    // Not taken from the pair's other SYN (a valid cookie, but not for
+    // this SYN), nor with a forged cookie.
+    let third = parse_tcp_packet(&ack[0]).unwrap().tcp;
+    let stray = (other_isn.wrapping_add(1), other_cookie.wrapping_add(1));
+    for (seq, ackno, reset) in [(stray.0, stray.1, false), (third.seq, third.ack ^ 0x100, true)] {
+        n.b.handle_packet(n.now, &packet(client, sa(SERVER), seq, ackno, TcpFlags::ACK, &[]));
+        let out = drain(&mut n.b, n.now);
+        // The stray is outside the half-open connection's window (an ACK
+        // answers it, RFC 9293); the forged cookie acks what it never sent.
+        let rst = out.iter().any(|p| parse_tcp_packet(p).unwrap().tcp.flags.rst());
+        assert_eq!(rst, reset, "seq {seq} ack {ackno}");
+        assert_eq!(n.b.connection_count(), (backlog, backlog), "the half-open connection stays");
+    }
+    assert_eq!(n.b.counters().mptun_syncookies_over_half_open, 0);
     for p in &ack {
         n.b.handle_packet(n.now, p);
     }
@@ -568,6 +589,9 @@ fn a_cookie_ack_wins_over_the_half_open_of_the_same_syn_sent_again() {
     n.run(Duration::from_millis(20), &mut no_flood());
     assert_eq!(read_all(&mut n.a, h, n.now).0, b"world");
     assert_books(&n.b, backlog, 4 * backlog);
+    // The half-open connection's MPTCP token went with it: only the cookie
+    // connection's is left (the flood's SYNs offered no MPTCP).
+    assert_eq!(n.b.tokens.len(), 1);
 }
 
 #[test]
