@@ -189,17 +189,8 @@ impl SendBuf {
         if off + len <= c.len() {
             return &c[off..off + len];
         }
-        for part in self.chunks.range(idx..).map(|c| &c.data[..]).scan((off, len), |(off, need), c| {
-            if *need == 0 {
-                return None;
-            }
-            let take = (c.len() - *off).min(*need);
-            let part = &c[*off..*off + take];
-            *off = 0;
-            *need -= take;
-            Some(part)
-        }) {
-            scratch.extend_from_slice(part);
+        for part in self.slices(seq, len) {
+            scratch.extend_from_slice(&part);
         }
         scratch
     }

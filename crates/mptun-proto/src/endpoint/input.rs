@@ -184,7 +184,7 @@ impl Endpoint {
         if !f.ack() || f.syn() || f.rst() || !self.cookies.active(now) || !self.is_listening(local) {
             return false;
         }
-        let Some(s) = self.conns.get(h.0).and_then(Option::as_ref) else { return false };
+        let Some(s) = self.slot(h) else { return false };
         if !s.half_open || s.owned {
             return false;
         }

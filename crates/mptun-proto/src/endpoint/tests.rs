@@ -514,7 +514,7 @@ fn a_forged_cookie_is_counted_and_reset() {
 /// through a loaded proxy pair failed with "connection reset".)
 #[test]
 fn a_cookie_ack_wins_over_the_half_open_of_the_same_syn_sent_again() {
-    let mut n = net_with(EndpointConfig::default(), EndpointConfig::default());
+    let mut n = net();
     let backlog = Limits::default().max_syn_backlog;
     flood(&mut n, backlog as u16);
     drain(&mut n.b, n.now);
