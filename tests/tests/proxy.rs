@@ -176,7 +176,7 @@ fn proxy_1000_concurrent_downloads() {
     let (lpid, xpid) = (local.pid(), exit.pid());
     let fetch = |wants: &[Want], secs| fetch_all(lab.a.name(), SOCKS, http_dest(), wants, Duration::from_secs(secs));
     let check = |what: &str, wants: &[Want], got: &[Got]| {
-        let bad = bad_downloads(wants, got);
+        let bad: Vec<String> = bad_downloads(wants, got).into_iter().map(|(_, why)| why).collect();
         assert!(
             bad.is_empty(),
             "{what}: {} of {} downloads failed or differ, e.g. {:?}\nlocal (its first failures): {}\n\
@@ -275,7 +275,6 @@ fn proxy_1000_concurrent_downloads() {
     }
 }
 
-/// The last `n` lines of `s`.
 /// The first `n` relays a proxy failed, refused or evicted, with their reasons.
 fn failures(s: &str, n: usize) -> String {
     let kinds = ["\"event\":\"failed\"", "\"event\":\"refused\"", "\"event\":\"evicted\""];
@@ -287,6 +286,7 @@ fn failures(s: &str, n: usize) -> String {
     }
 }
 
+/// The last `n` lines of `s`.
 fn tail(s: &str, n: usize) -> String {
     let v: Vec<&str> = s.lines().collect();
     v[v.len().saturating_sub(n)..].join("\n")

@@ -322,9 +322,10 @@ async fn fetch_one(
     Ok((len, format!("{:x}", h.finalize())))
 }
 
-/// The SHA-256 (hex) of what the test server sends for `w`.
+/// The SHA-256 (hex) of what the test server sends for `w`
+/// ([`mptun_tests::http::body`]), hashed as it is generated.
 pub fn expected_sha(w: Want) -> String {
-    sha(&mptun_tests::http::body(w.n, w.seed))
+    mptun_tests::xfer::pattern_sha(w.seed, w.n as usize).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`: the resident
@@ -403,8 +404,8 @@ pub fn many_wants(n: usize, largest: u64) -> Vec<Want> {
 }
 
 /// The downloads of [`fetch_all`] that failed or whose length or SHA-256
-/// differ from what the server sent, described.
-pub fn bad_downloads(wants: &[Want], got: &[Got]) -> Vec<String> {
+/// differ from what the server sent: their index in `wants`, described.
+pub fn bad_downloads(wants: &[Want], got: &[Got]) -> Vec<(usize, String)> {
     wants
         .iter()
         .zip(got)
@@ -414,8 +415,8 @@ pub fn bad_downloads(wants: &[Want], got: &[Got]) -> Vec<String> {
             Err(_) => true,
         })
         .map(|(i, (w, g))| match &g.result {
-            Ok((n, _)) => format!("#{i}: {n} of {} bytes or its SHA-256 differs", w.n),
-            Err(e) => format!("#{i} ({} bytes): {e}", w.n),
+            Ok((n, _)) => (i, format!("#{i}: {n} of {} bytes or its SHA-256 differs", w.n)),
+            Err(e) => (i, format!("#{i} ({} bytes): {e}", w.n)),
         })
         .collect()
 }

@@ -84,13 +84,21 @@ enum Kind {
     Crr,
 }
 
-fn kind_of(port: u16) -> Option<Kind> {
-    match port {
-        BULK_PORT => Some(Kind::Bulk),
-        RR_PORT => Some(Kind::Rr),
-        CRR_PORT => Some(Kind::Crr),
-        _ => None,
+impl Kind {
+    const ALL: [Kind; 3] = [Kind::Bulk, Kind::Rr, Kind::Crr];
+
+    /// The server port that tells the kinds apart.
+    fn port(self) -> u16 {
+        match self {
+            Kind::Bulk => BULK_PORT,
+            Kind::Rr => RR_PORT,
+            Kind::Crr => CRR_PORT,
+        }
     }
+}
+
+fn kind_of(port: u16) -> Option<Kind> {
+    Kind::ALL.into_iter().find(|k| k.port() == port)
 }
 
 /// One connection as the application sees it.
@@ -187,15 +195,11 @@ impl ScaleHost {
         self.ep.connection_count().0
     }
 
-    fn open(&mut self, now: Instant, kind: Kind) {
-        let port = match kind {
-            Kind::Bulk => BULK_PORT,
-            Kind::Rr => RR_PORT,
-            Kind::Crr => CRR_PORT,
-        };
-        let Ok(h) = self.ep.connect(now, SocketAddr::new(self.addr, 0), SocketAddr::new(self.peer, port)) else {
+    /// Connects a connection of `kind`; its handle, unless the connect failed.
+    fn open(&mut self, now: Instant, kind: Kind) -> Option<ConnectionHandle> {
+        let Ok(h) = self.ep.connect(now, SocketAddr::new(self.addr, 0), SocketAddr::new(self.peer, kind.port())) else {
             self.failed += 1;
-            return;
+            return None;
         };
         self.register(h, kind);
         match kind {
@@ -204,6 +208,7 @@ impl ScaleHost {
             Kind::Crr => self.apps.get_mut(&h).expect("registered").asked = Some(now),
             Kind::Rr => {}
         }
+        Some(h)
     }
 
     fn register(&mut self, h: ConnectionHandle, kind: Kind) {
@@ -396,7 +401,6 @@ impl Host for ScaleHost {
 pub struct Scale {
     pub sim: Sim<ScaleHost, ScaleHost>,
     p: Params,
-    rr: Option<ConnectionHandle>,
 }
 
 impl Scale {
@@ -416,15 +420,15 @@ impl Scale {
         cfg.limits.max_connections = cfg.limits.max_connections.max(p.n * 2 + 100_000);
         let mut a = ScaleHost::new(Endpoint::new(cfg.clone(), super::seed32(p.seed, 0xA)), true, ca, sa, p);
         let mut b = ScaleHost::new(Endpoint::new(cfg, super::seed32(p.seed, 0xB)), false, sa, ca, p);
-        for port in [BULK_PORT, RR_PORT, CRR_PORT] {
-            b.ep.listen(SocketAddr::new(sa, port));
+        for kind in Kind::ALL {
+            b.ep.listen(SocketAddr::new(sa, kind.port()));
         }
         a.to_open = p.n;
         a.next_open = Some(Instant::ZERO);
         a.open_gap = Duration::from_secs(1) / p.n.max(1) as u32;
         let cfg = SimConfig { seed: p.seed, max_time: Duration::from_secs(3600), ..Default::default() };
         let sim = Sim::new(cfg, a, b, vec![PathSpec { addr_a: ca, addr_b: sa, a_to_b: link, b_to_a: link }]);
-        Scale { sim, p: p.clone(), rr: None }
+        Scale { sim, p: p.clone() }
     }
 
     fn run_until(&mut self, t: Instant, mut stop: impl FnMut(&Sim<ScaleHost, ScaleHost>) -> bool) {
@@ -450,8 +454,7 @@ impl Scale {
     /// probe beside it.
     pub fn run_active(&mut self) {
         let now = self.sim.now();
-        self.sim.a.open(now, Kind::Rr);
-        self.rr = self.sim.a.apps.keys().copied().find(|h| self.sim.a.apps[h].kind == Kind::Rr);
+        let rr = self.sim.a.open(now, Kind::Rr);
         // The probe's handshake first, so that its transactions and the
         // writes start together.
         let t = now + Duration::from_secs(1);
@@ -462,7 +465,7 @@ impl Scale {
         let end = self.sim.now() + self.p.active;
         self.run_until(end, |_| false);
         self.sim.a.writing = false;
-        if let Some(h) = self.rr.take() {
+        if let Some(h) = rr {
             self.sim.a.ep.close(h);
         }
     }
