@@ -24,7 +24,9 @@ impl Connection {
     /// connection did not fall back (then the subflow's FIN carries it).
     pub(super) fn data_fin_pending(&self) -> bool {
         let tx = &self.tx;
-        tx.fin.seq.is_some_and(|fin| !tx.fin.acked && tx.nxt == fin && tx.reinject.is_empty()) && !self.mode.infinite()
+        let fin = tx.fin();
+        fin.seq().is_some_and(|seq| !fin.acked() && tx.nxt() == seq && !tx.reinjection_pending())
+            && !self.mode.infinite()
     }
 
     /// Until when our first DATA_FIN waits, `None` when it need not. A
@@ -41,14 +43,14 @@ impl Connection {
         if self.own_joins_closed() {
             return None;
         }
-        let until = *self.tx.fin.hold_until.get_or_insert(now + FIN_HOLD_MAX);
+        let until = self.tx.fin_mut().hold_until(now + FIN_HOLD_MAX);
         let in_handshake = self
             .subflows
             .live()
             .any(|s| matches!(s.mp.join, JoinState::ClientSynSent { .. } | JoinState::ClientAwaitAck { .. }));
         let pm = &self.cfg.mptcp.pm;
-        let to_open = !self.hs.fully_established
-            && !self.hs.server
+        let to_open = !self.hs.fully_established()
+            && !self.hs.server()
             && pm.max_subflows > 0
             && (pm.endpoints.iter().any(|e| e.flags.subflow) || pm.subflows_per_pair > 1);
         let joining = in_handshake || !self.paths.pending_joins.is_empty() || to_open;
@@ -58,7 +60,7 @@ impl Connection {
     /// After a fallback the subflow's FIN carries the DATA_FIN: once all
     /// data is sent, the single subflow closes.
     pub(super) fn fallback_close(&mut self) {
-        if !self.mode.infinite() || self.tx.fin.seq != Some(self.tx.nxt) {
+        if !self.mode.infinite() || self.tx.fin().seq() != Some(self.tx.nxt()) {
             return;
         }
         if let Some(slot) = self.subflows.live_mut().next() {
@@ -72,20 +74,15 @@ impl Connection {
     /// ends for the application, and the subflow `idx` acknowledges it.
     pub(super) fn peer_data_fin_in_order(&mut self, idx: usize) {
         let Some(slot) = self.subflows.get_mut(idx) else { return };
-        let rx = &mut self.rx;
-        if let Some(fin) = rx.peer_fin {
-            if !rx.peer_fin_done && rx.nxt == fin {
-                rx.nxt += 1;
-                rx.peer_fin_done = true;
-                self.events.push_back(Event::PeerFin);
-                slot.tcp.request_ack();
-            }
+        if self.rx.take_peer_fin_in_order() {
+            self.events.push_back(Event::PeerFin);
+            slot.tcp.request_ack();
         }
     }
 
     /// Both DATA_FINs done: close the subflows.
     pub(super) fn close_when_done(&mut self) {
-        if self.tx.fin.acked && self.rx.peer_fin_done {
+        if self.tx.fin().acked() && self.rx.peer_fin_done() {
             for slot in self.subflows.live_mut() {
                 if matches!(slot.tcp.state(), State::Established | State::CloseWait) {
                     slot.tcp.close();

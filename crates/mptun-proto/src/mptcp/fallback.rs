@@ -163,7 +163,7 @@ impl Connection {
             FallbackReason::MpFailReceived => {}
         }
         self.mode = ConnMode::Infinite(reason);
-        let rcv_nxt = self.rx.nxt;
+        let rcv_nxt = self.rx.nxt();
         let Some(slot) = self.subflows.get_mut(idx) else { return };
         let next = slot.next_rx_ssn();
         let rx = &mut slot.mp.rx;

@@ -30,29 +30,29 @@ pub(crate) const JOIN_ACK_RTO_INIT: Duration = Duration::from_millis(500);
 /// The keys and what each side has shown of them.
 #[derive(Debug)]
 pub(super) struct Handshake {
-    pub server: bool,
-    pub local_key: u64,
-    pub remote_key: Option<u64>,
+    server: bool,
+    local_key: u64,
+    remote_key: Option<u64>,
     /// We ask for DSS checksums.
-    pub csum_request: bool,
+    csum_request: bool,
     /// DSS checksums are in use (either side asked).
-    pub csum: bool,
+    csum: bool,
     /// Both keys are known to both sides: joins can be accepted and
     /// addresses announced.
-    pub fully_established: bool,
+    fully_established: bool,
     /// Client: our MP_CAPABLE third ACK (both keys) has gone out at least
     /// once. Until it has, no other form may replace it: a server that gets
     /// a first ACK without MP_CAPABLE falls back (MPCapableFallbackACK).
-    pub cap_ack_sent: bool,
+    cap_ack_sent: bool,
     /// We have seen a DATA_ACK in the peer's DSS: it holds our key and is
     /// fully established (Linux `check_fully_established`), so a data
     /// segment may leave an unchanged DATA_ACK off. Until then every DSS
     /// carries one: a Linux peer that is not yet fully established falls
     /// back to TCP on a segment with neither MP_CAPABLE nor a DATA_ACK.
-    pub peer_data_ack_seen: bool,
+    peer_data_ack_seen: bool,
     /// The peer set the MP_CAPABLE C flag: no subflow may be opened to its
     /// initial address (RFC 8684 3.1).
-    pub peer_no_src_addr: bool,
+    peer_no_src_addr: bool,
 }
 
 impl Handshake {
@@ -68,6 +68,71 @@ impl Handshake {
             peer_data_ack_seen: false,
             peer_no_src_addr: false,
         }
+    }
+
+    /// We are the server (the side that took the first SYN).
+    pub fn server(&self) -> bool {
+        self.server
+    }
+
+    /// Our key.
+    pub fn local_key(&self) -> u64 {
+        self.local_key
+    }
+
+    /// The peer's key, once it came.
+    pub fn remote_key(&self) -> Option<u64> {
+        self.remote_key
+    }
+
+    /// We ask for DSS checksums.
+    pub fn csum_request(&self) -> bool {
+        self.csum_request
+    }
+
+    /// DSS checksums are in use.
+    pub fn csum(&self) -> bool {
+        self.csum
+    }
+
+    /// Both keys are known to both sides.
+    pub fn fully_established(&self) -> bool {
+        self.fully_established
+    }
+
+    /// Our MP_CAPABLE third ACK has gone out.
+    pub fn cap_ack_sent(&self) -> bool {
+        self.cap_ack_sent
+    }
+
+    /// A DATA_ACK of the peer's came: it holds our key.
+    pub fn peer_data_ack_seen(&self) -> bool {
+        self.peer_data_ack_seen
+    }
+
+    /// No subflow may be opened to the peer's initial address.
+    pub fn peer_no_src_addr(&self) -> bool {
+        self.peer_no_src_addr
+    }
+
+    /// The peer's key came (in its SYN-ACK, or echoed in the third ACK).
+    fn take_remote_key(&mut self, key: u64) {
+        self.remote_key = Some(key);
+    }
+
+    /// Both sides know both keys: joins and announcements may start.
+    pub fn establish_fully(&mut self) {
+        self.fully_established = true;
+    }
+
+    /// The peer DATA_ACKed: it is fully established too.
+    pub fn on_peer_data_ack(&mut self) {
+        self.peer_data_ack_seen = true;
+    }
+
+    /// Our MP_CAPABLE third ACK went out.
+    pub fn cap_ack_went_out(&mut self) {
+        self.cap_ack_sent = true;
     }
 
     /// The peer's MP_CAPABLE flags, in its SYN (server) or SYN-ACK (client).
@@ -177,7 +242,7 @@ impl Connection {
             return None;
         }
         let live = self.subflows.count();
-        if live > self.cfg.mptcp.pm.max_subflows as usize || !self.hs.fully_established || self.joins_closed() {
+        if live > self.cfg.mptcp.pm.max_subflows as usize || !self.hs.fully_established() || self.joins_closed() {
             self.counters.mptcp_mp_join_rejected += 1;
             return None;
         }
@@ -251,7 +316,9 @@ impl Connection {
             JoinState::Initial if self.mode == ConnMode::Pending && f.syn() && f.ack() => {
                 self.on_mp_capable_synack(idx, hdr, opts);
             }
-            JoinState::Initial if self.mode.is_mptcp() && self.hs.server && self.hs.remote_key.is_none() && f.ack() => {
+            JoinState::Initial
+                if self.mode.is_mptcp() && self.hs.server() && self.hs.remote_key().is_none() && f.ack() =>
+            {
                 self.on_mp_capable_ack(idx, hdr, opts);
             }
             JoinState::ClientSynSent { nonce } if f.syn() && f.ack() => {
@@ -270,7 +337,7 @@ impl Connection {
     /// MP_CAPABLE) or not (then the connection is plain TCP from here on).
     fn on_mp_capable_synack(&mut self, idx: usize, hdr: &TcpHeader, opts: &OptionSummary) {
         let Some(slot) = self.subflows.get(idx) else { return };
-        let own = self.hs.local_key;
+        let own = self.hs.local_key();
         // An MP_CAPABLE without H (HMAC-SHA256) or with B (an extension we
         // do not know) is ignored (RFC 8684 3.1, Linux mptcp_parse_option).
         // So is one that claims our own key: no peer picks it (one chance
@@ -291,10 +358,10 @@ impl Connection {
         let syn_window = slot.tcp.syn_window();
         self.hs.take_peer_flags(flags);
         self.mode.confirm_mptcp();
-        self.hs.remote_key = Some(k);
+        self.hs.take_remote_key(k);
         self.rx.set_base(self.space.idsn(k) + 1, syn_window);
         // Until the first DATA_ACK, the window is relative to our IDSN + 1.
-        self.tx.wnd_end = self.tx.base + hdr.window as u64;
+        self.tx.open_window(self.tx.base() + hdr.window as u64);
         self.counters.mptcp_mp_capable_synack_rx += 1;
     }
 
@@ -315,11 +382,11 @@ impl Connection {
             if let MptcpOption::MpCapable { receiver_key: Some(rk), sender_key: Some(k), .. } = o {
                 // The client's key must not be ours (see on_mp_capable_synack):
                 // a forged third ACK claiming it made the connection join itself.
-                if *rk == self.hs.local_key && *k != self.hs.local_key {
-                    self.hs.remote_key = Some(*k);
+                if *rk == self.hs.local_key() && *k != self.hs.local_key() {
+                    self.hs.take_remote_key(*k);
                     self.rx.set_base(self.space.idsn(*k) + 1, syn_window);
-                    self.hs.fully_established = true;
-                    self.tx.wnd_end = self.tx.wnd_end.max(self.tx.base + ((hdr.window as u64) << wscale));
+                    self.hs.establish_fully();
+                    self.tx.open_window(self.tx.base() + ((hdr.window as u64) << wscale));
                     self.counters.mptcp_mp_capable_ack_rx += 1;
                 }
             }
@@ -337,8 +404,8 @@ impl Connection {
             }
             _ => None,
         });
-        let expect = |pn| hs.remote_key.map(|rk| crypto::join_synack_hmac(rk, hs.local_key, pn, nonce));
-        if ok.is_some() && self.tx.fin.sent {
+        let expect = |pn| hs.remote_key().map(|rk| crypto::join_synack_hmac(rk, hs.local_key(), pn, nonce));
+        if ok.is_some() && self.tx.fin().sent() {
             // Our DATA_FIN may be at the peer before our third ACK: a Linux
             // peer would take the join's HMAC and then refuse it. A RST now
             // lets its request go without a rejection.
@@ -382,7 +449,7 @@ impl Connection {
             MptcpOption::MpJoinAck { hmac } => Some(*hmac),
             _ => None,
         });
-        let expect = self.hs.remote_key.map(|rk| crypto::join_ack_hmac(rk, self.hs.local_key, peer_nonce, nonce));
+        let expect = self.hs.remote_key().map(|rk| crypto::join_ack_hmac(rk, self.hs.local_key(), peer_nonce, nonce));
         if hmac.is_some() && hmac == expect {
             slot.mp.join = JoinState::Joined;
             self.counters.mptcp_mp_join_ack_rx += 1;

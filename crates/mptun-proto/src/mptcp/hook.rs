@@ -3,12 +3,12 @@
 //! ADD_ADDR) and the connection-level window it advertises; and the policy
 //! that decides which data segments may leave an unchanged DATA_ACK off.
 
+use super::data_rx::DataRx;
+use super::data_tx::DataTx;
 use super::fallback::ConnMode;
 use super::handshake::Handshake;
 use super::paths::{Paths, ADD_ADDR_RETRANS_MAX};
-use super::rx::DataRx;
 use super::slot::{InfiniteMapTx, JoinState, SubflowMp, SubflowTx};
-use super::tx::DataTx;
 use crate::counters::Counters;
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{SegmentHook, SegmentMeta};
@@ -50,9 +50,9 @@ impl AckView {
     /// The view with `recv_window` bytes free in the receive buffer.
     pub fn new(rx: &DataRx, hs: &Handshake, recv_window: u64) -> Self {
         AckView {
-            info: (rx.nxt, rx.wnd_end.max(rx.nxt + recv_window)),
-            keyed: rx.base.is_some(),
-            peer_seen: hs.peer_data_ack_seen,
+            info: (rx.nxt(), rx.wnd_end().max(rx.nxt() + recv_window)),
+            keyed: rx.base().is_some(),
+            peer_seen: hs.peer_data_ack_seen(),
         }
     }
 }
@@ -170,7 +170,7 @@ impl Hook<'_> {
 
     /// MP_CAPABLE flags: HMAC-SHA256, plus A when we ask for or agreed to checksums.
     fn cap_flags(&self, agreed: bool) -> u8 {
-        let a = if (agreed && self.hs.csum) || self.hs.csum_request { cap_flags::CHECKSUM } else { 0 };
+        let a = if (agreed && self.hs.csum()) || self.hs.csum_request() { cap_flags::CHECKSUM } else { 0 };
         cap_flags::HMAC_SHA256 | a
     }
 
@@ -180,7 +180,7 @@ impl Hook<'_> {
         MptcpOption::MpCapable {
             version: VERSION,
             flags: self.cap_flags(!syn),
-            sender_key: (!syn).then_some(self.hs.local_key),
+            sender_key: (!syn).then_some(self.hs.local_key()),
             receiver_key,
             data_len: data.map(|m| m.len),
             checksum: data.and_then(|m| m.checksum),
@@ -188,14 +188,12 @@ impl Hook<'_> {
     }
 
     fn data_ack(&self) -> Option<DataAck> {
-        self.rx.base.map(|_| DataAck { ack: self.rx.nxt.0, ack64: true })
+        self.rx.data_ack()
     }
 
     /// The connection-level window, relative to the DATA_ACK, never shrinking.
     fn window(&mut self) -> u64 {
-        let edge = self.rx.nxt + self.recv_window;
-        self.rx.wnd_end = self.rx.wnd_end.max(edge);
-        self.rx.wnd_end - self.rx.nxt
+        self.rx.announce_window(self.recv_window)
     }
 
     fn mapping_for(&self, meta: &SegmentMeta) -> Option<DssMapping> {
@@ -205,7 +203,7 @@ impl Hook<'_> {
             dsn64: true,
             ssn: m.ssn.0,
             len: m.len as u16,
-            checksum: self.hs.csum.then_some(m.csum),
+            checksum: self.hs.csum().then_some(m.csum),
         })
     }
 
@@ -229,16 +227,13 @@ impl Hook<'_> {
         }
         self.mp.tx.last_ack_sent = Some(self.acks().info);
         self.mp.tx.maps_without_ack = 0;
-        if self.tx.fin.due {
-            if let Some(fin) = self.tx.fin.seq {
-                let checksum = self.hs.csum.then(|| dss_checksum(fin.0, 0, 1, &[]));
-                let m = DssMapping { dsn: fin.0, dsn64: true, ssn: 0, len: 1, checksum };
-                if push(opts, MptcpOption::Dss { data_ack, mapping: Some(m), data_fin: true }) {
-                    self.tx.fin.due = false;
-                    self.tx.fin.sent = true;
-                }
-                return;
+        if let Some(fin) = self.tx.data_fin_due() {
+            let checksum = self.hs.csum().then(|| dss_checksum(fin.0, 0, 1, &[]));
+            let m = DssMapping { dsn: fin.0, dsn64: true, ssn: 0, len: 1, checksum };
+            if push(opts, MptcpOption::Dss { data_ack, mapping: Some(m), data_fin: true }) {
+                self.tx.data_fin_sent();
             }
+            return;
         }
         // ADD_ADDR first: an IPv6 one with its HMAC (28 bytes) leaves no room
         // for the DSS, which Linux then leaves off that ACK too.
@@ -272,7 +267,7 @@ impl Hook<'_> {
             }
         };
         let Some((ssn, dsn)) = at else { return false };
-        let mapping = DssMapping { dsn: dsn.0, dsn64: true, ssn: ssn.0, len: 0, checksum: self.hs.csum.then_some(0) };
+        let mapping = DssMapping { dsn: dsn.0, dsn64: true, ssn: ssn.0, len: 0, checksum: self.hs.csum().then_some(0) };
         if !push(opts, MptcpOption::Dss { data_ack: self.data_ack(), mapping: Some(mapping), data_fin: false }) {
             return false;
         }
@@ -323,8 +318,8 @@ impl Hook<'_> {
             }
             return;
         }
-        let Some(rk) = self.hs.remote_key else { return };
-        let hmac = (!a.echo).then(|| crypto::add_addr_hmac(self.hs.local_key, rk, a.id, a.addr, a.port));
+        let Some(rk) = self.hs.remote_key() else { return };
+        let hmac = (!a.echo).then(|| crypto::add_addr_hmac(self.hs.local_key(), rk, a.id, a.addr, a.port));
         let o = MptcpOption::AddAddr { echo: a.echo, addr_id: a.id, addr: a.addr, port: a.port, hmac };
         if !push(opts, o) {
             // No room on this segment (SACK blocks took it): try again shortly
@@ -349,7 +344,7 @@ impl Hook<'_> {
 
     /// Whether this subflow's handshake (the connection's, or its join) is over.
     fn joined(&self) -> bool {
-        self.hs.fully_established && self.mp.join.usable()
+        self.hs.fully_established() && self.mp.join.usable()
     }
 }
 
@@ -361,7 +356,7 @@ impl SegmentHook for Hook<'_> {
             ConnMode::Mptcp { .. } if data && self.joined() && !self.peek_with_ack(self.next_ssn) => DSS_MAP,
             _ if data => DSS_FULL,
             _ => {
-                if !self.joined() || !self.paths.announce.is_empty() || self.tx.fin.due {
+                if !self.joined() || !self.paths.announce.is_empty() || self.tx.fin().due() {
                     DSS_FULL
                 } else {
                     DSS_ACK
@@ -388,7 +383,7 @@ impl SegmentHook for Hook<'_> {
         if meta.flags.rst() {
             let sig = &self.mp.signals;
             if sig.fastclose {
-                if let Some(rk) = self.hs.remote_key {
+                if let Some(rk) = self.hs.remote_key() {
                     push(opts, MptcpOption::MpFastclose { receiver_key: rk });
                 }
             }
@@ -439,19 +434,19 @@ impl SegmentHook for Hook<'_> {
                 if !self.mode.is_mptcp() {
                     return None;
                 }
-                if !self.hs.server && !self.hs.fully_established {
+                if !self.hs.server() && !self.hs.fully_established() {
                     // Third ACK and first data: repeat our key until the server shows it has it.
                     let first =
-                        self.mapping_for(meta).filter(|m| m.dsn == self.tx.base.0 && Seq(m.ssn) == self.first());
+                        self.mapping_for(meta).filter(|m| m.dsn == self.tx.base().0 && Seq(m.ssn) == self.first());
                     // A due DATA_FIN goes in a DSS at once (Linux leaves
                     // MP_CAPABLE off once `snd_data_fin_enable` is set).
                     // Never before the third ACK itself has gone out.
-                    let data_fin = meta.len == 0 && self.tx.fin.due && self.hs.cap_ack_sent;
+                    let data_fin = meta.len == 0 && self.tx.fin().due() && self.hs.cap_ack_sent();
                     if (meta.len > 0 && first.is_none()) || data_fin {
                         self.dss(meta, opts);
                     } else {
-                        push(opts, self.mp_capable(false, self.hs.remote_key, first.as_ref()));
-                        self.hs.cap_ack_sent = true;
+                        push(opts, self.mp_capable(false, self.hs.remote_key(), first.as_ref()));
+                        self.hs.cap_ack_went_out();
                     }
                 } else {
                     self.dss(meta, opts);
@@ -459,7 +454,7 @@ impl SegmentHook for Hook<'_> {
             }
             JoinState::ClientSynSent { nonce } => {
                 if syn {
-                    let token = self.hs.remote_key.map(crypto::token).unwrap_or(0);
+                    let token = self.hs.remote_key().map(crypto::token).unwrap_or(0);
                     let (backup, addr_id) = (self.mp.backup, self.mp.local_id);
                     push(opts, MptcpOption::MpJoinSyn { backup, addr_id, token, nonce });
                 }
@@ -467,8 +462,8 @@ impl SegmentHook for Hook<'_> {
             }
             JoinState::ServerSynRcvd { nonce, peer_nonce } => {
                 if syn {
-                    let rk = self.hs.remote_key.unwrap_or(0);
-                    let hmac = crypto::join_synack_hmac(self.hs.local_key, rk, nonce, peer_nonce);
+                    let rk = self.hs.remote_key().unwrap_or(0);
+                    let hmac = crypto::join_synack_hmac(self.hs.local_key(), rk, nonce, peer_nonce);
                     let (backup, addr_id) = (self.mp.backup, self.mp.local_id);
                     push(opts, MptcpOption::MpJoinSynAck { backup, addr_id, hmac, nonce });
                     return None;
@@ -476,8 +471,8 @@ impl SegmentHook for Hook<'_> {
             }
             JoinState::ClientAwaitAck { nonce, peer_nonce } => {
                 if !syn && meta.len == 0 {
-                    let rk = self.hs.remote_key.unwrap_or(0);
-                    let hmac = crypto::join_ack_hmac(self.hs.local_key, rk, nonce, peer_nonce);
+                    let rk = self.hs.remote_key().unwrap_or(0);
+                    let hmac = crypto::join_ack_hmac(self.hs.local_key(), rk, nonce, peer_nonce);
                     push(opts, MptcpOption::MpJoinAck { hmac });
                 }
             }

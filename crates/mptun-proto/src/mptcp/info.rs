@@ -76,7 +76,7 @@ impl Connection {
     /// twice the receive buffer plus a fixed slack for the connection and for
     /// each subflow (see `buf::mem_budget`).
     pub fn recv_mem(&self) -> usize {
-        self.rx.buf.mem_charged() + self.subflows.live().map(|s| s.tcp.recv_mem()).sum::<usize>()
+        self.rx.buf().mem_charged() + self.subflows.live().map(|s| s.tcp.recv_mem()).sum::<usize>()
     }
 
     /// Counters of the connection and all its subflows.
@@ -94,11 +94,11 @@ impl Connection {
     pub fn info(&self) -> ConnectionInfo {
         ConnectionInfo {
             mode: self.mode(),
-            fully_established: self.hs.fully_established,
+            fully_established: self.hs.fully_established(),
             local_token: self.local_token(),
             remote_token: self.remote_token(),
-            bytes_acked: self.tx.una - self.tx.base,
-            bytes_received: self.rx.buf.next(),
+            bytes_acked: self.tx.una() - self.tx.base(),
+            bytes_received: self.rx.buf().next(),
             subflows: self
                 .subflows
                 .iter()
@@ -142,21 +142,15 @@ impl Connection {
             })
             .collect();
         format!(
-            "snd_una={} snd_nxt={} write_seq={} wnd_end={} rcv_nxt={} rx_base={:?} ofo={} ready={} recv_limit={} send_limit={} reinject={:?} fin={:?}/{} peer_fin={:?} {:?}",
-            self.tx.una - self.tx.base,
-            self.tx.nxt - self.tx.base,
-            self.tx.write_seq - self.tx.base,
-            self.tx.wnd_end.saturating_sub(self.tx.base),
-            self.rx.nxt - self.rx.base.unwrap_or(DataSeq(0)),
-            self.rx.base.is_some(),
-            self.rx.buf.ofo_len(),
-            self.rx.buf.ready_len(),
-            self.rx.limit,
-            self.tx.limit,
-            self.tx.reinject,
-            self.tx.fin.seq.map(|f| f - self.tx.base),
-            self.tx.fin.acked,
-            self.rx.peer_fin,
+            "{} rcv_nxt={} rx_base={:?} ofo={} ready={} recv_limit={} {} peer_fin={:?} {:?}",
+            self.tx.debug_summary(),
+            self.rx.nxt() - self.rx.base().unwrap_or(DataSeq(0)),
+            self.rx.base().is_some(),
+            self.rx.buf().ofo_len(),
+            self.rx.buf().ready_len(),
+            self.rx.limit(),
+            self.tx.debug_queues(),
+            self.rx.peer_fin(),
             maps
         )
     }

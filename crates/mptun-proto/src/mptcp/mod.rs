@@ -17,6 +17,8 @@
 mod close;
 mod config;
 mod coupling;
+mod data_rx;
+mod data_tx;
 mod fallback;
 mod handshake;
 mod hook;
@@ -42,6 +44,8 @@ use crate::sched::{new_scheduler, Scheduler};
 use crate::seq::Seq;
 use crate::tcp::{Event, Subflow, Transmit, Verdict};
 use config::SeqSpace;
+use data_rx::DataRx;
+use data_tx::DataTx;
 use fallback::ConnMode;
 use handshake::Handshake;
 use hook::Hook;
@@ -49,17 +53,16 @@ use mptun_time::Instant;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::{crypto, TcpHeader};
 use paths::Paths;
-use rx::DataRx;
 use slot::{JoinState, Subflows};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use timers::TimerTable;
-use tx::DataTx;
 
 // What `tests.rs` (`use super::*`) reaches through this module.
 #[cfg(test)]
 use {
-    mptun_time::Duration, mptun_wire::checksum::dss_checksum, mptun_wire::MptcpOption, rx::expand32, std::net::IpAddr,
+    data_rx::expand32, mptun_time::Duration, mptun_wire::checksum::dss_checksum, mptun_wire::MptcpOption,
+    std::net::IpAddr,
 };
 
 /// MP_TCPRST reason "MPTCP-specific error" (RFC 8684 3.6), what Linux sends
@@ -106,8 +109,8 @@ impl core::fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("mode", &self.mode)
             .field("subflows", &self.subflows.count())
-            .field("snd_una", &self.tx.una)
-            .field("rcv_nxt", &self.rx.nxt)
+            .field("snd_una", &self.tx.una())
+            .field("rcv_nxt", &self.rx.nxt())
             .finish()
     }
 }
@@ -148,13 +151,13 @@ impl Connection {
 
     /// Our token (first 32 bits of SHA-256 of our key), in MPTCP mode.
     pub fn local_token(&self) -> Option<u32> {
-        (!self.mode.plain()).then(|| crypto::token(self.hs.local_key))
+        (!self.mode.plain()).then(|| crypto::token(self.hs.local_key()))
     }
 
     /// The peer's token, once its key is known (logs and diagnostics: it
     /// names the connection on the peer's side).
     pub fn remote_token(&self) -> Option<u32> {
-        self.hs.remote_key.map(crypto::token)
+        self.hs.remote_key().map(crypto::token)
     }
 
     /// The subflows, by index.
@@ -233,7 +236,7 @@ impl Connection {
     ) {
         self.last_now = self.last_now.max(now);
         let single_subflow = self.subflows.count() == 1;
-        let ofo_empty = self.rx.buf.ofo_is_empty();
+        let ofo_empty = self.rx.buf().ofo_is_empty();
         self.couple(idx);
         let Some(slot) = self.subflows.get_mut(idx) else { return };
         let una_before = slot.tcp.snd_una();
@@ -241,7 +244,7 @@ impl Connection {
         // subflow's snd_wnd to the connection's): data on this subflow may
         // reach past the edge it announced itself, up to the connection's.
         // After a fallback the subflow's own window is the limit again.
-        let shared_window = if self.mode.is_mapped() { self.rx.accept_edge().saturating_sub(self.rx.nxt) } else { 0 };
+        let shared_window = if self.mode.is_mapped() { self.rx.accept_edge().saturating_sub(self.rx.nxt()) } else { 0 };
         slot.tcp.set_conn_rcv_window(shared_window);
         let verdict = slot.tcp.handle_segment_in(now, hdr, opts, payload, packet);
         let acked_new = slot.tcp.snd_una().gt(una_before);
@@ -320,9 +323,9 @@ impl Connection {
                 (_, Event::Closed, _) => failed = true,
             }
         }
-        if fallback_fin && !self.rx.peer_fin_done {
+        if fallback_fin && !self.rx.peer_fin_done() {
             if self.fallback_fin_in_order(idx) {
-                self.rx.peer_fin_done = true;
+                self.rx.end_by_subflow_fin();
                 self.events.push_back(Event::PeerFin);
             } else {
                 // Bytes the subflow acknowledged cannot be delivered in
@@ -349,7 +352,7 @@ impl Connection {
             }
             if self.subflows.count() == 0 && !self.closed_event_sent {
                 self.closed_event_sent = true;
-                let done = self.tx.fin.acked && self.rx.peer_fin_done;
+                let done = self.tx.fin().acked() && self.rx.peer_fin_done();
                 self.events.push_back(if done { Event::Closed } else { Event::Reset });
                 self.report_closed();
             }
@@ -448,7 +451,7 @@ impl Connection {
         }
         let (base, next_ssn) = (slot.snd_base(), slot.snd_nxt_rel());
         let announces = slot.is_open();
-        let cap_before = self.hs.cap_ack_sent;
+        let cap_before = self.hs.cap_ack_sent();
         let before = slot.tcp.snd_nxt();
         let mut hook = Hook {
             mode: self.mode,
@@ -469,8 +472,8 @@ impl Connection {
         // took the pure ACK that was asked for to carry a due DATA_FIN: ask
         // again, so that it leaves right after instead of a retransmission
         // timeout later.
-        let took_the_ack = slot.tcp.snd_nxt() != before || (!cap_before && self.hs.cap_ack_sent);
-        if self.tx.fin.due && took_the_ack {
+        let took_the_ack = slot.tcp.snd_nxt() != before || (!cap_before && self.hs.cap_ack_sent());
+        if self.tx.fin().due() && took_the_ack {
             slot.tcp.request_ack();
         }
         // The hook sends announcements and moves their deadlines.

@@ -4,13 +4,12 @@
 //! the 32-bit DSN expansion, the detection of a middlebox that strips the
 //! options, and the connection-level receive window.
 
+use super::data_rx::DEFAULT_ADVMSS;
 use super::fallback::{FallbackReason, Resume};
 use super::slot::{JoinState, RxMap, SubflowSlot};
 use super::{Connection, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
-use crate::buf::{mem_budget, unpin, RecvBuf, Src};
 use crate::counters::Counters;
 use crate::seq::{DataSeq, Seq};
-use crate::tcp::autotune::RcvSpace;
 use crate::tcp::BufferSize;
 use bytes::Bytes;
 use mptun_time::Instant;
@@ -18,24 +17,6 @@ use mptun_wire::checksum::dss_checksum;
 use mptun_wire::mptcp::DssMapping;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::TcpHeader;
-
-/// The advertised MSS assumed before a subflow has one: a 1500-byte
-/// Ethernet MTU less IPv4 and TCP headers and the timestamp option
-/// (1500 - 20 - 20 - 12). Linux has no constant for it; its `advmss` comes
-/// from the route.
-pub(super) const DEFAULT_ADVMSS: usize = 1448;
-
-/// 32-bit DSN or data-ACK expansion against a 64-bit reference (RFC 8684 3.3.1).
-pub(super) fn expand32(v: u64, reference: u64) -> u64 {
-    let low = v & 0xffff_ffff;
-    let cand = (reference & !0xffff_ffff) | low;
-    // Pick the candidate closest to the reference, modulo 2^64 (a data
-    // sequence space may cross the wrap).
-    [cand.wrapping_sub(1 << 32), cand, cand.wrapping_add(1 << 32)]
-        .into_iter()
-        .min_by_key(|c| (c.wrapping_sub(reference) as i64).unsigned_abs())
-        .expect("three candidates")
-}
 
 /// Whether a received DSS checksum equals the one computed: equal, or the
 /// two ones'-complement zeros (0x0000 and 0xffff) for each other (Linux sums
@@ -56,114 +37,6 @@ pub(super) struct BadMapping;
 /// takes the peer's options as stripped (three, like the duplicate-ACK
 /// threshold: a middlebox strips every one, a forged ACK is a single one).
 const OPTLESS_ACKS_FALLBACK: u8 = 3;
-
-/// The data-level receive side: the peer's data sequence space, the
-/// connection's reassembly queue and the window we announce over it.
-#[derive(Debug)]
-pub(super) struct DataRx {
-    /// First DSN of the peer's data (IDSN + 1), once its key is known.
-    pub base: Option<DataSeq>,
-    /// Next data sequence number expected in order.
-    pub nxt: DataSeq,
-    /// The furthest window edge announced (never shrinks).
-    pub wnd_end: DataSeq,
-    /// The receive buffer's size (the msk's `SO_RCVBUF`, autotuned).
-    pub limit: usize,
-    /// The reassembly queue, in data sequence order from `base`.
-    pub buf: RecvBuf,
-    /// Connection-level DRS (`mptcp_rcv_space_adjust`), the subflow's type.
-    pub space: RcvSpace,
-    /// The peer's DATA_FIN, once taken.
-    pub peer_fin: Option<DataSeq>,
-    /// Every byte before the peer's DATA_FIN arrived: its stream ended.
-    pub peer_fin_done: bool,
-}
-
-impl DataRx {
-    pub fn new(now: Instant, limit: usize) -> Self {
-        DataRx {
-            base: None,
-            nxt: DataSeq(0),
-            wnd_end: DataSeq(0),
-            limit,
-            buf: RecvBuf::default(),
-            // As the subflow does (Linux starts at TCP_INIT_CWND × advmss).
-            space: RcvSpace::new(now, RcvSpace::initial_space(DEFAULT_ADVMSS, limit)),
-            peer_fin: None,
-            peer_fin_done: false,
-        }
-    }
-
-    /// The furthest data sequence number data is accepted up to: the
-    /// furthest edge announced ([`DataRx::wnd_end`]) plus one more
-    /// buffer's worth. A Linux sender overestimates the window it was given:
-    /// it adds a subflow's last window to a DATA_ACK that came later on the
-    /// same subflow (`ack_update_msk`), keeps that subflow's window when a
-    /// duplicate ACK brings a smaller one, and raises a subflow's window to
-    /// the connection's (`MPTcpExtSndWndShared`); data past the edge it was
-    /// told is common at high rates. Dropping it (as Linux's receiver does,
-    /// `MPTcpExtNoDSSInWindow`) leaves it covered by the subflow's ACK but
-    /// not by the DATA_ACK, and only the sender's connection-level
-    /// retransmission timer, hundreds of milliseconds later, repairs that.
-    /// The memory budget ([`crate::buf::mem_budget`] of the buffer, twice
-    /// it) still bounds what is held.
-    pub fn accept_edge(&self) -> DataSeq {
-        self.wnd_end + self.limit as u64
-    }
-
-    /// Free space of the receive buffer: the window to announce from `nxt`.
-    pub fn window(&self) -> u64 {
-        self.limit.saturating_sub(self.buf.ready_len() + self.buf.ofo_len()) as u64
-    }
-
-    /// The peer's key is known: its data starts at `base`, and it may send
-    /// the `syn_window` bytes our SYN (or SYN-ACK) offered before any
-    /// connection-level window of ours reaches it.
-    pub fn set_base(&mut self, base: DataSeq, syn_window: u64) {
-        self.base = Some(base);
-        self.nxt = base;
-        // Until now `wnd_end` was 0 or a window edge counted from 0 (a
-        // segment sent before the key came): it enters the data sequence
-        // space as the later of the two in plain order, so that the modular
-        // order from here on never sees a number 2^63 away.
-        self.wnd_end = DataSeq(self.wnd_end.0.max(base.0)).max(base + syn_window);
-    }
-
-    /// The peer's DATA_FIN at `fin`: taken only inside the receive window we
-    /// offered, and only the first (Linux `mptcp_update_rcv_data_fin`
-    /// ignores every later one: they may be retransmissions).
-    fn on_data_fin(&mut self, fin: DataSeq) {
-        if self.peer_fin.is_some() {
-            return;
-        }
-        // The DATA_FIN follows the last data byte: within the window too.
-        if fin.ge(self.nxt) && fin.le(self.accept_edge()) {
-            self.peer_fin = Some(fin);
-        }
-    }
-
-    /// A DSN of a received DSS in 64 bits.
-    pub fn expand(&self, m: &DssMapping) -> DataSeq {
-        DataSeq(if m.dsn64 { m.dsn } else { expand32(m.dsn, self.nxt.0) })
-    }
-
-    /// Makes room for `len` bytes at offset `off` of the reassembly queue
-    /// within its memory budget (Linux `mptcp_rmem_schedule`): the
-    /// out-of-order tail past them is pruned first (`MPTcpExtOFOPruned`);
-    /// `None` when they still do not fit and are dropped (`MPTcpExtRcvPruned`:
-    /// not DATA_ACKed, so the peer sends them again), else the spare room
-    /// their insert may take ([`crate::buf::RecvBuf::insert_within`]). After
-    /// a fallback (`infinite`) the subflow's own budget is the limit.
-    fn admit(&mut self, counters: &mut Counters, infinite: bool, off: u64, len: usize) -> Option<usize> {
-        if infinite {
-            return Some(usize::MAX);
-        }
-        let room = self.buf.make_room(off, len, mem_budget(self.limit));
-        counters.mptcp_ofo_pruned += (room.pruned_chunks > 0) as u64;
-        counters.mptcp_rcv_pruned += !room.fits as u64;
-        room.fits.then_some(room.spare)
-    }
-}
 
 impl SubflowSlot {
     /// Files a mapping that came with the segment `rx.seg`: dropped if its
@@ -328,7 +201,7 @@ impl Connection {
         // Nothing can be mapped before the peer's key (and so its IDSN) is
         // known, and after a fallback options are ignored (Linux
         // `mptcp_incoming_options` returns early once fallen back).
-        if self.rx.base.is_none() || self.mode.infinite() {
+        if self.rx.base().is_none() || self.mode.infinite() {
             return;
         }
         let dsn = self.rx.expand(m);
@@ -348,7 +221,7 @@ impl Connection {
     /// (RFC 8684 3.1: data length and checksum, the mapping implied at
     /// relative sequence 1 and the peer's IDSN + 1).
     pub(super) fn on_capable_mapping(&mut self, idx: usize, len: u16, checksum: Option<u16>) {
-        let Some(base) = self.rx.base.filter(|_| !self.mode.infinite()) else { return };
+        let Some(base) = self.rx.base().filter(|_| !self.mode.infinite()) else { return };
         let ssn = Seq(1) + self.space.ssn_off();
         if len > 0 {
             self.file_mapping(idx, RxMap { ssn, dsn: base, len: len as u32, csum: checksum, fin: false });
@@ -358,7 +231,7 @@ impl Connection {
     /// Files `map` with subflow `idx`'s mappings; one that cannot be resets it.
     fn file_mapping(&mut self, idx: usize, map: RxMap) {
         let Some(slot) = self.subflows.get_mut(idx) else { return };
-        if slot.add_mapping(self.hs.csum, map).is_err() {
+        if slot.add_mapping(self.hs.csum(), map).is_err() {
             slot.mapping_error(&mut self.counters);
         }
     }
@@ -390,7 +263,7 @@ impl Connection {
         let stripped = self.mode.is_mapped()
             // A client whose first established segments carry no option
             // falls back too (Linux `check_fully_established`).
-            && (hs.fully_established || !hs.server)
+            && (hs.fully_established() || !hs.server())
             && opts.mptcp.is_empty()
             && !f.syn()
             && !f.rst()
@@ -401,7 +274,7 @@ impl Connection {
             // established a client takes the first (`check_fully_established`).
             && (!payload.is_empty()
                 || rx.optless_acks >= OPTLESS_ACKS_FALLBACK
-                || (!hs.fully_established && slot.tcp.snd_una() != slot.tcp.iss() + 1))
+                || (!hs.fully_established() && slot.tcp.snd_una() != slot.tcp.iss() + 1))
             && slot.mp.join == JoinState::Initial
             && single_subflow
             && ofo_empty;
@@ -429,7 +302,7 @@ impl Connection {
             Some(m) if next - m.ssn <= m.len => Some(m.dsn + (next - m.ssn) as u64),
             _ => rx.last_end.filter(|&(ssn, _)| ssn == next).map(|(_, dsn)| dsn),
         };
-        slot.tcp.recv_ready() == 0 && self.rx.buf.ofo_is_empty() && at == Some(self.rx.nxt)
+        slot.tcp.recv_ready() == 0 && self.rx.buf().ofo_is_empty() && at == Some(self.rx.nxt())
     }
 
     /// Moves what subflow `idx` delivered into the connection, mapping by
@@ -438,7 +311,7 @@ impl Connection {
         if self.subflows.get(idx).is_none() {
             return;
         }
-        let Some(base) = self.rx.base else { return };
+        let Some(base) = self.rx.base() else { return };
         self.drain_mappings(now, idx, base);
         self.peer_data_fin_in_order(idx);
     }
@@ -462,40 +335,16 @@ impl Connection {
             let into = next - map.ssn;
             let Some(chunk) = self.read_mapped(idx, now, map, into, alone) else { return };
             let dsn = map.dsn + into as u64;
-            let end = dsn + chunk.len() as u64;
-            let infinite = self.mode.infinite();
-            let (rx, counters) = (&mut self.rx, &mut self.counters);
             // A mapping that puts data before the data sequence space is a
             // broken or hostile peer: reset the subflow as Linux does for an
             // invalid mapping.
             if dsn.lt(base) {
                 if let Some(slot) = self.subflows.get_mut(idx) {
-                    slot.mapping_error(counters);
+                    slot.mapping_error(&mut self.counters);
                 }
                 return;
             }
-            if end.le(rx.nxt) {
-                counters.mptcp_duplicate_data += 1;
-            } else if !infinite && end.gt(rx.accept_edge()) {
-                // Past the right edge of the largest window we announced and
-                // the slack a Linux sender needs (`DataRx::accept_edge`): the
-                // peer ignores the window. Dropped (Linux
-                // `mptcp_data_queue_ofo`, `MPTcpExtNoDSSInWindow`); the
-                // DATA_ACK does not cover it. (After a fallback the
-                // subflow's own window is the limit.)
-                counters.mptcp_no_dss_in_window += 1;
-            } else if let Some(spare) = rx.admit(counters, infinite, dsn - base, chunk.len()) {
-                let ins = rx.buf.insert_within(dsn - base, Src::Bytes(unpin(chunk)), spare);
-                if ins.queued_ofo {
-                    counters.mptcp_ofo_queue += 1;
-                    counters.mptcp_ofo_queue_tail += ins.tail as u64;
-                    counters.mptcp_ofo_merge += ins.merged as u64;
-                }
-                if ins.duplicate {
-                    counters.mptcp_duplicate_data += 1;
-                }
-            }
-            rx.nxt = base + rx.buf.next();
+            self.rx.receive(&mut self.counters, self.mode.infinite(), dsn, chunk);
         }
     }
 
@@ -510,7 +359,7 @@ impl Connection {
     /// elsewhere.
     fn read_mapped(&mut self, idx: usize, now: Instant, map: RxMap, into: u32, alone: bool) -> Option<Bytes> {
         let slot = self.subflows.get_mut(idx)?;
-        let Some(expect) = map.csum.filter(|_| self.hs.csum && into == 0) else {
+        let Some(expect) = map.csum.filter(|_| self.hs.csum() && into == 0) else {
             return slot.tcp.recv_chunk(now, (map.len - into) as usize);
         };
         if slot.tcp.recv_ready() < map.len as usize {
@@ -552,14 +401,12 @@ impl Connection {
         let rtt = self.subflows.live().filter_map(|s| s.tcp.rcv_rtt().or(s.tcp.srtt())).max();
         let Some(rtt) = rtt else { return };
         let mss = self.subflow(0).map_or(DEFAULT_ADVMSS, |s| s.mss(0) as usize);
-        if let Some(rcvwin) = self.rx.space.adjust(now, rtt, mss) {
-            self.rx.limit = self.rx.limit.max(rcvwin.min(max));
-        }
+        self.rx.adjust_space(now, rtt, mss, max);
     }
 
     /// After the application read: announce a window that at least doubled.
     pub(super) fn maybe_window_update(&mut self) {
-        let adv = self.rx.wnd_end.saturating_sub(self.rx.nxt);
+        let adv = self.rx.announced();
         let now_wnd = self.rx.window();
         if now_wnd >= 2 * adv.max(1) && now_wnd >= 2 * DEFAULT_ADVMSS as u64 {
             if let Some(slot) = self.best_ack_subflow() {

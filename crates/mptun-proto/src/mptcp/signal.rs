@@ -11,12 +11,10 @@ use crate::seq::{DataSeq, Seq};
 use crate::tcp::Event;
 use core::ops::ControlFlow;
 use mptun_time::{Duration, Instant};
-use mptun_wire::mptcp::{DataAck, DssMapping};
+use mptun_wire::mptcp::DssMapping;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::{crypto, MptcpOption};
 use std::net::IpAddr;
-
-use super::rx::expand32;
 
 impl Connection {
     /// No subflow may be added: the connection fell back to TCP (or never
@@ -26,7 +24,7 @@ impl Connection {
     /// to send (Linux refuses joins outside ESTABLISHED, which would keep a
     /// receiver that shut its sending side down on one path).
     pub(super) fn joins_closed(&self) -> bool {
-        !self.mode.is_mapped() || (self.tx.fin.seq.is_some() && self.rx.peer_fin.is_some())
+        !self.mode.is_mapped() || (self.tx.fin().seq().is_some() && self.rx.peer_fin().is_some())
     }
 
     /// We open no subflow of our own: joins are closed, or our DATA_FIN
@@ -37,7 +35,7 @@ impl Connection {
     /// carry what the application wrote before closing. Joins the peer
     /// opens are still taken (see above).
     pub(super) fn own_joins_closed(&self) -> bool {
-        self.joins_closed() || self.tx.fin.sent
+        self.joins_closed() || self.tx.fin().sent()
     }
 
     /// The MPTCP options of a segment the subflow `idx` has processed, in
@@ -65,12 +63,12 @@ impl Connection {
         let proves = |o: &MptcpOption| match *o {
             MptcpOption::Dss { .. } => true,
             MptcpOption::AddAddr { echo: false, addr_id, addr, port, hmac } => hs
-                .remote_key
-                .is_some_and(|rk| hmac == Some(crypto::add_addr_hmac(rk, hs.local_key, addr_id, addr, port))),
+                .remote_key()
+                .is_some_and(|rk| hmac == Some(crypto::add_addr_hmac(rk, hs.local_key(), addr_id, addr, port))),
             _ => false,
         };
-        if !hs.server && !hs.fully_established && opts.mptcp.iter().any(proves) {
-            hs.fully_established = true;
+        if !hs.server() && !hs.fully_established() && opts.mptcp.iter().any(proves) {
+            hs.establish_fully();
         }
         ControlFlow::Continue(())
     }
@@ -89,7 +87,7 @@ impl Connection {
         match o {
             MptcpOption::Dss { data_ack, mapping, data_fin } => {
                 if let Some(a) = data_ack {
-                    self.hs.peer_data_ack_seen = true;
+                    self.hs.on_peer_data_ack();
                     self.on_data_ack(a, wnd);
                 }
                 if let Some(m) = mapping {
@@ -97,7 +95,7 @@ impl Connection {
                 }
             }
             MptcpOption::MpCapable { sender_key: Some(_), data_len: Some(len), checksum, .. }
-                if self.hs.server && slot.mp.join == JoinState::Initial =>
+                if self.hs.server() && slot.mp.join == JoinState::Initial =>
             {
                 self.on_capable_mapping(idx, *len, *checksum);
             }
@@ -122,7 +120,7 @@ impl Connection {
                     self.report_sub(crate::pm::PmEventKind::SubPriority, idx);
                 }
             }
-            MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key => {
+            MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key() => {
                 self.on_fastclose();
                 return ControlFlow::Break(());
             }
@@ -141,7 +139,7 @@ impl Connection {
     fn on_dss_mapping(&mut self, idx: usize, m: &DssMapping, data_fin: bool) -> ControlFlow<()> {
         let dsn = self.rx.expand(m);
         let Some(slot) = self.subflows.get_mut(idx) else { return ControlFlow::Continue(()) };
-        if self.hs.csum && m.checksum.is_none() {
+        if self.hs.csum() && m.checksum.is_none() {
             // Checksums were negotiated: a mapping without one is invalid
             // (RFC 8684 3.3; Linux's get_mapping_status resets the subflow).
             self.counters.mptcp_dss_not_matching += 1;
@@ -175,7 +173,7 @@ impl Connection {
         self.counters.mptcp_mp_fail_rx += 1;
         let alone = self.subflows.count() == 1;
         let Some(slot) = self.subflows.get(idx) else { return };
-        if !(alone && self.hs.csum && self.mode.is_mapped() && self.mode.infinite_ok())
+        if !(alone && self.hs.csum() && self.mode.is_mapped() && self.mode.infinite_ok())
             || slot.mp.join != JoinState::Initial
         {
             return;
@@ -199,7 +197,7 @@ impl Connection {
                         s.mp.rst_reason = Some((*reason, *flags));
                     }
                 }
-                MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key => {
+                MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key() => {
                     self.on_fastclose();
                     return ControlFlow::Break(());
                 }
@@ -207,24 +205,6 @@ impl Connection {
             }
         }
         ControlFlow::Continue(())
-    }
-
-    /// DATA_ACK: the peer holds our data up to it (in its receive buffer,
-    /// not just some subflow's), so it can be released; it also moves the
-    /// connection-level send window's right edge.
-    fn on_data_ack(&mut self, a: &DataAck, wnd: u64) {
-        let tx = &mut self.tx;
-        let ack = DataSeq(if a.ack64 { a.ack } else { expand32(a.ack, tx.una.0) });
-        let max = tx.nxt + tx.fin.seq.is_some_and(|f| f == tx.nxt) as u64;
-        if ack.lt(tx.una) || ack.gt(max) {
-            return;
-        }
-        tx.una = ack;
-        tx.wnd_end = tx.wnd_end.max(ack + wnd);
-        if tx.fin.seq.is_some_and(|f| ack.gt(f)) {
-            tx.fin.acked = true;
-            tx.fin.due = false;
-        }
     }
 
     /// ADD_ADDR: an echo stops our retransmissions of that announcement; a
@@ -245,8 +225,8 @@ impl Connection {
             paths.announce.retain(|a| a.echo || a.remove || a.id != id);
             return;
         }
-        let Some(rk) = self.hs.remote_key else { return };
-        if hmac != Some(crypto::add_addr_hmac(rk, self.hs.local_key, id, addr, port)) {
+        let Some(rk) = self.hs.remote_key() else { return };
+        if hmac != Some(crypto::add_addr_hmac(rk, self.hs.local_key(), id, addr, port)) {
             c.mptcp_add_addr_drop += 1;
             return;
         }
@@ -296,7 +276,7 @@ impl Connection {
             // already, and the mapping agrees with it (checked before).
             return;
         }
-        if !single || slot.mp.join != JoinState::Initial || self.rx.base.is_none() || !self.mode.infinite_ok() {
+        if !single || slot.mp.join != JoinState::Initial || self.rx.base().is_none() || !self.mode.infinite_ok() {
             self.counters.mptcp_mp_rst_tx += 1;
             slot.reset_with(MPTCP_RST_EMPTCP);
             return;
@@ -375,10 +355,10 @@ impl Connection {
             self.paths.reopen.clear();
         }
         self.sync_subflow_count();
-        if self.hs.fully_established && !self.paths.pm.announced {
+        if self.hs.fully_established() && !self.paths.pm.announced {
             if let Some((l, r)) = self.addresses() {
                 let (ann, mut joins) = self.paths.pm.on_established(&self.cfg.mptcp.pm, l.ip(), r.ip(), r.port());
-                if self.own_joins_closed() || self.hs.peer_no_src_addr {
+                if self.own_joins_closed() || self.hs.peer_no_src_addr() {
                     joins.clear();
                 }
                 for e in ann {

@@ -20,10 +20,10 @@ impl Connection {
         }
         // Until the SYN-ACK tells whether the peer speaks MPTCP, data has no
         // home: it would go to the connection if MPTCP, to the subflow if not.
-        if self.mode == ConnMode::Pending || self.tx.fin.seq.is_some() || self.subflows.count() == 0 {
+        if self.mode == ConnMode::Pending || self.tx.fin().seq().is_some() || self.subflows.count() == 0 {
             return 0;
         }
-        self.tx.limit.saturating_sub(self.tx.buf.len())
+        self.tx.space()
     }
 
     /// Queues as much of `data` as fits and returns how much; like a
@@ -55,8 +55,7 @@ impl Connection {
         }
         let n = len.min(self.send_space());
         if n > 0 {
-            self.tx.buf.push(take(n));
-            self.tx.write_seq += n as u64;
+            self.tx.append(take(n));
             self.progress(self.last_now);
         }
         Ok(n)
@@ -73,7 +72,9 @@ impl Connection {
         match self.mode() {
             Mode::Plain | Mode::Pending => self.subflow(0).is_some_and(open),
             Mode::Mptcp => {
-                self.tx.fin.seq.is_none() && !self.closed_event_sent && self.subflows.live().any(|s| !s.tcp.is_closed())
+                self.tx.fin().seq().is_none()
+                    && !self.closed_event_sent
+                    && self.subflows.live().any(|s| !s.tcp.is_closed())
             }
         }
     }
@@ -83,7 +84,7 @@ impl Connection {
         if self.plain() {
             return self.subflow(0).map_or(0, |s| s.recv_ready());
         }
-        self.rx.buf.ready_len()
+        self.rx.buf().ready_len()
     }
 
     /// Reads in-order data into `out`. `now` drives receive-buffer
@@ -97,7 +98,7 @@ impl Connection {
         let n = if self.plain() {
             self.initial().map_or(0, |s| s.recv(now, out))
         } else {
-            let n = self.rx.buf.read(out);
+            let n = self.rx.read(out);
             self.after_app_read(now, n);
             n
         };
@@ -121,7 +122,7 @@ impl Connection {
         let b = if self.plain() {
             self.initial().and_then(|s| s.recv_piece(now, max))
         } else {
-            let b = self.rx.buf.read_piece(max);
+            let b = self.rx.read_piece(max);
             self.after_app_read(now, b.as_ref().map_or(0, Bytes::len));
             b
         };
@@ -135,7 +136,6 @@ impl Connection {
     /// level's receive-buffer autotuning and window update.
     fn after_app_read(&mut self, now: Instant, n: usize) {
         if n > 0 {
-            self.rx.space.on_read(n);
             self.rcv_space_adjust(now);
             self.maybe_window_update();
         }
@@ -164,7 +164,7 @@ impl Connection {
         if self.plain() {
             return self.subflow(0).is_none_or(|s| s.recv_finished() || s.is_closed());
         }
-        self.rx.peer_fin_done && self.rx.buf.ready_len() == 0
+        self.rx.peer_fin_done() && self.rx.buf().ready_len() == 0
     }
 
     /// `TCP_NODELAY` for every subflow, present and future.
@@ -188,8 +188,7 @@ impl Connection {
             }
             return;
         }
-        if self.tx.fin.seq.is_none() {
-            self.tx.fin.seq = Some(self.tx.write_seq);
+        if self.tx.close() {
             self.progress(self.last_now);
         }
     }
@@ -203,8 +202,8 @@ impl Connection {
     /// finished (TIME_WAIT) is left alone, as the kernel leaves a timewait
     /// socket when its process exits.
     pub fn abort(&mut self) {
-        let done = self.tx.fin.acked && self.rx.peer_fin_done;
-        let fastclose = self.mode.is_mptcp() && self.hs.remote_key.is_some() && !done;
+        let done = self.tx.fin().acked() && self.rx.peer_fin_done();
+        let fastclose = self.mode.is_mptcp() && self.hs.remote_key().is_some() && !done;
         for slot in self.subflows.live_mut() {
             if slot.tcp.state() == crate::tcp::State::TimeWait {
                 continue;
@@ -239,7 +238,7 @@ impl Connection {
         if self.plain() {
             return self.subflow(0).is_none_or(|s| s.send_queued() == 0);
         }
-        !self.tx.write_seq.gt(self.tx.una)
+        self.tx.all_acked()
     }
 
     /// Every subflow is closed (its close over, or reset) or in TIME_WAIT

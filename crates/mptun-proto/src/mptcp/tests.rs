@@ -750,7 +750,7 @@ mod pm;
 
 #[test]
 fn expand32_picks_the_closest_value_modulo_2_64() {
-    use super::rx::expand32;
+    use super::data_rx::expand32;
     // Ordinary: the same 2^32 block, the next, the previous.
     assert_eq!(expand32(5, 0x1_0000_0003), 0x1_0000_0005);
     assert_eq!(expand32(2, 0x1_ffff_fff0), 0x2_0000_0002);

@@ -15,10 +15,8 @@ use super::close::MPTCP_CLOSE_TIMEOUT;
 use super::Connection;
 use crate::seq::DataSeq;
 use crate::tcp::config::{TCP_RTO_MAX, TCP_RTO_MIN, TCP_TIMEOUT_INIT};
-use bytes::Bytes;
 use core::ops::ControlFlow;
 use mptun_time::{Duration, Instant};
-use mptun_wire::checksum::dss_checksum;
 
 /// How long a due announcement waits when no subflow can carry it.
 const ANNOUNCE_NO_SUBFLOW_RETRY: Duration = Duration::from_millis(200);
@@ -70,12 +68,18 @@ impl Timer {
     }
 }
 
-/// One optional deadline per [`Timer`].
+/// One optional deadline per [`Timer`], and the backoff state of the two
+/// timers that back off exponentially.
 #[derive(Clone, Debug, Default)]
 pub(super) struct TimerTable {
     conn: [Option<Instant>; 6],
     /// Indexed by subflow slot.
     join_ack: Vec<Option<Instant>>,
+    /// `una` when the retransmission timer was armed: a DATA_ACK that moves
+    /// it restarts the timer without backoff.
+    rtx_una: Option<DataSeq>,
+    rtx_backoff: u32,
+    wnd_probe_backoff: u32,
 }
 
 impl TimerTable {
@@ -193,14 +197,12 @@ impl Connection {
                 true
             }
             Timer::WindowProbe => {
-                let tx = &self.tx;
-                let closed = tx.wnd_end.le(tx.nxt) && tx.una == tx.nxt && tx.write_seq.gt(tx.nxt);
-                if !closed || self.mode.infinite() || !tx.reinject.is_empty() {
+                if !self.tx.window_closed() || self.mode.infinite() || self.tx.reinjection_pending() {
                     self.timers.stop(t);
-                    self.tx.wnd_probe_backoff = 0;
+                    self.timers.wnd_probe_backoff = 0;
                     return false;
                 }
-                if self.tx.last_acked_byte.is_none() {
+                if self.tx.last_acked_byte().is_none() {
                     return false;
                 }
                 if !self.timers.is_set(t) {
@@ -210,25 +212,26 @@ impl Connection {
                 true
             }
             Timer::Retransmit => {
-                let tx = &mut self.tx;
-                if self.mode.infinite() || tx.una.ge(tx.nxt) {
+                let una = self.tx.una();
+                if self.mode.infinite() || una.ge(self.tx.nxt()) {
                     self.timers.stop(t);
-                    tx.rtx_backoff = 0;
+                    self.timers.rtx_backoff = 0;
                     return false;
                 }
-                if !self.timers.is_set(t) || self.tx.rtx_una != self.tx.una {
-                    if self.tx.rtx_una != self.tx.una {
-                        self.tx.rtx_backoff = 0;
+                let moved = self.timers.rtx_una != Some(una);
+                if !self.timers.is_set(t) || moved {
+                    if moved {
+                        self.timers.rtx_backoff = 0;
                     }
-                    self.tx.rtx_una = self.tx.una;
-                    let at = now + self.live_rto() * (1 << self.tx.rtx_backoff.min(6));
+                    self.timers.rtx_una = Some(una);
+                    let at = now + self.live_rto() * (1 << self.timers.rtx_backoff.min(6));
                     self.timers.set(t, at);
                     return false;
                 }
                 true
             }
             Timer::CloseTimeout => {
-                let first = self.tx.fin.first_sent;
+                let first = self.tx.fin().first_sent();
                 let armed = self.data_fin_pending().then(|| first.map(|t| t + MPTCP_CLOSE_TIMEOUT)).flatten();
                 self.timers.set_opt(t, armed);
                 true
@@ -240,13 +243,13 @@ impl Connection {
                 }
                 // Held while our own joins finish their handshakes (at
                 // most `FIN_HOLD_MAX`), then due at once the first time.
-                if self.tx.fin.first_sent.is_none() {
+                if self.tx.fin().first_sent().is_none() {
                     if let Some(until) = self.data_fin_hold(now) {
-                        self.tx.fin.held = true;
+                        self.tx.fin_mut().hold();
                         self.timers.set(t, until);
                         return false;
                     }
-                    if std::mem::take(&mut self.tx.fin.held) {
+                    if self.tx.fin_mut().release_hold() {
                         self.timers.set(t, now);
                     }
                 }
@@ -284,14 +287,14 @@ impl Connection {
             Timer::WindowProbe => {
                 // Whatever happens now, the timer moves on (a timer left due
                 // would be polled forever).
-                self.tx.wnd_probe_backoff += 1;
-                let backoff = self.live_rto() * (1 << self.tx.wnd_probe_backoff.min(9));
+                self.timers.wnd_probe_backoff += 1;
+                let backoff = self.live_rto() * (1 << self.timers.wnd_probe_backoff.min(9));
                 self.timers.set(t, now + backoff.min(TCP_RTO_MAX));
                 self.window_probe();
             }
             Timer::Retransmit => {
-                self.tx.rtx_backoff += 1;
-                let at = now + (self.live_rto() * (1 << self.tx.rtx_backoff.min(6))).min(TCP_RTO_MAX);
+                self.timers.rtx_backoff += 1;
+                let at = now + (self.live_rto() * (1 << self.timers.rtx_backoff.min(6))).min(TCP_RTO_MAX);
                 self.timers.set(t, at);
                 self.retransmit_head();
             }
@@ -303,13 +306,10 @@ impl Connection {
                 return ControlFlow::Break(());
             }
             Timer::DataFin => {
-                let fin = &mut self.tx.fin;
-                let first = *fin.first_sent.get_or_insert(now);
-                fin.due = true;
+                let (first, backoff) = self.tx.fin_mut().on_timer(now);
                 let rto = self.subflows.live().map(|s| s.tcp.info().rto).min().unwrap_or(TCP_TIMEOUT_INIT);
-                let rto = rto * (1 << self.tx.fin.backoff.min(6));
+                let rto = rto * (1 << backoff.min(6));
                 self.timers.set(t, (now + rto).min(first + MPTCP_CLOSE_TIMEOUT));
-                self.tx.fin.backoff += 1;
                 if let Some(slot) = self.best_ack_subflow() {
                     slot.tcp.request_ack();
                 }
@@ -322,35 +322,6 @@ impl Connection {
     /// earliest announcement is.
     pub(super) fn sync_announce_timer(&mut self) {
         self.timers.set_opt(Timer::Announce, self.paths.next_announce());
-    }
-
-    /// The MPTCP-level zero-window probe (Linux `mptcp_sendmsg_frag`'s
-    /// `zero_window_probe`): when the peer's connection-level window is
-    /// closed, data waits and nothing is unacknowledged, the window update
-    /// that would reopen it may have been lost, and no ACK will come by
-    /// itself. So the last DATA_ACKed byte goes out again as a one-byte
-    /// mapping, a duplicate at the data level that the subflow still
-    /// acknowledges, with a DATA_ACK and the current window; repeated with
-    /// an exponential backoff while the window stays closed.
-    fn window_probe(&mut self) {
-        let Some(byte) = self.tx.last_acked_byte else { return };
-        // No idle subflow: the previous probe still waits in one (its own
-        // zero-window probing carries it).
-        let Some(i) = self.probe_subflow() else { return };
-        if !self.copy_allowed() {
-            return;
-        }
-        let dsn = DataSeq(self.tx.una.0.wrapping_sub(1));
-        let csum_on = self.hs.csum;
-        let slot = self.subflows.get_mut(i).expect("picked a live subflow");
-        let ssn = slot.write_seq_rel();
-        if slot.tcp.send_bytes(Bytes::copy_from_slice(&[byte])).is_err() {
-            return;
-        }
-        let csum = if csum_on { dss_checksum(dsn.0, ssn.0, 1, &[byte]) } else { 0 };
-        slot.mp.tx.maps.push_back(super::slot::TxMap { ssn, dsn, len: 1, csum, with_ack: Some(true) });
-        self.mode.forbid_infinite();
-        self.counters.mptcp_win_probe += 1;
     }
 
     /// The retransmission timeout the connection-level timers count in: the

@@ -13,97 +13,14 @@ use crate::buf::SendBuf;
 use crate::sched::{ConnView, Request, SubflowView};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{BufferSize, Subflow};
-use mptun_time::{Duration, Instant};
+use bytes::Bytes;
+use mptun_time::Duration;
 use mptun_wire::checksum::dss_checksum;
-use std::collections::VecDeque;
+use mptun_wire::mptcp::DataAck;
 
 /// Memory Linux charges per MSS-sized segment in a subflow's send buffer
 /// (`tcp_sndbuf_expand`: skb truesize, about 4352 bytes for a 1448-byte MSS).
 const TRUESIZE_PER_MSS: usize = 4352;
-
-/// Our DATA_FIN (Linux `snd_data_fin_enable` and its retransmission).
-#[derive(Debug, Default)]
-pub(super) struct OurDataFin {
-    /// Its data sequence number, once the application closed.
-    pub seq: Option<DataSeq>,
-    /// The peer DATA_ACKed it.
-    pub acked: bool,
-    /// Send it (again) on the next pure ACK.
-    pub due: bool,
-    /// When it was first sent: the connection is given up (reset with
-    /// MP_FASTCLOSE) if it is not DATA_ACKed within `MPTCP_CLOSE_TIMEOUT`.
-    pub first_sent: Option<Instant>,
-    /// Retransmissions so far.
-    pub backoff: u32,
-    /// It went out at least once: the peer may have it, and a Linux peer
-    /// takes no join from then on (`Connection::own_joins_closed`).
-    pub sent: bool,
-    /// Until when its first transmission may wait for our joins
-    /// (`Connection::data_fin_hold`), fixed at the first look.
-    pub hold_until: Option<Instant>,
-    /// Its timer is set to `hold_until`, not to its first transmission.
-    pub held: bool,
-}
-
-/// The data-level send side: our data sequence space, the connection's
-/// send buffer, what waits to be sent again, and our DATA_FIN.
-#[derive(Debug)]
-pub(super) struct DataTx {
-    /// First DSN of our data (IDSN + 1).
-    pub base: DataSeq,
-    /// Oldest data the peer has not DATA_ACKed.
-    pub una: DataSeq,
-    /// Next new data to hand to a subflow.
-    pub nxt: DataSeq,
-    /// Just past the last byte the application wrote.
-    pub write_seq: DataSeq,
-    /// Right edge of the peer's connection-level window.
-    pub wnd_end: DataSeq,
-    /// Bytes from `una` on (indexed by the low 32 bits of the DSN).
-    pub buf: SendBuf,
-    /// The send buffer's size (the msk's `SO_SNDBUF`, autotuned).
-    pub limit: usize,
-    /// Data ranges to send again on another subflow, oldest first.
-    pub reinject: VecDeque<(DataSeq, DataSeq)>,
-    /// The last byte the peer DATA_ACKed: what a zero-window probe carries
-    /// (Linux probes with the byte at `snd_una - 1`, a duplicate at the data
-    /// level that the subflow still acknowledges).
-    pub last_acked_byte: Option<u8>,
-    /// `una` when the retransmission timer was armed, and its backoff.
-    pub rtx_una: DataSeq,
-    pub rtx_backoff: u32,
-    /// Backoff of the zero-window probe.
-    pub wnd_probe_backoff: u32,
-    pub fin: OurDataFin,
-    /// Since when data waits for the peer's window, if it does (Linux's
-    /// `TCP_CHRONO_RWND_LIMITED`, here at the connection level), and the
-    /// time so limited before.
-    pub rwnd_since: Option<Instant>,
-    pub rwnd_limited: Duration,
-}
-
-impl DataTx {
-    /// A send side starting at DSN `base` (our IDSN + 1).
-    pub fn new(base: DataSeq, limit: usize) -> Self {
-        DataTx {
-            base,
-            una: base,
-            nxt: base,
-            write_seq: base,
-            wnd_end: base,
-            buf: SendBuf::new(Seq(base.0 as u32)),
-            limit,
-            reinject: VecDeque::new(),
-            last_acked_byte: None,
-            rtx_una: base,
-            rtx_backoff: 0,
-            wnd_probe_backoff: 0,
-            fin: OurDataFin::default(),
-            rwnd_since: None,
-            rwnd_limited: Duration::ZERO,
-        }
-    }
-}
 
 /// The longest mapping: as many whole segments of `seg` bytes as a DSS
 /// data-level length (16 bits) holds.
@@ -253,12 +170,12 @@ impl Connection {
         // the connection is fully established there is no other subflow,
         // and the peer may have fallen back without our knowing (a third
         // ACK lost): its own retransmissions carry the data.
-        if self.mode.infinite() || !self.hs.fully_established {
+        if self.mode.infinite() || !self.hs.fully_established() {
             return;
         }
         let Some(slot) = self.subflows.get_mut(idx) else { return };
         let tx = &mut slot.mp.tx;
-        let una = self.tx.una;
+        let una = self.tx.una();
         for m in &tx.maps {
             let mut start = m.dsn.max(una);
             if let Some(r) = tx.reinjected_to {
@@ -266,7 +183,7 @@ impl Connection {
             }
             let end = m.dsn_end();
             if start.lt(end) {
-                self.tx.reinject.push_back((start, end));
+                self.tx.queue_reinjection(start, end);
                 self.counters.mptcp_reinjected_bytes += end - start;
             }
         }
@@ -280,19 +197,12 @@ impl Connection {
     /// Releases the data and mappings the peer DATA_ACKed (and, for a
     /// mapping, that its subflow acknowledged too: it may still retransmit).
     pub(super) fn release_acked(&mut self) {
-        let tx = &mut self.tx;
-        let una_rel = Seq(tx.una.0 as u32);
-        let head = tx.buf.end() - tx.buf.len() as u32;
-        // Kept for a zero-window probe (the DATA_FIN's DATA_ACK is one past the data).
-        let last = una_rel.min(tx.buf.end());
-        if last.gt(head) {
-            tx.last_acked_byte = tx.buf.slice_bytes(last - 1, 1).first().copied();
-        }
-        tx.buf.ack_to(una_rel);
+        self.tx.release_acked();
+        let una = self.tx.una();
         for slot in self.subflows.live_mut() {
             let sf_una = slot.snd_una_rel();
             while let Some(m) = slot.mp.tx.maps.front() {
-                if m.dsn_end().le(tx.una) && m.end().le(sf_una) {
+                if m.dsn_end().le(una) && m.end().le(sf_una) {
                     slot.mp.tx.maps.pop_front();
                 } else {
                     break;
@@ -314,7 +224,7 @@ impl Connection {
                 .live()
                 .map(|s| s.tcp.info().send_buffer / s.tcp.mss(0).max(1) as usize * TRUESIZE_PER_MSS)
                 .sum();
-            self.tx.limit = self.tx.limit.max(sum.min(max));
+            self.tx.grow_limit(sum.min(max));
         }
     }
 
@@ -338,48 +248,40 @@ impl Connection {
 
     /// What the scheduler sees of each subflow.
     fn views(&self) -> Vec<SubflowView> {
-        let (base, una) = (self.tx.base, self.tx.una);
+        let (base, una) = (self.tx.base(), self.tx.una());
         self.subflows.iter().map(|(i, s)| s.view(i, base, una)).collect()
     }
 
     /// What the scheduler sees of the connection.
     fn conn_view(&self) -> ConnView {
         let tx = &self.tx;
-        let off = |d: DataSeq| d.0.wrapping_sub(tx.base.0);
+        let off = |d: DataSeq| d.0.wrapping_sub(tx.base().0);
         ConnView {
-            rwnd_limited: tx.write_seq.gt(tx.wnd_end),
+            rwnd_limited: tx.write_seq().gt(tx.wnd_end()),
             now: self.last_now,
-            una: off(tx.una),
-            nxt: off(tx.nxt),
-            write_seq: off(tx.write_seq),
-            wnd_end: off(tx.wnd_end.max(tx.una)),
-            send_buffer: tx.limit,
-            reinject_queued: tx.reinject.iter().map(|&(a, b)| b.saturating_sub(a.max(tx.una))).sum(),
+            una: off(tx.una()),
+            nxt: off(tx.nxt()),
+            write_seq: off(tx.write_seq()),
+            wnd_end: off(tx.wnd_end().max(tx.una())),
+            send_buffer: tx.limit(),
+            reinject_queued: tx.reinject_queued(),
         }
     }
 
     /// Starts (`limited`) or stops the receive-window-limited chrono.
     fn rwnd_chrono(&mut self, limited: bool) {
-        let now = self.last_now;
-        match (limited, self.tx.rwnd_since) {
-            (true, None) => self.tx.rwnd_since = Some(now),
-            (false, Some(t)) => {
-                self.tx.rwnd_limited += now - t;
-                self.tx.rwnd_since = None;
-            }
-            _ => {}
-        }
+        self.tx.rwnd_chrono(self.last_now, limited);
     }
 
     /// Time the connection's data waited for the peer's window so far.
     pub(super) fn rwnd_limited(&self) -> Duration {
-        self.tx.rwnd_limited + self.tx.rwnd_since.map_or(Duration::ZERO, |t| self.last_now - t)
+        self.tx.rwnd_limited(self.last_now)
     }
 
     /// Nothing new can go: the scheduler may still ask for copies of data
     /// in flight (`Scheduler::on_blocked`), carried out at once.
     fn push_blocked(&mut self) {
-        if self.mode.infinite() || !self.hs.fully_established || !self.sched.acts_when_blocked() {
+        if self.mode.infinite() || !self.hs.fully_established() || !self.sched.acts_when_blocked() {
             return;
         }
         let views = self.views();
@@ -391,18 +293,11 @@ impl Connection {
     /// Hands bursts of data (reinjections first) to the subflows the scheduler picks.
     pub(super) fn push_pending(&mut self) {
         if self.mode.infinite() {
-            self.tx.reinject.clear();
+            self.tx.drop_reinjections();
         }
         loop {
-            let (start, end, reinj) = match self.tx.reinject.front() {
-                Some(&(s, e)) => (s.max(self.tx.una), e, true),
-                None => (self.tx.nxt, self.tx.write_seq, false),
-            };
-            if reinj && start.ge(end) {
-                self.tx.reinject.pop_front();
-                continue;
-            }
-            let room = self.tx.wnd_end.saturating_sub(start);
+            let (start, end, reinj) = self.tx.next_range();
+            let room = self.tx.wnd_end().saturating_sub(start);
             if start.ge(end) || (room == 0 && !reinj) {
                 let window_bound = start.lt(end);
                 self.rwnd_chrono(window_bound);
@@ -421,7 +316,7 @@ impl Connection {
                 return;
             };
             let acks = self.ack_view(self.rx.window());
-            let csum_on = self.hs.csum;
+            let csum_on = self.hs.csum();
             let Some(slot) = self.subflows.get_mut(pick.id) else { return };
             let want = (end - start).min(pick.max_burst as u64);
             let room = if reinj { u64::MAX } else { room };
@@ -441,28 +336,27 @@ impl Connection {
                 let seg = tcp.mss(if m.with_ack == Some(true) { DSS_FULL } else { DSS_MAP }) as u64;
                 let len = mapping_len(tcp, seg, want.min(map_cap(seg).saturating_sub(u64::from(m.len)))).min(room);
                 if len > 0 {
-                    if !hand_over(&self.tx.buf, tcp, Seq(start.0 as u32), len as usize, true) {
+                    if !hand_over(self.tx.buf(), tcp, Seq(start.0 as u32), len as usize, true) {
                         return;
                     }
                     m.len += len as u32;
                     mp.tx.data_end = Some(start + len);
-                    self.tx.nxt += len;
+                    self.tx.advance_nxt(len);
                     self.rwnd_chrono(false);
                     self.sched.on_pushed(pick.id, len as usize, &views);
                     self.push_copies(&pick, start, len, &views);
                     continue;
                 }
             }
-            let len = new_mapping(&self.tx.buf, slot, start, want, room, &acks, csum_on);
+            let len = new_mapping(self.tx.buf(), slot, start, want, room, &acks, csum_on);
             if len == 0 {
                 return;
             }
             if reinj {
                 self.mode.forbid_infinite();
-                let front = self.tx.reinject.front_mut().expect("peeked");
-                front.0 = start + len;
+                self.tx.reinjected_up_to(start + len);
             } else {
-                self.tx.nxt += len;
+                self.tx.advance_nxt(len);
                 self.rwnd_chrono(false);
             }
             self.sched.on_pushed(pick.id, len as usize, &views);
@@ -485,9 +379,9 @@ impl Connection {
     /// has not DATA_ACKed and to what `id` can queue now: a redundant copy
     /// or a reinjection the scheduler chose. Returns the bytes mapped.
     fn copy_onto(&mut self, id: usize, from: DataSeq, to: DataSeq) -> u64 {
-        let mut start = from.max(self.tx.una);
-        let end = to.min(self.tx.nxt);
-        if self.mode.infinite() || !self.hs.fully_established || start.ge(end) {
+        let mut start = from.max(self.tx.una());
+        let end = to.min(self.tx.nxt());
+        if self.mode.infinite() || !self.hs.fully_established() || start.ge(end) {
             return 0;
         }
         // A copy onto the only subflow is a data-level retransmission: not
@@ -496,14 +390,14 @@ impl Connection {
             return 0;
         }
         let acks = self.ack_view(self.rx.window());
-        let csum_on = self.hs.csum;
+        let csum_on = self.hs.csum();
         let Some(slot) = self.subflows.get_mut(id) else { return 0 };
         if !slot.usable() {
             return 0;
         }
         let mut sent = 0;
         while start.lt(end) {
-            let len = new_mapping(&self.tx.buf, slot, start, end - start, u64::MAX, &acks, csum_on);
+            let len = new_mapping(self.tx.buf(), slot, start, end - start, u64::MAX, &acks, csum_on);
             if len == 0 {
                 break;
             }
@@ -531,7 +425,7 @@ impl Connection {
                 // data of the slow subflow goes out again on a fast one.
                 Request::ReinjectHead { id } => self.reinject_head(id),
                 Request::Reinject { on, from, to } => {
-                    let base = self.tx.base;
+                    let base = self.tx.base();
                     self.copy_onto(on, base + from, base + to);
                 }
             }
@@ -541,7 +435,7 @@ impl Connection {
     /// Queues the oldest data of subflow `id` the peer has not DATA_ACKed,
     /// one MSS at most, to be sent again (unless it is queued already).
     fn reinject_head(&mut self, id: usize) {
-        let una = self.tx.una;
+        let una = self.tx.una();
         let head = self.subflows.get(id).and_then(|slot| {
             let mss = slot.tcp.mss(0) as u64;
             slot.mp.tx.maps.iter().find(|m| m.dsn_end().gt(una)).map(|m| {
@@ -550,11 +444,39 @@ impl Connection {
             })
         });
         if let Some((s, e)) = head {
-            if !self.tx.reinject.iter().any(|&(a, b)| a.le(s) && e.le(b)) {
-                self.tx.reinject.push_back((s, e));
+            if self.tx.queue_reinjection_once(s, e) {
                 self.counters.mptcp_reinjected_bytes += e - s;
             }
         }
+    }
+
+    /// The MPTCP-level zero-window probe (Linux `mptcp_sendmsg_frag`'s
+    /// `zero_window_probe`): when the peer's connection-level window is
+    /// closed, data waits and nothing is unacknowledged, the window update
+    /// that would reopen it may have been lost, and no ACK will come by
+    /// itself. So the last DATA_ACKed byte goes out again as a one-byte
+    /// mapping, a duplicate at the data level that the subflow still
+    /// acknowledges, with a DATA_ACK and the current window; repeated with
+    /// an exponential backoff while the window stays closed.
+    pub(super) fn window_probe(&mut self) {
+        let Some(byte) = self.tx.last_acked_byte() else { return };
+        // No idle subflow: the previous probe still waits in one (its own
+        // zero-window probing carries it).
+        let Some(i) = self.probe_subflow() else { return };
+        if !self.copy_allowed() {
+            return;
+        }
+        let dsn = DataSeq(self.tx.una().0.wrapping_sub(1));
+        let csum_on = self.hs.csum();
+        let slot = self.subflows.get_mut(i).expect("picked a live subflow");
+        let ssn = slot.write_seq_rel();
+        if slot.tcp.send_bytes(Bytes::copy_from_slice(&[byte])).is_err() {
+            return;
+        }
+        let csum = if csum_on { dss_checksum(dsn.0, ssn.0, 1, &[byte]) } else { 0 };
+        slot.mp.tx.maps.push_back(TxMap { ssn, dsn, len: 1, csum, with_ack: Some(true) });
+        self.mode.forbid_infinite();
+        self.counters.mptcp_win_probe += 1;
     }
 
     /// A usable subflow with nothing queued, the lowest RTT first: where a
@@ -573,8 +495,8 @@ impl Connection {
     /// never DATA_ACKed it, or its subflow is gone), that data is sent again
     /// on a subflow the scheduler picks.
     pub(super) fn retransmit_head(&mut self) {
-        let una = self.tx.una;
-        if self.tx.reinject.iter().any(|&(a, b)| a.le(una) && una.lt(b)) {
+        let una = self.tx.una();
+        if self.tx.una_queued_for_reinjection() {
             return;
         }
         // Where is the byte at snd_una? In flight on a live subflow: that
@@ -596,11 +518,11 @@ impl Connection {
             }
         }
         let mss = self.subflows.live().map(|s| s.tcp.mss(0) as u64).max().unwrap_or(1);
-        let end = end.unwrap_or(self.tx.nxt).min(una + mss).min(self.tx.nxt);
+        let end = end.unwrap_or(self.tx.nxt()).min(una + mss).min(self.tx.nxt());
         if !self.copy_allowed() {
             return;
         }
-        self.tx.reinject.push_back((una, end));
+        self.tx.queue_reinjection(una, end);
         self.counters.mptcp_retrans += 1;
         self.counters.mptcp_reinjected_bytes += end - una;
         self.push_pending();
@@ -640,7 +562,7 @@ impl Connection {
     pub(super) fn fallback_una(&mut self) {
         let Some(slot) = self.subflows.live().next() else { return };
         let sf_una = slot.snd_una_rel();
-        let mut una = self.tx.una;
+        let mut una = self.tx.una();
         for m in &slot.mp.tx.maps {
             if sf_una.lt(m.ssn) {
                 break;
@@ -651,9 +573,15 @@ impl Connection {
                 break;
             }
         }
-        self.tx.una = una;
         let wnd = slot.tcp.info().snd_wnd as u64;
-        self.tx.wnd_end = self.tx.wnd_end.max(una + wnd);
+        self.tx.acked_by_fallback(una, wnd);
+    }
+
+    /// DATA_ACK: the peer holds our data up to it (in its receive buffer,
+    /// not just some subflow's), so it can be released; it also moves the
+    /// connection-level send window's right edge.
+    pub(super) fn on_data_ack(&mut self, a: &DataAck, wnd: u64) {
+        self.tx.on_data_ack(a, wnd);
     }
 
     /// The acknowledgement view the DATA_ACK decisions of new mappings take,

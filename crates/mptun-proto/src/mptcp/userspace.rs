@@ -62,7 +62,7 @@ impl Connection {
     }
 
     fn token_for_events(&self) -> u32 {
-        crypto::token(self.hs.local_key)
+        crypto::token(self.hs.local_key())
     }
 
     /// An event about subflow `idx` (its addresses, ids and backup flag).
@@ -96,7 +96,7 @@ impl Connection {
             if let Some((l, r)) = c.addresses() {
                 (ev.local, ev.remote) = (Some(l), Some(r));
             }
-            ev.server_side = c.hs.server;
+            ev.server_side = c.hs.server();
             ev
         };
         if !self.pm_events.created && self.is_established() {
@@ -106,7 +106,7 @@ impl Connection {
                 s.mp.up_reported = true;
             }
         }
-        if self.pm_events.created && !self.pm_events.established && self.hs.fully_established {
+        if self.pm_events.created && !self.pm_events.established && self.hs.fully_established() {
             self.pm_events.established = true;
             self.push_pm_event(conn_event(self, PmEventKind::Established));
         }
@@ -119,7 +119,7 @@ impl Connection {
                 self.report_sub_closed(i, 0);
             }
         }
-        if self.pm_events.created && !self.pm_events.closed && self.tx.fin.acked && self.rx.peer_fin_done {
+        if self.pm_events.created && !self.pm_events.closed && self.tx.fin().acked() && self.rx.peer_fin_done() {
             self.report_closed();
         }
         if self.pm_events.established {
@@ -294,7 +294,7 @@ impl Connection {
         if self.own_joins_closed() {
             return Err(PmError::Closing);
         }
-        if !self.hs.fully_established || self.hs.remote_key.is_none() {
+        if !self.hs.fully_established() || self.hs.remote_key().is_none() {
             return Err(PmError::NotEstablished);
         }
         if !usable_unicast(local) || !usable_unicast(remote.ip()) || remote.port() == 0 {
@@ -381,7 +381,7 @@ impl Connection {
         if self.paths.initial.is_some_and(|(l, _)| l.ip() == ep.addr) {
             self.paths.initial_local_withdrawn = false;
         }
-        if !self.mode.is_mapped() || !self.hs.fully_established || !self.paths.pm.announced {
+        if !self.mode.is_mapped() || !self.hs.fully_established() || !self.paths.pm.announced {
             // Not yet established: the PM takes it when it is.
             return;
         }
@@ -394,7 +394,7 @@ impl Connection {
         // the connection started on came back), with id 0 as the peer
         // knows it.
         let from_it = self.subflows.live().any(|s| s.is_open() && s.tcp.local().ip() == ep.addr);
-        if ep.flags.subflow && !from_it && ep.addr.is_ipv4() == r0.is_ipv4() && !self.hs.peer_no_src_addr {
+        if ep.flags.subflow && !from_it && ep.addr.is_ipv4() == r0.is_ipv4() && !self.hs.peer_no_src_addr() {
             // Within the limit: `pm_subflow_create` refuses beyond it.
             let id = self.known_local_id(ep.addr).unwrap_or(ep.id);
             let _ = self.pm_subflow_create(ep.addr, id, r0, ep.flags.backup);

@@ -137,7 +137,7 @@ fn checksum_failure_on_the_only_subflow(drop_infinite_once: bool, unpaced: bool)
     let rel = seq.wrapping_sub(iss);
     assert_eq!(m.ssn, rel, "at the segment's relative subflow sequence number");
     assert_eq!(m.checksum, Some(0), "checksum field 0, as Linux writes it");
-    assert_eq!(m.dsn.wrapping_sub(n.a.conn(h).map_or(0, |c| c.tx.base.0)), u64::from(rel - 1), "{m:?}");
+    assert_eq!(m.dsn.wrapping_sub(n.a.conn(h).map_or(0, |c| c.tx.base().0)), u64::from(rel - 1), "{m:?}");
     assert!(unmapped.is_empty(), "data segments without a mapping before the infinite one: {unmapped:?}");
     assert_eq!(oversize, 0, "a packet exceeded the 1500-byte MTU");
     assert_eq!(rsts, 0, "no reset");

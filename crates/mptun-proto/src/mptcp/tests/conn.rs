@@ -93,7 +93,7 @@ fn data_ack_reaches_a_client_not_yet_fully_established(request: &[usize]) {
         n.run(Duration::from_micros(1500), &mut |a, p| tamper(a, p, &mut held));
     }
     if request.len() > 1 {
-        assert!(n.b.conn(sh).unwrap().hs.peer_data_ack_seen, "the client's later part must carry a DATA_ACK");
+        assert!(n.b.conn(sh).unwrap().hs.peer_data_ack_seen(), "the client's later part must carry a DATA_ACK");
     }
     let mut buf = vec![0u8; 65536];
     assert_eq!(n.read_b(sh, &mut buf), vec![1u8; request_len]);
@@ -967,7 +967,7 @@ fn a_peer_key_equal_to_our_own_is_not_taken() {
     // The client side: a SYN-ACK carrying the client's own key.
     let mut n = net(EndpointConfig::default(), EndpointConfig::default());
     let h = n.connect();
-    let client_key = n.a.conn(h).unwrap().hs.local_key;
+    let client_key = n.a.conn(h).unwrap().hs.local_key();
     let mut mirror = |from_a: bool, p: Vec<u8>| -> Option<Vec<u8>> {
         Some(rewrite(&p, &mut |m| {
             if let MptcpOption::MpCapable { sender_key: Some(sk), receiver_key: None, .. } = m {
