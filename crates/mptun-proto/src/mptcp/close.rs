@@ -1,8 +1,8 @@
 //! Closing (Linux `protocol.c`'s DATA_FIN handling): our DATA_FIN sent
 //! after the queued data and retransmitted until DATA_ACKed (its timers are
 //! in `timers.rs`), the peer's DATA_FIN delivered in data sequence order,
-//! and the subflows closed once both are done. After a fallback the single
-//! subflow's FIN carries it.
+//! and the subflows closed once both are done. (After a fallback the
+//! single subflow's FIN carries it: `fallback.rs`.)
 
 use super::slot::JoinState;
 use super::Connection;
@@ -53,21 +53,8 @@ impl Connection {
             && !self.hs.server()
             && pm.max_subflows > 0
             && (pm.endpoints.iter().any(|e| e.flags.subflow) || pm.subflows_per_pair > 1);
-        let joining = in_handshake || !self.paths.pending_joins.is_empty() || to_open;
+        let joining = in_handshake || self.paths.joins_pending() > 0 || to_open;
         (joining && now < until).then_some(until)
-    }
-
-    /// After a fallback the subflow's FIN carries the DATA_FIN: once all
-    /// data is sent, the single subflow closes.
-    pub(super) fn fallback_close(&mut self) {
-        if !self.mode.infinite() || self.tx.fin().seq() != Some(self.tx.nxt()) {
-            return;
-        }
-        if let Some(slot) = self.subflows.live_mut().next() {
-            if matches!(slot.tcp.state(), State::Established | State::CloseWait) {
-                slot.tcp.close();
-            }
-        }
     }
 
     /// The peer's DATA_FIN, once every byte before it arrived: the stream

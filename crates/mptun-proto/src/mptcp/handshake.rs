@@ -7,10 +7,10 @@
 //! accepted it: they decide whether the subflow may go on at all.
 
 use super::fallback::{ConnMode, FallbackReason, Resume};
-use super::paths::JoinLimits;
 use super::slot::{JoinState, SubflowMp, SubflowSlot};
 use super::timers::Timer;
 use super::{ConnConfig, Connection, MPTCP_RST_EMPTCP};
+use crate::pm::JoinLimits;
 use crate::pm::JoinRequest;
 use crate::tcp::{BufferSize, Subflow, TcpConfig};
 use core::ops::ControlFlow;
@@ -289,10 +289,7 @@ impl Connection {
         let sfcfg = Self::subflow_cfg(&self.cfg, true);
         let tcp = Subflow::connect(now, sfcfg, local, SocketAddr::new(req.remote, req.remote_port), iss, ts_offset);
         let mut mp = self.subflow_mp(JoinState::ClientSynSent { nonce }, req.local_id, 0, req.backup);
-        let attempt = match self.paths.reopening.iter().position(|(r, _)| r == req) {
-            Some(i) => self.paths.reopening.swap_remove(i).1,
-            None => 0,
-        };
+        let attempt = self.paths.reopens_mut().take_attempt(req);
         mp.opened_as = Some((*req, attempt));
         self.place_subflow(SubflowSlot { tcp, mp })
     }

@@ -7,12 +7,12 @@ use super::data_rx::DataRx;
 use super::data_tx::DataTx;
 use super::fallback::ConnMode;
 use super::handshake::Handshake;
-use super::paths::{Paths, ADD_ADDR_RETRANS_MAX};
 use super::slot::{InfiniteMapTx, JoinState, SubflowMp, SubflowTx};
 use crate::counters::Counters;
+use crate::pm::Paths;
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{SegmentHook, SegmentMeta};
-use mptun_time::{Duration, Instant};
+use mptun_time::Instant;
 use mptun_wire::checksum::dss_checksum;
 use mptun_wire::mptcp::{cap_flags, DataAck, DssMapping};
 use mptun_wire::{crypto, MptcpOption, TcpOption, TcpOptions};
@@ -27,8 +27,6 @@ const DSS_ACK: usize = 12;
 pub(super) const DSS_MAP: usize = 20;
 /// MP_FAIL (RFC 8684 3.7).
 const MP_FAIL_LEN: usize = 12;
-/// Retry of an ADD_ADDR that found no option room on a segment.
-const ADD_ADDR_NO_ROOM_RETRY: Duration = Duration::from_millis(10);
 /// An unchanged DATA_ACK is still repeated on every this many mappings, so
 /// a lost segment cannot hide it for long.
 const ACK_REFRESH_MAPS: u32 = 4;
@@ -304,42 +302,24 @@ impl Hook<'_> {
             return;
         }
         let now = self.now;
-        let ann = &mut self.paths.announce;
-        let Some(i) = ann.iter().position(|a| a.at <= now) else { return };
-        let a = ann[i];
-        if a.remove {
+        let Some(a) = self.paths.announcements().due(now) else { return };
+        let carried = if a.remove {
             let mut ids = arrayvec::ArrayVec::new();
             ids.push(a.id);
-            if push(opts, MptcpOption::RmAddr { ids }) {
-                self.counters.mptcp_rm_addr_tx += 1;
-                ann.remove(i);
-            } else {
-                ann[i].at = now + ADD_ADDR_NO_ROOM_RETRY;
-            }
-            return;
-        }
-        let Some(rk) = self.hs.remote_key() else { return };
-        let hmac = (!a.echo).then(|| crypto::add_addr_hmac(self.hs.local_key(), rk, a.id, a.addr, a.port));
-        let o = MptcpOption::AddAddr { echo: a.echo, addr_id: a.id, addr: a.addr, port: a.port, hmac };
-        if !push(opts, o) {
-            // No room on this segment (SACK blocks took it): try again shortly
-            // rather than asking for an ACK at once, forever.
-            ann[i].at = now + ADD_ADDR_NO_ROOM_RETRY;
-            return;
-        }
-        if a.echo {
-            ann.remove(i);
-            return;
-        }
-        self.counters.mptcp_add_addr_tx += 1;
-        // Retransmitted every add_addr_timeout until echoed, at most
-        // ADD_ADDR_RETRANS_MAX times (Linux mptcp_pm_add_timer).
-        ann[i].sent = ann[i].sent.saturating_add(1);
-        if ann[i].sent > ADD_ADDR_RETRANS_MAX {
-            ann.remove(i);
+            let carried = push(opts, MptcpOption::RmAddr { ids });
+            self.counters.mptcp_rm_addr_tx += carried as u64;
+            carried
         } else {
-            ann[i].at = now + self.paths.add_addr_timeout;
-        }
+            let Some(rk) = self.hs.remote_key() else { return };
+            let hmac = (!a.echo).then(|| crypto::add_addr_hmac(self.hs.local_key(), rk, a.id, a.addr, a.port));
+            let o = MptcpOption::AddAddr { echo: a.echo, addr_id: a.id, addr: a.addr, port: a.port, hmac };
+            let carried = push(opts, o);
+            self.counters.mptcp_add_addr_tx += (carried && !a.echo) as u64;
+            carried
+        };
+        // What comes next (done, retransmitted later, or tried again
+        // shortly for want of room) is the queue's decision.
+        self.paths.announcements_mut().on_due_sent(now, carried);
     }
 
     /// Whether this subflow's handshake (the connection's, or its join) is over.
@@ -356,7 +336,7 @@ impl SegmentHook for Hook<'_> {
             ConnMode::Mptcp { .. } if data && self.joined() && !self.peek_with_ack(self.next_ssn) => DSS_MAP,
             _ if data => DSS_FULL,
             _ => {
-                if !self.joined() || !self.paths.announce.is_empty() || self.tx.fin().due() {
+                if !self.joined() || !self.paths.announcements().is_empty() || self.tx.fin().due() {
                     DSS_FULL
                 } else {
                     DSS_ACK

@@ -23,7 +23,7 @@ mod fallback;
 mod handshake;
 mod hook;
 mod info;
-mod paths;
+mod pm;
 mod rx;
 mod signal;
 mod slot;
@@ -32,14 +32,15 @@ mod timers;
 mod tx;
 mod userspace;
 
+pub(crate) use crate::pm::JoinLimits;
 pub use config::{ConnConfig, MptcpConfig};
 pub use fallback::{FallbackReason, Mode};
 pub(crate) use handshake::usable_cap_flags;
 pub use info::{ConnectionInfo, SubflowInfo};
-pub(crate) use paths::JoinLimits;
 
 use crate::counters::Counters;
 use crate::pm::JoinRequest;
+use crate::pm::Paths;
 use crate::sched::{new_scheduler, Scheduler};
 use crate::seq::Seq;
 use crate::tcp::{Event, Subflow, Transmit, Verdict};
@@ -52,7 +53,6 @@ use hook::Hook;
 use mptun_time::Instant;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::{crypto, TcpHeader};
-use paths::Paths;
 use slot::{JoinState, Subflows};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -203,7 +203,7 @@ impl Connection {
 
     /// The subflows the path manager wants opened, for the endpoint to create.
     pub(crate) fn take_pending_joins(&mut self) -> Vec<JoinRequest> {
-        std::mem::take(&mut self.paths.pending_joins)
+        self.paths.take_joins()
     }
 
     fn plain(&self) -> bool {

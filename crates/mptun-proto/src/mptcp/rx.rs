@@ -1,22 +1,20 @@
 //! The receive path (the receive half of Linux `subflow.c` and
 //! `protocol.c`): DSS mappings received on each subflow, the data they map
 //! moved into the connection-level reassembly queue in data sequence order,
-//! the 32-bit DSN expansion, the detection of a middlebox that strips the
-//! options, and the connection-level receive window.
+//! the DSS checksum check, and the connection-level receive window's
+//! autotuning and updates. The data-level state it fills is `data_rx.rs`.
 
 use super::data_rx::DEFAULT_ADVMSS;
-use super::fallback::{FallbackReason, Resume};
-use super::slot::{JoinState, RxMap, SubflowSlot};
-use super::{Connection, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
+use super::slot::{RxMap, SubflowSlot};
+use super::{Connection, MPTCP_RST_EMPTCP};
 use crate::counters::Counters;
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::BufferSize;
 use bytes::Bytes;
+use core::ops::ControlFlow;
 use mptun_time::Instant;
 use mptun_wire::checksum::dss_checksum;
 use mptun_wire::mptcp::DssMapping;
-use mptun_wire::tcp::OptionSummary;
-use mptun_wire::TcpHeader;
 
 /// Whether a received DSS checksum equals the one computed: equal, or the
 /// two ones'-complement zeros (0x0000 and 0xffff) for each other (Linux sums
@@ -32,11 +30,6 @@ const MAX_AHEAD: usize = 65536;
 /// A received mapping that cannot be: it contradicts one already in place
 /// (Linux `MPTcpExtDSSNotMatching`), or the data it came with is not in it.
 pub(super) struct BadMapping;
-
-/// ACKs of new data in a row without MPTCP options after which a sender
-/// takes the peer's options as stripped (three, like the duplicate-ACK
-/// threshold: a middlebox strips every one, a forged ACK is a single one).
-const OPTLESS_ACKS_FALLBACK: u8 = 3;
 
 impl SubflowSlot {
     /// Files a mapping that came with the segment `rx.seg`: dropped if its
@@ -150,34 +143,6 @@ impl SubflowSlot {
         }
     }
 
-    /// A DSS mapping received after a fallback. Linux ignores them; but a
-    /// peer that still sends one has not fallen back (a middlebox stripped
-    /// only what made us fall back), and it may put data-level copies (a
-    /// retransmission, a window probe) on this subflow at new subflow
-    /// sequence numbers. Read as the stream, such a copy would be delivered
-    /// twice. So a mapping that puts bytes of the infinite part at another
-    /// data sequence number than the infinite mapping does is a protocol
-    /// error (the subflow is reset before anything of the segment is read);
-    /// one that agrees, or covers only bytes before the fallback, or none of
-    /// the segment's, changes nothing.
-    /// `dsn` is the mapping's DSN expanded to 64 bits.
-    pub(super) fn contradicts_infinite(&self, dsn: DataSeq, m: &DssMapping, data_fin: bool) -> bool {
-        let rx = &self.mp.rx;
-        let Some((at_ssn, at_dsn)) = rx.infinite_at else { return false };
-        let (seg_ssn, seg_len) = rx.seg;
-        let len = (m.len as u32).saturating_sub(data_fin as u32);
-        if seg_len == 0 || len == 0 {
-            return false;
-        }
-        let map = RxMap { ssn: Seq(m.ssn), dsn, len, csum: None, fin: false };
-        let seg = RxMap { ssn: seg_ssn, dsn: DataSeq(0), len: seg_len, csum: None, fin: false };
-        if !map.overlaps(&seg) || map.end().le(at_ssn) {
-            return false;
-        }
-        let from = if map.ssn.ge(at_ssn) { map.ssn } else { at_ssn };
-        map.dsn + (from - map.ssn) as u64 != at_dsn + (from - at_ssn) as u64
-    }
-
     /// A mapping the peer cannot have sent: reset the subflow (Linux
     /// `MAPPING_INVALID` on a subflow that cannot fall back: MP_TCPRST
     /// "MPTCP-specific error"); its unacknowledged data is reinjected
@@ -236,75 +201,6 @@ impl Connection {
         }
     }
 
-    /// A middlebox stripped our options mid-stream: data without any MPTCP
-    /// option on the only subflow once fully established, or a run of ACKs
-    /// of new data without options (before full establishment, a client
-    /// takes the first such ACK). Fall back to an infinite mapping (RFC 8684
-    /// 3.7): the mappings already received are honoured to their end, and
-    /// the subflow's bytes from there on continue the data sequence exactly
-    /// where the last of them ends.
-    pub(super) fn detect_fallback(
-        &mut self,
-        idx: usize,
-        hdr: &TcpHeader,
-        opts: &OptionSummary,
-        payload: &[u8],
-        (single_subflow, ofo_empty, acked_new): (bool, bool, bool),
-    ) {
-        let Some(slot) = self.subflows.get_mut(idx) else { return };
-        let hs = &self.hs;
-        let f = hdr.flags;
-        let rx = &mut slot.mp.rx;
-        if !opts.mptcp.is_empty() {
-            rx.optless_acks = 0;
-        } else if acked_new {
-            rx.optless_acks = rx.optless_acks.saturating_add(1);
-        }
-        let stripped = self.mode.is_mapped()
-            // A client whose first established segments carry no option
-            // falls back too (Linux `check_fully_established`).
-            && (hs.fully_established() || !hs.server())
-            && opts.mptcp.is_empty()
-            && !f.syn()
-            && !f.rst()
-            // Data without a DSS proves the stripping (Linux
-            // `get_mapping_status`). A sender that gets only pure ACKs needs
-            // OPTLESS_ACKS_FALLBACK of them in a row acknowledging new data,
-            // so one forged ACK cannot force a fallback; before it is fully
-            // established a client takes the first (`check_fully_established`).
-            && (!payload.is_empty()
-                || rx.optless_acks >= OPTLESS_ACKS_FALLBACK
-                || (!hs.fully_established() && slot.tcp.snd_una() != slot.tcp.iss() + 1))
-            && slot.mp.join == JoinState::Initial
-            && single_subflow
-            && ofo_empty;
-        if !stripped {
-            return;
-        }
-        if !self.mode.infinite_ok() {
-            // Linux `mptcp_subflow_reset` when `mptcp_try_fallback` fails.
-            self.counters.mptcp_mp_rst_tx += 1;
-            slot.reset_with(MPTCP_RST_EMIDDLEBOX);
-            return;
-        }
-        self.fall_back(idx, FallbackReason::StrippedOptions, Resume::AfterMapped);
-    }
-
-    /// The subflow's FIN after a fallback: it is the DATA_FIN only if every
-    /// byte the subflow acknowledged made it into the connection and the
-    /// stream is contiguous up to it; anything else is an error for the
-    /// application, never an end of stream. `true` for a clean end.
-    pub(super) fn fallback_fin_in_order(&self, idx: usize) -> bool {
-        let Some(slot) = self.subflows.get(idx) else { return false };
-        let next = slot.next_rx_ssn();
-        let rx = &slot.mp.rx;
-        let at = match rx.map {
-            Some(m) if next - m.ssn <= m.len => Some(m.dsn + (next - m.ssn) as u64),
-            _ => rx.last_end.filter(|&(ssn, _)| ssn == next).map(|(_, dsn)| dsn),
-        };
-        slot.tcp.recv_ready() == 0 && self.rx.buf().ofo_is_empty() && at == Some(self.rx.nxt())
-    }
-
     /// Moves what subflow `idx` delivered into the connection, mapping by
     /// mapping, then sees whether the peer's DATA_FIN is now in order.
     pub(super) fn drain_subflow(&mut self, now: Instant, idx: usize) {
@@ -350,13 +246,8 @@ impl Connection {
 
     /// The next bytes of `map`, `into` bytes in, from subflow `idx`; `None`
     /// when there are none yet or the subflow was reset. With DSS checksums
-    /// a mapping is delivered whole and only once verified. A failed
-    /// checksum (RFC 8684 3.7, Linux `subflow_check_data_avail`): on the only
-    /// subflow (`alone`, never joined) MP_FAIL with the mapping's DSN and a
-    /// fallback to TCP from that mapping on, its bytes delivered as the TCP
-    /// stream carried them; otherwise the subflow is reset with MP_TCPRST
-    /// "middlebox interference" and MP_FAIL, and its data is reinjected
-    /// elsewhere.
+    /// a mapping is delivered whole and only once verified; a failed one is
+    /// [`Connection::on_bad_checksum`]'s (`alone`: on the only subflow).
     fn read_mapped(&mut self, idx: usize, now: Instant, map: RxMap, into: u32, alone: bool) -> Option<Bytes> {
         let slot = self.subflows.get_mut(idx)?;
         let Some(expect) = map.csum.filter(|_| self.hs.csum() && into == 0) else {
@@ -377,20 +268,7 @@ impl Connection {
         if checksum_matches(dss_checksum(map.dsn.0, map.ssn.0, wire_len, &whole), expect) {
             return Some(Bytes::from(whole));
         }
-        self.counters.mptcp_data_csum_err += 1;
-        self.counters.mptcp_mp_fail_tx += 1;
-        slot.mp.signals.mp_fail = Some(map.dsn);
-        if alone && slot.mp.join == JoinState::Initial && self.mode.infinite_ok() {
-            // The infinite mapping starts at the failed one: the subflow's
-            // bytes continue the data sequence from it.
-            slot.tcp.request_ack();
-            self.fall_back(idx, FallbackReason::ChecksumFailed, Resume::FailedMapping(map));
-            return Some(Bytes::from(whole));
-        }
-        slot.mp.rx.map = None;
-        self.counters.mptcp_mp_rst_tx += 1;
-        slot.reset_with(MPTCP_RST_EMIDDLEBOX);
-        None
+        self.on_bad_checksum(idx, map, alone).then(|| Bytes::from(whole))
     }
 
     /// Linux DRS at the connection level (`mptcp_rcv_space_adjust`).
@@ -413,5 +291,33 @@ impl Connection {
                 slot.tcp.request_ack();
             }
         }
+    }
+
+    /// The mapping of a received DSS. `Break` when it reset the subflow
+    /// before anything of the segment is read.
+    pub(super) fn on_dss_mapping(&mut self, idx: usize, m: &DssMapping, data_fin: bool) -> ControlFlow<()> {
+        let dsn = self.rx.expand(m);
+        let Some(slot) = self.subflows.get_mut(idx) else { return ControlFlow::Continue(()) };
+        if self.hs.csum() && m.checksum.is_none() {
+            // Checksums were negotiated: a mapping without one is invalid
+            // (RFC 8684 3.3; Linux's get_mapping_status resets the subflow).
+            self.counters.mptcp_dss_not_matching += 1;
+            self.counters.mptcp_mp_rst_tx += 1;
+            slot.reset_with(MPTCP_RST_EMPTCP);
+            // Handled like a refused join: the RST (with its reason) leaves
+            // before the subflow is reaped.
+            return ControlFlow::Break(());
+        }
+        if self.mode.infinite() && slot.contradicts_infinite(dsn, m, data_fin) {
+            // Reset before the drain reads the copy as the stream.
+            slot.mapping_error(&mut self.counters);
+            return ControlFlow::Break(());
+        }
+        if m.len == 0 && !data_fin {
+            self.on_infinite_mapping(idx, m);
+        } else {
+            self.on_mapping(idx, m, data_fin);
+        }
+        ControlFlow::Continue(())
     }
 }

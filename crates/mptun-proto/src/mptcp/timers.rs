@@ -40,7 +40,7 @@ pub(super) enum Timer {
     CloseTimeout,
     /// Our DATA_FIN goes (again) on a pure ACK.
     DataFin,
-    /// The earliest re-open of a failed subflow is due ([`super::paths::Reopen`]).
+    /// The earliest re-open of a failed subflow is due ([`crate::pm::Paths::next_reopen`]).
     Reopen,
 }
 
@@ -280,7 +280,7 @@ impl Connection {
                 } else {
                     // No subflow can carry them now: look again later instead of
                     // leaving a due deadline that a driver would poll forever.
-                    self.paths.postpone_due(now, ANNOUNCE_NO_SUBFLOW_RETRY);
+                    self.paths.announcements_mut().postpone_due(now, ANNOUNCE_NO_SUBFLOW_RETRY);
                 }
                 self.sync_announce_timer();
             }

@@ -5,10 +5,9 @@
 //! failed or stale subflow's unacknowledged data; and the release of what
 //! the peer DATA_ACKed.
 
-use super::fallback::{FallbackReason, Resume};
 use super::hook::{AckView, DSS_FULL, DSS_MAP};
-use super::slot::{JoinState, SubflowSlot, TxMap};
-use super::{Connection, MPTCP_RST_EMIDDLEBOX};
+use super::slot::{SubflowSlot, TxMap};
+use super::Connection;
 use crate::buf::SendBuf;
 use crate::sched::{ConnView, Request, SubflowView};
 use crate::seq::{DataSeq, Seq};
@@ -526,55 +525,6 @@ impl Connection {
         self.counters.mptcp_retrans += 1;
         self.counters.mptcp_reinjected_bytes += end - una;
         self.push_pending();
-    }
-
-    /// Whether a data-level copy (an MPTCP-level retransmission or a window
-    /// probe) may go onto the subflows. A peer that fell back to TCP on its
-    /// only subflow (a middlebox stripped the options of one of our
-    /// segments: a client not yet fully established takes a single one,
-    /// Linux `check_fully_established`) reads that subflow's bytes as the
-    /// stream, and a copy there, at new subflow sequence numbers, would be
-    /// delivered twice. Its ACKs tell: after a fallback they carry no MPTCP
-    /// option. So while our only subflow is the initial one and the last ACK
-    /// of new data on it came without an option, we fall back too instead of
-    /// copying (what the subflow acknowledged is then acknowledged, see
-    /// [`Connection::fallback_una`]), or, once a copy already went out and a
-    /// fallback would misread it, reset the subflow (MP_TCPRST "middlebox
-    /// interference", Linux's answer when `mptcp_try_fallback` fails).
-    /// `false` when it did either.
-    pub(super) fn copy_allowed(&mut self) -> bool {
-        let Some((idx, slot)) = self.subflows.iter().next() else { return true };
-        if self.subflows.count() != 1 || slot.mp.join != JoinState::Initial || slot.mp.rx.optless_acks == 0 {
-            return true;
-        }
-        if self.mode.infinite_ok() {
-            self.fall_back(idx, FallbackReason::StrippedOptions, Resume::AfterMapped);
-            self.fallback_una();
-        } else if let Some(slot) = self.subflows.get_mut(idx) {
-            self.counters.mptcp_mp_rst_tx += 1;
-            slot.reset_with(MPTCP_RST_EMIDDLEBOX);
-        }
-        false
-    }
-
-    /// After a fallback no DATA_ACK comes: what the single subflow has
-    /// acknowledged is acknowledged at the data level.
-    pub(super) fn fallback_una(&mut self) {
-        let Some(slot) = self.subflows.live().next() else { return };
-        let sf_una = slot.snd_una_rel();
-        let mut una = self.tx.una();
-        for m in &slot.mp.tx.maps {
-            if sf_una.lt(m.ssn) {
-                break;
-            }
-            let into = sf_una - m.ssn;
-            una = una.max(m.dsn + (into.min(m.len)) as u64);
-            if into < m.len {
-                break;
-            }
-        }
-        let wnd = slot.tcp.info().snd_wnd as u64;
-        self.tx.acked_by_fallback(una, wnd);
     }
 
     /// DATA_ACK: the peer holds our data up to it (in its receive buffer,

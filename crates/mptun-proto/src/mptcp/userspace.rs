@@ -215,19 +215,14 @@ impl Connection {
         if !usable_unicast(addr) || port == Some(0) {
             return Err(PmError::BadAddress);
         }
-        let clash = |(i, a): &(u8, IpAddr)| *i == id && *a != addr;
         let cfg_clash = self.cfg.mptcp.pm.endpoints.iter().any(|e| e.id == id && e.addr != addr);
-        if id == 0 || self.paths.announced.iter().any(clash) || cfg_clash {
+        if id == 0 || self.paths.announced_other(id, addr) || cfg_clash {
             return Err(PmError::IdInUse);
         }
         let now = self.last_now;
         // An RM_ADDR of the same id still queued goes first: the peer
         // drops the old address before it hears of the new one.
-        self.paths.announce.retain(|a| a.echo || a.remove || a.id != id);
-        self.paths.queue(id, addr, port, false, now);
-        if !self.paths.announced.contains(&(id, addr)) {
-            self.paths.announced.push((id, addr));
-        }
+        self.paths.announce_again(id, addr, port, now);
         self.sync_announce_timer();
         Ok(())
     }
@@ -238,13 +233,12 @@ impl Connection {
     pub fn pm_remove(&mut self, id: u8) -> Result<(), PmError> {
         self.pm_usable()?;
         let used = self.subflows.live().any(|s| s.mp.local_id == id && s.is_open());
-        let announced = self.paths.announced.iter().any(|&(i, _)| i == id);
+        let announced = self.paths.is_announced(id);
         if !used && !announced {
             return Err(PmError::NoSuchId);
         }
         let now = self.last_now;
-        self.paths.announced.retain(|&(i, _)| i != id);
-        self.paths.queue_remove(id, now);
+        self.paths.withdraw(id, now);
         self.close_subflows_where(|s| s.mp.local_id == id);
         self.sync_announce_timer();
         Ok(())
@@ -252,7 +246,7 @@ impl Connection {
 
     /// The initial subflow's (local, remote) pair, also once it is gone.
     fn initial_addresses(&self) -> Option<(SocketAddr, SocketAddr)> {
-        self.paths.initial.or_else(|| self.addresses())
+        self.paths.initial().or_else(|| self.addresses())
     }
 
     /// The address id our address `addr` has for the peer: 0 for the
@@ -264,7 +258,7 @@ impl Connection {
         }
         // A port endpoint's id names joins at its port only, not the address.
         let port_ep = |i: u8| self.cfg.mptcp.pm.endpoints.iter().any(|e| e.id == i && e.port.is_some());
-        let announced = self.paths.announced.iter().find(|&&(i, a)| a == addr && !port_ep(i)).map(|&(i, _)| i);
+        let announced = self.paths.announced_id(addr, port_ep);
         announced
             .or_else(|| self.cfg.mptcp.pm.endpoints.iter().find(|e| e.addr == addr && e.port.is_none()).map(|e| e.id))
     }
@@ -273,7 +267,7 @@ impl Connection {
     fn id_taken(&self, id: u8, addr: IpAddr) -> bool {
         let initial = id == 0 && self.initial_addresses().is_some_and(|(l, _)| l.ip() != addr);
         initial
-            || self.paths.announced.iter().any(|&(i, a)| i == id && a != addr)
+            || self.paths.announced_other(id, addr)
             || self.cfg.mptcp.pm.endpoints.iter().any(|e| e.id == id && e.addr != addr)
             || self.subflows.live().any(|s| s.mp.local_id == id && s.is_open() && s.tcp.local().ip() != addr)
     }
@@ -316,7 +310,7 @@ impl Connection {
         if self.additional_subflows() >= self.cfg.mptcp.pm.max_subflows as usize {
             return Err(PmError::LimitReached);
         }
-        self.paths.pending_joins.push(JoinRequest {
+        self.paths.request_join(JoinRequest {
             local,
             local_id,
             remote: remote.ip(),
@@ -378,10 +372,10 @@ impl Connection {
     pub(crate) fn pm_endpoint_added(&mut self, ep: PmEndpoint) {
         self.cfg.mptcp.pm.endpoints.retain(|e| e.id != ep.id);
         self.cfg.mptcp.pm.endpoints.push(ep);
-        if self.paths.initial.is_some_and(|(l, _)| l.ip() == ep.addr) {
-            self.paths.initial_local_withdrawn = false;
+        if self.paths.initial().is_some_and(|(l, _)| l.ip() == ep.addr) {
+            self.paths.set_initial_local_withdrawn(false);
         }
-        if !self.mode.is_mapped() || !self.hs.fully_established() || !self.paths.pm.announced {
+        if !self.mode.is_mapped() || !self.hs.fully_established() || !self.paths.pm_announced() {
             // Not yet established: the PM takes it when it is.
             return;
         }
@@ -433,7 +427,7 @@ impl Connection {
         }
         let wire_id = self.known_local_id(addr).filter(|&k| k == 0).unwrap_or(id);
         if wire_id == 0 {
-            self.paths.initial_local_withdrawn = true;
+            self.paths.set_initial_local_withdrawn(true);
         }
         // A path that carries data, not a join still in its handshake.
         let others = self.subflows.live().any(|s| s.is_open() && s.mp.join.usable() && !from_it(s));
@@ -446,12 +440,11 @@ impl Connection {
         // RM_ADDR of the id, and our subflows from the address close (by
         // address: joins we took at other addresses may carry id 0 too).
         // Only an id the peer knows: announced, or carried by a subflow.
-        let known = self.paths.announced.iter().any(|&(i, _)| i == wire_id)
+        let known = self.paths.is_announced(wire_id)
             || self.subflows.live().any(|s| s.is_open() && s.mp.local_id == wire_id && from_it(s));
         if known {
             let now = self.last_now;
-            self.paths.announced.retain(|&(i, _)| i != wire_id);
-            self.paths.queue_remove(wire_id, now);
+            self.paths.withdraw(wire_id, now);
             self.sync_announce_timer();
         }
         self.close_subflows_where(from_it);
@@ -461,12 +454,11 @@ impl Connection {
     /// RM_ADDR of an id we announced, without closing anything (a port
     /// endpoint's subflows are closed by port by the caller).
     fn pm_remove_announced(&mut self, id: u8) -> Result<(), PmError> {
-        if !self.paths.announced.iter().any(|&(i, _)| i == id) {
+        if !self.paths.is_announced(id) {
             return Err(PmError::NoSuchId);
         }
         let now = self.last_now;
-        self.paths.announced.retain(|&(i, _)| i != id);
-        self.paths.queue_remove(id, now);
+        self.paths.withdraw(id, now);
         self.sync_announce_timer();
         Ok(())
     }

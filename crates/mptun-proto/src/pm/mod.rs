@@ -8,11 +8,15 @@
 //! announces — within the limits. It only decides; the connection carries
 //! the decisions out.
 
+mod announce;
 mod command;
 mod event;
+mod paths;
+mod reopen;
 
 pub use command::PmError;
 pub use event::{PmEvent, PmEventKind, ECONNRESET, ETIMEDOUT};
+pub(crate) use paths::{JoinLimits, Paths};
 
 use std::net::IpAddr;
 
