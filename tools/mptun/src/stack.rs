@@ -100,7 +100,7 @@ pub(crate) fn build_stack(
 /// The tokio runtime `send`, `serve` and the proxies run on: one thread,
 /// where the test's I/O task (a proxy's relays) and mptun's stack driver
 /// take turns (a file's disk I/O and hashing run on a thread of their own,
-/// `bulk::pipeline`). The stack's driver is one task whatever the runtime,
+/// `xfer::bulk::pipeline`). The stack's driver is one task whatever the runtime,
 /// so a proxy's many connections share it either way.
 ///
 /// On a runtime with two workers the two tasks sat on different threads,

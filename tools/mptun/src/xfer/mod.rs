@@ -1,5 +1,12 @@
 //! `mptun serve` and `mptun send`: iperf3-style bulk transfer over mptun's
 //! TUN-backed stack, or over the kernel's MPTCP with `--kernel`.
+//! `bulk` runs one test over one connection, `control` is the wire format
+//! of its request, response and trailers.
+
+mod bulk;
+mod control;
+
+pub(crate) use bulk::BLKSIZE;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -9,17 +16,17 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use mptun::{MptcpListener, MptcpStream, PacerKind, PmConfig, Policy, Stack, StreamOptions};
 
-use crate::bulk::{self, ClientTest, OutputDir, Pattern, ServerConfig, Settings, Sink, Source};
-use crate::cli_shared::JsonDocument;
 use crate::conn::{Conn, CounterSource};
-use crate::control::{Amount, HashKind, Request, MAX_BYTES};
 use crate::ctl::ControlArgs;
+use crate::flags::JsonDocument;
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, parse_path, PathSpec};
 use crate::report::{self, PathManagerInfo, Report, Verdict};
 use crate::signals;
 use crate::stack::{build_stack, connect_error, end_stack, parse_cc, runtime, StreamSettings};
 use crate::units::{parse_rate, parse_secs, parse_size};
+use bulk::{ClientTest, OutputDir, Pattern, ServerConfig, Settings, Sink, Source};
+use control::{Amount, HashKind, Request, MAX_BYTES};
 
 /// Options both ends share: the stack, its paths, the socket options, output.
 #[derive(Args, Clone, Debug)]
@@ -398,8 +405,8 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .ok_or_else(|| anyhow!("{}: the file name must be UTF-8", path.display()))?;
-            if name.len() > crate::control::MAX_NAME {
-                bail!("file name {name} is longer than {} bytes", crate::control::MAX_NAME);
+            if name.len() > control::MAX_NAME {
+                bail!("file name {name} is longer than {} bytes", control::MAX_NAME);
             }
             file_name = Some(name.to_owned());
             source = Some(Source::File(f, path.clone()));
@@ -408,8 +415,7 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
     if source.is_none() && !a.reverse {
         source = Some(Source::Pattern(Pattern::new(1)));
     }
-    let request =
-        Request { reverse: a.reverse, amount, file: file_name, cookie: crate::control::new_cookie(), hash: a.hash };
+    let request = Request { reverse: a.reverse, amount, file: file_name, cookie: control::new_cookie(), hash: a.hash };
     plan.settings.connecting_to = Some((host.clone(), port));
     let json = plan.settings.json;
     let rt = runtime()?;
