@@ -8,17 +8,10 @@
 // narrower) says how far each one really reaches, and a bare `pub` is flagged.
 #![warn(unreachable_pub)]
 
-mod bulk;
-mod cli_demo;
-mod cli_sched_compare;
-mod cli_shared;
-mod cli_sim;
-mod cli_sim_bbr;
-mod cli_sim_mptcp;
-mod cli_xfer;
 mod conn;
-mod control;
 mod ctl;
+mod demo;
+mod flags;
 mod host;
 mod kernel;
 mod lab;
@@ -29,10 +22,11 @@ mod proxy;
 mod report;
 mod scenario_file;
 mod signals;
+mod sim;
 mod stack;
-mod sweep;
 mod traces;
 mod units;
+mod xfer;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use report::Verdict;
@@ -84,13 +78,13 @@ impl Log {
 enum Command {
     /// MPTCP in seconds, without root: a two-path transfer in the simulator,
     /// reported as `mptun send` reports a real one.
-    Demo(cli_demo::DemoArgs),
+    Demo(demo::DemoArgs),
     /// Run a scenario in the deterministic simulator (no root needed).
-    Sim(cli_sim::SimArgs),
+    Sim(sim::SimArgs),
     /// Accept bulk-transfer tests (like `iperf3 -s`) on mptun's stack or the kernel's.
-    Serve(cli_xfer::ServeArgs),
+    Serve(xfer::ServeArgs),
     /// Run a bulk-transfer test against `mptun serve` (like `iperf3 -c`).
-    Send(cli_xfer::SendArgs),
+    Send(xfer::SendArgs),
     /// Run a scenario in real namespaces behind linkem paths (needs root), reported like `sim`.
     Lab(lab::LabArgs),
     /// Multipath for unmodified applications: a SOCKS5/transparent local proxy and its exit (docs/proxy.md).
@@ -158,10 +152,10 @@ fn main() -> ExitCode {
         signals::install();
     }
     let res = match cli.cmd {
-        Command::Demo(a) => cli_demo::run(a).map(|()| Verdict::Pass),
-        Command::Sim(a) => cli_sim::run(a).map(|()| Verdict::Pass),
-        Command::Serve(a) => cli_xfer::run_serve(a),
-        Command::Send(a) => cli_xfer::run_send(a),
+        Command::Demo(a) => demo::run(a).map(|()| Verdict::Pass),
+        Command::Sim(a) => sim::run(a).map(|()| Verdict::Pass),
+        Command::Serve(a) => xfer::run_serve(a),
+        Command::Send(a) => xfer::run_send(a),
         Command::Lab(a) => lab::run(a),
         Command::Proxy(a) => proxy::run(a).map(|()| Verdict::Pass),
         Command::Pm(a) => ctl::run_pm(a).map(|()| Verdict::Pass),

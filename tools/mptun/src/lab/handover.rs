@@ -209,7 +209,7 @@ pub(crate) fn run(a: HandoverArgs) -> Result<Verdict> {
     super::emit(a.common.json.json, &r, || {
         println!("handover (lab): {}; Wi-Fi down {:.0}-{:.0} s", r.paths.join(", "), r.down_at_s, r.up_at_s);
         for x in &r.rows {
-            println!("{}", crate::cli_sim_mptcp::handover_line(x.who, r.mode.name(), &x.figures));
+            println!("{}", crate::sim::mptcp::handover_line(x.who, r.mode.name(), &x.figures));
         }
     })?;
     if let Some(x) = r.rows.iter().find(|x| !x.figures.sha256_match) {

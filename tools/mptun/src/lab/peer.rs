@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use clap::Args;
 use mptun::pattern::Pattern;
-use mptun::{Algorithm, MptcpListener, MptcpStream, Policy, Stack, StreamOptions};
+use mptun::{MptcpListener, MptcpStream, Policy, Stack, StreamOptions};
 use mptun_cc::{CaState, HystartRoundStart, PacerKind};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -34,7 +34,8 @@ use super::topo::{LabStack, Topology};
 use crate::conn::{Conn, CounterSource};
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec;
-use crate::report::Verdict;
+use crate::report::{self, Verdict};
+use crate::stack::{build_stack, parse_cc, StreamSettings};
 use crate::units::parse_size;
 
 /// The line on stderr a listening peer prints when it accepts connections.
@@ -188,33 +189,18 @@ pub(crate) struct PeerReport {
     pub(crate) subflow_bytes: Vec<u64>,
 }
 
-fn hex(d: &[u8]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn stream_options(a: &PeerArgs, mut o: StreamOptions) -> Result<StreamOptions> {
-    o = o.mptcp(!a.no_mptcp);
-    if let Some(c) = &a.cc {
-        let alg: Algorithm = c.parse().map_err(|e| anyhow!("--cc: {e}"))?;
-        o = o.congestion_control(alg);
-    }
-    if let Some(b) = a.sndbuf {
-        o = o.send_buffer_size(b as usize);
-    }
-    if let Some(b) = a.rcvbuf {
-        o = o.recv_buffer_size(b as usize);
-    }
-    let cfg = o.config_mut();
-    if let Some(p) = a.scheduler {
-        cfg.mptcp.scheduler = p;
-    }
-    if let Some(r) = a.round_start {
-        cfg.tcp.cubic.round_start = r;
-    }
-    if let Some(p) = a.pacer {
-        cfg.tcp.pacer = p;
-    }
-    Ok(o)
+/// This peer's socket options for mptun's connections.
+fn stream_settings(a: &PeerArgs) -> Result<StreamSettings> {
+    Ok(StreamSettings {
+        no_mptcp: a.no_mptcp,
+        cc: a.cc.as_deref().map(parse_cc).transpose()?,
+        sndbuf: a.sndbuf.map(|b| b as usize),
+        rcvbuf: a.rcvbuf.map(|b| b as usize),
+        pacer: a.pacer,
+        scheduler: a.scheduler,
+        round_start: a.round_start,
+        ..StreamSettings::default()
+    })
 }
 
 /// mptun's stack of this peer and its control socket (held as long as it).
@@ -224,19 +210,15 @@ fn stack(a: &PeerArgs) -> Result<(Stack, Option<mptun_io::ctl::ControlServer>)> 
         None if !a.paths.is_empty() => a.paths.clone(),
         None => bail!("--topology or --path is required for mptun's stack"),
     };
-    let mut cfg = stream_options(a, StreamOptions::default())?.config().clone();
+    let mut defaults = stream_settings(a)?.apply(StreamOptions::default());
     // Each path an endpoint with the flags its spec gives (`backup`,
     // `signal`...), ids from 1 in order, as `send`/`serve` make them.
-    cfg.mptcp.pm.endpoints = mptun::pathspec::PathSpec::endpoints(&paths);
+    defaults.config_mut().mptcp.pm.endpoints = mptun::pathspec::PathSpec::endpoints(&paths);
     // The lab reproduces the simulator's scenarios: its receiver takes and
     // acknowledges wire segments one by one, and so does this one (with
     // GRO whole, one ACK per 64 KiB changes the ACK pattern HyStart's delay
     // test judges, and the legacy exit would no longer match the simulator's).
-    let mut b = Stack::builder().tcp_config(cfg.tcp).mptcp_config(cfg.mptcp).gro(false);
-    for (addr, dev) in pathspec::create_tuns(&paths)? {
-        b = b.path(addr, dev);
-    }
-    let st = b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))?;
+    let st = build_stack(&paths, &defaults, false, None)?;
     let control = a.control.start(&st)?;
     Ok((st, control))
 }
@@ -499,8 +481,8 @@ async fn run_objects(a: &PeerArgs, mut conn: Conn, counters: CounterSource, t0: 
         stack: conn.stack_name().into(),
         sent,
         received,
-        sent_sha256: hex(&tx_hash.finalize()),
-        received_sha256: hex(&rx_hash.finalize()),
+        sent_sha256: report::hex(&tx_hash.finalize()),
+        received_sha256: report::hex(&rx_hash.finalize()),
         runtime_s,
         established_s: (up - t0).as_secs_f64(),
         subflows_max: probe.established(),
@@ -596,8 +578,8 @@ async fn run_conn(a: &PeerArgs, conn: Conn, counters: CounterSource, t0: Instant
         stack: d.conn.stack_name().into(),
         sent: d.sent,
         received: d.received,
-        sent_sha256: hex(&d.tx_hash.finalize()),
-        received_sha256: hex(&d.rx_hash.finalize()),
+        sent_sha256: report::hex(&d.tx_hash.finalize()),
+        received_sha256: report::hex(&d.rx_hash.finalize()),
         runtime_s,
         established_s: (up - t0).as_secs_f64(),
         subflows_max: subflows_max.max(probe.established()),
@@ -661,7 +643,7 @@ async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
             let (st, control) = stack(a)?;
             control_kept = control;
             let counters = CounterSource::mptun(st.clone());
-            let o = stream_options(a, st.stream_options())?;
+            let o = stream_settings(a)?.apply(st.stream_options());
             eprintln!("{CONNECTING} to {to}");
             let t0 = Instant::now();
             let s = tokio::time::timeout(limit, MptcpStream::connect_with(&st, to, o))

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use crate::cli_shared::JsonDocument;
+use crate::flags::JsonDocument;
 use crate::signals;
 
 /// Whose MPTCP runs at both ends.

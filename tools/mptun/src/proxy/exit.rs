@@ -24,7 +24,7 @@ use super::socks5::Rep;
 use super::{serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
 use crate::kernel;
-use crate::stack::{end_stack, runtime};
+use crate::stack::{build_stack, end_stack, runtime};
 
 #[derive(Args, Debug)]
 pub(crate) struct ExitArgs {
@@ -80,7 +80,7 @@ pub(crate) fn run(a: ExitArgs) -> Result<()> {
     runtime()?.block_on(async move {
         let (listener, what, stack) = match &plan {
             Stackish::Mptun(paths, o) => {
-                let stack = super::build_stack(paths, o)?;
+                let stack = build_stack(paths, o, true, None)?;
                 let l = MptcpListener::bind(&stack, a.listen).await.map_err(|e| anyhow!("listen {}: {e}", a.listen))?;
                 let what = format!("{} (mptun, {} path(s))", a.listen, paths.len());
                 (Listener::Mptun(l), what, Some(stack))

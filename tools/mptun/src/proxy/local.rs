@@ -23,7 +23,7 @@ use super::socks5::{self, Refusal, Rep, Users};
 use super::{serve_loop, Carrier, Session, Stackish, Stop};
 use crate::conn::Conn;
 use crate::kernel::{self, KernelOptions};
-use crate::stack::{connect_error, end_stack, runtime};
+use crate::stack::{build_stack, connect_error, end_stack, runtime};
 
 /// The exit's port when --exit gives none.
 pub(crate) const DEFAULT_EXIT_PORT: u16 = 1081;
@@ -86,7 +86,7 @@ pub(crate) fn run(a: LocalArgs) -> Result<()> {
     let limits = a.carrier.limits(&plan)?;
     runtime()?.block_on(async move {
         let dialer = match &plan {
-            Stackish::Mptun(paths, o) => Dialer::Mptun(super::build_stack(paths, o)?),
+            Stackish::Mptun(paths, o) => Dialer::Mptun(build_stack(paths, o, true, None)?),
             Stackish::Kernel(o) => Dialer::Kernel(o.clone()),
         };
         let stack = match &dialer {

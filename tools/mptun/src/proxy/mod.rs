@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use mptun::Stack;
 
@@ -38,6 +38,7 @@ use crate::conn::Conn;
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, parse_path, PathSpec};
 use crate::signals;
+use crate::stack::{parse_cc, StreamSettings};
 use crate::units::{parse_secs, parse_size};
 
 /// `mptun proxy ...`
@@ -138,14 +139,12 @@ impl Carrier {
             }
             return Ok(Stackish::Kernel(KernelOptions { mptcp: true, cc: self.cc.clone(), ..Default::default() }));
         }
-        let mut options = mptun::StreamOptions::default();
-        if let Some(c) = &self.cc {
-            let a: mptun::Algorithm = c.parse().map_err(|e| anyhow!("--cc: {e}"))?;
-            options = options.congestion_control(a);
-        }
-        if let Some(p) = self.scheduler {
-            options.config_mut().mptcp.scheduler = p;
-        }
+        let settings = StreamSettings {
+            cc: self.cc.as_deref().map(parse_cc).transpose()?,
+            scheduler: self.scheduler,
+            ..StreamSettings::default()
+        };
+        let options = settings.apply(mptun::StreamOptions::default());
         let paths = match &self.topology {
             Some(t) => pathspec::topology(t)?,
             None => self.paths.clone(),
@@ -196,18 +195,6 @@ fn raise_nofile() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
         }
     }
-}
-
-/// mptun's stack over freshly created TUN devices (inside the runtime);
-/// `options` become its defaults, so the connections it dials and those
-/// its listeners accept both run them.
-fn build_stack(paths: &[PathSpec], options: &mptun::StreamOptions) -> Result<Stack> {
-    let c = options.config().clone();
-    let mut b = Stack::builder().tcp_config(c.tcp).mptcp_config(c.mptcp);
-    for (addr, dev) in pathspec::create_tuns(paths)? {
-        b = b.path(addr, dev);
-    }
-    b.build().map_err(|e| anyhow!("cannot start the stack: {e}"))
 }
 
 pub(crate) fn run(a: ProxyArgs) -> Result<()> {

@@ -1,6 +1,14 @@
 //! `mptun sim <scenario>`: runs a simulator scenario and prints its report.
+//! The MPTCP scenarios (aggregate, failover, handover, fallback, penalise)
+//! are in `mptcp`; `bbr`, `sched_compare` and `sweep` are one scenario
+//! each; the single-flow ones are here.
 
-use crate::cli_shared::{Json, Seed, Series};
+mod bbr;
+pub(crate) mod mptcp;
+mod sched_compare;
+mod sweep;
+
+use crate::flags::{Json, Seed, Series};
 use crate::units::{parse_duration, parse_rate, parse_ratio, parse_size};
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -27,16 +35,16 @@ enum Scenario {
     /// A CUBIC and a Reno flow sharing one bottleneck: throughput shares over time.
     CcCompare(CcCompareArgs),
     /// One MPTCP connection over 10 Mbit/s/20 ms and 3 Mbit/s/40 ms paths (32 MiB).
-    Aggregate(crate::cli_sim_mptcp::AggregateArgs),
+    Aggregate(mptcp::AggregateArgs),
     /// `aggregate` with the 10 Mbit/s path down from 5 s to 15 s.
-    Failover(crate::cli_sim_mptcp::AggregateArgs),
+    Failover(mptcp::AggregateArgs),
     /// A download over Wi-Fi-like and LTE-like paths; Wi-Fi goes away at 5 s (its endpoint deleted) and
     /// comes back at 15 s (added again): the longest delivery gap, LTE's takeover and Wi-Fi's return.
-    Handover(crate::cli_sim_mptcp::HandoverArgs),
+    Handover(mptcp::HandoverArgs),
     /// The client offers MPTCP, the server answers as plain TCP.
-    Fallback(crate::cli_sim_mptcp::AggregateArgs),
+    Fallback(mptcp::AggregateArgs),
     /// The slow-subflow penalty scenario matrix (suite/unbounded/rwnd/sndbuf/both) per scheduler policy.
-    Penalise(crate::cli_sim_mptcp::PenaliseArgs),
+    Penalise(mptcp::PenaliseArgs),
     /// An MPTCP connection (2 subflows) and a TCP flow through one bottleneck
     /// (default 20 Mbit/s, 40 ms RTT, 1-BDP buffer): each flow's share, coupled or not.
     SharedBottleneck(SharedBottleneckArgs),
@@ -44,13 +52,13 @@ enum Scenario {
     Run(RunArgs),
     /// A grid of parameters x seeds on every core: a scenario file, the penalise matrix or tcp-single;
     /// one CSV row per run, mean/sd/95 % CI/min/max per point, a figure with error bars (docs/sweep.md).
-    Sweep(crate::sweep::SweepArgs),
+    Sweep(sweep::SweepArgs),
     /// BBR's experiments: BBR and CUBIC alone on a 10-BDP buffer (goodput, standing queue), then one
     /// BBR flow against 1, 2, 4 CUBIC flows with buffers of 0.5 to 16 BDP (shares).
-    Bbr(crate::cli_sim_bbr::BbrArgs),
+    Bbr(bbr::BbrArgs),
     /// The packet schedulers on a Wi-Fi-like (20 Mbit/s, 10 ms) and an LTE-like (10 Mbit/s, 60 ms,
     /// deep queue) path: bulk with a 256 KiB and an autotuned receive buffer, 100 KB objects, with loss.
-    SchedCompare(crate::cli_sched_compare::SchedCompareArgs),
+    SchedCompare(sched_compare::SchedCompareArgs),
 }
 
 #[derive(Args)]
@@ -233,15 +241,15 @@ pub(crate) fn run(a: SimArgs) -> Result<()> {
         Scenario::Hystart(h) => run_hystart(h),
         Scenario::EdtRr(e) => run_edt_rr(e),
         Scenario::CcCompare(c) => run_cc_compare(c),
-        Scenario::Aggregate(a) => crate::cli_sim_mptcp::run_aggregate(a),
-        Scenario::Failover(a) => crate::cli_sim_mptcp::run_failover(a),
-        Scenario::Handover(a) => crate::cli_sim_mptcp::run_handover(a),
-        Scenario::Fallback(a) => crate::cli_sim_mptcp::run_fallback(a),
-        Scenario::Penalise(a) => crate::cli_sim_mptcp::run_penalise(a),
+        Scenario::Aggregate(a) => mptcp::run_aggregate(a),
+        Scenario::Failover(a) => mptcp::run_failover(a),
+        Scenario::Handover(a) => mptcp::run_handover(a),
+        Scenario::Fallback(a) => mptcp::run_fallback(a),
+        Scenario::Penalise(a) => mptcp::run_penalise(a),
         Scenario::SharedBottleneck(b) => run_shared_bottleneck(b),
-        Scenario::Bbr(b) => crate::cli_sim_bbr::run(b),
-        Scenario::Sweep(s) => crate::sweep::run(s),
-        Scenario::SchedCompare(s) => crate::cli_sched_compare::run(s),
+        Scenario::Bbr(b) => bbr::run(b),
+        Scenario::Sweep(s) => sweep::run(s),
+        Scenario::SchedCompare(s) => sched_compare::run(s),
         Scenario::Run(r) => {
             let o = crate::scenario_file::Overrides { mptcp_cc: r.cc, seed: r.seed, queue_bdp: r.queue_bdp };
             let spec = crate::scenario_file::load(&r.file, o)?;

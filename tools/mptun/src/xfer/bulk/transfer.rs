@@ -16,10 +16,10 @@ use super::outcome::Outcome;
 use super::pipeline::{Block, Consumer, Hash, Producer};
 use super::{Settings, Sink, Source, Summary, BLKSIZE, RECV_BUF};
 use crate::conn::{Conn, CounterSource};
-use crate::control::{self, Amount, HashKind, Trailer, STOP_MAGIC};
 use crate::host::{CpuSpan, CpuUse};
 use crate::report::Interval;
 use crate::signals;
+use crate::xfer::control::{self, Amount, HashKind, Trailer, STOP_MAGIC};
 
 /// How long a finished receiver waits for its trailer to be acknowledged.
 const LINGER: Duration = Duration::from_secs(10);

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 use super::{Settings, Summary, BLKSIZE};
 use crate::conn::Conn;
-use crate::control::{Amount, HashKind, Request, Trailer};
 use crate::host::{uname, utilisation, CpuUse};
 use crate::probe::Probe;
 use crate::report::{
     self, http_date, Connected, Cpu, End, EndReceiver, EndSender, EndStream, HostPort, Interval, MptcpEnd, Report,
     Start, StartExtra, SubflowEnd, Sum, TestStart, Timestamp,
 };
+use crate::xfer::control::{Amount, HashKind, Request, Trailer};
 
 /// Everything a finished test knows, before it becomes a [`Report`].
 pub(super) struct Outcome {

@@ -3,7 +3,7 @@
 //! receive buffer, 100 KB objects back to back, the same with loss),
 //! printed as a table or JSON.
 
-use crate::cli_shared::{Json, Seed};
+use crate::flags::{Json, Seed};
 use crate::units::parse_size;
 use anyhow::{bail, Result};
 use clap::Args;

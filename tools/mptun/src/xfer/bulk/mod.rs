@@ -5,7 +5,7 @@
 //! data in `pipeline`, the per-interval sampling in
 //! `meter`, the assembled [`Report`] in `outcome`; the host's own figures
 //! (CPU time, uname) in [`crate::host`], the messages themselves in
-//! [`crate::control`].
+//! [`crate::xfer::control`].
 
 mod meter;
 mod outcome;
@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::conn::{Conn, CounterSource};
-use crate::control::{self, Amount, Request, Response};
 use crate::report::{self, Report};
+use crate::xfer::control::{self, Amount, Request, Response};
 use outcome::{assemble, start_section};
 pub(crate) use output::OutputDir;
 use transfer::{recv_phase, send_phase};
@@ -295,7 +295,7 @@ pub(crate) async fn run_server(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::HashKind;
+    use crate::xfer::control::HashKind;
 
     /// A file comes with its size, checked before anything is stored: one
     /// asked for a duration (no size to check) is refused, and nothing is

@@ -2,10 +2,12 @@
 //! `aggregate` scenario, reported exactly as `mptun send` reports a real
 //! transfer.
 
+mod report;
+
 use anyhow::{bail, Result};
 use clap::Args;
 
-use crate::cli_shared::{JsonDocument, Seed, Series};
+use crate::flags::{JsonDocument, Seed, Series};
 use crate::report::AggregateLine;
 use crate::traces;
 use crate::units::parse_size;
@@ -40,7 +42,7 @@ pub(crate) fn run(a: DemoArgs) -> Result<()> {
         .collect();
     let sum: f64 = paths.iter().map(|p| p.rate_bps as f64).sum();
     let cc = mptun::TcpConfig::default().congestion_control.to_string();
-    let r = traces::sim_report(&t, a.size, &names, Some(sum), &cc, wall_s);
+    let r = report::sim_report(&t, a.size, &names, Some(sum), &cc, wall_s);
     if a.json.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

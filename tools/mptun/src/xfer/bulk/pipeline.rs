@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::{Sink, Source};
-use crate::control::{HashKind, TRAILER_LEN};
+use crate::xfer::control::{HashKind, TRAILER_LEN};
 
 /// Buffers in flight between the I/O task and its data thread.
 const POOL: usize = 4;
@@ -362,7 +362,7 @@ impl Consumer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bulk::Pattern;
+    use crate::xfer::bulk::Pattern;
 
     fn stream(len: usize) -> Vec<u8> {
         let mut v = vec![0u8; len];

@@ -1,5 +1,12 @@
 //! `mptun serve` and `mptun send`: iperf3-style bulk transfer over mptun's
 //! TUN-backed stack, or over the kernel's MPTCP with `--kernel`.
+//! `bulk` runs one test over one connection, `control` is the wire format
+//! of its request, response and trailers.
+
+mod bulk;
+mod control;
+
+pub(crate) use bulk::BLKSIZE;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -7,19 +14,19 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use mptun::{Algorithm, MptcpListener, MptcpStream, PacerKind, PmConfig, Policy, Stack, StreamOptions};
+use mptun::{MptcpListener, MptcpStream, PacerKind, PmConfig, Policy, Stack, StreamOptions};
 
-use crate::bulk::{self, ClientTest, OutputDir, Pattern, ServerConfig, Settings, Sink, Source};
-use crate::cli_shared::JsonDocument;
 use crate::conn::{Conn, CounterSource};
-use crate::control::{Amount, HashKind, Request, MAX_BYTES};
 use crate::ctl::ControlArgs;
+use crate::flags::JsonDocument;
 use crate::kernel::{self, KernelOptions};
 use crate::pathspec::{self, parse_path, PathSpec};
 use crate::report::{self, PathManagerInfo, Report, Verdict};
 use crate::signals;
-use crate::stack::{connect_error, end_stack, runtime};
+use crate::stack::{build_stack, connect_error, end_stack, parse_cc, runtime, StreamSettings};
 use crate::units::{parse_rate, parse_secs, parse_size};
+use bulk::{ClientTest, OutputDir, Pattern, ServerConfig, Settings, Sink, Source};
+use control::{Amount, HashKind, Request, MAX_BYTES};
 
 /// Options both ends share: the stack, its paths, the socket options, output.
 #[derive(Args, Clone, Debug)]
@@ -237,18 +244,18 @@ impl Common {
         }
         let pm = (!self.kernel).then(|| self.path_manager(&paths));
         let mut options = StreamSettings {
-            mptcp: !self.no_mptcp,
-            cc: None,
+            no_mptcp: self.no_mptcp,
             sndbuf,
             rcvbuf,
             pacing,
             pacer: self.pacer,
-            scheduler,
+            scheduler: Some(scheduler),
             pm: pm.clone(),
+            ..StreamSettings::default()
         };
         let cc_name = match &self.cc {
             Some(c) if !self.kernel => {
-                let a: Algorithm = c.parse().map_err(|e| anyhow!("--cc: {e}"))?;
+                let a = parse_cc(c)?;
                 options.cc = Some(a);
                 a.to_string()
             }
@@ -320,60 +327,12 @@ impl Common {
     }
 }
 
-/// The per-stream settings of `Common`, checked.
-#[derive(Clone, Debug)]
-struct StreamSettings {
-    mptcp: bool,
-    cc: Option<Algorithm>,
-    sndbuf: Option<usize>,
-    rcvbuf: Option<usize>,
-    pacing: Option<u64>,
-    pacer: Option<PacerKind>,
-    scheduler: Policy,
-    /// mptun's path manager (`None`: the kernel's stack).
-    pm: Option<PmConfig>,
-}
-
-impl StreamSettings {
-    fn apply(&self, mut o: StreamOptions) -> StreamOptions {
-        o = o.mptcp(self.mptcp).max_pacing_rate(self.pacing);
-        if let Some(a) = self.cc {
-            o = o.congestion_control(a);
-        }
-        if let Some(p) = self.pacer {
-            o = o.pacer(p);
-        }
-        if let Some(b) = self.sndbuf {
-            o = o.send_buffer_size(b);
-        }
-        if let Some(b) = self.rcvbuf {
-            o = o.recv_buffer_size(b);
-        }
-        o.config_mut().mptcp.scheduler = self.scheduler;
-        if let Some(pm) = &self.pm {
-            o.config_mut().mptcp.pm = pm.clone();
-        }
-        o
-    }
-}
-
 impl Plan {
     /// mptun's stack over freshly created TUN devices.
     fn stack(&self) -> Result<Stack> {
-        let devs = pathspec::create_tuns(&self.paths)?;
         // Listeners take the stack's defaults: make them these settings.
-        let cfg = self.options.apply(StreamOptions::default()).config().clone();
-        let mut b = Stack::builder().tcp_config(cfg.tcp).mptcp_config(cfg.mptcp);
-        for (addr, dev) in devs {
-            b = b.path(addr, dev);
-        }
-        if let Some(p) = &self.pcap {
-            b = b.pcap(p);
-        }
-        let stack = b.build().map_err(|e| match &self.pcap {
-            Some(p) => anyhow!("cannot start the stack (--pcap {}): {e}", p.display()),
-            None => anyhow!("cannot start the stack: {e}"),
-        })?;
+        let defaults = self.options.apply(StreamOptions::default());
+        let stack = build_stack(&self.paths, &defaults, true, self.pcap.as_deref())?;
         let server = self.control.start(&stack)?;
         *self.control_server.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = server;
         Ok(stack)
@@ -446,8 +405,8 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .ok_or_else(|| anyhow!("{}: the file name must be UTF-8", path.display()))?;
-            if name.len() > crate::control::MAX_NAME {
-                bail!("file name {name} is longer than {} bytes", crate::control::MAX_NAME);
+            if name.len() > control::MAX_NAME {
+                bail!("file name {name} is longer than {} bytes", control::MAX_NAME);
             }
             file_name = Some(name.to_owned());
             source = Some(Source::File(f, path.clone()));
@@ -456,8 +415,7 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
     if source.is_none() && !a.reverse {
         source = Some(Source::Pattern(Pattern::new(1)));
     }
-    let request =
-        Request { reverse: a.reverse, amount, file: file_name, cookie: crate::control::new_cookie(), hash: a.hash };
+    let request = Request { reverse: a.reverse, amount, file: file_name, cookie: control::new_cookie(), hash: a.hash };
     plan.settings.connecting_to = Some((host.clone(), port));
     let json = plan.settings.json;
     let rt = runtime()?;

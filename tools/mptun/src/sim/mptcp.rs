@@ -1,7 +1,7 @@
 //! `mptun sim aggregate|failover|fallback|penalise`: the MPTCP scenarios
 //! of the simulator, reported as text or JSON, traced into CSV and SVG.
 
-use crate::cli_shared::{Json, Seed, Series};
+use crate::flags::{Json, Seed, Series};
 use crate::plot;
 use crate::report::AggregateLine;
 use crate::traces;
