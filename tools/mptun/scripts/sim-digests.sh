@@ -29,7 +29,7 @@ for scenario in suite unbounded rwnd sndbuf both; do
         digest "penalise/$scenario/$policy" penalise --scenario "$scenario" --policy "$policy" --seeds "${SEEDS:-2}"
     done
 done
-# Since issue 35: the fast paths (1 Gbit/s, the payload check), BBR, the
+# The fast paths (1 Gbit/s, the payload check), BBR, the
 # topologies and every scenario file. A report without a digest (`sim bbr`)
 # is hashed whole, its wall-clock lines left out.
 digest tcp-single/1gbit tcp-single --rate 1gbit --delay 5ms --size 1GB

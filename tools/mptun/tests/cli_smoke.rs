@@ -15,7 +15,7 @@ fn help_lists_every_command() {
 }
 
 /// `send` and `serve` choose the scheduler by name, and their help names
-/// every shipped one (issue 32).
+/// every shipped one.
 #[test]
 fn send_and_serve_offer_every_scheduler() {
     for cmd in ["send", "serve"] {

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 /// Each write remembers where it starts in the stream, so the write that
 /// holds a sequence number is found by binary search: a send buffer of
 /// megabytes holds a hundred writes or more, and every segment sent or
-/// retransmitted looks one up (a linear walk was a sixth of a simulated
+/// retransmitted looks one up (a linear walk would cost a sixth of a simulated
 /// 1 Gbit/s run).
 #[derive(Debug)]
 pub(crate) struct SendBuf {

@@ -178,29 +178,10 @@ impl Connection {
         let rcv_nxt = self.rx.nxt();
         let Some(slot) = self.subflows.get_mut(idx) else { return };
         let next = slot.next_rx_ssn();
-        let rx = &mut slot.mp.rx;
         match resume {
-            Resume::AfterMapped => {
-                let last = rx.ahead.back().or(rx.map.as_ref()).map(|m| (m.end(), m.dsn_end()));
-                let cont = last.or(rx.last_end.filter(|&(ssn, _)| ssn.ge(next))).unwrap_or((next, rcv_nxt));
-                // (Should bytes lie unmapped between `next` and `cont`,
-                // the drain finds them and resets: never a silent gap.)
-                rx.last_end = Some(cont);
-                rx.infinite_at = Some(cont);
-            }
-            Resume::FailedMapping(m) => {
-                rx.ahead.clear();
-                rx.map = Some(RxMap::infinite(m.ssn, m.dsn));
-                rx.infinite_at = Some((m.ssn, m.dsn));
-            }
-            Resume::At(ssn, dsn) => {
-                // From `ssn` on the subflow's bytes continue the data sequence
-                // at `dsn` (what `current_map` reads once the known mappings
-                // are used up).
-                rx.ahead.retain(|x| x.ssn.lt(ssn));
-                rx.last_end = Some((ssn, dsn));
-                rx.infinite_at = Some((ssn, dsn));
-            }
+            Resume::AfterMapped => slot.mp.rx.resume_after_mapped(next, rcv_nxt),
+            Resume::FailedMapping(m) => slot.mp.rx.resume_at_failed(m),
+            Resume::At(ssn, dsn) => slot.mp.rx.resume_at(ssn, dsn),
         }
     }
 
@@ -279,12 +260,8 @@ impl Connection {
         let Some(slot) = self.subflows.get_mut(idx) else { return };
         let hs = &self.hs;
         let f = hdr.flags;
-        let rx = &mut slot.mp.rx;
-        if !opts.mptcp.is_empty() {
-            rx.optless_acks = 0;
-        } else if acked_new {
-            rx.optless_acks = rx.optless_acks.saturating_add(1);
-        }
+        slot.mp.rx.on_ack_options(!opts.mptcp.is_empty(), acked_new);
+        let rx = &slot.mp.rx;
         let stripped = self.mode.is_mapped()
             // A client whose first established segments carry no option
             // falls back too (Linux `check_fully_established`).
@@ -298,7 +275,7 @@ impl Connection {
             // so one forged ACK cannot force a fallback; before it is fully
             // established a client takes the first (`check_fully_established`).
             && (!payload.is_empty()
-                || rx.optless_acks >= OPTLESS_ACKS_FALLBACK
+                || rx.optless_acks() >= OPTLESS_ACKS_FALLBACK
                 || (!hs.fully_established() && slot.tcp.snd_una() != slot.tcp.iss() + 1))
             && slot.mp.join == JoinState::Initial
             && single_subflow
@@ -323,9 +300,9 @@ impl Connection {
         let Some(slot) = self.subflows.get(idx) else { return false };
         let next = slot.next_rx_ssn();
         let rx = &slot.mp.rx;
-        let at = match rx.map {
+        let at = match rx.map() {
             Some(m) if next - m.ssn <= m.len => Some(m.dsn + (next - m.ssn) as u64),
-            _ => rx.last_end.filter(|&(ssn, _)| ssn == next).map(|(_, dsn)| dsn),
+            _ => rx.last_end().filter(|&(ssn, _)| ssn == next).map(|(_, dsn)| dsn),
         };
         slot.tcp.recv_ready() == 0 && self.rx.buf().ofo_is_empty() && at == Some(self.rx.nxt())
     }
@@ -346,7 +323,7 @@ impl Connection {
     /// `false` when it did either.
     pub(super) fn copy_allowed(&mut self) -> bool {
         let Some((idx, slot)) = self.subflows.iter().next() else { return true };
-        if self.subflows.count() != 1 || slot.mp.join != JoinState::Initial || slot.mp.rx.optless_acks == 0 {
+        if self.subflows.count() != 1 || slot.mp.join != JoinState::Initial || slot.mp.rx.optless_acks() == 0 {
             return true;
         }
         if self.mode.infinite_ok() {
@@ -365,7 +342,7 @@ impl Connection {
         let Some(slot) = self.subflows.live().next() else { return };
         let sf_una = slot.snd_una_rel();
         let mut una = self.tx.una();
-        for m in &slot.mp.tx.maps {
+        for m in slot.mp.tx.maps() {
             if sf_una.lt(m.ssn) {
                 break;
             }
@@ -411,7 +388,7 @@ impl Connection {
             self.fall_back(idx, FallbackReason::ChecksumFailed, Resume::FailedMapping(map));
             return true;
         }
-        slot.mp.rx.map = None;
+        slot.mp.rx.drop_current();
         self.counters.mptcp_mp_rst_tx += 1;
         slot.reset_with(MPTCP_RST_EMIDDLEBOX);
         false
@@ -432,8 +409,8 @@ impl SubflowSlot {
     /// `dsn` is the mapping's DSN expanded to 64 bits.
     pub(super) fn contradicts_infinite(&self, dsn: DataSeq, m: &DssMapping, data_fin: bool) -> bool {
         let rx = &self.mp.rx;
-        let Some((at_ssn, at_dsn)) = rx.infinite_at else { return false };
-        let (seg_ssn, seg_len) = rx.seg;
+        let Some((at_ssn, at_dsn)) = rx.infinite_at() else { return false };
+        let (seg_ssn, seg_len) = rx.seg();
         let len = (m.len as u32).saturating_sub(data_fin as u32);
         if seg_len == 0 || len == 0 {
             return false;

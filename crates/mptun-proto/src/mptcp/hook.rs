@@ -7,10 +7,11 @@ use super::data_rx::DataRx;
 use super::data_tx::DataTx;
 use super::fallback::ConnMode;
 use super::handshake::Handshake;
-use super::slot::{InfiniteMapTx, JoinState, SubflowMp, SubflowTx};
+use super::slot::{InfiniteMapTx, JoinState, SubflowMp};
+use super::subflow_tx::AckView;
 use crate::counters::Counters;
 use crate::pm::Paths;
-use crate::seq::{DataSeq, Seq};
+use crate::seq::Seq;
 use crate::tcp::{SegmentHook, SegmentMeta};
 use mptun_time::Instant;
 use mptun_wire::checksum::dss_checksum;
@@ -27,104 +28,6 @@ const DSS_ACK: usize = 12;
 pub(super) const DSS_MAP: usize = 20;
 /// MP_FAIL (RFC 8684 3.7).
 const MP_FAIL_LEN: usize = 12;
-/// An unchanged DATA_ACK is still repeated on every this many mappings, so
-/// a lost segment cannot hide it for long.
-const ACK_REFRESH_MAPS: u32 = 4;
-
-/// What decides whether a data segment carries the DATA_ACK: the
-/// acknowledgement a segment sent now would announce, and what the peer
-/// has shown.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct AckView {
-    /// (DATA_ACK, window edge) a segment sent now would announce.
-    info: (DataSeq, DataSeq),
-    /// The peer's key is known: there is a DATA_ACK to send at all.
-    keyed: bool,
-    /// The peer sent a DATA_ACK of its own (see `Handshake::peer_data_ack_seen`).
-    peer_seen: bool,
-}
-
-impl AckView {
-    /// The view with `recv_window` bytes free in the receive buffer.
-    pub fn new(rx: &DataRx, hs: &Handshake, recv_window: u64) -> Self {
-        AckView {
-            info: (rx.nxt(), rx.wnd_end().max(rx.nxt() + recv_window)),
-            keyed: rx.base().is_some(),
-            peer_seen: hs.peer_data_ack_seen(),
-        }
-    }
-}
-
-impl SubflowTx {
-    /// Whether a data segment must carry the DATA_ACK: it (or the window
-    /// edge) changed since this subflow last sent it, or it is time to repeat
-    /// it. RFC 8684 3.3 makes the DATA_ACK optional per segment; with a one-way
-    /// transfer this frees 8 bytes of every data segment for payload.
-    /// Until the peer has shown with a DATA_ACK of its own that it is fully
-    /// established, every DSS carries the DATA_ACK (a Linux peer falls back
-    /// on a first segment with neither MP_CAPABLE nor a DATA_ACK).
-    fn data_ack_due(&self, v: &AckView) -> bool {
-        v.keyed && (!v.peer_seen || self.last_ack_sent != Some(v.info) || self.maps_without_ack >= ACK_REFRESH_MAPS)
-    }
-
-    /// The mapping holding relative subflow sequence `ssn`.
-    fn map_index(&self, ssn: Seq) -> Option<usize> {
-        self.maps.iter().position(|m| m.contains(ssn))
-    }
-
-    /// Whether mapping `i`, not decided yet, must carry the DATA_ACK. The
-    /// segment at the subflow's first sequence number is the one a peer not
-    /// yet fully established judges (Linux `check_fully_established` falls
-    /// back, or resets a join, when it has neither MP_CAPABLE nor a
-    /// DATA_ACK): the first mapping always carries it, whatever the peer
-    /// showed before. A peer's own DATA_ACK does not prove it is fully
-    /// established (a Linux client sends one from its second data segment on).
-    fn ack_needed(&self, i: usize, first: Seq, v: &AckView) -> bool {
-        self.maps[i].contains(first) || self.data_ack_due(v)
-    }
-
-    /// Whether the segments of the mapping holding `ssn` carry the DATA_ACK,
-    /// without deciding it (`first`: the subflow's first data ssn).
-    fn peek_with_ack(&self, ssn: Seq, first: Seq, v: &AckView) -> bool {
-        match self.map_index(ssn) {
-            None => ssn == first || self.data_ack_due(v),
-            Some(i) => self.maps[i].with_ack.unwrap_or_else(|| self.ack_needed(i, first, v)),
-        }
-    }
-
-    /// Decides (once per mapping) whether its segments carry the DATA_ACK.
-    fn with_ack(&mut self, ssn: Seq, first: Seq, v: &AckView) -> bool {
-        let Some(i) = self.map_index(ssn) else { return ssn == first || self.data_ack_due(v) };
-        if let Some(d) = self.maps[i].with_ack {
-            return d;
-        }
-        let d = self.ack_needed(i, first, v);
-        self.maps[i].with_ack = Some(d);
-        self.note_ack_decision(d, v);
-        d
-    }
-
-    /// Whether a mapping made now from relative subflow sequence `ssn` must
-    /// carry the DATA_ACK (`first`: the subflow's first data ssn): the push
-    /// decides it as it makes the mapping, so that the mapping is cut to
-    /// whole segments of the size the option leaves (8 bytes less with the
-    /// DATA_ACK); [`SubflowTx::note_ack_decision`] records it once the
-    /// mapping exists.
-    pub(super) fn new_map_needs_ack(&self, ssn: Seq, first: Seq, v: &AckView) -> bool {
-        ssn == first || self.data_ack_due(v)
-    }
-
-    /// A mapping's DATA_ACK decision, for the next one's.
-    pub(super) fn note_ack_decision(&mut self, with_ack: bool, v: &AckView) {
-        if with_ack {
-            self.last_ack_sent = Some(v.info);
-            self.maps_without_ack = 0;
-        } else {
-            self.maps_without_ack += 1;
-        }
-    }
-}
-
 /// The [`SegmentHook`] of one subflow for one `poll_transmit`: the parts of
 /// the connection its options are made of.
 pub(crate) struct Hook<'a> {
@@ -196,7 +99,7 @@ impl Hook<'_> {
 
     fn mapping_for(&self, meta: &SegmentMeta) -> Option<DssMapping> {
         let ssn = self.rel(meta.seq);
-        self.mp.tx.maps.iter().find(|m| m.contains(ssn)).map(|m| DssMapping {
+        self.mp.tx.map_at(ssn).map(|m| DssMapping {
             dsn: m.dsn.0,
             dsn64: true,
             ssn: m.ssn.0,
@@ -223,8 +126,8 @@ impl Hook<'_> {
             push(opts, MptcpOption::Dss { data_ack: data_ack.filter(|_| with_ack), mapping, data_fin: false });
             return;
         }
-        self.mp.tx.last_ack_sent = Some(self.acks().info);
-        self.mp.tx.maps_without_ack = 0;
+        let acks = self.acks();
+        self.mp.tx.note_ack_decision(true, &acks);
         if let Some(fin) = self.tx.data_fin_due() {
             let checksum = self.hs.csum().then(|| dss_checksum(fin.0, 0, 1, &[]));
             let m = DssMapping { dsn: fin.0, dsn64: true, ssn: 0, len: 1, checksum };
@@ -260,9 +163,7 @@ impl Hook<'_> {
             InfiniteMapTx::Sent { ssn: at_ssn, dsn } if at_ssn == ssn => Some((ssn, dsn)),
             InfiniteMapTx::Sent { .. } | InfiniteMapTx::None => None,
             InfiniteMapTx::Due if meta.retransmit => None,
-            InfiniteMapTx::Due => {
-                self.mp.tx.maps.iter().find(|m| m.contains(ssn)).map(|m| (ssn, m.dsn + u64::from(ssn - m.ssn)))
-            }
+            InfiniteMapTx::Due => self.mp.tx.map_at(ssn).map(|m| (ssn, m.dsn + u64::from(ssn - m.ssn))),
         };
         let Some((ssn, dsn)) = at else { return false };
         let mapping = DssMapping { dsn: dsn.0, dsn64: true, ssn: ssn.0, len: 0, checksum: self.hs.csum().then_some(0) };

@@ -132,9 +132,9 @@ impl Connection {
                     "join={:?} stale={} tx_maps={} rx_map={:?} rx_ahead={:?} queued={} recv_ready={} recv_off={}",
                     s.mp.join,
                     s.mp.stale,
-                    s.mp.tx.maps.len(),
-                    s.mp.rx.map,
-                    s.mp.rx.ahead.iter().take(4).collect::<Vec<_>>(),
+                    s.mp.tx.maps().len(),
+                    s.mp.rx.map(),
+                    s.mp.rx.ahead().iter().take(4).collect::<Vec<_>>(),
                     s.tcp.send_queued(),
                     s.tcp.recv_ready(),
                     s.tcp.recv_offset()

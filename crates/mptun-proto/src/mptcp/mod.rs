@@ -28,6 +28,8 @@ mod rx;
 mod signal;
 mod slot;
 mod stream;
+mod subflow_rx;
+mod subflow_tx;
 mod timers;
 mod tx;
 mod userspace;
@@ -250,7 +252,7 @@ impl Connection {
         let acked_new = slot.tcp.snd_una().gt(una_before);
         let wnd = (hdr.window as u64) << slot.tcp.snd_wscale();
         // Relative ssn of the payload's first byte (a SYN takes one number).
-        slot.mp.rx.seg = (Seq(hdr.seq) + hdr.flags.syn() as u32 - slot.rcv_base().0, payload.len() as u32);
+        slot.mp.rx.set_segment(Seq(hdr.seq) + hdr.flags.syn() as u32 - slot.rcv_base().0, payload.len() as u32);
         match verdict {
             Verdict::Accepted => {
                 if self.handshake_input(now, idx, hdr, opts).is_break() {

@@ -23,134 +23,14 @@ fn checksum_matches(computed: u16, received: u16) -> bool {
     computed == received || (computed, received) == (0, 0xffff) || (computed, received) == (0xffff, 0)
 }
 
-/// Most mappings a subflow keeps ahead of its data (each came with at
-/// least one in-window byte, so the window bounds them too).
-const MAX_AHEAD: usize = 65536;
-
-/// A received mapping that cannot be: it contradicts one already in place
-/// (Linux `MPTcpExtDSSNotMatching`), or the data it came with is not in it.
-pub(super) struct BadMapping;
-
 impl SubflowSlot {
-    /// Files a mapping that came with the segment `rx.seg`: dropped if its
-    /// data was already read, an error unless it maps a byte of that
-    /// segment or if it contradicts a mapping already known for the same
-    /// subflow bytes. Mappings that only repeat (part of) a known one are
-    /// absorbed; the new bytes of one that extends a known one consistently
-    /// are kept (not with DSS checksums, `csum`, which cover a mapping whole).
-    fn add_mapping(&mut self, csum: bool, map: RxMap) -> Result<(), BadMapping> {
-        let next = self.next_rx_ssn();
-        let rx = &mut self.mp.rx;
-        let (seg_ssn, seg_len) = rx.seg;
-        if seg_len == 0 {
-            // Linux attaches a mapping to the skb of its data; a data-less
-            // segment's mapping (other than a DATA_FIN) goes nowhere.
-            return Ok(());
-        }
-        if map.end().le(next) {
-            // All read already: a retransmission.
-            return Ok(());
-        }
-        let seg = RxMap { ssn: seg_ssn, dsn: DataSeq(0), len: seg_len, csum: None, fin: false };
-        if !map.overlaps(&seg) {
-            return Err(BadMapping);
-        }
-        // The pieces of `map` no known mapping covers. `ahead` is sorted
-        // and without overlaps, so only the run of mappings that overlap
-        // `map` is looked at (found by binary search): a peer cannot make
-        // each new mapping cost a scan of all those kept.
-        let key = |s: Seq| (s - next) as i32;
-        let lo = rx.ahead.partition_point(|m| key(m.end()) <= key(map.ssn));
-        let hi = rx.ahead.partition_point(|m| key(m.ssn) < key(map.end())).max(lo);
-        // The common case, a mapping repeated on every wire segment it
-        // covers: known already, nothing to file (and nothing allocated).
-        if rx.map.iter().chain(rx.ahead.range(lo..hi)).any(|known| *known == map) {
-            return Ok(());
-        }
-        let mut pieces = vec![map];
-        for known in rx.map.iter().chain(rx.ahead.range(lo..hi)) {
-            if *known == map {
-                return Ok(());
-            }
-            let mut rest = Vec::with_capacity(pieces.len() + 1);
-            for p in pieces {
-                if !p.overlaps(known) {
-                    rest.push(p);
-                    continue;
-                }
-                // Both must put the shared bytes at the same data sequence.
-                let (a, b) = if p.ssn.le(known.ssn) { (p, *known) } else { (*known, p) };
-                if a.dsn + (b.ssn - a.ssn) as u64 != b.dsn {
-                    return Err(BadMapping);
-                }
-                if p.ssn.lt(known.ssn) {
-                    rest.push(RxMap { len: known.ssn - p.ssn, ..p });
-                }
-                if known.end().lt(p.end()) {
-                    let cut = known.end() - p.ssn;
-                    rest.push(RxMap { ssn: known.end(), dsn: p.dsn + cut as u64, len: p.len - cut, ..p });
-                }
-            }
-            pieces = rest;
-        }
-        for p in pieces {
-            if p.len != map.len && csum && map.csum.is_some() {
-                // Only part of a checksummed mapping would be kept.
-                return Err(BadMapping);
-            }
-            if p.end().le(next) {
-                continue;
-            }
-            if rx.ahead.len() >= MAX_AHEAD {
-                return Err(BadMapping);
-            }
-            let at = rx.ahead.partition_point(|m| key(m.ssn) < key(p.ssn));
-            rx.ahead.insert(at, p);
-        }
-        Ok(())
-    }
-
-    /// The mapping that covers relative ssn `next`, made current: the
-    /// current one, else the first one kept ahead (those wholly before
-    /// `next` are dropped), else after a fallback (`infinite`) the infinite
-    /// mapping's continuation. `None` when no mapping covers `next`.
-    fn current_map(&mut self, infinite: bool, next: Seq) -> Option<RxMap> {
-        let rx = &mut self.mp.rx;
-        loop {
-            if let Some(m) = rx.map {
-                if m.contains(next) {
-                    return Some(m);
-                }
-                if m.ssn.gt(next) {
-                    return None;
-                }
-                rx.last_end = Some((m.end(), m.dsn_end()));
-                rx.map = None;
-            }
-            match rx.ahead.front() {
-                Some(a) if a.end().le(next) => {
-                    rx.ahead.pop_front();
-                }
-                Some(a) if a.contains(next) => rx.map = rx.ahead.pop_front(),
-                Some(_) => return None,
-                None => match rx.last_end {
-                    // After a fallback the stream goes on where the last
-                    // mapping ended, without end.
-                    Some((ssn, dsn)) if infinite && ssn == next => rx.map = Some(RxMap::infinite(ssn, dsn)),
-                    _ => return None,
-                },
-            }
-        }
-    }
-
     /// A mapping the peer cannot have sent: reset the subflow (Linux
     /// `MAPPING_INVALID` on a subflow that cannot fall back: MP_TCPRST
     /// "MPTCP-specific error"); its unacknowledged data is reinjected
     /// elsewhere as for any failed subflow.
     pub(super) fn mapping_error(&mut self, counters: &mut Counters) {
         counters.mptcp_dss_not_matching += 1;
-        self.mp.rx.map = None;
-        self.mp.rx.ahead.clear();
+        self.mp.rx.drop_mappings();
         counters.mptcp_mp_rst_tx += 1;
         self.reset_with(MPTCP_RST_EMPTCP);
     }
@@ -196,7 +76,8 @@ impl Connection {
     /// Files `map` with subflow `idx`'s mappings; one that cannot be resets it.
     fn file_mapping(&mut self, idx: usize, map: RxMap) {
         let Some(slot) = self.subflows.get_mut(idx) else { return };
-        if slot.add_mapping(self.hs.csum(), map).is_err() {
+        let next = slot.next_rx_ssn();
+        if slot.mp.rx.add_mapping(next, self.hs.csum(), map).is_err() {
             slot.mapping_error(&mut self.counters);
         }
     }
@@ -224,7 +105,7 @@ impl Connection {
                 return;
             }
             let next = slot.next_rx_ssn();
-            let Some(map) = slot.current_map(self.mode.infinite(), next) else {
+            let Some(map) = slot.mp.rx.current_map(self.mode.infinite(), next) else {
                 slot.mapping_error(&mut self.counters);
                 return;
             };

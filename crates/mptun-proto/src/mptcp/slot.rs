@@ -1,7 +1,8 @@
 //! One subflow as the connection holds it: the TCP state machine
 //! ([`Subflow`]) beside what MPTCP keeps about it (Linux's
 //! `mptcp_subflow_context`): how it joined, its address ids and priority,
-//! the mappings it sent and received, and the signals it owes the peer.
+//! the mappings it sent and received (`subflow_tx.rs`, `subflow_rx.rs`,
+//! each with private fields), and the signals it owes the peer.
 //!
 //! [`Subflows`] is the connection's table of them, by index; an index is
 //! stable for a subflow's life and may be reused once it is gone.
@@ -9,7 +10,9 @@
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::{State, Subflow};
 use mptun_cc::WindowCut;
-use std::collections::VecDeque;
+
+pub(crate) use super::subflow_rx::{RxMap, SubflowRx};
+pub(crate) use super::subflow_tx::{SubflowTx, TxMap};
 
 /// How a subflow came to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,138 +33,6 @@ impl JoinState {
     /// The handshake is over: the subflow may carry data.
     pub fn usable(self) -> bool {
         matches!(self, JoinState::Initial | JoinState::Joined)
-    }
-}
-
-/// A DSS mapping we created: `len` bytes at data sequence `dsn` sit at
-/// relative subflow sequence `ssn` (1 = first data byte).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct TxMap {
-    pub ssn: Seq,
-    pub dsn: DataSeq,
-    pub len: u32,
-    /// DSS checksum of the mapping (computed only when checksums are on).
-    pub csum: u16,
-    /// Whether this mapping's segments carry the DATA_ACK, decided at its
-    /// first segment so that all its segments have identical options (TSO
-    /// on a TUN merges only byte-identical headers) and a retransmission
-    /// fits the size the original was cut to.
-    pub with_ack: Option<bool>,
-}
-
-impl TxMap {
-    /// Whether relative subflow sequence `ssn` lies inside the mapping (modulo 2^32).
-    pub fn contains(&self, ssn: Seq) -> bool {
-        ssn - self.ssn < self.len
-    }
-    /// The relative subflow sequence just past the mapping.
-    pub fn end(&self) -> Seq {
-        self.ssn + self.len
-    }
-    /// The data sequence just past the mapping.
-    pub fn dsn_end(&self) -> DataSeq {
-        self.dsn + self.len as u64
-    }
-}
-
-/// A DSS mapping received on a subflow: `len` bytes from relative subflow
-/// sequence `ssn` (1 = first data byte, modulo 2^32) carry data sequence
-/// `dsn` on. Linux keeps the same in the subflow context (`map_seq`,
-/// `map_subflow_seq`, `map_data_len`, `map_csum`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RxMap {
-    pub ssn: Seq,
-    pub dsn: DataSeq,
-    pub len: u32,
-    /// DSS checksum of the mapping, when the peer sent one.
-    pub csum: Option<u16>,
-    /// The mapping carried the DATA_FIN: its data-level length on the wire,
-    /// which the checksum's pseudo-header holds, is `len + 1` (Linux
-    /// `map_data_fin`, added back in `validate_data_csum`).
-    pub fin: bool,
-}
-
-impl RxMap {
-    /// The mapping of a whole stream from `ssn` at `dsn` on: what the
-    /// subflow's bytes are read under after a fallback (in 1 GiB steps).
-    pub fn infinite(ssn: Seq, dsn: DataSeq) -> RxMap {
-        RxMap { ssn, dsn, len: 1 << 30, csum: None, fin: false }
-    }
-    /// The relative subflow sequence just past the mapping.
-    pub fn end(&self) -> Seq {
-        self.ssn + self.len
-    }
-    /// The data sequence just past the mapping.
-    pub fn dsn_end(&self) -> DataSeq {
-        self.dsn + self.len as u64
-    }
-    /// Whether relative subflow sequence `ssn` lies inside the mapping.
-    pub fn contains(&self, ssn: Seq) -> bool {
-        ssn - self.ssn < self.len
-    }
-    /// Whether the two mappings share a subflow byte.
-    pub fn overlaps(&self, o: &RxMap) -> bool {
-        self.contains(o.ssn) || o.contains(self.ssn)
-    }
-}
-
-/// The send side of a subflow at the data level: the mappings it carries
-/// and the DATA_ACK decisions that go with them (`hook.rs` owns the policy).
-#[derive(Debug, Default)]
-pub(crate) struct SubflowTx {
-    /// Mappings sent and not yet both DATA_ACKed and acknowledged by the subflow.
-    pub maps: VecDeque<TxMap>,
-    /// Data sequence up to which this subflow's data was reinjected
-    /// elsewhere; `None` before its first reinjection.
-    pub reinjected_to: Option<DataSeq>,
-    /// End of the highest data sequence ever mapped on this subflow.
-    pub data_end: Option<DataSeq>,
-    /// (DATA_ACK, window edge) last sent on this subflow, and mappings sent
-    /// since without it: unchanged acknowledgement information is left off
-    /// data segments to give their payload the 8 bytes.
-    pub last_ack_sent: Option<(DataSeq, DataSeq)>,
-    pub maps_without_ack: u32,
-}
-
-/// The receive side of a subflow at the data level: the mappings its bytes
-/// are read under (`rx.rs` owns the logic).
-#[derive(Debug)]
-pub(crate) struct SubflowRx {
-    /// The mapping the subflow's next bytes are read under (Linux keeps
-    /// exactly one per subflow).
-    pub map: Option<RxMap>,
-    /// Mappings that came with data beyond the current mapping (on
-    /// out-of-order segments, or on a segment that starts inside the current
-    /// mapping): Linux keeps them on the skb that carried them until that
-    /// skb reaches the head of the queue. In subflow sequence order, never
-    /// overlapping, all inside the subflow's receive window.
-    pub ahead: VecDeque<RxMap>,
-    /// (relative ssn, data sequence) just past the last mapping taken:
-    /// where an infinite mapping continues after a fallback.
-    pub last_end: Option<(Seq, DataSeq)>,
-    /// Where the infinite mapping starts after a fallback (relative ssn and
-    /// its data sequence): a mapping the peer still sends must agree with it
-    /// (see `SubflowSlot::contradicts_infinite`).
-    pub infinite_at: Option<(Seq, DataSeq)>,
-    /// Relative ssn and payload length of the segment being processed (the
-    /// one whose options are read).
-    pub seg: (Seq, u32),
-    /// Accepted segments in a row that acknowledged new data without any
-    /// MPTCP option: the evidence a sender has that a middlebox strips its
-    /// peer's options (one forged ACK is not enough to fall back).
-    pub optless_acks: u8,
-}
-
-impl Default for SubflowRx {
-    fn default() -> Self {
-        SubflowRx {
-            map: None,
-            ahead: VecDeque::new(),
-            last_end: None,
-            infinite_at: None,
-            seg: (Seq(0), 0),
-            optless_acks: 0,
-        }
     }
 }
 

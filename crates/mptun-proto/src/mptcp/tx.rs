@@ -5,8 +5,9 @@
 //! failed or stale subflow's unacknowledged data; and the release of what
 //! the peer DATA_ACKed.
 
-use super::hook::{AckView, DSS_FULL, DSS_MAP};
+use super::hook::{DSS_FULL, DSS_MAP};
 use super::slot::{SubflowSlot, TxMap};
+use super::subflow_tx::AckView;
 use super::Connection;
 use crate::buf::SendBuf;
 use crate::sched::{ConnView, Request, SubflowView};
@@ -103,8 +104,7 @@ fn new_mapping(
         0
     };
     mp.tx.note_ack_decision(with_ack, acks);
-    mp.tx.maps.push_back(TxMap { ssn, dsn: start, len: len as u32, csum, with_ack: Some(with_ack) });
-    mp.tx.data_end = Some(mp.tx.data_end.map_or(start + len, |e| e.max(start + len)));
+    mp.tx.push_map(TxMap { ssn, dsn: start, len: len as u32, csum, with_ack: Some(with_ack) });
     len
 }
 
@@ -117,7 +117,7 @@ impl SubflowSlot {
         let sampled = self.tcp.srtt().is_some();
         let off = |d: DataSeq| d.0.wrapping_sub(base.0);
         let mut unacked: Option<(DataSeq, DataSeq)> = None;
-        for m in self.mp.tx.maps.iter().filter(|m| m.dsn_end().gt(una)) {
+        for m in self.mp.tx.maps().iter().filter(|m| m.dsn_end().gt(una)) {
             let (s, e) = (m.dsn.max(una), m.dsn_end());
             unacked = Some(unacked.map_or((s, e), |(a, b)| (a.min(s), b.max(e))));
         }
@@ -146,7 +146,7 @@ impl SubflowSlot {
             last_send: info.last_data_send,
             last_ack: info.last_ack_recv,
             unacked_data: unacked.map(|(s, e)| (off(s), off(e))),
-            data_end: self.mp.tx.data_end.map(off),
+            data_end: self.mp.tx.data_end().map(off),
         }
     }
 
@@ -173,23 +173,9 @@ impl Connection {
             return;
         }
         let Some(slot) = self.subflows.get_mut(idx) else { return };
-        let tx = &mut slot.mp.tx;
-        let una = self.tx.una();
-        for m in &tx.maps {
-            let mut start = m.dsn.max(una);
-            if let Some(r) = tx.reinjected_to {
-                start = start.max(r);
-            }
-            let end = m.dsn_end();
-            if start.lt(end) {
-                self.tx.queue_reinjection(start, end);
-                self.counters.mptcp_reinjected_bytes += end - start;
-            }
-        }
-        // The highest end, not the last mapping's: a copy or a reinjection
-        // maps older data after newer.
-        if let Some(end) = tx.maps.iter().map(|m| m.dsn_end()).reduce(|a, b| a.max(b)) {
-            tx.reinjected_to = Some(tx.reinjected_to.map_or(end, |r| r.max(end)));
+        for (start, end) in slot.mp.tx.take_for_reinjection(self.tx.una()) {
+            self.tx.queue_reinjection(start, end);
+            self.counters.mptcp_reinjected_bytes += end - start;
         }
     }
 
@@ -200,13 +186,7 @@ impl Connection {
         let una = self.tx.una();
         for slot in self.subflows.live_mut() {
             let sf_una = slot.snd_una_rel();
-            while let Some(m) = slot.mp.tx.maps.front() {
-                if m.dsn_end().le(una) && m.end().le(sf_una) {
-                    slot.mp.tx.maps.pop_front();
-                } else {
-                    break;
-                }
-            }
+            slot.mp.tx.release(una, sf_una);
         }
     }
 
@@ -326,20 +306,15 @@ impl Connection {
             // mapping of this subflow, none of which has gone out yet, grows
             // that mapping (up to the DSS's 16-bit length) instead of
             // starting one, so a TSO super-segment is not cut at every push.
-            let grow = mp
-                .tx
-                .maps
-                .back_mut()
-                .filter(|m| !reinj && !csum_on && m.dsn_end() == start && m.end() == ssn && unsent_from.le(m.ssn));
-            if let Some(m) = grow {
-                let seg = tcp.mss(if m.with_ack == Some(true) { DSS_FULL } else { DSS_MAP }) as u64;
-                let len = mapping_len(tcp, seg, want.min(map_cap(seg).saturating_sub(u64::from(m.len)))).min(room);
+            let grow = mp.tx.growable_last(start, ssn, unsent_from).filter(|_| !reinj && !csum_on);
+            if let Some((map_len, with_ack)) = grow {
+                let seg = tcp.mss(if with_ack == Some(true) { DSS_FULL } else { DSS_MAP }) as u64;
+                let len = mapping_len(tcp, seg, want.min(map_cap(seg).saturating_sub(u64::from(map_len)))).min(room);
                 if len > 0 {
                     if !hand_over(self.tx.buf(), tcp, Seq(start.0 as u32), len as usize, true) {
                         return;
                     }
-                    m.len += len as u32;
-                    mp.tx.data_end = Some(start + len);
+                    mp.tx.grow_last(len as u32);
                     self.tx.advance_nxt(len);
                     self.rwnd_chrono(false);
                     self.sched.on_pushed(pick.id, len as usize, &views);
@@ -437,7 +412,7 @@ impl Connection {
         let una = self.tx.una();
         let head = self.subflows.get(id).and_then(|slot| {
             let mss = slot.tcp.mss(0) as u64;
-            slot.mp.tx.maps.iter().find(|m| m.dsn_end().gt(una)).map(|m| {
+            slot.mp.tx.maps().iter().find(|m| m.dsn_end().gt(una)).map(|m| {
                 let start = m.dsn.max(una);
                 (start, m.dsn_end().min(start + mss))
             })
@@ -473,7 +448,7 @@ impl Connection {
             return;
         }
         let csum = if csum_on { dss_checksum(dsn.0, ssn.0, 1, &[byte]) } else { 0 };
-        slot.mp.tx.maps.push_back(TxMap { ssn, dsn, len: 1, csum, with_ack: Some(true) });
+        slot.mp.tx.push_probe(TxMap { ssn, dsn, len: 1, csum, with_ack: Some(true) });
         self.mode.forbid_infinite();
         self.counters.mptcp_win_probe += 1;
     }
@@ -505,7 +480,7 @@ impl Connection {
         let mut end = None;
         for slot in self.subflows.live() {
             let sf_una = slot.snd_una_rel();
-            for m in &slot.mp.tx.maps {
+            for m in slot.mp.tx.maps() {
                 let mend = m.dsn_end();
                 if m.dsn.le(una) && una.lt(mend) {
                     let at_ssn = m.ssn + (una - m.dsn) as u32;
