@@ -47,7 +47,7 @@ impl Connection {
         let in_handshake = self
             .subflows
             .live()
-            .any(|s| matches!(s.mp.join, JoinState::ClientSynSent { .. } | JoinState::ClientAwaitAck { .. }));
+            .any(|s| matches!(s.mp.join(), JoinState::ClientSynSent { .. } | JoinState::ClientAwaitAck { .. }));
         let pm = &self.cfg.mptcp.pm;
         let to_open = !self.hs.fully_established()
             && !self.hs.server()

@@ -9,7 +9,7 @@
 //! refused where the peer may read the subflow as the stream; and what it
 //! changes: the subflow's ACK as the DATA_ACK, its FIN as the DATA_FIN.
 
-use super::slot::{InfiniteMapTx, JoinState, RxMap, SubflowSlot};
+use super::slot::{JoinState, RxMap, SubflowSlot};
 use super::{Connection, MPTCP_RST_EMIDDLEBOX, MPTCP_RST_EMPTCP};
 use crate::seq::{DataSeq, Seq};
 use crate::tcp::State;
@@ -203,14 +203,14 @@ impl Connection {
         let alone = self.subflows.count() == 1;
         let Some(slot) = self.subflows.get(idx) else { return };
         if !(alone && self.hs.csum() && self.mode.is_mapped() && self.mode.infinite_ok())
-            || slot.mp.join != JoinState::Initial
+            || slot.mp.join() != JoinState::Initial
         {
             return;
         }
         self.fall_back(idx, FallbackReason::MpFailReceived, Resume::AfterMapped);
         let Some(slot) = self.subflows.get_mut(idx) else { return };
-        slot.mp.signals.mp_fail = Some(dsn);
-        slot.mp.signals.infinite_map = InfiniteMapTx::Due;
+        slot.mp.signals.owe_mp_fail(dsn);
+        slot.mp.signals.owe_infinite_map();
         slot.tcp.request_ack();
     }
 
@@ -231,7 +231,7 @@ impl Connection {
             // already, and the mapping agrees with it (checked before).
             return;
         }
-        if !single || slot.mp.join != JoinState::Initial || self.rx.base().is_none() || !self.mode.infinite_ok() {
+        if !single || slot.mp.join() != JoinState::Initial || self.rx.base().is_none() || !self.mode.infinite_ok() {
             self.counters.mptcp_mp_rst_tx += 1;
             slot.reset_with(MPTCP_RST_EMPTCP);
             return;
@@ -277,7 +277,7 @@ impl Connection {
             && (!payload.is_empty()
                 || rx.optless_acks() >= OPTLESS_ACKS_FALLBACK
                 || (!hs.fully_established() && slot.tcp.snd_una() != slot.tcp.iss() + 1))
-            && slot.mp.join == JoinState::Initial
+            && slot.mp.join() == JoinState::Initial
             && single_subflow
             && ofo_empty;
         if !stripped {
@@ -323,7 +323,7 @@ impl Connection {
     /// `false` when it did either.
     pub(super) fn copy_allowed(&mut self) -> bool {
         let Some((idx, slot)) = self.subflows.iter().next() else { return true };
-        if self.subflows.count() != 1 || slot.mp.join != JoinState::Initial || slot.mp.rx.optless_acks() == 0 {
+        if self.subflows.count() != 1 || slot.mp.join() != JoinState::Initial || slot.mp.rx.optless_acks() == 0 {
             return true;
         }
         if self.mode.infinite_ok() {
@@ -380,8 +380,8 @@ impl Connection {
         let Some(slot) = self.subflows.get_mut(idx) else { return false };
         self.counters.mptcp_data_csum_err += 1;
         self.counters.mptcp_mp_fail_tx += 1;
-        slot.mp.signals.mp_fail = Some(map.dsn);
-        if alone && slot.mp.join == JoinState::Initial && self.mode.infinite_ok() {
+        slot.mp.signals.owe_mp_fail(map.dsn);
+        if alone && slot.mp.join() == JoinState::Initial && self.mode.infinite_ok() {
             // The infinite mapping starts at the failed one: the subflow's
             // bytes continue the data sequence from it.
             slot.tcp.request_ack();

@@ -246,7 +246,7 @@ impl Connection {
             self.counters.mptcp_mp_join_rejected += 1;
             return None;
         }
-        let half_open = self.subflows.live().filter(|s| matches!(s.mp.join, JoinState::ServerSynRcvd { .. })).count();
+        let half_open = self.subflows.live().filter(|s| matches!(s.mp.join(), JoinState::ServerSynRcvd { .. })).count();
         if lim.max_half_open.is_some_and(|m| half_open >= m as usize) {
             self.counters.mptun_mp_join_half_open_limit += 1;
             return None;
@@ -290,7 +290,7 @@ impl Connection {
         let tcp = Subflow::connect(now, sfcfg, local, SocketAddr::new(req.remote, req.remote_port), iss, ts_offset);
         let mut mp = self.subflow_mp(JoinState::ClientSynSent { nonce }, req.local_id, 0, req.backup);
         let attempt = self.paths.reopens_mut().take_attempt(req);
-        mp.opened_as = Some((*req, attempt));
+        mp.set_opened_as(*req, attempt);
         self.place_subflow(SubflowSlot { tcp, mp })
     }
 
@@ -309,7 +309,7 @@ impl Connection {
     ) -> ControlFlow<()> {
         let Some(slot) = self.subflows.get(idx) else { return ControlFlow::Break(()) };
         let f = hdr.flags;
-        match slot.mp.join {
+        match slot.mp.join() {
             JoinState::Initial if self.mode == ConnMode::Pending && f.syn() && f.ack() => {
                 self.on_mp_capable_synack(idx, hdr, opts);
             }
@@ -412,9 +412,11 @@ impl Connection {
         }
         match ok {
             Some((backup, addr_id, hmac, pn)) if expect(pn) == Some(hmac) => {
-                slot.mp.remote_id = addr_id;
-                slot.mp.backup |= backup;
-                slot.mp.join = JoinState::ClientAwaitAck { nonce, peer_nonce: pn };
+                slot.mp.set_remote_id(addr_id);
+                if backup {
+                    slot.mp.set_backup(true);
+                }
+                slot.mp.advance_join(JoinState::ClientAwaitAck { nonce, peer_nonce: pn });
                 self.timers.set(Timer::JoinAck(idx), now + JOIN_ACK_RTO_INIT);
                 self.counters.mptcp_mp_join_synack_rx += 1;
                 ControlFlow::Continue(())
@@ -448,7 +450,7 @@ impl Connection {
         });
         let expect = self.hs.remote_key().map(|rk| crypto::join_ack_hmac(rk, self.hs.local_key(), peer_nonce, nonce));
         if hmac.is_some() && hmac == expect {
-            slot.mp.join = JoinState::Joined;
+            slot.mp.advance_join(JoinState::Joined);
             self.counters.mptcp_mp_join_ack_rx += 1;
             slot.tcp.request_ack(); // the fourth ACK
             self.after_input(now, idx);
@@ -477,7 +479,7 @@ impl Connection {
             return;
         }
         let Some(slot) = self.subflows.get_mut(idx) else { return };
-        slot.mp.join = JoinState::Joined;
+        slot.mp.advance_join(JoinState::Joined);
         self.timers.stop(Timer::JoinAck(idx));
     }
 }

@@ -142,9 +142,9 @@ impl Hook<'_> {
         if data_ack.is_some() {
             push(opts, MptcpOption::Dss { data_ack, mapping: None, data_fin: false });
         }
-        if let Some(backup) = self.mp.signals.prio {
+        if let Some(backup) = self.mp.signals.prio() {
             if push(opts, MptcpOption::MpPrio { backup }) {
-                self.mp.signals.prio = None;
+                self.mp.signals.prio_sent();
             }
         }
     }
@@ -159,7 +159,7 @@ impl Hook<'_> {
     /// Its checksum field is 0 (Linux writes 0 and checks none).
     fn infinite_mapping(&mut self, meta: &SegmentMeta, opts: &mut TcpOptions) -> bool {
         let ssn = self.rel(meta.seq);
-        let at = match self.mp.signals.infinite_map {
+        let at = match self.mp.signals.infinite_map() {
             InfiniteMapTx::Sent { ssn: at_ssn, dsn } if at_ssn == ssn => Some((ssn, dsn)),
             InfiniteMapTx::Sent { .. } | InfiniteMapTx::None => None,
             InfiniteMapTx::Due if meta.retransmit => None,
@@ -170,8 +170,8 @@ impl Hook<'_> {
         if !push(opts, MptcpOption::Dss { data_ack: self.data_ack(), mapping: Some(mapping), data_fin: false }) {
             return false;
         }
-        if self.mp.signals.infinite_map == InfiniteMapTx::Due {
-            self.mp.signals.infinite_map = InfiniteMapTx::Sent { ssn, dsn };
+        if self.mp.signals.infinite_map() == InfiniteMapTx::Due {
+            self.mp.signals.infinite_map_sent(ssn, dsn);
             self.counters.mptcp_infinite_map_tx += 1;
         }
         true
@@ -184,8 +184,8 @@ impl Hook<'_> {
     /// is out, pure ACKs keep the DATA_ACK (the peer has not fallen back yet,
     /// Linux falls back when it sends its infinite mapping).
     fn fallback_option_space(&self, data: bool) -> usize {
-        let fail = self.mp.signals.mp_fail.map_or(0, |_| MP_FAIL_LEN);
-        let due = self.mp.signals.infinite_map == InfiniteMapTx::Due;
+        let fail = self.mp.signals.mp_fail().map_or(0, |_| MP_FAIL_LEN);
+        let due = self.mp.signals.infinite_map() == InfiniteMapTx::Due;
         if data {
             if due {
                 DSS_FULL
@@ -225,7 +225,7 @@ impl Hook<'_> {
 
     /// Whether this subflow's handshake (the connection's, or its join) is over.
     fn joined(&self) -> bool {
-        self.hs.fully_established() && self.mp.join.usable()
+        self.hs.fully_established() && self.mp.join().usable()
     }
 }
 
@@ -250,7 +250,7 @@ impl SegmentHook for Hook<'_> {
         match self.mode {
             ConnMode::Plain(_) => 0,
             // A copy of the segment that carried the infinite mapping carries it again.
-            ConnMode::Infinite(_) => match self.mp.signals.infinite_map {
+            ConnMode::Infinite(_) => match self.mp.signals.infinite_map() {
                 InfiniteMapTx::Sent { ssn, .. } if ssn == self.rel(seq) => DSS_FULL,
                 _ => 0,
             },
@@ -263,15 +263,15 @@ impl SegmentHook for Hook<'_> {
         let (syn, ack) = (meta.flags.syn(), meta.flags.ack());
         if meta.flags.rst() {
             let sig = &self.mp.signals;
-            if sig.fastclose {
+            if sig.fastclose() {
                 if let Some(rk) = self.hs.remote_key() {
                     push(opts, MptcpOption::MpFastclose { receiver_key: rk });
                 }
             }
-            if let Some(reason) = sig.rst_reason {
+            if let Some(reason) = sig.rst_reason() {
                 push(opts, MptcpOption::MpTcpRst { flags: 0, reason });
             }
-            if let Some(dsn) = sig.mp_fail {
+            if let Some(dsn) = sig.mp_fail() {
                 push(opts, MptcpOption::MpFail { dsn: dsn.0 });
             }
             return None;
@@ -287,13 +287,13 @@ impl SegmentHook for Hook<'_> {
                 // was cut before, without room for it); on a pure ACK the
                 // MP_FAIL and, until the infinite mapping is out, the DATA_ACK.
                 let mapped = meta.len > 0 && self.infinite_mapping(meta, opts);
-                let fail = self.mp.signals.mp_fail.filter(|_| !mapped && (meta.len == 0 || !meta.retransmit));
+                let fail = self.mp.signals.mp_fail().filter(|_| !mapped && (meta.len == 0 || !meta.retransmit));
                 if let Some(dsn) = fail {
                     if push(opts, MptcpOption::MpFail { dsn: dsn.0 }) {
-                        self.mp.signals.mp_fail = None;
+                        self.mp.signals.mp_fail_sent();
                     }
                 }
-                if meta.len == 0 && self.mp.signals.infinite_map == InfiniteMapTx::Due {
+                if meta.len == 0 && self.mp.signals.infinite_map() == InfiniteMapTx::Due {
                     if let Some(data_ack) = self.data_ack() {
                         push(opts, MptcpOption::Dss { data_ack: Some(data_ack), mapping: None, data_fin: false });
                     }
@@ -302,7 +302,7 @@ impl SegmentHook for Hook<'_> {
             }
             ConnMode::Pending | ConnMode::Mptcp { .. } => {}
         }
-        match self.mp.join {
+        match self.mp.join() {
             JoinState::Initial => {
                 if syn && !ack {
                     push(opts, self.mp_capable(true, None, None));
@@ -336,7 +336,7 @@ impl SegmentHook for Hook<'_> {
             JoinState::ClientSynSent { nonce } => {
                 if syn {
                     let token = self.hs.remote_key().map(crypto::token).unwrap_or(0);
-                    let (backup, addr_id) = (self.mp.backup, self.mp.local_id);
+                    let (backup, addr_id) = (self.mp.backup(), self.mp.local_id());
                     push(opts, MptcpOption::MpJoinSyn { backup, addr_id, token, nonce });
                 }
                 return None;
@@ -345,7 +345,7 @@ impl SegmentHook for Hook<'_> {
                 if syn {
                     let rk = self.hs.remote_key().unwrap_or(0);
                     let hmac = crypto::join_synack_hmac(self.hs.local_key(), rk, nonce, peer_nonce);
-                    let (backup, addr_id) = (self.mp.backup, self.mp.local_id);
+                    let (backup, addr_id) = (self.mp.backup(), self.mp.local_id());
                     push(opts, MptcpOption::MpJoinSynAck { backup, addr_id, hmac, nonce });
                     return None;
                 }

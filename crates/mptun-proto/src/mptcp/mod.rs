@@ -188,9 +188,9 @@ impl Connection {
     /// Marks subflow `id` backup (or not) and tells the peer with MP_PRIO.
     pub fn set_backup(&mut self, id: usize, backup: bool) -> bool {
         let Some(slot) = self.subflows.get_mut(id) else { return false };
-        slot.mp.backup = backup;
+        slot.mp.set_backup(backup);
         if self.mode.is_mptcp() {
-            slot.mp.signals.prio = Some(backup);
+            slot.mp.signals.owe_prio(backup);
             slot.tcp.request_ack();
         }
         true
@@ -309,7 +309,7 @@ impl Connection {
                 Event::TimedOut => error = crate::pm::ETIMEDOUT,
                 _ => {}
             }
-            match (self.mode.public(), ev, slot.mp.join) {
+            match (self.mode.public(), ev, slot.mp.join()) {
                 // Until the SYN-ACK decides, the initial subflow's fate is the connection's.
                 (Mode::Plain | Mode::Pending, e, _) => self.events.push_back(e),
                 (_, Event::Connected, JoinState::Initial) => self.events.push_back(Event::Connected),

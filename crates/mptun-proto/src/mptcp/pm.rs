@@ -96,10 +96,10 @@ impl Connection {
         // A join still waiting for its SYN-ACK has no remote id yet (0 is a
         // placeholder): it is not the address withdrawn.
         let removed = |s: &SubflowSlot| {
-            s.is_open() && !matches!(s.mp.join, JoinState::ClientSynSent { .. }) && rm_ids.contains(&s.mp.remote_id)
+            s.is_open() && !matches!(s.mp.join(), JoinState::ClientSynSent { .. }) && rm_ids.contains(&s.mp.remote_id())
         };
-        let kept = self.subflows.live().any(|s| s.is_open() && s.mp.join.usable() && !removed(s));
-        self.close_subflows_where(|s| removed(s) && (s.mp.join != JoinState::Initial || kept));
+        let kept = self.subflows.live().any(|s| s.is_open() && s.mp.join().usable() && !removed(s));
+        self.close_subflows_where(|s| removed(s) && (s.mp.join() != JoinState::Initial || kept));
     }
 
     /// Closes the open subflows `which` picks for the path manager (an
@@ -114,9 +114,9 @@ impl Connection {
         for i in 0..self.subflows.slot_count() {
             let Some(s) = self.subflows.get_mut(i).filter(|s| s.is_open() && which(s)) else { continue };
             s.tcp.close();
-            s.mp.withdrawn = true;
+            s.mp.withdraw();
             closed += 1;
-            if self.subflows.live().any(|o| o.is_open() && o.mp.join.usable()) {
+            if self.subflows.live().any(|o| o.is_open() && o.mp.join().usable()) {
                 self.reinject_from(i);
             }
         }
@@ -163,14 +163,14 @@ impl Connection {
     /// itself, nor once our joins are closed.
     pub(super) fn schedule_reopen(&mut self, idx: usize) {
         let Some(slot) = self.subflows.get(idx) else { return };
-        let Some((req, attempt)) = slot.mp.opened_as else { return };
+        let Some((req, attempt)) = slot.mp.opened_as() else { return };
         // A peer that reset it with MP_TCPRST without the T (transient) flag
         // asks not to be tried again (RFC 8684 3.6).
-        let permanent = slot.mp.rst_reason.is_some_and(|(_, flags)| flags & 0x1 == 0);
-        if slot.mp.withdrawn || permanent || self.own_joins_closed() {
+        let permanent = slot.mp.rst_reason().is_some_and(|(_, flags)| flags & 0x1 == 0);
+        if slot.mp.withdrawn() || permanent || self.own_joins_closed() {
             return;
         }
-        let was_up = slot.mp.join == JoinState::Joined;
+        let was_up = slot.mp.join() == JoinState::Joined;
         if !self.join_still_stands(&req) {
             return;
         }
@@ -224,7 +224,7 @@ impl Connection {
     /// its handshake or established, and the joins asked for and not yet
     /// started. A subflow closing or in TIME_WAIT holds no place.
     pub(super) fn additional_subflows(&self) -> usize {
-        let open = self.subflows.live().filter(|s| s.mp.join != JoinState::Initial && s.is_open()).count();
+        let open = self.subflows.live().filter(|s| s.mp.join() != JoinState::Initial && s.is_open()).count();
         open + self.paths.joins_pending()
     }
 

@@ -72,7 +72,7 @@ impl Connection {
                 }
             }
             MptcpOption::MpCapable { sender_key: Some(_), data_len: Some(len), checksum, .. }
-                if self.hs.server() && slot.mp.join == JoinState::Initial =>
+                if self.hs.server() && slot.mp.join() == JoinState::Initial =>
             {
                 self.on_capable_mapping(idx, *len, *checksum);
             }
@@ -92,8 +92,7 @@ impl Connection {
                 self.counters.mptcp_mp_prio_rx += 1;
                 // Reported when it changes: a peer repeating MP_PRIO on
                 // every ACK must not flood the event queue.
-                if slot.mp.backup != *backup {
-                    slot.mp.backup = *backup;
+                if slot.mp.set_backup(*backup) {
                     self.report_sub(crate::pm::PmEventKind::SubPriority, idx);
                 }
             }
@@ -103,7 +102,7 @@ impl Connection {
             }
             MptcpOption::MpTcpRst { reason, flags } => {
                 self.counters.mptcp_mp_rst_rx += 1;
-                slot.mp.rst_reason = Some((*reason, *flags));
+                slot.mp.on_peer_rst(*reason, *flags);
             }
             MptcpOption::MpFail { dsn } => self.on_mp_fail(idx, DataSeq(*dsn)),
             _ => {}
@@ -120,7 +119,7 @@ impl Connection {
                 MptcpOption::MpTcpRst { reason, flags } => {
                     self.counters.mptcp_mp_rst_rx += 1;
                     if let Some(s) = self.subflows.get_mut(idx) {
-                        s.mp.rst_reason = Some((*reason, *flags));
+                        s.mp.on_peer_rst(*reason, *flags);
                     }
                 }
                 MptcpOption::MpFastclose { receiver_key } if *receiver_key == self.hs.local_key() => {

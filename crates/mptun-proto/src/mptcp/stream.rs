@@ -208,7 +208,7 @@ impl Connection {
             if slot.tcp.state() == crate::tcp::State::TimeWait {
                 continue;
             }
-            slot.mp.signals.fastclose = fastclose;
+            slot.mp.signals.set_fastclose(fastclose);
             slot.tcp.abort();
         }
         if fastclose {

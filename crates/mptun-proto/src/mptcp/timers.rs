@@ -331,7 +331,7 @@ impl Connection {
     /// stuck on that path) out by minutes.
     pub(super) fn live_rto(&self) -> Duration {
         let rto =
-            |usable: bool| self.subflows.live().filter(|s| !usable || !s.mp.stale).map(|s| s.tcp.info().rto).max();
+            |usable: bool| self.subflows.live().filter(|s| !usable || !s.mp.stale()).map(|s| s.tcp.info().rto).max();
         rto(true).or_else(|| rto(false)).unwrap_or(TCP_RTO_MIN).max(TCP_RTO_MIN)
     }
 }

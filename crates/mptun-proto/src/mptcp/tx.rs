@@ -124,7 +124,7 @@ impl SubflowSlot {
         SubflowView {
             id,
             available: self.usable(),
-            backup: self.mp.backup,
+            backup: self.mp.backup(),
             queued: self.tcp.send_queued(),
             send_space: self.tcp.send_space(),
             pacing_rate: info.pacing_rate,
@@ -154,9 +154,8 @@ impl SubflowSlot {
     /// own push path (the equivalent of doing it under the subflow socket
     /// lock). `true` when one was applied.
     pub(super) fn apply_cut(&mut self) -> bool {
-        let Some(cut) = self.mp.cut.take() else { return false };
+        let Some(cut) = self.mp.take_cut() else { return false };
         self.tcp.reduce_window(cut);
-        self.mp.penalized += 1;
         true
     }
 }
@@ -214,12 +213,12 @@ impl Connection {
         for i in 0..self.subflows.slot_count() {
             let Some(slot) = self.subflows.get_mut(i) else { continue };
             let stale_now = slot.tcp.rto_streak() >= streak;
-            if stale_now && !slot.mp.stale {
-                slot.mp.stale = true;
+            if stale_now && !slot.mp.stale() {
+                slot.mp.set_stale(true);
                 self.counters.mptcp_subflow_stale += 1;
                 self.reinject_from(i);
-            } else if !stale_now && slot.mp.stale {
-                slot.mp.stale = false;
+            } else if !stale_now && slot.mp.stale() {
+                slot.mp.set_stale(false);
                 self.counters.mptcp_subflow_recover += 1;
             }
         }
@@ -392,7 +391,7 @@ impl Connection {
             match r {
                 Request::ReduceWindow { id, cut } => {
                     if let Some(slot) = self.subflows.get_mut(id) {
-                        slot.mp.cut = Some(cut);
+                        slot.mp.ask_cut(cut);
                     }
                 }
                 // Opportunistic retransmission: the oldest unacknowledged
@@ -484,7 +483,7 @@ impl Connection {
                 let mend = m.dsn_end();
                 if m.dsn.le(una) && una.lt(mend) {
                     let at_ssn = m.ssn + (una - m.dsn) as u32;
-                    if at_ssn.ge(sf_una) && !slot.mp.stale {
+                    if at_ssn.ge(sf_una) && !slot.mp.stale() {
                         return;
                     }
                     end = Some(end.map_or(mend, |e: DataSeq| e.max(mend)));

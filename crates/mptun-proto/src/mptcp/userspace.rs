@@ -71,9 +71,9 @@ impl Connection {
         let mut ev = PmEvent::new(kind, self.token_for_events());
         ev.local = Some(s.tcp.local());
         ev.remote = Some(s.tcp.remote());
-        ev.local_id = Some(s.mp.local_id);
-        ev.remote_id = Some(s.mp.remote_id);
-        ev.backup = s.mp.backup;
+        ev.local_id = Some(s.mp.local_id());
+        ev.remote_id = Some(s.mp.remote_id());
+        ev.backup = s.mp.backup();
         Some(ev)
     }
 
@@ -103,7 +103,7 @@ impl Connection {
             self.pm_events.created = true;
             self.push_pm_event(conn_event(self, PmEventKind::Created));
             if let Some(s) = self.subflows.get_mut(0) {
-                s.mp.up_reported = true;
+                s.mp.report_up();
             }
         }
         if self.pm_events.created && !self.pm_events.established && self.hs.fully_established() {
@@ -115,7 +115,8 @@ impl Connection {
         // connection, whatever TIME_WAIT keeps of it (Linux reports it at
         // `__mptcp_close_ssk`).
         for i in 0..self.subflows.slot_count() {
-            if self.subflows.get(i).is_some_and(|s| s.mp.up_reported && !matches!(s.tcp.state(), State::Established)) {
+            if self.subflows.get(i).is_some_and(|s| s.mp.up_reported() && !matches!(s.tcp.state(), State::Established))
+            {
                 self.report_sub_closed(i, 0);
             }
         }
@@ -129,13 +130,13 @@ impl Connection {
         }
         for i in 0..self.subflows.slot_count() {
             let up = |s: &super::slot::SubflowSlot| {
-                s.mp.join == JoinState::Joined
-                    && !s.mp.up_reported
-                    && !s.mp.down_reported
+                s.mp.join() == JoinState::Joined
+                    && !s.mp.up_reported()
+                    && !s.mp.down_reported()
                     && matches!(s.tcp.state(), State::Established)
             };
             if let Some(s) = self.subflows.get_mut(i).filter(|s| up(s)) {
-                s.mp.up_reported = true;
+                s.mp.report_up();
                 self.report_sub(PmEventKind::SubEstablished, i);
             }
         }
@@ -145,16 +146,16 @@ impl Connection {
     /// close) and the peer's MP_TCPRST reason if it sent one. Only a
     /// subflow that was reported up is reported gone, as Linux.
     pub(super) fn report_sub_closed(&mut self, idx: usize, error: u32) {
-        if !self.watched() || !self.subflows.get(idx).is_some_and(|s| s.mp.up_reported) {
+        if !self.watched() || !self.subflows.get(idx).is_some_and(|s| s.mp.up_reported()) {
             return;
         }
         let Some(mut ev) = self.sub_event(PmEventKind::SubClosed, idx) else { return };
         ev.error = Some(error);
-        if let Some((reason, flags)) = self.subflows.get(idx).and_then(|s| s.mp.rst_reason) {
+        if let Some((reason, flags)) = self.subflows.get(idx).and_then(|s| s.mp.rst_reason()) {
             (ev.reset_reason, ev.reset_flags) = (Some(reason), Some(flags));
         }
         if let Some(s) = self.subflows.get_mut(idx) {
-            (s.mp.up_reported, s.mp.down_reported) = (false, true);
+            s.mp.report_down();
         }
         self.push_pm_event(ev);
     }
@@ -232,14 +233,14 @@ impl Connection {
     /// a withdrawn address. Id 0 names the initial subflow's address.
     pub fn pm_remove(&mut self, id: u8) -> Result<(), PmError> {
         self.pm_usable()?;
-        let used = self.subflows.live().any(|s| s.mp.local_id == id && s.is_open());
+        let used = self.subflows.live().any(|s| s.mp.local_id() == id && s.is_open());
         let announced = self.paths.is_announced(id);
         if !used && !announced {
             return Err(PmError::NoSuchId);
         }
         let now = self.last_now;
         self.paths.withdraw(id, now);
-        self.close_subflows_where(|s| s.mp.local_id == id);
+        self.close_subflows_where(|s| s.mp.local_id() == id);
         self.sync_announce_timer();
         Ok(())
     }
@@ -269,7 +270,7 @@ impl Connection {
         initial
             || self.paths.announced_other(id, addr)
             || self.cfg.mptcp.pm.endpoints.iter().any(|e| e.id == id && e.addr != addr)
-            || self.subflows.live().any(|s| s.mp.local_id == id && s.is_open() && s.tcp.local().ip() != addr)
+            || self.subflows.live().any(|s| s.mp.local_id() == id && s.is_open() && s.tcp.local().ip() != addr)
     }
 
     /// `subflow-create`: a join from our address `local` (address id
@@ -352,7 +353,7 @@ impl Connection {
             return Err(PmError::NoSuchSubflow);
         }
         for &i in &ids {
-            let changed = self.subflows.get(i).is_some_and(|s| s.mp.backup != backup);
+            let changed = self.subflows.get(i).is_some_and(|s| s.mp.backup() != backup);
             self.set_backup(i, backup);
             if changed {
                 self.report_sub(PmEventKind::SubPriority, i);
@@ -430,7 +431,7 @@ impl Connection {
             self.paths.set_initial_local_withdrawn(true);
         }
         // A path that carries data, not a join still in its handshake.
-        let others = self.subflows.live().any(|s| s.is_open() && s.mp.join.usable() && !from_it(s));
+        let others = self.subflows.live().any(|s| s.is_open() && s.mp.join().usable() && !from_it(s));
         if !others {
             // The address carries the last path: the connection keeps it
             // (and the peer the address) rather than be left with none,
@@ -441,7 +442,7 @@ impl Connection {
         // address: joins we took at other addresses may carry id 0 too).
         // Only an id the peer knows: announced, or carried by a subflow.
         let known = self.paths.is_announced(wire_id)
-            || self.subflows.live().any(|s| s.is_open() && s.mp.local_id == wire_id && from_it(s));
+            || self.subflows.live().any(|s| s.is_open() && s.mp.local_id() == wire_id && from_it(s));
         if known {
             let now = self.last_now;
             self.paths.withdraw(wire_id, now);
