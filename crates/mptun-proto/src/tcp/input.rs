@@ -226,48 +226,7 @@ impl Subflow {
         }
 
         // 1. Sequence check (RFC 9293 3.10.7.4).
-        let wnd = self.rcv_accept_wnd();
-        let acceptable = if seg_len == 0 {
-            if wnd == 0 {
-                seq == self.rcv_nxt
-            } else {
-                seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
-            }
-        } else if wnd == 0 {
-            false
-        } else {
-            seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
-                || (seq + seg_len - 1).in_range(self.rcv_nxt, self.rcv_nxt + wnd)
-        };
-        // A zero window still accepts the ACK and window of a segment at rcv_nxt.
-        let ack_only_ok = !acceptable && wnd == 0 && seq == self.rcv_nxt;
-        if !acceptable && !ack_only_ok {
-            if f.syn() && !f.rst() {
-                // RFC 5961 4.2: a SYN is challenged whatever its sequence
-                // number (Linux tcp_validate_incoming, syn_challenge).
-                self.counters.tcp_ext_tcp_syn_challenge += 1;
-                self.send_challenge_ack(now);
-            } else if !f.rst() {
-                if self.state == State::TimeWait && f.fin() {
-                    self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
-                }
-                self.counters.tcp_ext_beyond_window += (seg_len > 0 && seq.gt(self.rcv_nxt)) as u64;
-                self.counters.tcp_ext_tcp_duplicate_data += (seg_len > 0 && seq.lt(self.rcv_nxt)) as u64;
-                if !payload.is_empty() && seq.lt(self.rcv_nxt) {
-                    // Old data sent again: D-SACK it (Linux tcp_send_dupack).
-                    let end = seq + payload.len() as u32;
-                    self.set_dsack(seq, if end.gt(self.rcv_nxt) { self.rcv_nxt } else { end }, true);
-                }
-                // Bare segments are what an ACK loop is made of: their
-                // duplicate ACKs are spaced (Linux tcp_oow_rate_limited).
-                if seg_len > 0 || !self.oow_rate_limited(now) {
-                    self.ack_now = true;
-                } else {
-                    self.counters.tcp_ext_tcp_ack_skipped_seq += 1;
-                }
-            }
-            return Verdict::Dropped;
-        }
+        let Some(ack_only_ok) = self.check_sequence(now, hdr, payload, seg_len) else { return Verdict::Dropped };
 
         // 2. RST (RFC 5961 3.2): exact match resets, in-window challenges.
         if f.rst() {
@@ -311,6 +270,72 @@ impl Subflow {
         }
 
         // 5. ACK processing.
+        if !self.take_ack(now, hdr, opts, payload) {
+            return Verdict::Dropped;
+        }
+
+        // 6. Data and FIN.
+        self.take_data(now, seq, payload, packet, f.fin(), ack_only_ok)
+    }
+
+    /// The sequence check (RFC 9293 3.10.7.4) of a segment of `seg_len`
+    /// sequence numbers: `None` when it is not acceptable (answered as the
+    /// RFC and Linux's `tcp_validate_incoming` say, and dropped), else
+    /// whether only its ACK is (data at RCV.NXT into a zero window).
+    fn check_sequence(&mut self, now: Instant, hdr: &TcpHeader, payload: &[u8], seg_len: u32) -> Option<bool> {
+        let f = hdr.flags;
+        let seq = Seq(hdr.seq);
+        let wnd = self.rcv_accept_wnd();
+        let acceptable = if seg_len == 0 {
+            if wnd == 0 {
+                seq == self.rcv_nxt
+            } else {
+                seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+            }
+        } else if wnd == 0 {
+            false
+        } else {
+            seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+                || (seq + seg_len - 1).in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+        };
+        // A zero window still accepts the ACK and window of a segment at rcv_nxt.
+        let ack_only_ok = !acceptable && wnd == 0 && seq == self.rcv_nxt;
+        if !acceptable && !ack_only_ok {
+            if f.syn() && !f.rst() {
+                // RFC 5961 4.2: a SYN is challenged whatever its sequence
+                // number (Linux tcp_validate_incoming, syn_challenge).
+                self.counters.tcp_ext_tcp_syn_challenge += 1;
+                self.send_challenge_ack(now);
+            } else if !f.rst() {
+                if self.state == State::TimeWait && f.fin() {
+                    self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
+                }
+                self.counters.tcp_ext_beyond_window += (seg_len > 0 && seq.gt(self.rcv_nxt)) as u64;
+                self.counters.tcp_ext_tcp_duplicate_data += (seg_len > 0 && seq.lt(self.rcv_nxt)) as u64;
+                if !payload.is_empty() && seq.lt(self.rcv_nxt) {
+                    // Old data sent again: D-SACK it (Linux tcp_send_dupack).
+                    let end = seq + payload.len() as u32;
+                    self.set_dsack(seq, if end.gt(self.rcv_nxt) { self.rcv_nxt } else { end }, true);
+                }
+                // Bare segments are what an ACK loop is made of: their
+                // duplicate ACKs are spaced (Linux tcp_oow_rate_limited).
+                if seg_len > 0 || !self.oow_rate_limited(now) {
+                    self.ack_now = true;
+                } else {
+                    self.counters.tcp_ext_tcp_ack_skipped_seq += 1;
+                }
+            }
+            return None;
+        }
+        Some(ack_only_ok)
+    }
+
+    /// The ACK of an acceptable segment (RFC 9293 3.10.7.4 fifth step): in
+    /// SYN-RECEIVED it completes the handshake, else it is checked against
+    /// what was sent (RFC 5961 5.2) and processed. `false` when the segment
+    /// is dropped.
+    fn take_ack(&mut self, now: Instant, hdr: &TcpHeader, opts: &OptionSummary, payload: &[u8]) -> bool {
+        let (f, seq) = (hdr.flags, Seq(hdr.seq));
         let ack = Seq(hdr.ack);
         if self.state == State::SynReceived {
             if ack.gt(self.snd_una) && ack.le(self.syn_snd_max()) {
@@ -330,23 +355,36 @@ impl Subflow {
                 self.events.push_back(Event::Connected);
             } else {
                 self.queue_rst(ack, Seq(0), TcpFlags::RST);
-                return Verdict::Dropped;
+                return false;
             }
         } else {
             // RFC 5961 5.2: an ACK for data never sent, or far too old.
             if ack.gt(self.snd_nxt) {
                 self.send_challenge_ack(now);
-                return Verdict::Dropped;
+                return false;
             }
             if ack.lt(self.snd_una - self.max_snd_wnd.max(1)) {
                 self.send_challenge_ack(now);
-                return Verdict::Dropped;
+                return false;
             }
             self.process_ack(now, hdr, opts, payload.is_empty() && !f.fin());
         }
+        true
+    }
 
-        // 6. Data and FIN.
-        if ack_only_ok {
+    /// The data and FIN of an acceptable segment whose ACK was taken
+    /// (RFC 9293 3.10.7.4 seventh and eighth steps); `ack_only`: only its
+    /// ACK was acceptable.
+    fn take_data(
+        &mut self,
+        now: Instant,
+        seq: Seq,
+        payload: &[u8],
+        packet: Option<&Bytes>,
+        fin: bool,
+        ack_only: bool,
+    ) -> Verdict {
+        if ack_only {
             // Data at RCV.NXT into a zero window (a zero-window probe that
             // carries a byte): its ACK was taken above, the data is dropped
             // and answered at once with the (zero) window, so the probe
@@ -357,7 +395,7 @@ impl Subflow {
             // connection-level acknowledgement too (Linux runs
             // mptcp_incoming_options before the zero-window drop).
             if payload.is_empty() {
-                self.on_data(now, seq, payload, packet, f.fin());
+                self.on_data(now, seq, payload, packet, fin);
             } else {
                 self.counters.tcp_ext_tcp_zero_window_drop += 1;
                 self.ack_now = true;
@@ -365,12 +403,12 @@ impl Subflow {
             return Verdict::Accepted;
         }
         if self.state.can_receive() || (self.fin_received.is_none() && matches!(self.state, State::Closing)) {
-            self.on_data(now, seq, payload, packet, f.fin());
-        } else if f.fin() && self.state == State::TimeWait {
+            self.on_data(now, seq, payload, packet, fin);
+        } else if fin && self.state == State::TimeWait {
             // Retransmitted FIN: ACK again and restart 2MSL.
             self.ack_now = true;
             self.timers.set(Timer::TimeWait, now + self.cfg.time_wait);
-        } else if !payload.is_empty() || f.fin() {
+        } else if !payload.is_empty() || fin {
             self.ack_now = true;
         }
         Verdict::Accepted

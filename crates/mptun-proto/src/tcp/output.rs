@@ -220,19 +220,7 @@ impl Subflow {
             }
         }
         if !self.can_send_data() {
-            // Nothing sendable: zero window with data waiting arms the persist timer.
-            let unsent = self.unsent_bytes();
-            if unsent > 0
-                && self.scoreboard.is_empty()
-                && !self.window_allows(1)
-                && !self.timers.is_set(Timer::Persist)
-                && self.state.is_synchronized()
-            {
-                self.arm_persist(now);
-            }
-            if self.in_flight() >= self.ccs.cwnd {
-                self.cwnd_validate(true);
-            }
+            self.nothing_sendable(now);
             return None;
         }
         // EDT (Linux tcp_wstamp_ns): a segment leaves at the pacer's time,
@@ -263,37 +251,7 @@ impl Subflow {
 
         // Retransmit the first lost segment, else send new data.
         if let Some(i) = self.scoreboard.next_lost() {
-            if self.pmtu.known() {
-                // Cut what was sent before the MSS came down (Linux
-                // tcp_retransmit_skb fragments to the current MSS).
-                let (seq, len) = self.scoreboard.seg(i);
-                let max = self.mss(hook.option_space_at(seq) + sack_space);
-                if len > max {
-                    self.scoreboard.split(i, max);
-                }
-            }
-            let s = self.scoreboard.on_retransmit(i, now, departure);
-            self.counters.tcp_retrans_segs += 1;
-            self.bytes_retrans += s.len as u64;
-            self.last_data_send = Some(now);
-            if self.ca_state == CaState::Loss {
-                self.counters.tcp_ext_tcp_slow_start_retrans += 1;
-            } else {
-                self.counters.tcp_ext_tcp_fast_retrans += 1;
-            }
-            if s.fin {
-                flags |= TcpFlags::FIN;
-            }
-            if self.ca_state == CaState::Recovery {
-                self.scoreboard.prr_on_sent();
-            }
-            if !self.timers.is_set(Timer::Rto) {
-                self.timers.set(Timer::Rto, now + self.rtt.rto());
-            }
-            let t = self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts);
-            let t = t.map(|t| Transmit { departure, ..t });
-            self.after_data_sent(now, t.as_ref(), s.len);
-            return t;
+            return self.retransmit_lost(now, hook, out, i, departure, sack_space, opts);
         }
 
         let unsent = self.unsent_bytes();
@@ -390,6 +348,71 @@ impl Subflow {
             self.data_segs_out += u64::from(pieces - 1);
         }
         self.after_data_sent(now, t.as_ref(), len);
+        t
+    }
+
+    /// Nothing can be sent now: a zero window with data waiting arms the
+    /// persist timer, and a full window validates the congestion window.
+    fn nothing_sendable(&mut self, now: Instant) {
+        let unsent = self.unsent_bytes();
+        if unsent > 0
+            && self.scoreboard.is_empty()
+            && !self.window_allows(1)
+            && !self.timers.is_set(Timer::Persist)
+            && self.state.is_synchronized()
+        {
+            self.arm_persist(now);
+        }
+        if self.in_flight() >= self.ccs.cwnd {
+            self.cwnd_validate(true);
+        }
+    }
+
+    /// Retransmits the lost segment at scoreboard index `i` (cut first to
+    /// the current MSS if the path MTU came down: Linux
+    /// `tcp_retransmit_skb` fragments), leaving at `departure`.
+    #[allow(clippy::too_many_arguments)]
+    fn retransmit_lost(
+        &mut self,
+        now: Instant,
+        hook: &mut dyn SegmentHook,
+        out: &mut [u8],
+        i: usize,
+        departure: Instant,
+        sack_space: usize,
+        opts: TcpOptions,
+    ) -> Option<Transmit> {
+        if self.pmtu.known() {
+            // Cut what was sent before the MSS came down (Linux
+            // tcp_retransmit_skb fragments to the current MSS).
+            let (seq, len) = self.scoreboard.seg(i);
+            let max = self.mss(hook.option_space_at(seq) + sack_space);
+            if len > max {
+                self.scoreboard.split(i, max);
+            }
+        }
+        let mut flags = TcpFlags::ACK;
+        let s = self.scoreboard.on_retransmit(i, now, departure);
+        self.counters.tcp_retrans_segs += 1;
+        self.bytes_retrans += s.len as u64;
+        self.last_data_send = Some(now);
+        if self.ca_state == CaState::Loss {
+            self.counters.tcp_ext_tcp_slow_start_retrans += 1;
+        } else {
+            self.counters.tcp_ext_tcp_fast_retrans += 1;
+        }
+        if s.fin {
+            flags |= TcpFlags::FIN;
+        }
+        if self.ca_state == CaState::Recovery {
+            self.scoreboard.prr_on_sent();
+        }
+        if !self.timers.is_set(Timer::Rto) {
+            self.timers.set(Timer::Rto, now + self.rtt.rto());
+        }
+        let t = self.emit(now, hook, out, s.seq, self.rcv_nxt, flags, Some(s.len), true, opts);
+        let t = t.map(|t| Transmit { departure, ..t });
+        self.after_data_sent(now, t.as_ref(), s.len);
         t
     }
 
