@@ -9,107 +9,96 @@ use super::{
 use std::fmt;
 use std::str::FromStr;
 
-/// Which scheduler policy a connection runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Policy {
-    /// Kernel default scheduler, no penalty.
-    #[default]
-    Default,
-    /// Raiciu et al. (NSDI 2012) opportunistic retransmission and
-    /// penalisation: when the fast subflow is blocked by the slow one's
-    /// unacknowledged data, reinject that data and halve the slow cwnd.
-    Penalise,
-    /// [`Policy::Penalise`] with guards (at most once per slow RTT, only a
-    /// cwnd-limited fast subflow, a slow one in CA Open) so that it does not
-    /// starve a subflow that is merely a little slower.
-    PenaliseGuarded,
-    /// The out-of-tree multipath-tcp.org kernel's variant: ssthresh is
-    /// halved too, always.
-    MptcpOrg,
-    /// The multipath-tcp.org kernel's default scheduler: lowest srtt, and
-    /// only as much as the chosen subflow's window can send at once.
-    MinRtt,
-    /// The multipath-tcp.org kernel's round-robin (`mptcp_rr.c`).
-    RoundRobin,
-    /// Every segment on every active subflow (`mptcp_redundant.c`).
-    Redundant,
-    /// BLEST, blocking estimation (`mptcp_blest.c`).
-    Blest,
-    /// ECF, earliest completion first (`mptcp_ecf.c`).
-    Ecf,
-    /// Everything on the first subflow (upstream's BPF selftest `bpf_first`).
-    First,
-    /// Everything on the first non-backup subflow (`bpf_bkup`).
-    Backup,
+/// Declares a scheduler table: one line per scheduler (variant, name on
+/// the command line and in reports, one-line description, constructor),
+/// from which the policy enum, its `ALL`, `name()`, `about()`, `Display`,
+/// `FromStr` and the constructor function are all derived. Adding a
+/// scheduler is its file and one line here.
+macro_rules! scheduler_table {
+    ($(#[$meta:meta])* $vis:vis enum $enum:ident, fn $build:ident;
+     $($variant:ident => $name:literal, $about:literal, $ctor:expr;)+) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $enum {
+            $(#[doc = $about] $variant,)+
+        }
+
+        impl $enum {
+            /// Every scheduler of the table, in its order.
+            pub const ALL: [$enum; [$($name),+].len()] = [$($enum::$variant),+];
+
+            /// Name on the command line and in reports (what [`FromStr`] parses).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($enum::$variant => $name,)+
+                }
+            }
+
+            /// One line on what it does (`--help`, docs/schedulers.md).
+            pub fn about(self) -> &'static str {
+                match self {
+                    $($enum::$variant => $about,)+
+                }
+            }
+
+            /// The names of all, comma-separated, for `--help`.
+            pub fn names() -> String {
+                Self::ALL.map(Self::name).join(", ")
+            }
+        }
+
+        impl Default for $enum {
+            /// The first of the table.
+            fn default() -> Self {
+                Self::ALL[0]
+            }
+        }
+
+        impl fmt::Display for $enum {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl FromStr for $enum {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                Self::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+                    format!("unknown scheduler policy '{s}' ({})", Self::names())
+                })
+            }
+        }
+
+        /// Builds the scheduler for a policy.
+        $vis fn $build(policy: $enum, cfg: PenaltyConfig) -> Box<dyn Scheduler> {
+            let ctor: fn($enum, PenaltyConfig) -> Box<dyn Scheduler> = match policy {
+                $($enum::$variant => $ctor,)+
+            };
+            ctor(policy, cfg)
+        }
+    };
+}
+
+scheduler_table! {
+    /// Which scheduler policy a connection runs.
+    pub enum Policy, fn new_scheduler;
+    Default => "default", "The kernel's default scheduler (lowest linger time, backup last), no penalty.", |_, _| Box::new(DefaultScheduler::new());
+    Penalise => "penalise", "Raiciu et al. (NSDI 2012): reinject a blocking slow subflow's data on the fast one and halve the slow cwnd.", |p, cfg| Box::new(PenaltyScheduler::new(p, cfg));
+    PenaliseGuarded => "penalise-guarded", "The penalty with guards (once per slow RTT, a cwnd-limited fast subflow, a slow one in CA Open).", |p, cfg| Box::new(PenaltyScheduler::new(p, cfg));
+    MptcpOrg => "mptcp-org", "The multipath-tcp.org kernel's penalty: ssthresh halved too, always.", |p, cfg| Box::new(PenaltyScheduler::new(p, cfg));
+    MinRtt => "minrtt", "The multipath-tcp.org default: lowest srtt, as much as that subflow's window sends at once.", |_, _| Box::new(MinRttScheduler::new());
+    RoundRobin => "roundrobin", "The multipath-tcp.org round-robin (mptcp_rr.c).", |_, _| Box::new(RoundRobinScheduler::default());
+    Redundant => "redundant", "Every segment on every active subflow (mptcp_redundant.c).", |_, _| Box::new(RedundantScheduler::new());
+    Blest => "blest", "BLEST, blocking estimation (mptcp_blest.c).", |_, _| Box::new(BlestScheduler::new());
+    Ecf => "ecf", "ECF, earliest completion first (mptcp_ecf.c).", |_, _| Box::new(EcfScheduler::new());
+    First => "first", "Everything on the first subflow (upstream's BPF selftest bpf_first).", |_, _| Box::new(PinScheduler::new(Pin::First));
+    Backup => "backup", "Everything on the first non-backup subflow (bpf_bkup).", |_, _| Box::new(PinScheduler::new(Pin::FirstNonBackup));
 }
 
 impl Policy {
-    /// Every scheduler mptun ships.
-    pub const ALL: [Policy; 11] = [
-        Policy::Default,
-        Policy::Penalise,
-        Policy::PenaliseGuarded,
-        Policy::MptcpOrg,
-        Policy::MinRtt,
-        Policy::RoundRobin,
-        Policy::Redundant,
-        Policy::Blest,
-        Policy::Ecf,
-        Policy::First,
-        Policy::Backup,
-    ];
-
     /// The slow-subflow penalty matrix: the default scheduler and the
     /// three penalties on top of it (the `penalise` scenario's columns).
     pub const PENALTIES: [Policy; 4] = [Policy::Default, Policy::Penalise, Policy::PenaliseGuarded, Policy::MptcpOrg];
-
-    /// Name on the command line and in reports (what [`FromStr`] parses).
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Default => "default",
-            Policy::Penalise => "penalise",
-            Policy::PenaliseGuarded => "penalise-guarded",
-            Policy::MptcpOrg => "mptcp-org",
-            Policy::MinRtt => "minrtt",
-            Policy::RoundRobin => "roundrobin",
-            Policy::Redundant => "redundant",
-            Policy::Blest => "blest",
-            Policy::Ecf => "ecf",
-            Policy::First => "first",
-            Policy::Backup => "backup",
-        }
-    }
-}
-
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Policy::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
-            format!("unknown scheduler policy '{s}' ({})", names.join(", "))
-        })
-    }
-}
-
-/// Builds the scheduler for a policy.
-pub fn new_scheduler(policy: Policy, cfg: PenaltyConfig) -> Box<dyn Scheduler> {
-    match policy {
-        Policy::Default => Box::new(DefaultScheduler::new()),
-        Policy::MinRtt => Box::new(MinRttScheduler::new()),
-        Policy::RoundRobin => Box::new(RoundRobinScheduler::default()),
-        Policy::Redundant => Box::new(RedundantScheduler::new()),
-        Policy::Blest => Box::new(BlestScheduler::new()),
-        Policy::Ecf => Box::new(EcfScheduler::new()),
-        Policy::First => Box::new(PinScheduler::new(Pin::First)),
-        Policy::Backup => Box::new(PinScheduler::new(Pin::FirstNonBackup)),
-        p @ (Policy::Penalise | Policy::PenaliseGuarded | Policy::MptcpOrg) => Box::new(PenaltyScheduler::new(p, cfg)),
-    }
 }
 
 #[cfg(test)]
@@ -123,5 +112,31 @@ mod tests {
             assert_eq!(new_scheduler(p, PenaltyConfig::default()).name(), p.name());
         }
         assert!("fastest".parse::<Policy>().is_err());
+    }
+
+    mod added {
+        use super::super::*;
+        use crate::sched::RoundRobinScheduler;
+
+        // A table with one scheduler more, as a new file would add it: its
+        // line is all it takes to be listed, parsed, named and built.
+        scheduler_table! {
+            enum Extended, fn new_extended;
+            Default => "default", "The default.", |_, _| Box::new(DefaultScheduler::new());
+            Spread => "spread", "A test scheduler.", |_, _| Box::new(RoundRobinScheduler::default());
+        }
+
+        #[test]
+        fn one_line_adds_a_scheduler_everywhere() {
+            assert_eq!(Extended::ALL, [Extended::Default, Extended::Spread]);
+            assert_eq!("spread".parse::<Extended>(), Ok(Extended::Spread));
+            assert_eq!(Extended::Spread.to_string(), "spread");
+            assert_eq!(Extended::Spread.about(), "A test scheduler.");
+            assert_eq!(Extended::names(), "default, spread");
+            assert_eq!(Extended::default(), Extended::Default);
+            assert_eq!(new_extended(Extended::Spread, PenaltyConfig::default()).name(), "roundrobin");
+            let err = "nope".parse::<Extended>().unwrap_err();
+            assert!(err.contains("default, spread"), "{err}");
+        }
     }
 }

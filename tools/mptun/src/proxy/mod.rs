@@ -80,9 +80,8 @@ pub(crate) struct Carrier {
     /// sets its own sending direction's.
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
-    /// MPTCP scheduler of the connections this end sends on (mptun): default, minrtt, roundrobin,
-    /// redundant, blest, ecf, first, backup, penalise, penalise-guarded, mptcp-org.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME",
+          help = format!("MPTCP scheduler of the connections this end sends on (mptun): {}", mptun::Policy::names()))]
     scheduler: Option<mptun::Policy>,
     /// The pre-shared key both ends read (at least 16 bytes, e.g.
     /// `head -c 32 /dev/urandom | base64`): it authenticates the exit header.

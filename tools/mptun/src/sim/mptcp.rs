@@ -31,8 +31,8 @@ pub(crate) struct AggregateArgs {
     /// uncoupled as in Linux), or coupled (lia, olia, balia). `aggregate` only.
     #[arg(long, default_value_t = Algorithm::Cubic)]
     cc: Algorithm,
-    /// MPTCP scheduler of both ends: default, minrtt, roundrobin, redundant, blest, ecf, first, backup, penalise, penalise-guarded, mptcp-org.
-    #[arg(long, default_value_t = Policy::Default)]
+    #[arg(long, default_value_t = Policy::Default,
+          help = format!("MPTCP scheduler of both ends: {}", Policy::names()))]
     scheduler: Policy,
     #[command(flatten)]
     seed: Seed,

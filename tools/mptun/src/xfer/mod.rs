@@ -72,8 +72,8 @@ pub(crate) struct Common {
     /// lia, olia, balia (mptun); any the kernel has (--kernel).
     #[arg(long, value_name = "NAME")]
     cc: Option<String>,
-    /// MPTCP scheduler (mptun; a server's accepted connections run it): default, minrtt, roundrobin, redundant, blest, ecf, first, backup, penalise, penalise-guarded, mptcp-org.
-    #[arg(long, value_name = "POLICY")]
+    #[arg(long, value_name = "POLICY",
+          help = format!("MPTCP scheduler (mptun; a server's accepted connections run it): {}", Policy::names()))]
     scheduler: Option<String>,
     /// SO_SNDBUF: a fixed send buffer (autotuning off), e.g. 256K.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
