@@ -88,7 +88,7 @@ fn cli_send_64m_two_paths_over_tun() {
     assert_eq!(v["end"]["mptcp"]["mode"], "mptcp");
     assert_eq!(v["end"]["sum_received"]["bytes"].as_u64(), Some(64 << 20));
     assert_eq!(v["end"]["mptcp"]["sha256_sent"], v["end"]["mptcp"]["sha256_received"]);
-    // The default check is XXH3-128 (issue 35: SHA-256 measured itself, not the path), and the report says so.
+    // The default check is XXH3-128 (SHA-256 would measure itself, not the path), and the report says so.
     assert_eq!(v["end"]["mptcp"]["hash"], "xxh3");
     let goodput = f64_at(&v, "/end/sum_received/bits_per_second");
     println!("mptun -> mptun, 64 MiB over two TUN paths: {:.1} Mbit/s, subflow bytes {sf:?}", goodput / 1e6);

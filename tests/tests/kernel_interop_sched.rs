@@ -1,5 +1,5 @@
 //! Every shipped scheduler, and one written outside mptun, against the
-//! Linux kernel's MPTCP (issue 32): an mptun client with two TUN paths
+//! Linux kernel's MPTCP: an mptun client with two TUN paths
 //! uploads to a kernel MPTCP server with that scheduler on the connection,
 //! SHA-256 checked; both paths carry data, except under `first` and
 //! `backup`, which pin the initial subflow by design.

@@ -15,8 +15,8 @@ fn aggregate_two_paths() {
 }
 
 /// Every shipped scheduler carries the aggregate transfer intact over both
-/// paths, and says so in the report; the default's report names none (its
-/// digest stays what it was).
+/// paths, and says so in the report; the default's report names none (so
+/// its digest carries no scheduler field).
 #[test]
 fn aggregate_runs_under_every_scheduler() {
     use mptun_proto::sched::Policy;

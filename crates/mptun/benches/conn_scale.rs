@@ -1,4 +1,4 @@
-//! Connection scale over TUN (issue 35, part 3): mptun against the kernel's
+//! Connection scale over TUN: mptun against the kernel's
 //! TCP at 1, 10, 100, 1,000 and 10,000 concurrent connections, the kernel
 //! measured beside it in the same run.
 //!

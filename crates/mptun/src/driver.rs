@@ -54,9 +54,9 @@ const FLUSH_AT: usize = 64;
 /// is arriving: a TSO super-segment gains nothing by waiting for company.
 const FLUSH_BYTES: usize = 64 * 1024;
 /// Bytes of packets built per iteration before they are written and the
-/// devices read again. Without it one iteration built the whole send
+/// devices read again. Without it one iteration would build the whole send
 /// buffer (4 MiB, about a millisecond of copying) before writing any of it
-/// or reading an ACK, and the sender measured its own backlog as round
+/// or reading an ACK, and the sender would measure its own backlog as round
 /// trip.
 const TX_BYTES_PER_ITERATION: usize = 256 * 1024;
 /// Longest a due packet waits in a batch for company; see step 6.

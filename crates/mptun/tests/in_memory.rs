@@ -181,13 +181,13 @@ async fn hostile_a_tiny_mss_on_a_device_without_tso_stalls_nothing() {
 }
 
 /// A peer with a tiny MSS whose reader starts late: the bytes it was
-/// offered a window for are held, not dropped. Before in-order segments were
-/// coalesced, each 76-byte one cost a chunk of 256 bytes more, the window
-/// announced at the start (256 KiB) overran the memory budget once the
-/// reader lagged, and the connection layer dropped what the subflow had
-/// acknowledged (`MPTcpExtRcvPruned`): hundreds of holes, each repaired by
-/// a connection-level retransmission timeout, and a transfer of a second
-/// took minutes.
+/// offered a window for are held, not dropped. In-order segments are
+/// coalesced: charged a chunk of 256 bytes more each, 76-byte segments
+/// would overrun the memory budget with the window announced at the start
+/// (256 KiB) once the reader lagged, and the connection layer would drop
+/// what the subflow had acknowledged (`MPTcpExtRcvPruned`): hundreds of
+/// holes, each repaired by a connection-level retransmission timeout, and
+/// a transfer of a second taking minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiny_mss_peer_whose_reader_lags_loses_nothing() {
     let (sa, sb) = tiny_mss_pair();

@@ -1,5 +1,5 @@
-//! Summaries of [`Histogram`]s (now in `mptun-link`, where the simulator's
-//! links use them too) in the unit lab reports read in.
+//! Summaries of [`Histogram`]s (defined in `mptun-link`, where the
+//! simulator's links use them too) in the unit lab reports read in.
 
 pub use mptun_link::Histogram;
 use serde::Serialize;

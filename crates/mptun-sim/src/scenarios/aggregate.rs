@@ -92,8 +92,8 @@ pub struct SubflowBytes {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub scenario: &'static str,
-    /// The congestion control, when not the default (so that the reports,
-    /// and the digests, of the default runs stay as they were).
+    /// The congestion control, when not the default (so that a default
+    /// run's report, and its digest, carry no such field).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cc: Option<&'static str>,
     /// The scheduler, when not the default (as `cc`).

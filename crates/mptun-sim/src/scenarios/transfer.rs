@@ -75,9 +75,9 @@ pub struct TraceSample {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct TransferResult {
     /// Every byte arrived and each end received the other's stream, byte
-    /// for byte: what comparing both directions' SHA-256 digests said, now
-    /// checked against the regenerated stream instead (`crate::pattern`);
-    /// the name stays so that run digests stay comparable.
+    /// for byte, checked against the regenerated stream (`crate::pattern`):
+    /// what equal SHA-256 digests of both directions would say, under the
+    /// name that keeps run digests comparable.
     pub sha256_match: bool,
     pub completed: bool,
     pub bytes_received: u64,
