@@ -321,10 +321,11 @@ impl Subflow {
             self.scoreboard.prr_on_sent();
         }
         // First transmission after idle (Linux CA_EVENT_TX_START, sent when
-        // nothing is in flight). The historical test, one segment in flight
-        // after the send, misses an idle start that is a TSO burst; it stays
-        // for the loss-based controllers, whose runs it has shaped, and a
-        // controller with its own cong_control (BBR) gets Linux's rule.
+        // nothing was in flight). A controller with its own cong_control
+        // (BBR) gets Linux's rule; the loss-based ones see it only when the
+        // send leaves one segment in flight, which misses an idle start that
+        // is a TSO burst but keeps their published runs (and digests) as
+        // they are.
         let tx_start = if self.cc.has_cong_control() { was_idle } else { self.scoreboard.len() == 1 };
         if tx_start {
             self.cc.observe_delivery(self.scoreboard.rate());
