@@ -150,18 +150,11 @@ impl PenaltyScheduler {
     /// The policy's decision once a subflow was picked.
     fn decide(&mut self, subflows: &[SubflowView], conn: &ConnView) -> PenaltyDecision {
         match self.policy {
-            // Not built with a penalty (see `new_scheduler`).
-            Policy::Default
-            | Policy::MinRtt
-            | Policy::RoundRobin
-            | Policy::Redundant
-            | Policy::Blest
-            | Policy::Ecf
-            | Policy::First
-            | Policy::Backup => PenaltyDecision::default(),
             Policy::Penalise => self.rate_trigger(subflows, conn, false),
             Policy::PenaliseGuarded => self.rate_trigger(subflows, conn, true),
             Policy::MptcpOrg => self.mptcp_org(subflows, conn),
+            // The other policies are never built with a penalty (see `new_scheduler`).
+            _ => PenaltyDecision::default(),
         }
     }
 
