@@ -107,11 +107,10 @@ fn join_for_unknown_token_gets_rst() {
 
 #[test]
 fn mptcp_over_ipv6_with_a_join() {
-    let v6 = |s: &str| -> IpAddr { s.parse().unwrap() };
     let mut c = EndpointConfig::default();
     c.mptcp.pm.endpoints.push(PmEndpoint {
         id: 1,
-        addr: v6("fd00:0:0:2::1"),
+        addr: ip("fd00:0:0:2::1"),
         flags: EndpointFlags::default(),
         port: None,
     });
@@ -119,16 +118,14 @@ fn mptcp_over_ipv6_with_a_join() {
     let mut s = EndpointConfig::default();
     s.mptcp.pm.endpoints.push(PmEndpoint {
         id: 1,
-        addr: v6("fd00:0:0:2::2"),
+        addr: ip("fd00:0:0:2::2"),
         flags: EndpointFlags { signal: true, ..Default::default() },
         port: None,
     });
     let mut b = Endpoint::new(s, [2; 32]);
-    b.listen("[fd00:0:0:1::2]:5000".parse().unwrap());
+    b.listen(sa("[fd00:0:0:1::2]:5000"));
     let mut n = Net::new(Endpoint::new(c, [1; 32]), b, Instant::ZERO);
-    let h =
-        n.a.connect(n.now, "[fd00:0:0:1::1]:0".parse().unwrap(), "[fd00:0:0:1::2]:5000".parse().unwrap())
-            .expect("connect");
+    let h = n.a.connect(n.now, sa("[fd00:0:0:1::1]:0"), sa("[fd00:0:0:1::2]:5000")).expect("connect");
     let data: Vec<u8> = (0..200_000u32).map(|i| (i % 239) as u8).collect();
     let mut sent = 0;
     let mut got = Vec::new();

@@ -15,21 +15,16 @@ mod pm;
 use super::*;
 use crate::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
 use crate::pm::{EndpointFlags, PmEndpoint};
-use crate::test_util::{pass, Pair};
+use crate::test_util::{ip, pass, sa, Pair};
 use mptun_time::Duration;
 use mptun_wire::{emit_tcp_packet, parse_tcp_packet, MptcpOption, TcpOption};
-use std::net::IpAddr;
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
 
 /// A client and a server endpoint on the shared harness.
 type Net = Pair<Endpoint>;
 
 fn net(client: EndpointConfig, server: EndpointConfig) -> Net {
     let mut b = Endpoint::new(server, [2; 32]);
-    b.listen("10.0.1.2:5000".parse().unwrap());
+    b.listen(sa("10.0.1.2:5000"));
     Net::new(Endpoint::new(client, [1; 32]), b, Instant::ZERO)
 }
 
@@ -73,7 +68,7 @@ impl NetExt for Net {
     }
 
     fn connect(&mut self) -> ConnectionHandle {
-        self.a.connect(self.now, "10.0.1.1:0".parse().unwrap(), "10.0.1.2:5000".parse().unwrap()).expect("connect")
+        self.a.connect(self.now, sa("10.0.1.1:0"), sa("10.0.1.2:5000")).expect("connect")
     }
 }
 
