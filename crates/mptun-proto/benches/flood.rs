@@ -14,6 +14,10 @@
 //! Run: `cargo bench -p mptun-proto --bench flood`. Prints figures; exits
 //! non-zero if the goodput ratio is below 0.9 or memory is not bounded.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{ip, sa};
 use mptun_proto::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
 use mptun_proto::{Duration, Instant};
 use mptun_wire::{emit_tcp_packet, MptcpOption, TcpFlags, TcpHeader, TcpOption, TcpOptions};
@@ -47,10 +51,6 @@ static A: Counting = Counting;
 
 const SERVER: &str = "10.0.1.2:5000";
 const CLIENT_IP: &str = "10.0.1.1";
-
-fn sa(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
 
 /// A SYN from flood source `k` (distinct address and port), as Linux sends
 /// it: MSS, SACK, timestamps, window scale, MP_CAPABLE; or an MP_JOIN SYN
@@ -141,7 +141,7 @@ fn transfer(total: usize, flood: bool) -> Transfer {
     let mut sh: Option<ConnectionHandle> = None;
     let mut rbuf = vec![0u8; 64 * 1024];
     let mut buf = vec![0u8; 1600];
-    let (ca, cb): (IpAddr, IpAddr) = (CLIENT_IP.parse().unwrap(), sa(SERVER).ip());
+    let (ca, cb) = (ip(CLIENT_IP), sa(SERVER).ip());
     let mut start = None;
     let (mut syns, mut joins) = (0u32, 0u32);
     let flood_step = Duration::from_micros(10);

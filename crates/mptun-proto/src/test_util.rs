@@ -8,6 +8,17 @@ use crate::tcp::Subflow;
 use mptun_time::{Duration, Instant};
 use mptun_wire::{parse_tcp_packet, TcpHeader};
 use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+
+/// An IP address written as a literal: the one parser for every unit test.
+pub(crate) fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A socket address written as a literal, as [`ip`].
+pub(crate) fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
 
 /// One end of the wire: a subflow or an endpoint, driven through the
 /// sans-IO contract only (methods, never fields).

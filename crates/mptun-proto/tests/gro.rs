@@ -5,6 +5,8 @@
 //! exchange MPTCP data both ways over a wire that carries the sender's TSO
 //! super-segments uncut, as a TUN read delivers them.
 
+mod common;
+
 use bytes::Bytes;
 use mptun_proto::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
 use mptun_proto::{Duration, Instant};
@@ -12,7 +14,6 @@ use mptun_wire::gso::{set_partial_checksum, Layout};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -84,7 +85,7 @@ fn pattern(seed: u64) -> Vec<u8> {
 
 impl Net {
     fn new(rx: Rx, loss: f64) -> Net {
-        let (ca, sa): (SocketAddr, SocketAddr) = ("10.1.0.1:0".parse().unwrap(), "10.1.0.2:80".parse().unwrap());
+        let (ca, sa) = (common::sa("10.1.0.1:0"), common::sa("10.1.0.2:80"));
         let mut c = Endpoint::new(EndpointConfig::default(), [1; 32]);
         let mut s = Endpoint::new(EndpointConfig::default(), [2; 32]);
         c.set_device_mtu(ca.ip(), 1500);

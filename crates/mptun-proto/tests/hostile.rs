@@ -8,6 +8,9 @@
 //! segment. Every test ends with the transfer complete and the bytes of
 //! both directions compared, and asserts the counters of what was dropped.
 
+mod common;
+
+use common::ip;
 use mptun_proto::counters::Counters;
 use mptun_proto::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
 use mptun_proto::mptcp::Mode;
@@ -30,10 +33,6 @@ const PORT: u16 = 5000;
 const XFER: usize = 400_000;
 /// Half the sequence space away: out of any window, and not an old duplicate.
 const FAR: u32 = 0x8000_0000;
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
 
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];

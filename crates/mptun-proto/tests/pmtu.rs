@@ -6,6 +6,9 @@
 //! Every test runs a transfer in both directions to its end and compares the
 //! bytes.
 
+mod common;
+
+use common::ip;
 use mptun_proto::endpoint::{ConnectionHandle, Endpoint, EndpointConfig};
 use mptun_proto::pm::{EndpointFlags, PmEndpoint};
 use mptun_proto::{Duration, Instant};
@@ -17,10 +20,6 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
 const PORT: u16 = 5000;
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
 
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];

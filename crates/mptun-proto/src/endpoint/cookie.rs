@@ -141,10 +141,7 @@ impl CookieJar {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sa(s: &str) -> SocketAddr {
-        s.parse().unwrap()
-    }
+    use crate::test_util::sa;
 
     #[test]
     fn a_cookie_carries_its_syn_options_and_is_bound_to_pair_isn_and_time() {

@@ -3,17 +3,13 @@
 
 use super::*;
 use crate::pm::{EndpointFlags, PmEndpoint};
-use crate::test_util::{pass, Pair};
+use crate::test_util::{ip, pass, sa, Pair};
 use mptun_time::Duration;
 use mptun_wire::MptcpOption;
 
 type Net = Pair<Endpoint>;
 
 const SERVER: &str = "10.0.1.2:5000";
-
-fn sa(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
 
 fn net_with(client: EndpointConfig, server: EndpointConfig) -> Net {
     let mut b = Endpoint::new(server, [2; 32]);
@@ -66,7 +62,7 @@ fn a_join_without_a_free_port_is_counted_not_retried() {
     let mut c = narrow_ports(40000, 40000);
     c.mptcp.pm.endpoints.push(PmEndpoint {
         id: 1,
-        addr: "10.0.2.1".parse().unwrap(),
+        addr: ip("10.0.2.1"),
         flags: EndpointFlags { subflow: true, ..Default::default() },
         port: None,
     });
@@ -286,7 +282,7 @@ fn established(n: &mut Net) -> (ConnectionHandle, ConnectionHandle, u32) {
 
 fn join_syn(port: u16, token: u32, nonce: u32) -> Vec<u8> {
     let o = TcpOption::Mptcp(MptcpOption::MpJoinSyn { backup: false, addr_id: 7, token, nonce });
-    packet(SocketAddr::new("10.0.9.9".parse().unwrap(), port), sa(SERVER), 1000, 0, TcpFlags::SYN, &[o])
+    packet(SocketAddr::new(ip("10.0.9.9"), port), sa(SERVER), 1000, 0, TcpFlags::SYN, &[o])
 }
 
 #[test]
@@ -301,7 +297,7 @@ fn join_churn_reuses_subflow_slots() {
         let out = drain(&mut n.b, n.now);
         let synack = out.iter().map(|p| parse_tcp_packet(p).unwrap().tcp).find(|t| t.flags.syn()).expect("SYN-ACK");
         // The peer gives up on it: an in-window RST.
-        let rst = packet(SocketAddr::new("10.0.9.9".parse().unwrap(), port), sa(SERVER), 1001, 0, TcpFlags::RST, &[]);
+        let rst = packet(SocketAddr::new(ip("10.0.9.9"), port), sa(SERVER), 1001, 0, TcpFlags::RST, &[]);
         n.b.handle_packet(n.now, &rst);
         drain(&mut n.b, n.now);
         assert_eq!(synack.ack, 1001);
@@ -374,7 +370,7 @@ fn syn_flood_is_held_to_the_backlog_and_reaped() {
     s.limits.syncookies = false;
     let mut n = net_with(EndpointConfig::default(), s);
     for k in 0..1_000u16 {
-        let src = SocketAddr::new("10.0.7.7".parse().unwrap(), 1024 + k);
+        let src = SocketAddr::new(ip("10.0.7.7"), 1024 + k);
         n.b.handle_packet(n.now, &packet(src, sa(SERVER), 1, 0, TcpFlags::SYN, &[]));
     }
     let lim = Limits::default();
@@ -397,7 +393,7 @@ fn syn_flood_is_held_to_the_backlog_and_reaped() {
 /// Fills B's half-open queue with SYNs from 10.0.7.7 that never complete.
 fn flood(n: &mut Net, count: u16) {
     for k in 0..count {
-        let src = SocketAddr::new("10.0.7.7".parse().unwrap(), 1024 + k);
+        let src = SocketAddr::new(ip("10.0.7.7"), 1024 + k);
         n.b.handle_packet(n.now, &packet(src, sa(SERVER), 1, 0, TcpFlags::SYN, &[]));
     }
 }
@@ -406,7 +402,7 @@ fn flood(n: &mut Net, count: u16) {
 fn no_flood() -> impl FnMut(bool, Vec<u8>) -> Option<Vec<u8>> {
     |_, p| {
         let pkt = parse_tcp_packet(&p).unwrap();
-        let flood: std::net::IpAddr = "10.0.7.7".parse().unwrap();
+        let flood = ip("10.0.7.7");
         (pkt.src != flood && pkt.dst != flood).then_some(p)
     }
 }
@@ -497,7 +493,7 @@ fn a_forged_cookie_is_counted_and_reset() {
     let mut n = net();
     flood(&mut n, 200);
     drain(&mut n.b, n.now);
-    let src = SocketAddr::new("10.0.8.8".parse().unwrap(), 999);
+    let src = SocketAddr::new(ip("10.0.8.8"), 999);
     n.b.handle_packet(n.now, &packet(src, sa(SERVER), 5, 0x1234_5678, TcpFlags::ACK, &[]));
     assert_eq!(n.b.counters().tcp_ext_syncookies_failed, 1);
     let out = drain(&mut n.b, n.now);
@@ -532,7 +528,7 @@ fn a_cookie_ack_wins_over_the_half_open_of_the_same_syn_sent_again() {
     n.b.handle_packet(n.now, &packet(client, sa(SERVER), other_isn, 0, TcpFlags::SYN, &[]));
     let other_cookie = parse_tcp_packet(&drain(&mut n.b, n.now)[0]).unwrap().tcp.seq;
     // A place frees (a flood connection reset by its peer) and the SYN comes again.
-    let flooder = SocketAddr::new("10.0.7.7".parse().unwrap(), 1024);
+    let flooder = SocketAddr::new(ip("10.0.7.7"), 1024);
     n.b.handle_packet(n.now, &packet(flooder, sa(SERVER), 2, 0, TcpFlags::RST, &[]));
     drain(&mut n.b, n.now);
     assert_eq!(n.b.connection_count(), (backlog - 1, backlog - 1));

@@ -60,13 +60,6 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use timers::TimerTable;
 
-// What `tests.rs` (`use super::*`) reaches through this module.
-#[cfg(test)]
-use {
-    data_rx::expand32, mptun_time::Duration, mptun_wire::checksum::dss_checksum, mptun_wire::MptcpOption,
-    std::net::IpAddr,
-};
-
 /// MP_TCPRST reason "MPTCP-specific error" (RFC 8684 3.6), what Linux sends
 /// for a join it refuses (`MPTCP_RST_EMPTCP`).
 pub const MPTCP_RST_EMPTCP: u8 = 1;

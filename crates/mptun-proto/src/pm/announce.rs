@@ -138,10 +138,7 @@ impl Announcements {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn addr(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
+    use crate::test_util::ip;
 
     fn queue() -> (Announcements, Instant) {
         (Announcements::new(Duration::from_secs(2)), Instant::from_millis(1000))
@@ -150,7 +147,7 @@ mod tests {
     #[test]
     fn an_unechoed_add_addr_is_sent_four_times_then_given_up() {
         let (mut q, mut now) = queue();
-        q.queue(1, addr("10.0.0.2"), None, false, now);
+        q.queue(1, ip("10.0.0.2"), None, false, now);
         let mut sent = 0;
         while let Some(a) = q.due(now) {
             assert_eq!(a.id, 1);
@@ -168,12 +165,12 @@ mod tests {
     #[test]
     fn an_echo_stops_the_retransmissions_and_is_itself_sent_once() {
         let (mut q, now) = queue();
-        q.queue(1, addr("10.0.0.2"), None, false, now);
+        q.queue(1, ip("10.0.0.2"), None, false, now);
         q.on_due_sent(now, true);
         q.echoed(1);
         assert!(q.is_empty());
-        q.queue_echo(7, addr("10.0.1.1"), None, now);
-        q.queue_echo(7, addr("10.0.1.1"), None, now);
+        q.queue_echo(7, ip("10.0.1.1"), None, now);
+        q.queue_echo(7, ip("10.0.1.1"), None, now);
         assert!(q.due(now).is_some_and(|a| a.echo && a.id == 7));
         q.on_due_sent(now, true);
         assert!(q.is_empty(), "one echo owed per announcement, sent once");
@@ -182,7 +179,7 @@ mod tests {
     #[test]
     fn no_room_retries_shortly_and_costs_no_retransmission() {
         let (mut q, now) = queue();
-        q.queue(1, addr("10.0.0.2"), None, false, now);
+        q.queue(1, ip("10.0.0.2"), None, false, now);
         q.on_due_sent(now, false);
         assert_eq!(q.due(now), None);
         let later = now + ADD_ADDR_NO_ROOM_RETRY;
@@ -192,19 +189,19 @@ mod tests {
     #[test]
     fn a_removal_drops_the_unsent_announcement_and_an_announcement_again_follows_it() {
         let (mut q, now) = queue();
-        q.queue(1, addr("10.0.0.2"), None, false, now);
+        q.queue(1, ip("10.0.0.2"), None, false, now);
         q.queue_remove(1, now);
         assert!(q.due(now).is_some_and(|a| a.remove));
-        q.requeue(1, addr("10.0.0.3"), None, now);
+        q.requeue(1, ip("10.0.0.3"), None, now);
         q.on_due_sent(now, true);
         let a = q.due(now).expect("the new announcement is due next");
-        assert_eq!((a.remove, a.addr), (false, addr("10.0.0.3")));
+        assert_eq!((a.remove, a.addr), (false, ip("10.0.0.3")));
     }
 
     #[test]
     fn postponed_announcements_wait() {
         let (mut q, now) = queue();
-        q.queue(1, addr("10.0.0.2"), None, false, now);
+        q.queue(1, ip("10.0.0.2"), None, false, now);
         q.postpone_due(now, Duration::from_millis(200));
         assert_eq!(q.next_due(), Some(now + Duration::from_millis(200)));
     }

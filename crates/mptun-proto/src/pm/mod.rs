@@ -240,14 +240,10 @@ impl PmState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::ip;
 
     fn ep(id: u8, a: &str, signal: bool, subflow: bool) -> PmEndpoint {
-        PmEndpoint {
-            id,
-            addr: a.parse().unwrap(),
-            flags: EndpointFlags { signal, subflow, ..Default::default() },
-            port: None,
-        }
+        PmEndpoint { id, addr: ip(a), flags: EndpointFlags { signal, subflow, ..Default::default() }, port: None }
     }
 
     #[test]
@@ -258,11 +254,11 @@ mod tests {
             ..PmConfig::default()
         };
         let mut st = PmState::default();
-        let (ann, joins) = st.on_established(&cfg, "10.0.1.1".parse().unwrap(), "10.0.1.2".parse().unwrap(), 5000);
+        let (ann, joins) = st.on_established(&cfg, ip("10.0.1.1"), ip("10.0.1.2"), 5000);
         assert!(ann.is_empty());
         assert_eq!(joins.len(), 1);
-        assert_eq!(joins[0].local, "10.0.2.1".parse::<IpAddr>().unwrap());
-        assert_eq!(joins[0].remote, "10.0.1.2".parse::<IpAddr>().unwrap());
+        assert_eq!(joins[0].local, ip("10.0.2.1"));
+        assert_eq!(joins[0].remote, ip("10.0.1.2"));
     }
 
     #[test]
@@ -273,39 +269,39 @@ mod tests {
             ..PmConfig::default()
         };
         let mut st = PmState::default();
-        let l0 = "10.0.1.1".parse().unwrap();
-        let j = st.on_add_addr(&cfg, l0, "10.0.2.2".parse().unwrap(), 5000, false);
+        let l0 = ip("10.0.1.1");
+        let j = st.on_add_addr(&cfg, l0, ip("10.0.2.2"), 5000, false);
         assert_eq!(j.len(), 1);
-        assert_eq!(j[0].local, "10.0.2.1".parse::<IpAddr>().unwrap());
+        assert_eq!(j[0].local, ip("10.0.2.1"));
         assert_eq!(j[0].local_id, 1);
-        assert!(st.on_add_addr(&cfg, l0, "10.0.3.2".parse().unwrap(), 5000, false).is_empty());
+        assert!(st.on_add_addr(&cfg, l0, ip("10.0.3.2"), 5000, false).is_empty());
     }
 
     #[test]
     fn announced_addresses_are_filtered_before_joining() {
         let cfg = PmConfig { endpoints: vec![ep(1, "10.0.2.1", false, false)], ..PmConfig::default() };
-        let l0: IpAddr = "10.0.1.1".parse().unwrap();
+        let l0 = ip("10.0.1.1");
         for bad in ["0.0.0.0", "224.0.0.1", "255.255.255.255", "10.0.1.1", "10.0.2.1", "::"] {
-            assert!(!joinable(&cfg, l0, bad.parse().unwrap()), "{bad}");
+            assert!(!joinable(&cfg, l0, ip(bad)), "{bad}");
         }
-        assert!(joinable(&cfg, l0, "10.0.2.2".parse().unwrap()));
-        let l6: IpAddr = "fd00::1".parse().unwrap();
-        assert!(joinable(&cfg, l6, "fd00::2".parse().unwrap()));
-        assert!(!joinable(&cfg, l6, "ff02::1".parse().unwrap()));
+        assert!(joinable(&cfg, l0, ip("10.0.2.2")));
+        let l6 = ip("fd00::1");
+        assert!(joinable(&cfg, l6, ip("fd00::2")));
+        assert!(!joinable(&cfg, l6, ip("ff02::1")));
         // Mixed families are joinable; whether a source exists is source_for's.
-        assert!(joinable(&cfg, l6, "10.0.2.2".parse().unwrap()));
-        assert!(joinable(&cfg, l0, "fd00::2".parse().unwrap()));
-        assert_eq!(source_for(&cfg, "fd00::2".parse().unwrap(), l0), None, "no IPv6 address here");
+        assert!(joinable(&cfg, l6, ip("10.0.2.2")));
+        assert!(joinable(&cfg, l0, ip("fd00::2")));
+        assert_eq!(source_for(&cfg, ip("fd00::2"), l0), None, "no IPv6 address here");
     }
 
     #[test]
     fn signal_endpoints_are_announced_once() {
         let cfg = PmConfig { endpoints: vec![ep(1, "10.0.2.2", true, false)], ..PmConfig::default() };
         let mut st = PmState::default();
-        let l0: IpAddr = "10.0.1.2".parse().unwrap();
-        let (a, _) = st.on_established(&cfg, l0, "10.0.1.1".parse().unwrap(), 40000);
+        let l0 = ip("10.0.1.2");
+        let (a, _) = st.on_established(&cfg, l0, ip("10.0.1.1"), 40000);
         assert_eq!(a.len(), 1);
-        let (a, _) = st.on_established(&cfg, l0, "10.0.1.1".parse().unwrap(), 40000);
+        let (a, _) = st.on_established(&cfg, l0, ip("10.0.1.1"), 40000);
         assert!(a.is_empty());
     }
 
@@ -317,10 +313,6 @@ mod tests {
             fullmesh: f.contains('m'),
             laminar: f.contains('l'),
         }
-    }
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
     }
 
     #[test]

@@ -280,19 +280,10 @@ impl Paths {
 mod tests {
     use super::*;
     use crate::pm::EndpointFlags;
-
-    fn sa(s: &str) -> SocketAddr {
-        s.parse().unwrap()
-    }
+    use crate::test_util::{ip, sa};
 
     fn req(local: &str, remote: &str) -> JoinRequest {
-        JoinRequest {
-            local: local.parse().unwrap(),
-            local_id: 1,
-            remote: remote.parse().unwrap(),
-            remote_port: 80,
-            backup: false,
-        }
+        JoinRequest { local: ip(local), local_id: 1, remote: ip(remote), remote_port: 80, backup: false }
     }
 
     fn paths() -> Paths {
@@ -316,12 +307,12 @@ mod tests {
 
     #[test]
     fn a_join_to_an_announced_address_stands_until_it_is_removed() {
-        let ep = PmEndpoint { id: 3, addr: "10.0.2.1".parse().unwrap(), flags: EndpointFlags::default(), port: None };
+        let ep = PmEndpoint { id: 3, addr: ip("10.0.2.1"), flags: EndpointFlags::default(), port: None };
         let cfg = PmConfig { endpoints: vec![ep], ..PmConfig::default() };
         let mut p = paths();
         let j = req("10.0.2.1", "10.0.3.1");
         assert!(!p.join_still_stands(&cfg, &j, None), "never announced");
-        p.remember_peer_announcement(5, "10.0.3.1".parse().unwrap(), 80);
+        p.remember_peer_announcement(5, ip("10.0.3.1"), 80);
         assert!(p.join_still_stands(&cfg, &j, None));
         p.forget_peer_announcements(&[5]);
         assert!(!p.join_still_stands(&cfg, &j, None));
@@ -341,9 +332,9 @@ mod tests {
     #[test]
     fn withdrawing_an_address_forgets_it_and_owes_an_rm_addr() {
         let mut p = paths();
-        let a: IpAddr = "10.0.2.1".parse().unwrap();
+        let a = ip("10.0.2.1");
         p.announce_again(3, a, None, Instant::ZERO);
-        assert!(p.is_announced(3) && p.announced_other(3, "10.0.9.9".parse().unwrap()));
+        assert!(p.is_announced(3) && p.announced_other(3, ip("10.0.9.9")));
         assert_eq!(p.announced_id(a, |_| false), Some(3));
         p.withdraw(3, Instant::ZERO);
         assert!(!p.is_announced(3));

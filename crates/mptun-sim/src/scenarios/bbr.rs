@@ -15,11 +15,11 @@
 //! second half, past STARTUP (a BBR flow's PROBE_RTT falls inside it).
 
 use super::bottleneck::Bottleneck;
+use super::ip;
 use super::network::{self, Flow, FlowKind, LinkSpec, Report, Route, Spec};
 use mptun_cc::Algorithm;
 use mptun_proto::sched::Policy;
 use mptun_time::Duration;
-use std::net::IpAddr;
 
 /// The bottleneck of both experiments.
 #[derive(Clone, Copy, Debug)]
@@ -55,10 +55,6 @@ impl Path {
             qdisc: Default::default(),
         }
     }
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().expect("literal")
 }
 
 /// TCP flows with controllers `ccs` through `path`, for `duration`.

@@ -18,9 +18,16 @@ pub mod shared_bottleneck;
 pub mod tcp_single;
 pub mod transfer;
 
+use std::net::IpAddr;
+
 /// A host's 32-byte endpoint seed from a run's seed and a per-host salt.
 pub(crate) fn seed32(seed: u64, salt: u8) -> [u8; 32] {
     let mut s = [salt; 32];
     s[..8].copy_from_slice(&seed.to_le_bytes());
     s
+}
+
+/// An address written as a literal in an experiment's definition.
+pub(crate) fn ip(s: &str) -> IpAddr {
+    s.parse().expect("literal")
 }

@@ -11,6 +11,7 @@
 //! are counted over its second half, once slow start is long over.
 
 use super::bottleneck::Bottleneck;
+use super::ip;
 use super::network::{self, Flow, FlowKind, LinkSpec, Route, Spec};
 use mptun_cc::Algorithm;
 use mptun_proto::sched::Policy;
@@ -56,10 +57,6 @@ impl Default for Params {
             seed: 1,
         }
     }
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().expect("literal")
 }
 
 /// The experiment as a network: two client addresses routed through one

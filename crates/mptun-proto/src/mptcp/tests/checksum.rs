@@ -1,8 +1,97 @@
-//! A DSS checksum failure on the only subflow (RFC 8684 3.7): MP_FAIL, the
+//! DSS checksums (RFC 8684 3.3.1, 3.7): the checksum itself, its
+//! negotiation, a failure on one of two subflows (the subflow reset, its
+//! data sent on the other), and a failure on the only subflow: MP_FAIL, the
 //! fallback from the failed mapping, and the sender's answer (the MP_FAIL
 //! echoed, the infinite mapping on new data and its copies).
 
 use super::*;
+use mptun_wire::checksum::dss_checksum;
+
+#[test]
+fn dss_checksum_matches_the_rfc_construction() {
+    // Pseudo-header and payload summed by hand: ones' complement of the sum.
+    let payload = [0x01u8, 0x02, 0x03];
+    let c = dss_checksum(0x0102_0304_0506_0708, 0x0a0b_0c0d, 3, &payload);
+    let words: [u32; 10] = [0x0102, 0x0304, 0x0506, 0x0708, 0x0a0b, 0x0c0d, 0x0003, 0x0000, 0x0102, 0x0300];
+    let mut acc: u32 = words.iter().sum();
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    assert_eq!(c, !(acc as u16));
+}
+
+#[test]
+fn checksums_negotiated_by_either_side_and_corruption_caught() {
+    let mut n = two_path();
+    n.a = {
+        let mut c = EndpointConfig::default();
+        c.mptcp.checksum = true;
+        c.mptcp.pm.endpoints.push(PmEndpoint {
+            id: 1,
+            addr: ip("10.0.2.1"),
+            flags: EndpointFlags::default(),
+            port: None,
+        });
+        c.mptcp.pm.max_add_addr_accepted = 2;
+        Endpoint::new(c, [1; 32])
+    };
+    let h = n.connect();
+    let mut server_a_flag = None;
+    n.run(Duration::from_millis(100), &mut |from_a, p| {
+        let syn_ack = parse_tcp_packet(&p).unwrap().tcp.flags.syn() && !from_a;
+        for o in mptcp_opts(&p) {
+            if let (true, MptcpOption::MpCapable { flags, .. }) = (syn_ack, o) {
+                server_a_flag.get_or_insert(flags & mptun_wire::mptcp::cap_flags::CHECKSUM != 0);
+            }
+        }
+        Some(p)
+    });
+    let sh = n.b.accept().unwrap();
+    assert_eq!(server_a_flag, Some(true), "the server must agree to the client's A flag");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let mut corrupted = 0;
+    let mut rst_opts = Vec::new();
+    for _ in 0..300 {
+        sent += n.a.send(h, &data[sent..]).unwrap_or(0);
+        n.run(Duration::from_millis(20), &mut |from_a, p| {
+            if !from_a && parse_tcp_packet(&p).unwrap().tcp.flags.rst() {
+                rst_opts.extend(mptcp_opts(&p));
+            }
+            // A middlebox rewrites one payload byte of one data segment on path 1
+            // and fixes the TCP checksum: only the DSS checksum can tell.
+            if from_a && corrupted == 0 && p.len() > 1000 && p[19] == 2 {
+                let pkt = parse_tcp_packet(&p).unwrap();
+                let mut payload = pkt.payload.to_vec();
+                payload[100] ^= 0xff;
+                let mut out = vec![0u8; 1600];
+                let k = emit_tcp_packet(pkt.src, pkt.dst, pkt.ttl, &pkt.tcp, &payload, &mut out).unwrap();
+                out.truncate(k);
+                corrupted += 1;
+                return Some(out);
+            }
+            Some(p)
+        });
+        got.extend(n.read_b(sh, &mut buf));
+        if got.len() == data.len() {
+            break;
+        }
+    }
+    assert_eq!(corrupted, 1);
+    assert_eq!(n.b.counters().mptcp_data_csum_err, 1);
+    assert_eq!(got, data, "the corrupted mapping must not be delivered; it is re-sent on the other path");
+    // With another subflow the failed one is reset with MP_TCPRST
+    // "middlebox interference" and MP_FAIL (RFC 8684 3.7).
+    assert!(
+        rst_opts.contains(&MptcpOption::MpTcpRst { flags: 0, reason: MPTCP_RST_EMIDDLEBOX }),
+        "{rst_opts:?} {:?}",
+        n.b.counters()
+    );
+    assert!(rst_opts.iter().any(|o| matches!(o, MptcpOption::MpFail { .. })), "{rst_opts:?}");
+    assert_eq!(n.b.counters().mptcp_mp_fail_tx, 1);
+}
 
 /// On the only subflow a checksum failure does not reset (RFC 8684 3.7):
 /// the receiver sends MP_FAIL with the failed mapping's DSN and both ends

@@ -493,7 +493,7 @@ fn add_addr_retransmitted_three_times_at_add_addr_timeout() {
         port: None,
     });
     let mut b = Endpoint::new(s, [2; 32]);
-    b.listen("10.0.1.2:5000".parse().unwrap());
+    b.listen(sa("10.0.1.2:5000"));
     n = Net::new(Endpoint::new(EndpointConfig::default(), [1; 32]), b, Instant::ZERO);
     n.connect();
     let mut times = Vec::new();

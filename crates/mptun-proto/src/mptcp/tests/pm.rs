@@ -122,7 +122,7 @@ fn a_two_path_transfer_reports_its_events_in_order() {
     let mut n = two_path();
     n.a.listen_pm_events();
     n.b.listen_pm_events();
-    n.b.listen("10.0.1.2:6000".parse().unwrap());
+    n.b.listen(sa("10.0.1.2:6000"));
     let h = n.connect();
     n.run(Duration::from_millis(100), &mut pass());
     let a = kinds(&mut n.a);
@@ -136,7 +136,7 @@ fn a_two_path_transfer_reports_its_events_in_order() {
     let a = kinds(&mut n.a);
     assert_eq!(a.iter().filter(|k| **k == SubClosed).count(), 2, "{a:?}");
     assert_eq!(a.last(), Some(&Closed), "{a:?}");
-    n.b.unlisten("10.0.1.2:6000".parse().unwrap());
+    n.b.unlisten(sa("10.0.1.2:6000"));
     assert_eq!(kinds(&mut n.b).last(), Some(&ListenerClosed));
 }
 
@@ -152,7 +152,7 @@ fn events_carry_the_kernel_s_attributes() {
     assert!(evs.iter().all(|e| e.token == token));
     let created = &evs[0];
     assert_eq!((created.kind, created.server_side), (Created, false));
-    assert_eq!(created.remote, Some("10.0.1.2:5000".parse().unwrap()));
+    assert_eq!(created.remote, Some(sa("10.0.1.2:5000")));
     let ann = evs.iter().find(|e| e.kind == Announced).unwrap();
     assert_eq!((ann.remote_id, ann.remote.map(|r| r.ip())), (Some(1), Some(ip("10.0.2.2"))));
     let sub = evs.iter().find(|e| e.kind == SubEstablished).unwrap();
@@ -211,15 +211,12 @@ fn subflow_create_and_destroy_with_their_refusals() {
     let h = n.connect();
     n.run(Duration::from_millis(100), &mut pass());
     let token = n.a.conn(h).unwrap().local_token().unwrap();
-    let srv: SocketAddr = "10.0.1.2:5000".parse().unwrap();
+    let srv = sa("10.0.1.2:5000");
     n.a.add_local_address(ip("10.0.1.1"));
     n.a.add_local_address(ip("10.0.2.1"));
     n.a.add_local_address(ip("10.0.3.1"));
     assert_eq!(n.a.pm_subflow_create(token, ip("10.0.7.1"), 7, srv, false), Err(PmError::AddrNotLocal));
-    assert_eq!(
-        n.a.pm_subflow_create(token, ip("10.0.3.1"), 3, "[fd00::2]:5000".parse().unwrap(), false),
-        Err(PmError::BadAddress)
-    );
+    assert_eq!(n.a.pm_subflow_create(token, ip("10.0.3.1"), 3, sa("[fd00::2]:5000"), false), Err(PmError::BadAddress));
     // The limit is 2 additional subflows, one is up: one more.
     n.a.pm_subflow_create(token, ip("10.0.3.1"), 3, srv, false).unwrap();
     assert_eq!(n.a.pm_subflow_create(token, ip("10.0.3.1"), 3, srv, false), Err(PmError::LimitReached));
@@ -229,7 +226,7 @@ fn subflow_create_and_destroy_with_their_refusals() {
     let sf = c.subflows().map(|(_, s)| s).find(|s| s.local().ip() == ip("10.0.3.1")).unwrap();
     let (l, r) = (sf.local(), sf.remote());
     assert_eq!(n.b.counters().mptcp_mp_join_ack_rx, 2);
-    assert_eq!(n.a.pm_subflow_destroy(token, "10.0.3.1:1".parse().unwrap(), r), Err(PmError::NoSuchSubflow));
+    assert_eq!(n.a.pm_subflow_destroy(token, sa("10.0.3.1:1"), r), Err(PmError::NoSuchSubflow));
     n.a.pm_subflow_destroy(token, l, r).unwrap();
     n.run(Duration::from_millis(500), &mut pass());
     assert_eq!(up(n.a.conn(h).unwrap()), 2);
@@ -238,7 +235,7 @@ fn subflow_create_and_destroy_with_their_refusals() {
 #[test]
 fn an_announcement_with_a_port_is_joined_at_that_port() {
     let mut n = two_path_with(|s| s.mptcp.pm.endpoints.clear());
-    n.b.listen("10.0.2.2:7000".parse().unwrap());
+    n.b.listen(sa("10.0.2.2:7000"));
     let h = n.connect();
     n.run(Duration::from_millis(100), &mut pass());
     let sh = n.b.accept().unwrap();
@@ -311,7 +308,7 @@ fn a_subflow_destroyed_gives_its_place_back_to_the_limit() {
     let h = n.connect();
     n.run(Duration::from_millis(100), &mut pass());
     let token = n.a.conn(h).unwrap().local_token().unwrap();
-    let srv: SocketAddr = "10.0.1.2:5000".parse().unwrap();
+    let srv = sa("10.0.1.2:5000");
     n.a.pm_subflow_create(token, ip("10.0.3.1"), 3, srv, false).unwrap();
     n.run(Duration::from_millis(100), &mut pass());
     assert_eq!(n.a.pm_subflow_create(token, ip("10.0.4.1"), 4, srv, false), Err(PmError::LimitReached));
@@ -490,7 +487,7 @@ fn a_port_endpoint_is_announced_with_its_port_and_joined_there() {
     assert_eq!(n.b.pm_endpoint_add(port_ep(Some(7100), signal)), Err(crate::pm::PmError::IdInUse));
     n.run(Duration::from_millis(100), &mut pass());
     let c = n.a.conn(h).unwrap();
-    assert!(c.subflows().any(|(_, s)| s.remote() == "10.0.2.2:7100".parse().unwrap()), "joined at the port");
+    assert!(c.subflows().any(|(_, s)| s.remote() == sa("10.0.2.2:7100")), "joined at the port");
     assert_eq!(up(c), 2);
     // Deleted: RM_ADDR of its id, and the subflow at its port closes.
     n.b.pm_endpoint_delete(id).unwrap();

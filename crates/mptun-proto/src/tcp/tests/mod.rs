@@ -15,15 +15,11 @@ mod tso;
 mod window;
 
 use super::*;
-use crate::test_util::{keep, pass, Host};
+use crate::test_util::{keep, pass, sa, Host};
 use mptun_wire::parse_tcp_packet;
 
 const A: &str = "10.0.0.1:40000";
 const B: &str = "10.0.0.2:5000";
-
-fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
 
 type Pair = crate::test_util::Pair<Subflow>;
 
@@ -60,13 +56,13 @@ fn read_all(sf: &mut Subflow, now: Instant) -> Vec<u8> {
 /// crossed the wire (SYN, SYN-ACK, ACK).
 fn connect_traced(cfg_a: TcpConfig, cfg_b: TcpConfig) -> (Pair, Vec<TcpHeader>) {
     let now = Instant::from_millis(1);
-    let mut a = Subflow::connect(now, cfg_a, addr(A), addr(B), 1_000, 7);
+    let mut a = Subflow::connect(now, cfg_a, sa(A), sa(B), 1_000, 7);
     let syn = drain(&mut a, now);
     assert_eq!(syn.len(), 1);
     let p = parse_tcp_packet(&syn[0]).unwrap();
     assert!(p.tcp.flags.syn() && !p.tcp.flags.ack());
     let opts = p.tcp.options.summary();
-    let b = Subflow::accept(now, cfg_b, addr(B), addr(A), &p.tcp, &opts, u32::MAX - 10, 9);
+    let b = Subflow::accept(now, cfg_b, sa(B), sa(A), &p.tcp, &opts, u32::MAX - 10, 9);
     let mut trace = vec![p.tcp.clone()];
     let mut pair = Pair::new(a, b, now);
     pair.run_for(Duration::from_secs(5), &mut |_, p| {
@@ -137,8 +133,8 @@ fn without_timestamps_sack_or_wscale_the_peer_still_talks() {
 #[test]
 fn simultaneous_open() {
     let now = Instant::from_millis(1);
-    let mut a = Subflow::connect(now, TcpConfig::default(), addr(A), addr(B), 100, 1);
-    let mut b = Subflow::connect(now, TcpConfig::default(), addr(B), addr(A), 9_000, 2);
+    let mut a = Subflow::connect(now, TcpConfig::default(), sa(A), sa(B), 100, 1);
+    let mut b = Subflow::connect(now, TcpConfig::default(), sa(B), sa(A), 9_000, 2);
     let sa = drain(&mut a, now);
     let sb = drain(&mut b, now);
     deliver(&mut a, now, &sb[0]);

@@ -19,12 +19,12 @@ fn pmtu_device_mtu_bounds_announced_mss() {
         ("[fd00::1]:40000", "[fd00::2]:5000", 1500, 1440),
         ("[fd00::1]:40000", "[fd00::2]:5000", 1280, 1220),
     ] {
-        let mut sf = Subflow::connect(now, TcpConfig::default(), addr(local), addr(remote), 1, 1);
+        let mut sf = Subflow::connect(now, TcpConfig::default(), sa(local), sa(remote), 1, 1);
         sf.set_device_mtu(mtu);
         assert_eq!(syn_mss(&mut sf, now), Some(want), "{local} mtu {mtu}");
     }
     // Without a device MTU: the configured MSS, untouched.
-    let mut sf = Subflow::connect(now, TcpConfig::default(), addr(A), addr(B), 1, 1);
+    let mut sf = Subflow::connect(now, TcpConfig::default(), sa(A), sa(B), 1, 1);
     assert_eq!(syn_mss(&mut sf, now), Some(1460));
     assert_eq!(sf.path_mtu(), None);
 }
@@ -32,12 +32,12 @@ fn pmtu_device_mtu_bounds_announced_mss() {
 /// A pair where A's device has `mtu`; B's MSS comes from A's SYN.
 fn pair_with_mtu(mtu: u32) -> Pair {
     let now = Instant::from_millis(1);
-    let mut a = Subflow::connect(now, TcpConfig::default(), addr(A), addr(B), 1_000, 7);
+    let mut a = Subflow::connect(now, TcpConfig::default(), sa(A), sa(B), 1_000, 7);
     a.set_device_mtu(mtu);
     let syn = drain(&mut a, now);
     let p = parse_tcp_packet(&syn[0]).unwrap();
     let opts = p.tcp.options.summary();
-    let mut b = Subflow::accept(now, TcpConfig::default(), addr(B), addr(A), &p.tcp, &opts, 5_000, 9);
+    let mut b = Subflow::accept(now, TcpConfig::default(), sa(B), sa(A), &p.tcp, &opts, 5_000, 9);
     b.set_device_mtu(1500);
     let mut pair = Pair::new(a, b, now);
     run(&mut pair);

@@ -9,6 +9,7 @@
 //! Only methods of [`Subflow`] are used, never its fields.
 
 pub(super) use super::super::*;
+use crate::test_util::sa;
 pub(super) use mptun_wire::{parse_tcp_packet, TcpFlags, TcpHeader, TcpOptions};
 
 pub const LOCAL: &str = "10.0.0.1:40000";
@@ -91,8 +92,8 @@ pub const SEG: Seg = Seg {
 
 impl Seg {
     fn header(&self) -> TcpHeader {
-        let local: SocketAddr = LOCAL.parse().unwrap();
-        let remote: SocketAddr = REMOTE.parse().unwrap();
+        let local = sa(LOCAL);
+        let remote = sa(REMOTE);
         let mut h = TcpHeader::new(remote.port(), local.port(), self.seq, self.ack, self.flags, self.window);
         h.options = if self.flags.syn() {
             TcpOptions::syn(self.mss.unwrap_or(0), self.ws, self.sack_perm, self.ts, None).unwrap()
@@ -115,8 +116,8 @@ impl Seg {
 
     fn from_packet(pkt: &[u8]) -> Seg {
         let p = parse_tcp_packet(pkt).expect("the subflow emits valid packets");
-        assert_eq!(p.src, LOCAL.parse::<SocketAddr>().unwrap().ip());
-        assert_eq!(p.dst, REMOTE.parse::<SocketAddr>().unwrap().ip());
+        assert_eq!(p.src, sa(LOCAL).ip());
+        assert_eq!(p.dst, sa(REMOTE).ip());
         assert_eq!(p.tcp.src_port, 40000);
         assert_eq!(p.tcp.dst_port, 5000);
         let o = p.tcp.options.summary();
@@ -173,7 +174,7 @@ impl Sf {
     /// Active open: SYN-SENT, the SYN not yet taken.
     pub fn connect(cfg: TcpConfig) -> Sf {
         let now = Instant::from_millis(T0);
-        let sf = Subflow::connect(now, cfg, LOCAL.parse().unwrap(), REMOTE.parse().unwrap(), ISS, 0);
+        let sf = Subflow::connect(now, cfg, sa(LOCAL), sa(REMOTE), ISS, 0);
         Sf { sf, now, verdict: None }
     }
 
@@ -182,16 +183,7 @@ impl Sf {
     pub fn accept(cfg: TcpConfig, syn: Seg) -> Sf {
         let now = Instant::from_millis(T0);
         let h = syn.header();
-        let sf = Subflow::accept(
-            now,
-            cfg,
-            LOCAL.parse().unwrap(),
-            REMOTE.parse().unwrap(),
-            &h,
-            &h.options.summary(),
-            ISS,
-            0,
-        );
+        let sf = Subflow::accept(now, cfg, sa(LOCAL), sa(REMOTE), &h, &h.options.summary(), ISS, 0);
         Sf { sf, now, verdict: None }
     }
 
