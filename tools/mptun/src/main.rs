@@ -24,6 +24,8 @@ mod scenario_file;
 mod signals;
 mod sim;
 mod stack;
+#[cfg(test)]
+mod test_util;
 mod traces;
 mod units;
 mod xfer;

@@ -436,16 +436,13 @@ impl Drop for Charge {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::sa;
 
     const SHORT: Duration = Duration::from_secs(1);
 
     fn gate(handshakes: usize, per_source: usize, relays: usize, memory: u64) -> Arc<Gate> {
         let l = Limits { handshake: SHORT, handshakes, per_source, relays, memory, relay_cost: 100, carrier_cost: 60 };
         Gate::new(&l, Reporter::new("local", true))
-    }
-
-    fn sa(s: &str) -> SocketAddr {
-        s.parse().unwrap()
     }
 
     /// A flood from one source churns through that source's slots; the

@@ -320,13 +320,10 @@ impl Allow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::sa;
 
     fn allow(rules: &[&str]) -> Allow {
         Allow::new(rules.iter().map(|r| r.parse().unwrap()).collect())
-    }
-
-    fn sa(s: &str) -> SocketAddr {
-        s.parse().unwrap()
     }
 
     impl Allow {
