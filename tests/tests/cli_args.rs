@@ -15,18 +15,25 @@ fn mptun(args: &[&str]) -> Output {
     Command::new(mptun_bin()).args(args).env("RUST_BACKTRACE", "1").output().expect("run mptun")
 }
 
+/// clap's own usage error: exit 2 with its `--help` hint.
+const CLAP: Option<i32> = None;
+/// Our usage error (the command line or an input file is wrong): one line, exit 2.
+const USAGE: Option<i32> = Some(2);
+/// Our environment error (this machine or user cannot do it): one line, exit 3.
+const ENVIRONMENT: Option<i32> = Some(3);
+
 /// Fails unless `out` is a failure with an error mentioning `want`, free of
-/// panics and backtraces; `one_line` also requires exactly one line (our
-/// own errors; clap adds a usage hint to its own).
-fn check(args: &[&str], out: &Output, want: &str, one_line: bool) {
+/// panics and backtraces; `ours` (the exit status of one of our own errors)
+/// also requires exactly one line (clap adds a usage hint to its own).
+fn check(args: &[&str], out: &Output, want: &str, ours: Option<i32>) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "mptun {args:?} succeeded; stderr {err}");
     assert!(!err.contains("panicked") && !err.contains("backtrace"), "mptun {args:?} panicked: {err}");
     assert!(err.contains(want), "mptun {args:?}: expected {want:?} in {err}");
-    if one_line {
+    if let Some(code) = ours {
         assert_eq!(err.trim_end().lines().count(), 1, "mptun {args:?}: not one line: {err}");
         assert!(err.starts_with("mptun: "), "{err}");
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.status.code(), Some(code), "mptun {args:?}: {err}");
     } else {
         assert_eq!(out.status.code(), Some(2), "clap's usage errors exit 2");
     }
@@ -46,7 +53,7 @@ fn nonsense_sizes_and_numbers() {
         (&["send", "10.9.9.9", "-n", "1G", "-t", "3"], "cannot be used with"),
         (&["sim", "aggregate", "--size", "huge"], "does not start with a number"),
     ] {
-        check(args, &mptun(args), want, false);
+        check(args, &mptun(args), want, CLAP);
     }
     for (args, want) in [
         (&["send", "10.9.9.9", "--kernel", "--sndbuf", "10"][..], "less than 1 KiB"),
@@ -56,7 +63,7 @@ fn nonsense_sizes_and_numbers() {
         (&["send", "not an address!", "--kernel"], "not an address"),
         (&["send", "10.9.9.9", "--kernel", "--pacer", "quantum"], "--pacer chooses mptun's pacer"),
     ] {
-        check(args, &mptun(args), want, true);
+        check(args, &mptun(args), want, USAGE);
     }
 }
 
@@ -70,7 +77,7 @@ fn unknown_paths_and_missing_devices() {
         (&["send", "10.9.9.9", "--path", "dev=a-name-far-too-long,addr=10.77.1.2"], "bad interface name"),
         (&["serve", "--path", "tun0"], "KEY=VALUE"),
     ] {
-        check(args, &mptun(args), want, false);
+        check(args, &mptun(args), want, CLAP);
     }
     for (args, want) in [
         (&["send", "10.9.9.9", "--topology", "atlantis"][..], "unknown topology 'atlantis'"),
@@ -81,7 +88,7 @@ fn unknown_paths_and_missing_devices() {
         (&["serve", "--kernel", "--output-dir", "/nonexistent/mptun-dir"], "not a directory"),
         (&["serve", "--kernel", "--file", "/nonexistent/mptun-file"], "--file /nonexistent/mptun-file"),
     ] {
-        check(args, &mptun(args), want, true);
+        check(args, &mptun(args), want, USAGE);
     }
 }
 
@@ -109,7 +116,7 @@ fn no_root_when_tun_is_needed() {
         println!("skipped: user nobody cannot execute {} ({err})", mptun_bin().display());
         return;
     }
-    check(&args, &out, "needs root or CAP_NET_ADMIN", true);
+    check(&args, &out, "needs root or CAP_NET_ADMIN", ENVIRONMENT);
     assert!(err.contains("mptnoroot0"), "{err}");
 }
 

@@ -11,6 +11,7 @@
 mod conn;
 mod ctl;
 mod demo;
+mod error;
 mod flags;
 mod host;
 mod kernel;
@@ -188,5 +189,5 @@ fn main() -> ExitCode {
         }
     };
     eprintln!("mptun: {e:#}");
-    interrupted.map_or(ExitCode::FAILURE, ExitCode::from)
+    interrupted.map_or_else(|| ExitCode::from(error::class_of(&e).code()), ExitCode::from)
 }

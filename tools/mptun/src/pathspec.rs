@@ -50,7 +50,7 @@ pub(crate) fn topology(spec: &str) -> Result<Vec<PathSpec>> {
         // `mptun lab`: client path i 10.9.i.2 (TUN 10.9.i.1), server one address 10.8.1.2 (TUN 10.8.1.1).
         "linkem-client" => (1..=n).map(|i| mk(format!("mptc{i}"), [10, 9, i, 2], [10, 9, i, 1])).collect(),
         "linkem-server" => vec![mk("mpts1".into(), [10, 8, 1, 2], [10, 8, 1, 1])],
-        _ => bail!("unknown topology '{name}' (known: {TOPOLOGIES})"),
+        _ => crate::error::bail_usage!("unknown topology '{name}' (known: {TOPOLOGIES})"),
     })
 }
 
@@ -66,14 +66,16 @@ fn tun_error(e: std::io::Error) -> anyhow::Error {
     let root = unsafe { libc::geteuid() } == 0;
     let text = e.to_string();
     if !std::path::Path::new("/dev/net/tun").exists() {
-        return anyhow!("{text}: /dev/net/tun does not exist (load the tun module)");
+        return crate::error::environment(anyhow!("{text}: /dev/net/tun does not exist (load the tun module)"));
     }
     if !root
         && (e.kind() == std::io::ErrorKind::PermissionDenied
             || text.contains("ermission")
             || text.contains("not permitted"))
     {
-        return anyhow!("{text} (needs root or CAP_NET_ADMIN; --kernel measures the kernel's stack without TUN)");
+        return crate::error::environment(anyhow!(
+            "{text} (needs root or CAP_NET_ADMIN; --kernel measures the kernel's stack without TUN)"
+        ));
     }
     if text.contains("busy") || text.contains("exists") {
         return anyhow!("{text} (a device of that name is in use)");

@@ -149,7 +149,9 @@ impl Carrier {
             None => self.paths.clone(),
         };
         if paths.is_empty() {
-            bail!("no paths: give --path dev=NAME,addr=A/PREFIX (repeatable) or --topology NAME, or --kernel");
+            crate::error::bail_usage!(
+                "no paths: give --path dev=NAME,addr=A/PREFIX (repeatable) or --topology NAME, or --kernel"
+            );
         }
         Ok(Stackish::Mptun(paths, Box::new(options)))
     }

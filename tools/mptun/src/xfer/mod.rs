@@ -233,11 +233,15 @@ impl Common {
             };
             if let Some(dir) = self.pcap.as_deref().and_then(std::path::Path::parent) {
                 if !dir.as_os_str().is_empty() && !dir.is_dir() {
-                    bail!("--pcap {}: no directory {}", self.pcap.as_deref().unwrap_or(dir).display(), dir.display());
+                    crate::error::bail_usage!(
+                        "--pcap {}: no directory {}",
+                        self.pcap.as_deref().unwrap_or(dir).display(),
+                        dir.display()
+                    );
                 }
             }
             if paths.is_empty() {
-                bail!(
+                crate::error::bail_usage!(
                     "no paths: give --path dev=NAME,addr=A/PREFIX (repeatable) or --topology NAME, or --kernel for the kernel's stack"
                 );
             }
@@ -371,12 +375,12 @@ async fn connect(plan: &Plan, to: SocketAddr, limit: Duration) -> Result<(Conn, 
 }
 
 pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
-    let mut plan = a.common.check(true)?;
-    let (host, port) = split_host_port(&a.server, a.port)?;
+    let mut plan = a.common.check(true).map_err(crate::error::usage)?;
+    let (host, port) = split_host_port(&a.server, a.port).map_err(crate::error::usage)?;
     let amount = match (a.bytes, a.time, &a.file) {
         (Some(n), _, _) => {
             if n > MAX_BYTES {
-                bail!("-n {n}: at most {MAX_BYTES} bytes");
+                crate::error::bail_usage!("-n {n}: at most {MAX_BYTES} bytes");
             }
             Amount::Bytes(n)
         }
@@ -392,13 +396,14 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
             sink = Sink::File(f, path.clone());
             file_name = Some(String::new());
         } else {
-            let f = std::fs::File::open(path).map_err(|e| anyhow!("cannot open {}: {e}", path.display()))?;
+            let f = std::fs::File::open(path)
+                .map_err(|e| crate::error::usage(anyhow!("cannot open {}: {e}", path.display())))?;
             let meta = f.metadata().with_context(|| format!("stat {}", path.display()))?;
             if !meta.is_file() {
-                bail!("{} is not a regular file", path.display());
+                crate::error::bail_usage!("{} is not a regular file", path.display());
             }
             if meta.len() == 0 {
-                bail!("{} is empty", path.display());
+                crate::error::bail_usage!("{} is empty", path.display());
             }
             amount = Amount::Bytes(meta.len());
             let name = path
@@ -450,14 +455,19 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
 }
 
 pub(crate) fn run_serve(a: ServeArgs) -> Result<Verdict> {
-    let plan = a.common.check(false)?;
+    let plan = a.common.check(false).map_err(crate::error::usage)?;
     // Opened now, once: what a client sends goes into this directory
     // whatever its path names later.
-    let output_dir = a.output_dir.as_deref().map(|d| OutputDir::open(d, a.max_file_size)).transpose()?;
+    let output_dir = a
+        .output_dir
+        .as_deref()
+        .map(|d| OutputDir::open(d, a.max_file_size))
+        .transpose()
+        .map_err(crate::error::usage)?;
     if let Some(f) = &a.file {
-        let m = std::fs::metadata(f).map_err(|e| anyhow!("--file {}: {e}", f.display()))?;
+        let m = std::fs::metadata(f).map_err(|e| crate::error::usage(anyhow!("--file {}: {e}", f.display())))?;
         if !m.is_file() {
-            bail!("--file {}: not a regular file", f.display());
+            crate::error::bail_usage!("--file {}: not a regular file", f.display());
         }
     }
     let cfg = ServerConfig { output_dir, file: a.file.clone() };
