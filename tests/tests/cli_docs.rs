@@ -1,5 +1,5 @@
-//! The commands of `docs/cli.md` run as written, without root, against the
-//! `mptun` this workspace built.
+//! The commands of `docs/cli.md` and of README.md run as written, without
+//! root, against the `mptun` this workspace built.
 //!
 //! How the test reads the doc (the convention the doc follows):
 //! - A fenced block whose info string has the word `root` (```` ```console root ````,
@@ -117,6 +117,120 @@ fn cli_doc_commands_run_as_written() {
         }
         println!("docs/cli.md:{}: ok: {}", c.line, c.command);
     }
+}
+
+/// One command line of a README.md `sh` block and whether it can run here.
+#[derive(Debug)]
+struct ReadmeLine {
+    line: usize,
+    command: String,
+    /// Why it is not run by this test, if it is not.
+    skip: Option<&'static str>,
+}
+
+/// The command lines of README.md's `sh` blocks: `\`-continued lines joined,
+/// comment-only lines dropped. The README's convention: a command that needs
+/// root says so (`ip netns`, `sudo`, or `(root)` in its comment).
+fn readme_lines(doc: &str) -> Vec<ReadmeLine> {
+    let mut out: Vec<ReadmeLine> = Vec::new();
+    let (mut in_sh, mut pending) = (false, None::<(usize, String)>);
+    for (i, l) in doc.lines().enumerate() {
+        let n = i + 1;
+        if let Some(info) = l.strip_prefix("```") {
+            in_sh = !in_sh && info.trim() == "sh";
+            continue;
+        }
+        if !in_sh {
+            continue;
+        }
+        let (start, text) = match pending.take() {
+            Some((start, before)) => (start, format!("{before} {}", l.trim())),
+            None => (n, l.trim().to_owned()),
+        };
+        if let Some(head) = text.strip_suffix('\\') {
+            pending = Some((start, head.trim_end().to_owned()));
+            continue;
+        }
+        if text.is_empty() || text.starts_with('#') {
+            continue;
+        }
+        let comment = text.split_once(" # ").map_or("", |(_, c)| c);
+        let skip = if text.contains("ip netns") || text.contains("sudo ") || comment.contains("(root)") {
+            Some("needs root: namespaces, a running serve, or a system directory")
+        } else if text.starts_with("cargo ") {
+            Some("a cargo command: .ci/run builds and tests the workspace itself")
+        } else {
+            None
+        };
+        out.push(ReadmeLine { line: start, command: text, skip });
+    }
+    out
+}
+
+#[test]
+fn readme_commands_run_as_written() {
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let doc = std::fs::read_to_string(repo.join("README.md")).expect("README.md");
+    let lines = readme_lines(&doc);
+    let runnable = lines.iter().filter(|l| l.skip.is_none()).count();
+    assert!(runnable >= 10, "README.md's runnable commands were not found: {lines:?}");
+    let bin = support::mptun_bin();
+    let bin_dir = bin.parent().expect("bin dir").to_path_buf();
+    if lines.iter().any(|l| l.skip.is_none() && l.command.starts_with("linkem ")) {
+        assert!(
+            bin_dir.join("linkem").exists(),
+            "{} not built: run `cargo test --workspace`",
+            bin_dir.join("linkem").display()
+        );
+    }
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    // Relative paths of the README (docs/scenarios/...) are the clone's; what
+    // the commands write (out/, sweep/, big.iso, ~/.local/...) lands in the
+    // scratch directory, which is also their HOME.
+    let scratch = Scratch::new();
+    std::os::unix::fs::symlink(repo.join("docs").canonicalize().expect("docs"), scratch.0.join("docs"))
+        .expect("link docs");
+    for l in &lines {
+        if let Some(why) = l.skip {
+            println!("README.md:{}: not run here ({why}): {}", l.line, l.command);
+            continue;
+        }
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&l.command)
+            .env("PATH", &path)
+            .env("HOME", &scratch.0)
+            .current_dir(&scratch.0)
+            .output()
+            .unwrap_or_else(|e| panic!("README.md:{}: cannot run {}: {e}", l.line, l.command));
+        assert!(
+            out.status.success(),
+            "README.md:{}: `{}` exited {}; stderr:\n{}",
+            l.line,
+            l.command,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("README.md:{}: ok: {}", l.line, l.command);
+    }
+}
+
+#[test]
+fn readme_lines_follow_the_convention() {
+    let doc = "```sh\nmptun demo   # x\nip netns exec B mptun serve\nmptun pm show   # a running serve (root)\n\
+               mptun sim sweep f \\\n    --out d   # y\ncargo test\n# only a comment\n```\n```toml\nx = 1\n```\n";
+    let l = readme_lines(doc);
+    let got: Vec<(usize, &str, bool)> = l.iter().map(|l| (l.line, l.command.as_str(), l.skip.is_none())).collect();
+    assert_eq!(
+        got,
+        [
+            (2, "mptun demo   # x", true),
+            (3, "ip netns exec B mptun serve", false),
+            (4, "mptun pm show   # a running serve (root)", false),
+            (5, "mptun sim sweep f --out d   # y", true),
+            (7, "cargo test", false),
+        ]
+    );
 }
 
 /// The commands' working directory, removed at the end, pass or fail.
