@@ -215,6 +215,143 @@ fn readme_commands_run_as_written() {
     }
 }
 
+/// The namespaces of docs/cli.md's routing plan under names of this test's
+/// own, removed (with what runs in them) at the end, pass or fail.
+struct Plan {
+    a: String,
+    b: String,
+}
+
+impl Plan {
+    /// Runs the plan's script, the `sh root` block of docs/cli.md that
+    /// starts with `#!`, with its namespace names set to ours.
+    fn new(cli_md: &str) -> Plan {
+        let id = std::process::id() % 100_000;
+        let plan = Plan { a: format!("rdA{id}"), b: format!("rdB{id}") };
+        let script = cli_md
+            .split("```sh root\n")
+            .skip(1)
+            .find(|b| b.starts_with("#!"))
+            .and_then(|b| b.split("```").next())
+            .expect("docs/cli.md: the routing plan's script");
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env("A", &plan.a)
+            .env("B", &plan.b)
+            .output()
+            .expect("run the routing plan's script");
+        assert!(out.status.success(), "docs/cli.md's routing plan failed: {}", String::from_utf8_lossy(&out.stderr));
+        plan
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("sh").arg("-c").arg(format!("ip netns pids {ns} | xargs -r kill -9")).status();
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// A README command that runs until stopped (a server or proxy), killed
+/// when the next one starts in its namespace or the test ends.
+struct Daemon {
+    line: usize,
+    ns: String,
+    child: std::process::Child,
+}
+
+impl Daemon {
+    /// Fails if it has already exited: a server that gives up at once (a
+    /// device in use, a bad flag) is the error this test is for.
+    fn still_running(&mut self, command: &str) {
+        if let Some(st) = self.child.try_wait().expect("wait") {
+            let mut err = String::new();
+            if let Some(mut e) = self.child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            panic!("README.md:{}: `{command}` exited {st}: {err}", self.line);
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// As root: README.md's commands in namespaces `A` and `B` run as written
+/// on docs/cli.md's routing plan (names of this test's own): each
+/// `serve`/`proxy` in the background (stopped when the next one starts in
+/// its namespace), each `send` to its end with exit status 0, within a bound.
+#[test]
+fn readme_netns_commands_run_as_root() {
+    if mptun_io::testutil::require_netns().is_some() {
+        return;
+    }
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let readme = std::fs::read_to_string(repo.join("README.md")).expect("README.md");
+    let cli_md = std::fs::read_to_string(repo.join("docs/cli.md")).expect("docs/cli.md");
+    let bin = support::mptun_bin();
+    let path = format!("{}:{}", bin.parent().expect("bin dir").display(), std::env::var("PATH").unwrap_or_default());
+    let scratch = Scratch::new();
+    let plan = Plan::new(&cli_md);
+    let mut daemons: Vec<Daemon> = Vec::new();
+    let mut ran = 0;
+    for l in readme_lines(&readme) {
+        let ns_command = ["A", "B"].into_iter().find_map(|n| {
+            let rest = l.command.strip_prefix(&format!("ip netns exec {n} "))?;
+            Some((if n == "A" { &plan.a } else { &plan.b }, rest))
+        });
+        let Some((ns, rest)) = ns_command else {
+            // Files and directories the namespace commands use (big.iso,
+            // the proxy's key); the simulator's lines run in the test above.
+            if l.skip.is_none() && !["mptun", "linkem", "~"].iter().any(|w| l.command.contains(w)) {
+                let st = Command::new("sh").arg("-c").arg(&l.command).current_dir(&scratch.0).status().expect("sh");
+                assert!(st.success(), "README.md:{}: `{}` exited {st}", l.line, l.command);
+            } else if l.skip.is_some() {
+                println!("README.md:{}: not run here (not a command in namespace A or B): {}", l.line, l.command);
+            }
+            continue;
+        };
+        let command = format!("ip netns exec {ns} {rest}");
+        let mut sh = Command::new("sh");
+        sh.arg("-c").arg(format!("exec {command}")).env("PATH", &path).current_dir(&scratch.0);
+        if rest.starts_with("mptun serve") || rest.starts_with("mptun proxy") {
+            daemons.retain(|d| &d.ns != ns);
+            sh.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+            let child = sh.spawn().unwrap_or_else(|e| panic!("README.md:{}: {command}: {e}", l.line));
+            let mut d = Daemon { line: l.line, ns: ns.clone(), child };
+            // Up (its TUN made, listening) or failed, by then.
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            d.still_running(&command);
+            daemons.push(d);
+        } else {
+            let out = support::run_command(sh, std::time::Duration::from_secs(120));
+            assert!(
+                out.status.success(),
+                "README.md:{}: `{command}` exited {}; it printed:\n{}{}",
+                l.line,
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        println!("README.md:{}: ok (as root): {command}", l.line);
+        ran += 1;
+    }
+    for d in &mut daemons {
+        d.still_running("the last server or proxy");
+    }
+    assert!(ran >= 6, "README.md's namespace commands were not found ({ran})");
+    drop(daemons);
+    drop(plan);
+}
+
 #[test]
 fn readme_lines_follow_the_convention() {
     let doc = "```sh\nmptun demo   # x\nip netns exec B mptun serve\nmptun pm show   # a running serve (root)\n\
@@ -238,7 +375,10 @@ struct Scratch(std::path::PathBuf);
 
 impl Scratch {
     fn new() -> Scratch {
-        let dir = std::env::temp_dir().join(format!("mptun-cli-docs-{}", std::process::id()));
+        // Tests of this file run in parallel, each in a directory of its own.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("mptun-cli-docs-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch dir");
         Scratch(dir)
     }

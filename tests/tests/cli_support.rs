@@ -39,7 +39,15 @@ pub fn json_document(what: &str, stdout: &[u8]) -> serde_json::Value {
 /// pipe's buffer (64 KiB) would otherwise block it until the deadline.
 pub fn run(ns: Option<&str>, args: &[&str], limit: Duration) -> Output {
     let mut c = command(ns, args);
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.stdin(Stdio::null());
+    run_command(c, limit)
+}
+
+/// As [`run`], for any command: run to completion within `limit` (killed
+/// and a panic otherwise), its output read while it runs.
+pub fn run_command(mut c: Command, limit: Duration) -> Output {
+    let what = format!("{:?}", c.get_args().collect::<Vec<_>>());
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().expect("spawn mptun");
     let drain = |pipe: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {
@@ -51,14 +59,13 @@ pub fn run(ns: Option<&str>, args: &[&str], limit: Duration) -> Output {
     };
     let out = drain(Box::new(child.stdout.take().expect("stdout")));
     let err = drain(Box::new(child.stderr.take().expect("stderr")));
-    let mut guard =
-        Running { child: Some(child), what: args.join(" "), lines: Default::default(), readers: Vec::new() };
+    let mut guard = Running { child: Some(child), what, lines: Default::default(), readers: Vec::new() };
     let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(status) = guard.child.as_mut().and_then(|ch| ch.try_wait().expect("wait")) {
             break status;
         }
-        assert!(Instant::now() < deadline, "mptun {} did not finish within {limit:?}", guard.what);
+        assert!(Instant::now() < deadline, "{} did not finish within {limit:?}", guard.what);
         std::thread::sleep(Duration::from_millis(20));
     };
     guard.child.take();
