@@ -226,8 +226,11 @@ impl Plan {
     /// Runs the plan's script, the `sh root` block of docs/cli.md that
     /// starts with `#!`, with its namespace names set to ours.
     fn new(cli_md: &str) -> Plan {
+        // Unique per plan: the tests of this file run in parallel.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = std::process::id() % 100_000;
-        let plan = Plan { a: format!("rdA{id}"), b: format!("rdB{id}") };
+        let plan = Plan { a: format!("rdA{id}x{n}"), b: format!("rdB{id}x{n}") };
         let script = cli_md
             .split("```sh root\n")
             .skip(1)
@@ -255,11 +258,17 @@ impl Drop for Plan {
     }
 }
 
-/// A README command that runs until stopped (a server or proxy), killed
-/// when the next one starts in its namespace or the test ends.
+/// A command that runs until stopped (a server or proxy), killed when the
+/// test ends, or when a later one on TUN devices starts in its namespace
+/// (the doc's reader stops a server before starting the next on the same
+/// devices).
 struct Daemon {
+    doc: &'static str,
     line: usize,
     ns: String,
+    /// On mptun's TUN devices (not `--kernel`): a later one in the same
+    /// namespace would need the same device names, so it stops this one.
+    tun: bool,
     child: std::process::Child,
 }
 
@@ -272,7 +281,7 @@ impl Daemon {
             if let Some(mut e) = self.child.stderr.take() {
                 let _ = std::io::Read::read_to_string(&mut e, &mut err);
             }
-            panic!("README.md:{}: `{command}` exited {st}: {err}", self.line);
+            panic!("{}:{}: `{command}` exited {st}: {err}", self.doc, self.line);
         }
     }
 }
@@ -322,10 +331,11 @@ fn readme_netns_commands_run_as_root() {
         let mut sh = Command::new("sh");
         sh.arg("-c").arg(format!("exec {command}")).env("PATH", &path).current_dir(&scratch.0);
         if rest.starts_with("mptun serve") || rest.starts_with("mptun proxy") {
-            daemons.retain(|d| &d.ns != ns);
+            let tun = !rest.contains("--kernel");
+            daemons.retain(|d| !(tun && d.tun && &d.ns == ns));
             sh.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
             let child = sh.spawn().unwrap_or_else(|e| panic!("README.md:{}: {command}: {e}", l.line));
-            let mut d = Daemon { line: l.line, ns: ns.clone(), child };
+            let mut d = Daemon { doc: "README.md", line: l.line, ns: ns.clone(), tun, child };
             // Up (its TUN made, listening) or failed, by then.
             std::thread::sleep(std::time::Duration::from_secs(2));
             d.still_running(&command);
@@ -348,6 +358,138 @@ fn readme_netns_commands_run_as_root() {
         d.still_running("the last server or proxy");
     }
     assert!(ran >= 6, "README.md's namespace commands were not found ({ran})");
+    drop(daemons);
+    drop(plan);
+}
+
+/// A command of a `root` block of docs/cli.md (prompt `$ ` or `# `).
+#[derive(Debug)]
+struct RootCommand {
+    line: usize,
+    command: String,
+    exit: i32,
+}
+
+/// The commands of docs/cli.md's `root` blocks but the routing plan's
+/// script (which the test runs first), in order.
+fn root_commands(doc: &str) -> Vec<RootCommand> {
+    let mut out: Vec<RootCommand> = Vec::new();
+    let mut fence: Option<bool> = None;
+    for (i, l) in doc.lines().enumerate() {
+        if let Some(info) = l.strip_prefix("```") {
+            fence = match fence {
+                None => Some(info.split_whitespace().any(|w| w == "root")),
+                Some(_) => None,
+            };
+            continue;
+        }
+        if fence != Some(true) {
+            continue;
+        }
+        if let Some(c) = l.strip_prefix("$ ").or_else(|| l.strip_prefix("# ")) {
+            out.push(RootCommand { line: i + 1, command: c.to_owned(), exit: 0 });
+        } else if let Some(code) = l.strip_prefix("(exit ").and_then(|r| r.strip_suffix(')')) {
+            if let Some(last) = out.last_mut() {
+                last.exit = code.parse().expect("exit status");
+            }
+        }
+    }
+    // The script's lines are comments of its own, not commands.
+    out.retain(|c| {
+        c.command.starts_with("mptun") || c.command.starts_with("ip ") || !c.command.contains(' ') || {
+            let w = c.command.split_whitespace().next().unwrap_or("");
+            ["mkdir", "head", "cmp", "echo", "cat", "ls"].contains(&w)
+        }
+    });
+    out
+}
+
+/// As root: the commands of docs/cli.md's `root` blocks run in order on
+/// the routing plan (namespaces, /tmp and /run/mptun paths of the test's
+/// own). A server or proxy, or a command ending in `&`, runs in the
+/// background until the next one starts in its namespace; `monitor`
+/// ("until Ctrl-C") gets 2 s and a SIGINT; every other command must end
+/// within its bound with the exit status its transcript gives (0 if none).
+/// A command whose comment says `(not run by the test` is listed, not run.
+#[test]
+fn cli_doc_root_commands_run_as_root() {
+    if mptun_io::testutil::require_netns().is_some() {
+        return;
+    }
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let doc = std::fs::read_to_string(repo.join("docs/cli.md")).expect("docs/cli.md");
+    let cmds = root_commands(&doc);
+    assert!(cmds.len() >= 10, "docs/cli.md's root commands were not found: {cmds:?}");
+    let bin = support::mptun_bin();
+    let path = format!("{}:{}", bin.parent().expect("bin dir").display(), std::env::var("PATH").unwrap_or_default());
+    let scratch = Scratch::new();
+    let plan = Plan::new(&doc);
+    let tmp = format!("{}/", scratch.0.display());
+    let mut daemons: Vec<Daemon> = Vec::new();
+    for c in &cmds {
+        if c.command.contains("(not run by the test") {
+            println!("docs/cli.md:{}: not run: {}", c.line, c.command);
+            continue;
+        }
+        let command = c
+            .command
+            .replace("mcA", &plan.a)
+            .replace("mcB", &plan.b)
+            .replace("/tmp/", &tmp)
+            .replace("/run/mptun/", &tmp);
+        let run = command.split(" # ").next().unwrap_or(&command).trim().to_owned();
+        let mut sh = Command::new("sh");
+        sh.env("PATH", &path).current_dir(&scratch.0);
+        let ns = [&plan.a, &plan.b].into_iter().find(|n| run.starts_with(&format!("ip netns exec {n} "))).cloned();
+        let background = run.ends_with('&') || run.contains("mptun serve") || run.contains("mptun proxy");
+        if background {
+            let ns = ns.unwrap_or_default();
+            let tun = !run.contains("--kernel");
+            daemons.retain(|d| !(tun && d.tun && d.ns == ns));
+            sh.arg("-c").arg(format!("exec {}", run.trim_end_matches('&').trim_end()));
+            sh.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+            let child = sh.spawn().unwrap_or_else(|e| panic!("docs/cli.md:{}: {run}: {e}", c.line));
+            let mut d = Daemon { doc: "docs/cli.md", line: c.line, ns, tun, child };
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            d.still_running(&run);
+            daemons.push(d);
+        } else if command.contains("until Ctrl-C") {
+            sh.arg("-c").arg(format!("exec {run}"));
+            sh.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+            let mut child = sh.spawn().unwrap_or_else(|e| panic!("docs/cli.md:{}: {run}: {e}", c.line));
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            assert!(child.try_wait().expect("wait").is_none(), "docs/cli.md:{}: `{run}` ended before Ctrl-C", c.line);
+            // SAFETY: kill with the pid of a child we hold, not yet reaped.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let st = child.wait().expect("wait");
+            // Ended by the signal (as `ip mptcp monitor`), or by handling it.
+            let by_sigint = std::os::unix::process::ExitStatusExt::signal(&st) == Some(libc::SIGINT);
+            assert!(
+                by_sigint || matches!(st.code(), Some(0 | 130)),
+                "docs/cli.md:{}: `{run}` after Ctrl-C: {st}",
+                c.line
+            );
+        } else {
+            // bash for pipefail: `mptun send ... | tail -8` fails when mptun does.
+            let mut sh = Command::new("bash");
+            sh.env("PATH", &path).current_dir(&scratch.0).args(["-o", "pipefail", "-c", &run]);
+            let out = support::run_command(sh, std::time::Duration::from_secs(120));
+            assert_eq!(
+                out.status.code(),
+                Some(c.exit),
+                "docs/cli.md:{}: `{run}` exited {} (the doc says {}); it printed:\n{}{}",
+                c.line,
+                out.status,
+                c.exit,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        println!("docs/cli.md:{}: ok (as root): {run}", c.line);
+    }
+    for d in &mut daemons {
+        d.still_running("the last server");
+    }
     drop(daemons);
     drop(plan);
 }
