@@ -119,9 +119,8 @@ counters! {
     tcp_ext_tcp_to_zero_window_adv => "TcpExtTCPToZeroWindowAdv",
     /// Receive buffer autotuning steps (`TcpExt TCPRcvSpaceGrow` is not in Linux; named for clarity).
     tcp_ext_tcp_rcv_space_grow => "TcpExtTCPRcvSpaceGrow",
-    /// ICMP "fragmentation needed" / "packet too big" ignored because the
-    /// quoted sequence number was outside `snd_una..=snd_nxt` (RFC 5927;
-    /// `TcpExt OutOfWindowIcmps`).
+    /// ICMP errors about TCP ignored because the quoted sequence number
+    /// was outside `snd_una..=snd_nxt` (RFC 5927; `TcpExt OutOfWindowIcmps`).
     tcp_ext_out_of_window_icmps => "TcpExtOutOfWindowIcmps",
     /// Path-MTU probes that were lost: the search ceiling came down
     /// (`TcpExt TCPMTUPFail`).
@@ -130,6 +129,16 @@ counters! {
     tcp_ext_tcp_mtup_success => "TcpExtTCPMTUPSuccess",
     /// ICMPv4 destination-unreachable messages received (`Icmp InDestUnreachs`).
     icmp_in_dest_unreachs => "IcmpInDestUnreachs",
+    /// ICMPv4 time-exceeded messages received (`Icmp InTimeExcds`).
+    icmp_in_time_excds => "IcmpInTimeExcds",
+    /// ICMPv6 destination-unreachable messages received (`Icmp6 InDestUnreachs`).
+    icmp6_in_dest_unreachs => "Icmp6InDestUnreachs",
+    /// ICMPv6 time-exceeded messages received (`Icmp6 InTimeExcds`).
+    icmp6_in_time_excds => "Icmp6InTimeExcds",
+    /// Handshakes (ours or a peer's half-open one) that an ICMP error
+    /// ended at once instead of their SYN retries (no Linux counter:
+    /// `TcpAttemptFails` counts them with the rest).
+    mptun_icmp_handshake_aborts => "MptunIcmpHandshakeAborts",
     /// ICMP messages received that were malformed (bad checksum, short
     /// quote) (`Icmp InErrors`).
     icmp_in_errors => "IcmpInErrors",

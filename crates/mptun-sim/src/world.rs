@@ -131,7 +131,9 @@ pub struct SimStats {
     pub packets_sent: u64,
     pub packets_delivered: u64,
     pub bytes_delivered: u64,
-    /// Packets whose source address matched no path.
+    /// Packets no route took (from an address no route starts at, or to
+    /// one the other host does not have): each answered with an ICMP net
+    /// unreachable.
     pub no_route: u64,
     pub events: u64,
     /// TSO super-segments cut into wire segments.
@@ -255,16 +257,39 @@ impl<A: Host, B: Host> Sim<A, B> {
 
     /// The route a packet from `side` takes: the one joining its source
     /// and destination, else the first from its source (policy routing by
-    /// source address, as disjoint paths have it).
+    /// source address, as disjoint paths have it) if the other host has the
+    /// destination address; none for an address nobody has.
     fn route(&self, from: Side, src: IpAddr, dst: IpAddr) -> Option<usize> {
         let ends = |r: &RouteSpec| match from {
             Side::A => (r.addr_a, r.addr_b),
             Side::B => (r.addr_b, r.addr_a),
         };
-        self.routes
-            .iter()
-            .position(|r| ends(r) == (src, dst))
-            .or_else(|| self.routes.iter().position(|r| ends(r).0 == src))
+        if let Some(r) = self.routes.iter().position(|r| ends(r) == (src, dst)) {
+            return Some(r);
+        }
+        if !self.routes.iter().any(|r| ends(r).1 == dst) {
+            return None;
+        }
+        self.routes.iter().position(|r| ends(r).0 == src)
+    }
+
+    /// A packet of `side`'s that no route takes is answered as a router
+    /// without a route answers it: ICMP net unreachable quoting it, from
+    /// the sender's first hop (modelled at no distance, so it arrives at
+    /// once and is never lost). The sender's own source address stands for
+    /// the router's: TCP does not look at who reports.
+    fn answer_unroutable(&mut self, side: Side, packet: &[u8], src: IpAddr) {
+        let mut icmp = self.pool.pop().unwrap_or_default();
+        icmp.resize(self.cfg.mtu.max(1280), 0);
+        let why = mptun_wire::icmp::Unreachable::Network;
+        if let Ok(n) = mptun_wire::icmp::emit_unreachable(src, packet, why, &mut icmp) {
+            let now = self.now;
+            match side {
+                Side::A => self.a.handle_packet(now, &icmp[..n], true),
+                Side::B => self.b.handle_packet(now, &icmp[..n], true),
+            }
+        }
+        self.pool.push(icmp);
     }
 
     fn transmit_all(&mut self, side: Side) {
@@ -285,6 +310,7 @@ impl<A: Host, B: Host> Sim<A, B> {
             let Some(p) = self.route(side, out.src, out.dst) else {
                 self.stats.packets_sent += 1;
                 self.stats.no_route += 1;
+                self.answer_unroutable(side, &buf, out.src);
                 self.pool.push(buf);
                 continue;
             };

@@ -32,7 +32,7 @@ use std::task::{Context, Poll, Waker};
 
 use mptun_io::paths::DeviceId;
 use mptun_io::{PacketIo, PushError, RxBatch, SharedPcap, TxBatch, TxChecksum, TxPacket, HEADROOM, MAX_TAIL_PARTS};
-use mptun_proto::tcp::{Event, Transmit};
+use mptun_proto::tcp::{Event, Transmit, Unreachable};
 use mptun_proto::{ConnConfig, ConnectionHandle};
 use mptun_time::{Duration, Instant};
 
@@ -722,13 +722,26 @@ fn on_event(st: &mut State, h: ConnectionHandle, ev: Event, wake: &mut Vec<Waker
                 Some(if cs.connected { io::ErrorKind::ConnectionReset } else { io::ErrorKind::ConnectionRefused });
         }
         Event::TimedOut => cs.error = Some(io::ErrorKind::TimedOut),
+        Event::Unreachable(why) => cs.error = Some(unreachable_kind(why)),
         Event::Closed => {}
     }
-    if matches!(ev, Event::Reset | Event::TimedOut | Event::Closed) {
+    if matches!(ev, Event::Reset | Event::TimedOut | Event::Unreachable(_) | Event::Closed) {
         wake.extend(cs.read.take());
         wake.extend(cs.write.take());
         wake.extend(cs.connect.take());
         st.watch.insert(h);
+    }
+}
+
+/// What `connect` (or a read after a timeout) returns for an ICMP error,
+/// as the kernel's errno for it reads in Rust.
+fn unreachable_kind(why: Unreachable) -> io::ErrorKind {
+    match why {
+        Unreachable::Network => io::ErrorKind::NetworkUnreachable,
+        Unreachable::Host | Unreachable::TimeExceeded => io::ErrorKind::HostUnreachable,
+        // ENOPROTOOPT has no kind of its own: the host refuses TCP.
+        Unreachable::Port | Unreachable::Protocol => io::ErrorKind::ConnectionRefused,
+        Unreachable::Prohibited => io::ErrorKind::PermissionDenied,
     }
 }
 

@@ -7,7 +7,7 @@ use crate::mptcp::Connection;
 use crate::seq::Seq;
 use bytes::Bytes;
 use mptun_time::Instant;
-use mptun_wire::icmp::{parse_icmp_packet, Icmp};
+use mptun_wire::icmp::{parse_icmp_packet, Icmp, Unreachable};
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::{parse_tcp_packet, parse_tcp_packet_unverified, MptcpOption, TcpFlags, TcpHeader, TcpOptions};
 use rand::Rng;
@@ -332,31 +332,50 @@ impl Endpoint {
         self.accept_queue.push_back(h);
     }
 
-    /// A packet that is not TCP: ICMP "fragmentation needed" / ICMPv6
-    /// "packet too big" about one of our subflows goes to that subflow
-    /// (which checks the quoted sequence number); the rest is counted and
-    /// dropped (neighbour discovery on a TUN, UDP...).
+    /// A packet that is not TCP: an ICMP error about one of our subflows
+    /// ("fragmentation needed" / "packet too big", destination
+    /// unreachable, time exceeded) goes to that subflow, which checks the
+    /// quoted sequence number; the rest is counted and dropped (neighbour
+    /// discovery on a TUN, UDP...).
     fn handle_non_tcp(&mut self, now: Instant, packet: &[u8]) {
-        let t = match parse_icmp_packet(packet) {
-            Ok(Icmp::TooBig(t)) => t,
+        let icmp = match parse_icmp_packet(packet) {
             Ok(Icmp::Other) | Err(mptun_wire::Error::NotTcp) => {
                 self.counters.mptun_not_tcp += 1;
                 return;
             }
+            Ok(icmp) => icmp,
             Err(_) => {
                 self.counters.icmp_in_errors += 1;
                 return;
             }
         };
-        if t.v6 {
-            self.counters.icmp6_in_pkt_too_bigs += 1;
-        } else {
-            self.counters.icmp_in_dest_unreachs += 1;
-        }
-        let tuple = (SocketAddr::new(t.local, t.local_port), SocketAddr::new(t.remote, t.remote_port));
+        let q = match icmp {
+            Icmp::TooBig(t) => t.quote,
+            Icmp::Unreachable(q, _) => q,
+            Icmp::Other => unreachable!("counted above"),
+        };
+        let c = &mut self.counters;
+        *match (icmp, q.v6) {
+            (Icmp::TooBig(_), true) => &mut c.icmp6_in_pkt_too_bigs,
+            (Icmp::Unreachable(_, Unreachable::TimeExceeded), false) => &mut c.icmp_in_time_excds,
+            (Icmp::Unreachable(_, Unreachable::TimeExceeded), true) => &mut c.icmp6_in_time_excds,
+            (_, false) => &mut c.icmp_in_dest_unreachs,
+            (_, true) => &mut c.icmp6_in_dest_unreachs,
+        } += 1;
+        let tuple = (SocketAddr::new(q.local, q.local_port), SocketAddr::new(q.remote, q.remote_port));
         let Some((h, idx)) = self.tuple_owner(&tuple) else { return };
         let s = self.conns[h.0].as_mut().expect("tuple_owner checked the slot");
-        s.conn.handle_too_big(now, idx, Seq(t.seq), t.mtu);
+        match icmp {
+            Icmp::TooBig(t) => s.conn.handle_too_big(now, idx, Seq(q.seq), t.mtu),
+            Icmp::Unreachable(_, why) => {
+                // A half-open connection of a listener dies as its request
+                // would in Linux's `tcp_req_err`: a listen drop.
+                if s.conn.handle_unreachable(now, idx, Seq(q.seq), why) && s.half_open {
+                    self.counters.tcp_ext_listen_drops += 1;
+                }
+            }
+            Icmp::Other => {}
+        }
         self.ready.insert(h.0);
         self.post_conn(now, h);
     }

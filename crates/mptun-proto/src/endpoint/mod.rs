@@ -713,4 +713,6 @@ fn wrap_early_iss(cfg: &ConnConfig, iss: u32) -> u32 {
 }
 
 #[cfg(test)]
+mod icmp_tests;
+#[cfg(test)]
 mod tests;

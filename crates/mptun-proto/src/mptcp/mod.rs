@@ -53,6 +53,7 @@ use fallback::ConnMode;
 use handshake::Handshake;
 use hook::Hook;
 use mptun_time::Instant;
+use mptun_wire::icmp::Unreachable;
 use mptun_wire::tcp::OptionSummary;
 use mptun_wire::{crypto, TcpHeader};
 use slot::{JoinState, Subflows};
@@ -300,6 +301,7 @@ impl Connection {
             match ev {
                 Event::Reset => error = crate::pm::ECONNRESET,
                 Event::TimedOut => error = crate::pm::ETIMEDOUT,
+                Event::Unreachable(why) => error = why.errno(),
                 _ => {}
             }
             match (self.mode.public(), ev, slot.mp.join()) {
@@ -314,7 +316,7 @@ impl Connection {
                     // The peer closed this subflow: close ours too.
                     slot.tcp.close();
                 }
-                (_, Event::Reset | Event::TimedOut, _) => failed = true,
+                (_, Event::Reset | Event::TimedOut | Event::Unreachable(_), _) => failed = true,
                 (_, Event::Closed, _) => failed = true,
             }
         }
@@ -404,6 +406,24 @@ impl Connection {
         if slot.tcp.handle_too_big(now, seq, mtu) {
             self.progress(now);
         }
+    }
+
+    /// An ICMP destination-unreachable / time-exceeded about subflow `idx`
+    /// quoting sequence number `seq` (see [`Subflow::handle_unreachable`]).
+    /// A handshake it ends is a failed subflow like a reset one: the
+    /// connection's own while the first SYN-ACK is awaited (Linux
+    /// propagates a subflow's error only on the MP_CAPABLE connect or
+    /// after a fallback), a failed join otherwise. Returns whether the
+    /// subflow closed on it.
+    pub(crate) fn handle_unreachable(&mut self, now: Instant, idx: usize, seq: Seq, why: Unreachable) -> bool {
+        self.last_now = self.last_now.max(now);
+        let Some(slot) = self.subflows.get_mut(idx) else { return false };
+        if !slot.tcp.handle_unreachable(seq, why) {
+            return false;
+        }
+        self.on_subflow_events(idx);
+        self.progress(now);
+        true
     }
 
     /// The MTU of the device subflow `idx` leaves by (see

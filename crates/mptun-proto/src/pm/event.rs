@@ -89,7 +89,9 @@ pub struct PmEvent {
     /// We accepted the connection (`server-side`).
     pub server_side: bool,
     /// Why a subflow closed, as an errno (`error`): 0 for an orderly close,
-    /// `ECONNRESET` (104) for a reset, `ETIMEDOUT` (110) for a timeout.
+    /// `ECONNRESET` (104) for a reset, `ETIMEDOUT` (110) for a timeout, the
+    /// errno of an ICMP error (`ENETUNREACH` 101, ...: `Unreachable::errno`)
+    /// that ended its handshake or explained its timeout.
     pub error: Option<u32>,
     /// The MP_TCPRST reason the peer sent with its reset (`reset-reason`).
     pub reset_reason: Option<u8>,

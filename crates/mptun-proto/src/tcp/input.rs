@@ -731,6 +731,8 @@ impl Subflow {
         self.snd_una = ack;
         self.retries = 0;
         self.dupacks = 0;
+        // Something worked: an earlier ICMP error no longer explains a timeout.
+        self.soft_error = None;
         self.rtt.reset_backoff();
         // RFC 6298 5.3: restart the timer when new data is acknowledged.
         self.timers.set_opt(Timer::Rto, (!self.scoreboard.is_empty()).then(|| now + self.rtt.rto()));

@@ -42,13 +42,14 @@
 //! with SACK, RACK and PRR, and the congestion state machine), `timers`
 //! (the `TimerTable` and what fires), `output` (segment
 //! selection, options and window) and `autotune` (buffer autotuning, shared
-//! with the MPTCP connection).
+//! with the MPTCP connection), `pmtu` (path MTU) and `icmp` (ICMP errors).
 
 #![deny(missing_docs)]
 
 pub(crate) mod autotune;
 pub mod config;
 mod coupling;
+mod icmp;
 mod input;
 mod output;
 mod pmtu;
@@ -58,6 +59,7 @@ mod timers;
 mod types;
 
 pub use config::{BufferSize, TcpConfig};
+pub use mptun_wire::icmp::Unreachable;
 pub use tail::{Tail, TAIL_PARTS};
 pub use types::{Event, SegmentHook, SegmentMeta, State, TcpInfo, Transmit, Verdict};
 
@@ -188,6 +190,8 @@ pub struct Subflow {
     retries: u32,
     syn_tx_time: Instant,
     syn_retransmitted: bool,
+    /// An ICMP error believed while synchronized (`icmp`).
+    soft_error: Option<mptun_wire::icmp::Unreachable>,
 
     // --- statistics ---
     bytes_acked: u64,
@@ -371,6 +375,7 @@ impl Subflow {
             retries: 0,
             syn_tx_time: now,
             syn_retransmitted: false,
+            soft_error: None,
             bytes_acked: 0,
             bytes_sent: 0,
             bytes_retrans: 0,

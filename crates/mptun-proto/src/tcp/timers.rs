@@ -177,7 +177,7 @@ impl Subflow {
                     self.rtt.backoff();
                     if self.retries > self.cfg.syn_retries {
                         self.counters.tcp_attempt_fails += 1;
-                        self.enter_closed(Some(Event::TimedOut));
+                        self.enter_closed(Some(self.timeout_event()));
                         return;
                     }
                 }
@@ -191,7 +191,7 @@ impl Subflow {
                 self.retries += 1;
                 self.counters.tcp_ext_tcp_timeouts += 1;
                 if self.retries > self.cfg.max_retries {
-                    self.enter_closed(Some(Event::TimedOut));
+                    self.enter_closed(Some(self.timeout_event()));
                     return;
                 }
                 self.pmtu_on_rto(now);

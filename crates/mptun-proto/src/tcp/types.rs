@@ -60,6 +60,10 @@ pub enum Event {
     Reset,
     /// Retransmissions gave up (RTO streak past `max_retries`/`syn_retries`).
     TimedOut,
+    /// An ICMP error ended the handshake, or retransmissions gave up after
+    /// one was believed (see `Subflow::handle_unreachable`): what to tell
+    /// the application instead of a timeout.
+    Unreachable(mptun_wire::icmp::Unreachable),
     /// The connection reached CLOSED after an orderly close.
     Closed,
 }

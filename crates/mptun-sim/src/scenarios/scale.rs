@@ -252,7 +252,7 @@ impl ScaleHost {
                     Kind::Rr | Kind::Crr if self.client => self.ask(now, h),
                     _ => {}
                 },
-                Event::Reset | Event::TimedOut => {
+                Event::Reset | Event::TimedOut | Event::Unreachable(_) => {
                     self.failed += 1;
                     let done = self.apps.get(&h).is_some_and(|a| a.closed);
                     self.forget(h);
