@@ -259,3 +259,28 @@ fn cli_serve_scheduler_runs_the_downloads() {
     assert_eq!(v["end"]["mptcp"]["sha256_match"], true);
     assert_eq!(v["end"]["sum_received"]["bytes"].as_u64(), Some(16 << 20));
 }
+
+/// A send to a network the namespace has no route to fails at once with
+/// the kernel's answer, as kernel TCP's `connect` does ("Network is
+/// unreachable"), instead of waiting out the connect timeout: the kernel
+/// routing the TUN's packets answers the SYN with ICMP net unreachable.
+/// The same with `--kernel` is the baseline the message is compared with.
+#[test]
+fn cli_send_to_an_unreachable_network_fails_at_once() {
+    if require_netns().is_some() {
+        return;
+    }
+    let lab = Lab::new("unr", 2).unwrap();
+    for kernel in [false, true] {
+        let mut args = vec!["send", "10.77.0.1", "-n", "1M"];
+        args.extend(if kernel { &["--kernel"][..] } else { &["--topology", "lab-a:2"][..] });
+        let t0 = std::time::Instant::now();
+        let out = run(Some(lab.a.name()), &args, LIMIT);
+        let took = t0.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        println!("kernel={kernel}: {took:?} exit {:?}: {err}", out.status.code());
+        assert_eq!(out.status.code(), Some(1), "kernel={kernel}: {err}");
+        assert!(err.contains("network unreachable"), "kernel={kernel}: {err}");
+        assert!(took < Duration::from_secs(3), "kernel={kernel}: took {took:?}, not at once: {err}");
+    }
+}
