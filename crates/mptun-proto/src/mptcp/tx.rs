@@ -108,6 +108,12 @@ fn new_mapping(
     len
 }
 
+/// The most the MPTCP-level retransmission timer sends again at once: one
+/// data fragment. Linux's live in a page frag (`SKB_FRAG_PAGE_ORDER`,
+/// 32 KiB) and a mapping never spans two; ours is the mapping that holds
+/// the head, at most a TSO super-segment's 64 KiB.
+const RETRANS_FRAG_MAX: u64 = 64 * 1024;
+
 impl SubflowSlot {
     /// What the scheduler sees of this subflow (index `id`); data
     /// sequence numbers as offsets from `base`, the first byte's DSN,
@@ -490,8 +496,11 @@ impl Connection {
                 }
             }
         }
-        let mss = self.subflows.live().map(|s| s.tcp.mss(0) as u64).max().unwrap_or(1);
-        let end = end.unwrap_or(self.tx.nxt()).min(una + mss).min(self.tx.nxt());
+        // The whole head fragment goes (the rest of the mapping that holds
+        // the head), as Linux's `__mptcp_retrans` sends its rtx head dfrag
+        // (its `already_sent` bytes) rather than one segment: a tiny-MSS
+        // connection repairs as much per timeout as any other.
+        let end = end.unwrap_or(self.tx.nxt()).min(una + RETRANS_FRAG_MAX).min(self.tx.nxt());
         if !self.copy_allowed() {
             return;
         }

@@ -631,7 +631,32 @@ fn no_join_after_a_fallback() {
 /// timer.
 #[test]
 fn mptcp_retransmit_timer_resends_data_never_data_acked() {
-    let mut n = net(EndpointConfig::default(), EndpointConfig::default());
+    let (_, c) = never_data_acked(None);
+    assert!(c.mptcp_retrans >= 1);
+}
+
+/// The same with a tiny MSS, where the lost mapping spans many segments:
+/// one expiry of the MPTCP-level timer sends the whole head fragment again
+/// (Linux `__mptcp_retrans` sends its rtx head dfrag), not one segment of
+/// it per (backed-off) timeout.
+#[test]
+fn retransmit_timer_sends_the_whole_head_fragment_with_a_tiny_mss() {
+    let mss = 200;
+    let (lost, c) = never_data_acked(Some(mss));
+    assert!(lost > 4 * u32::from(mss), "the lost mapping spans segments: {lost} bytes");
+    assert_eq!(c.mptcp_retrans, 1, "{lost} bytes lost: {}", c.to_nstat());
+}
+
+/// The server's DSS mappings are rewritten on the way so that one of them
+/// (100 kB in) claims the first DSN: its bytes are acknowledged by the
+/// subflow but never delivered. Returns that mapping's length and the
+/// server's counters once the client has read everything.
+fn never_data_acked(server_mss: Option<u16>) -> (u32, crate::Counters) {
+    let mut s = EndpointConfig::default();
+    if let Some(m) = server_mss {
+        s.tcp.mss = m;
+    }
+    let mut n = net(EndpointConfig::default(), s);
     let h = n.connect();
     n.run(Duration::from_millis(20), &mut pass());
     let sh = n.b.accept().unwrap();
@@ -639,6 +664,7 @@ fn mptcp_retransmit_timer_resends_data_never_data_acked() {
     let mut sent = 0;
     let mut first_dsn = None;
     let mut victim: Option<(u64, u32)> = None;
+    let mut lost = 0;
     let mut got = Vec::new();
     let mut buf = vec![0u8; 65536];
     for _ in 0..500 {
@@ -652,6 +678,7 @@ fn mptcp_retransmit_timer_resends_data_never_data_acked() {
                     let base = *first_dsn.get_or_insert(m.dsn);
                     if victim.is_none() && m.dsn - base >= 100_000 {
                         victim = Some((m.dsn, m.ssn));
+                        lost = u32::from(m.len);
                     }
                     if victim == Some((m.dsn, m.ssn)) {
                         m.dsn = base;
@@ -672,7 +699,7 @@ fn mptcp_retransmit_timer_resends_data_never_data_acked() {
     }
     assert!(victim.is_some());
     assert!(got == data, "{} of {} bytes", got.len(), data.len());
-    assert!(n.b.counters().mptcp_retrans >= 1);
+    (lost, n.b.counters())
 }
 
 /// A hostile sender leaves a one-byte hole at the start of the
