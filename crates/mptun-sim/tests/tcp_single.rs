@@ -105,3 +105,17 @@ fn bits_flipped_on_the_wire_are_caught_by_the_checksum_and_resent() {
     assert!(csum(&r.client_counters) > 3, "{:?}", r.client_counters);
     assert!(r.retransmits >= csum(&r.server_counters), "every corrupted data packet is sent again");
 }
+
+/// BBR's acceptance is the kernel's BBR on the same path, not an absolute
+/// figure: on tcp-single's path in the lab (10 Mbit/s, 20 ms each way, 33
+/// packets, 17 s) the kernel's BBR moves 94.1 % of the link (docs/cc.md,
+/// three runs: 9.408 to 9.410 Mbit/s); the simulator must stay within one
+/// point of it, above or below.
+#[test]
+fn bbr_stays_within_a_point_of_the_kernels_bbr_on_the_same_path() {
+    const KERNEL_BBR: f64 = 0.941;
+    let r = tcp_single::run(&Params { cc: Algorithm::Bbr, ..Params::default() });
+    assert!(r.result.sha256_match);
+    let u = r.link_utilisation;
+    assert!((u - KERNEL_BBR).abs() <= 0.01, "BBR moved {u:.3} of the link, the kernel's BBR {KERNEL_BBR}");
+}
