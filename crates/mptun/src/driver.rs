@@ -511,11 +511,15 @@ impl Driver {
                 self.wake.extend(cs.connect.take());
             }
             if cs.refs == 0 {
+                // An orphan still closing (FIN_WAIT, TIME_WAIT) is not looked
+                // at on every turn, or a flood of them costs the driver
+                // a pass over all of them each time: its closing event puts
+                // it back here (`on_event`), and `sweep` reaps one that
+                // ends without an event.
                 if ep.is_closed(h) {
                     reap.push(h);
-                    return false;
                 }
-                return true;
+                return false;
             }
             cs.read.is_some() || cs.write.is_some() || cs.connect.is_some()
         });
@@ -745,11 +749,15 @@ fn unreachable_kind(why: Unreachable) -> io::ErrorKind {
     }
 }
 
-/// Removes closed connections no handle knows about (passive ones that
-/// failed before they were accepted).
+/// Removes closed connections no handle knows about: passive ones that
+/// failed before they were accepted, and orphans (closed and let go by the
+/// application) whose end brought no event.
 fn sweep(st: &mut State) {
-    let dead: Vec<_> = st.ep.handles().filter(|h| !st.conns.contains_key(h) && st.ep.is_closed(*h)).collect();
+    let dead: Vec<_> =
+        st.ep.handles().filter(|h| st.conns.get(h).is_none_or(|cs| cs.refs == 0) && st.ep.is_closed(*h)).collect();
     for h in dead {
         st.ep.remove(h);
+        st.conns.remove(&h);
+        st.watch.remove(&h);
     }
 }
