@@ -140,3 +140,24 @@ fn completions_man_page_and_logging() {
     let out = Command::new(mptun_bin()).args(["completions", "fish"]).env("RUST_LOG", "debug").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("DEBUG"), "RUST_LOG=debug logs");
 }
+
+/// `send -R --file` refuses to replace an existing file unless --force,
+/// before connecting (10.9.9.9 is never reached: --kernel to an address
+/// nothing answers would otherwise wait for the connect timeout), and leaves
+/// the file as it was.
+#[test]
+fn reverse_file_is_not_overwritten_without_force() {
+    let dir = std::env::temp_dir().join(format!("mptun-cli-args-force-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("back.bin");
+    std::fs::write(&path, b"keep me").unwrap();
+    let p = path.to_str().unwrap();
+    let args = ["send", "10.9.9.9", "--kernel", "-R", "--file", p, "--connect-timeout", "30"];
+    let start = std::time::Instant::now();
+    check(&args, &mptun(&args), "already exists: give --force", USAGE);
+    assert!(start.elapsed() < std::time::Duration::from_secs(10), "checked before connecting");
+    assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
+    let args = ["send", "10.9.9.9", "--kernel", "--force", "--file", p];
+    check(&args, &mptun(&args), "--reverse", CLAP);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

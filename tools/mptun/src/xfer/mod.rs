@@ -154,6 +154,10 @@ pub(crate) struct SendArgs {
     /// The server sends, this side receives.
     #[arg(short = 'R', long)]
     reverse: bool,
+    /// With --reverse --file: replace the file if it exists (without this
+    /// an existing file is refused, as `serve --output-dir` refuses one).
+    #[arg(long, requires_all = ["reverse", "file"])]
+    force: bool,
     /// How both ends check the data: xxh3 (XXH3-128, the default: it keeps
     /// up with the kernel's TCP on one veth; catches any accidental damage,
     /// not deliberate tampering), blake3, or sha256 (a cryptographic digest,
@@ -390,9 +394,28 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
     };
     let (mut source, mut sink, mut amount, file_name) = (None, Sink::Discard, amount, None::<String>);
     let mut file_name = file_name;
+    // A file this run created, removed again if the run ends before any of
+    // it arrived (so that trying again needs no --force).
+    let mut created = None;
     if let Some(path) = &a.file {
         if a.reverse {
-            let f = std::fs::File::create(path).map_err(|e| anyhow!("cannot create {}: {e}", path.display()))?;
+            let mut open = std::fs::OpenOptions::new();
+            open.write(true);
+            if a.force {
+                open.create(true).truncate(true);
+            } else {
+                open.create_new(true);
+            }
+            let f = open.open(path).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    crate::error::usage(anyhow!("{} already exists: give --force to replace it", path.display()))
+                } else {
+                    crate::error::usage(anyhow!("cannot create {}: {e}", path.display()))
+                }
+            })?;
+            if !a.force {
+                created = Some(path.clone());
+            }
             sink = Sink::File(f, path.clone());
             file_name = Some(String::new());
         } else {
@@ -431,8 +454,16 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
         let r = bulk::run_client(conn, ClientTest { request, source, sink }, plan.settings.clone(), counters).await;
         end_stack(stack).await;
         r
-    })?;
-    let mut report = report;
+    });
+    let mut report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(p) = created.filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == 0)) {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
+    };
     let interrupted = signals::received().is_some();
     if interrupted {
         report.error = Some("interrupt - the client has terminated".into());
