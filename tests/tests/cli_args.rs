@@ -58,6 +58,8 @@ fn nonsense_sizes_and_numbers() {
     for (args, want) in [
         (&["send", "10.9.9.9", "--kernel", "--sndbuf", "10"][..], "less than 1 KiB"),
         (&["send", "10.9.9.9", "--kernel", "--cc", "no such!"], "no congestion control name"),
+        (&["send", "10.9.9.9", "--kernel", "--cc", "foo"], "--cc foo: unable to set TCP congestion control"),
+        (&["serve", "--kernel", "--cc", "foo"], "the kernel has no 'foo' (it offers: "),
         (&["send", "10.9.9.9", "--topology", "lab-a", "--cc", "vegas"], "--cc"),
         (&["send", "10.9.9.9", "--topology", "lab-a", "--scheduler", "fastest"], "--scheduler"),
         (&["send", "not an address!", "--kernel"], "not an address"),

@@ -268,7 +268,7 @@ impl Common {
                 a.to_string()
             }
             Some(c) => {
-                kernel::check_cc_name(c)?;
+                kernel::check_cc_available(c)?;
                 c.clone()
             }
             None if self.kernel => "default".into(),
