@@ -45,7 +45,10 @@ fn nonsense_sizes_and_numbers() {
         (&["send", "10.9.9.9", "-n", "lots"][..], "does not start with a number"),
         (&["send", "10.9.9.9", "-n", "5Q"], "unknown size unit"),
         (&["send", "10.9.9.9", "-n", "0"], "out of range"),
-        (&["send", "10.9.9.9", "-n", "-3"], "unexpected argument"),
+        (&["send", "10.9.9.9", "-n", "-3"], "'-3' out of range: a negative value"),
+        (&["send", "10.9.9.9", "-t", "-1"], "'-1' seconds out of range (0, 86400]"),
+        (&["send", "10.9.9.9", "-i", "-1"], "'-1' seconds out of range"),
+        (&["sim", "aggregate", "--size", "-1"], "'-1' out of range"),
         (&["send", "10.9.9.9", "-t", "forever"], "not a number of seconds"),
         (&["send", "10.9.9.9", "--sndbuf", "12XB"], "unknown size unit"),
         (&["send", "10.9.9.9", "--max-pacing-rate", "fast"], "does not start with a number"),
@@ -161,5 +164,24 @@ fn reverse_file_is_not_overwritten_without_force() {
     assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
     let args = ["send", "10.9.9.9", "--kernel", "--force", "--file", p];
     check(&args, &mptun(&args), "--reverse", CLAP);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A control socket nobody listens on (its process was killed) or that is
+/// not there: the process is gone, an environment error (exit 3).
+#[test]
+fn a_control_socket_without_its_process() {
+    let dir = std::env::temp_dir().join(format!("mptun-cli-args-stale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("gone.sock");
+    let _ = std::fs::remove_file(&sock);
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let s = sock.to_str().unwrap();
+    let args = ["ss", "--socket", s];
+    check(&args, &mptun(&args), "no mptun process is behind this control socket", ENVIRONMENT);
+    assert!(sock.exists(), "a socket outside the default directory is not ours to remove");
+    std::fs::remove_file(&sock).unwrap();
+    let args = ["pm", "--socket", s, "endpoint", "show"];
+    check(&args, &mptun(&args), "no such control socket", ENVIRONMENT);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -127,6 +127,13 @@ fn cli_pm_endpoint_monitor_ss_and_nstat_drive_and_read_a_running_serve() {
     let refused = ctl(&sock, &["pm", "endpoint", "add", "10.202.0.2", "signal"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("in use"), "{refused:?}");
+    let foreign = ctl(&sock, &["pm", "endpoint", "add", "10.9.3.2", "signal"]);
+    assert!(
+        String::from_utf8_lossy(&foreign.stderr).contains(
+            "10.9.3.2: address is not local: the stack's addresses are 10.201.0.2 on mptb1, 10.202.0.2 on mptb2"
+        ),
+        "{foreign:?}"
+    );
     ctl_ok(&sock, &["pm", "endpoint", "delete", "id", "2"]);
     assert_eq!(ctl_ok(&sock, &["pm", "endpoint", "add", "10.202.0.2", "signal"]), "id 2\n");
     assert_eq!(ctl_ok(&sock, &["pm", "limits", "show"]), "add_addr_accepted 0 subflows 2\n");

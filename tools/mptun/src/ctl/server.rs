@@ -176,10 +176,17 @@ fn connection_json(c: &StreamInfo) -> Value {
 /// Carries out one request: the JSON lines of its answer, or why not.
 fn execute(stack: &Stack, r: Request) -> Result<Vec<Value>, String> {
     let pm = stack.path_manager();
-    let e = |e: mptun::PmError| e.to_string();
+    // "address is not local" says which addresses are.
+    let e = |e: mptun::PmError| match e {
+        mptun::PmError::AddrNotLocal => {
+            let addrs: Vec<String> = stack.paths().iter().map(|p| format!("{} on {}", p.local, p.device)).collect();
+            format!("{e}: the stack's addresses are {}", addrs.join(", "))
+        }
+        e => e.to_string(),
+    };
     Ok(match r {
         Request::EndpointAdd { addr, id, flags, port } => {
-            let id = pm.endpoint_add(PmEndpoint { id, addr, flags, port }).map_err(e)?;
+            let id = pm.endpoint_add(PmEndpoint { id, addr, flags, port }).map_err(|x| format!("{addr}: {}", e(x)))?;
             vec![json!({ "id": id })]
         }
         Request::EndpointDelete { id, addr } => {

@@ -91,10 +91,10 @@ pub(crate) struct Carrier {
     #[arg(long)]
     json: bool,
     /// Seconds between summary lines.
-    #[arg(short = 'i', long, default_value = "10", value_name = "SECS", value_parser = parse_secs)]
+    #[arg(short = 'i', long, default_value = "10", value_name = "SECS", value_parser = parse_secs, allow_negative_numbers = true)]
     interval: Duration,
     /// Give up on a connect (to the exit, or the exit's to the destination) after this long.
-    #[arg(long, default_value = "10", value_name = "SECS", value_parser = parse_secs)]
+    #[arg(long, default_value = "10", value_name = "SECS", value_parser = parse_secs, allow_negative_numbers = true)]
     connect_timeout: Duration,
     /// Connections relayed at once at most; more wait for one to end (within the 10 s a handshake may
     /// take), then are refused.
@@ -109,11 +109,11 @@ pub(crate) struct Carrier {
     max_handshakes_per_source: u32,
     /// End a relay when no byte has moved either way for this long (its kernel sockets also get TCP
     /// keepalive).
-    #[arg(long, default_value = "600", value_name = "SECS", value_parser = parse_secs)]
+    #[arg(long, default_value = "600", value_name = "SECS", value_parser = parse_secs, allow_negative_numbers = true)]
     idle_timeout: Duration,
     /// What the relays may hold in buffers at once (512M, 2G, ...): their copy buffers and their
     /// connections' on mptun's stack; a relay that would go over waits, then is refused.
-    #[arg(long, default_value = "1G", value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, default_value = "1G", value_name = "SIZE", value_parser = parse_size, allow_negative_numbers = true)]
     memory_budget: u64,
 }
 
