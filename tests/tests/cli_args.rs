@@ -12,7 +12,10 @@ use std::process::{Command, Output};
 use support::mptun_bin;
 
 fn mptun(args: &[&str]) -> Output {
-    Command::new(mptun_bin()).args(args).env("RUST_BACKTRACE", "1").output().expect("run mptun")
+    let mut c = Command::new(mptun_bin());
+    c.args(args).env("RUST_BACKTRACE", "1");
+    support::own_control_dir(&mut c);
+    c.output().expect("run mptun")
 }
 
 /// clap's own usage error: exit 2 with its `--help` hint.
@@ -183,5 +186,45 @@ fn a_control_socket_without_its_process() {
     std::fs::remove_file(&sock).unwrap();
     let args = ["pm", "--socket", s, "endpoint", "show"];
     check(&args, &mptun(&args), "no such control socket", ENVIRONMENT);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `MPTUN_CONTROL_DIR` is where `ss`/`pm`/`nstat` look for control sockets
+/// (this test's own directory: it never sees another process's): one left
+/// by a process that has ended (`PID.sock`, no such PID) is removed when
+/// found, and with none left the error says where it looked.
+#[test]
+fn stale_control_sockets_of_ours_are_removed() {
+    let dir = std::env::temp_dir().join(format!("mptun-cli-args-ctldir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let stale = |name: &str| {
+        let p = dir.join(name);
+        drop(std::os::unix::net::UnixListener::bind(&p).unwrap());
+        p
+    };
+    let run = |args: &[&str]| {
+        let mut c = Command::new(mptun_bin());
+        c.args(args).env("MPTUN_CONTROL_DIR", &dir);
+        c.output().unwrap()
+    };
+    // Above any pid_max (at most 2^22): no process has this pid.
+    let found = stale("4194305.sock");
+    let args = ["ss"];
+    check(&args, &run(&args), &format!("no running mptun has a control socket in {}", dir.display()), ENVIRONMENT);
+    assert!(!found.exists(), "the stale socket is removed");
+    let given = stale("4194306.sock");
+    let args = ["nstat", "--socket", given.to_str().unwrap()];
+    check(
+        &args,
+        &run(&args),
+        "no mptun process is behind this control socket (the one that made it has ended); removed it",
+        ENVIRONMENT,
+    );
+    assert!(!given.exists());
+    let foreign = stale("mine.sock");
+    let args = ["ss", "--socket", foreign.to_str().unwrap()];
+    check(&args, &run(&args), "no mptun process is behind", ENVIRONMENT);
+    assert!(foreign.exists(), "not named PID.sock: not ours to remove");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -221,15 +221,26 @@ fn cli_pm_commands_reach_the_kernel_mp_prio_rm_addr_and_add_addr_with_a_port() {
     let lab = Lab::new("clctk", 2).unwrap();
     lab.a.sysctl("net.mptcp.enabled", "1").unwrap();
     lab.mptcp(Side::A, &["limits", "set", "add_addr_accepted", "3", "subflows", "3"]).unwrap();
-    let dir = TempDir::new("kernel");
-    let sock = dir.0.join("serve.sock");
-    let server =
-        serve(&lab, &sock, &["-1", "--json", "--subflows", "4", "--path", "dev=mptb2,addr=10.202.0.2/24,signal"]);
+    // The default place, PID.sock in this test's MPTUN_CONTROL_DIR (which
+    // the support module gives every mptun it starts): `ss` finds it alone.
+    let server = Running::spawn_ready(
+        Some(lab.b.name()),
+        &["serve", "--no-progress", "-1", "--json", "--subflows", "4", "--path", "dev=mptb1,addr=10.201.0.2/24"]
+            .into_iter()
+            .chain(["--path", "dev=mptb2,addr=10.202.0.2/24,signal"])
+            .collect::<Vec<_>>(),
+        "Server listening",
+        Duration::from_secs(10),
+    );
+    let sock = support::control_dir().join(format!("{}.sock", server.pid()));
+    assert!(sock.exists(), "{} missing", sock.display());
     let dst = lab.mptun_addr(Side::B, 1).to_string();
     let client = Running::spawn(Some(lab.a.name()), &["send", "--kernel", &dst, "-t", "8", "--json"]);
     let mut token = String::new();
     wait_for("the join to the signal path", Duration::from_secs(6), || {
-        let conns = json_lines(&ctl_ok(&sock, &["ss", "--json"]));
+        let out = run(None, &["ss", "--json"], Duration::from_secs(15));
+        assert!(out.status.success(), "ss without --socket: {}", String::from_utf8_lossy(&out.stderr));
+        let conns = json_lines(&String::from_utf8_lossy(&out.stdout));
         let Some(c) = conns.first() else { return false };
         token = c["token"].as_str().unwrap_or("").to_owned();
         c["subflows"].as_array().is_some_and(|s| s.len() == 2)

@@ -11,14 +11,14 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::SOCKET_DIR;
+use super::socket_dir;
 use crate::error::environment;
 
 /// Which running process to talk to.
 #[derive(Args, Clone, Debug)]
 pub(crate) struct Target {
     /// The control socket of the running `mptun serve`, `send` or `proxy`
-    /// (default: the only one in /run/mptun).
+    /// (default: the only one in $MPTUN_CONTROL_DIR, else /run/mptun).
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Print the server's answer as JSON lines instead of text.
@@ -118,7 +118,7 @@ pub(crate) struct NstatArgs {
 /// The pid in the name of a control socket of ours: `PID.sock` in the
 /// default directory.
 fn own_pid(p: &Path) -> Option<u32> {
-    if p.parent() != Some(Path::new(SOCKET_DIR)) {
+    if p.parent() != Some(socket_dir().as_path()) {
         return None;
     }
     p.extension().filter(|x| *x == "sock").and_then(|_| p.file_stem()?.to_str()?.parse::<u32>().ok())
@@ -139,7 +139,8 @@ fn socket(given: &Option<PathBuf>) -> Result<PathBuf> {
         return Ok(p.clone());
     }
     let mut live = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(SOCKET_DIR) {
+    let dir = socket_dir();
+    if let Ok(rd) = std::fs::read_dir(&dir) {
         for e in rd.flatten() {
             let p = e.path();
             if remove_if_stale(&p) {
@@ -159,7 +160,8 @@ fn socket(given: &Option<PathBuf>) -> Result<PathBuf> {
     }
     match live.len() {
         0 => Err(environment(anyhow!(
-            "no running mptun has a control socket in {SOCKET_DIR}: start `mptun serve`/`send`/`proxy` (mptun's stack), or give --socket PATH"
+            "no running mptun has a control socket in {}: start `mptun serve`/`send`/`proxy` (mptun's stack), or give --socket PATH",
+            dir.display()
         ))),
         1 => Ok(live.remove(0).1),
         _ => {
