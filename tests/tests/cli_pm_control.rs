@@ -150,7 +150,7 @@ fn cli_pm_endpoint_monitor_ss_and_nstat_drive_and_read_a_running_serve() {
         conns.first().and_then(|c| c["subflows"].as_array()).is_some_and(|s| s.len() == 2)
     });
     let c = &conns[0];
-    assert_eq!(c["mode"], "Mptcp", "{c}");
+    assert_eq!((&c["mode"], &c["state"]), (&Value::from("mptcp"), &Value::from("ESTAB")), "{c}");
     assert!(c["token"].as_str().is_some_and(|t| t.len() == 8), "{c}");
     let joined =
         c["subflows"].as_array().unwrap().iter().find(|s| s["local"].as_str().unwrap().starts_with("10.202.0.2:"));
@@ -189,6 +189,9 @@ fn cli_pm_endpoint_monitor_ss_and_nstat_drive_and_read_a_running_serve() {
     assert!(counter(&v, "counters", "MPTcpExtAddAddr") >= 1, "{:#}", v["end"]["mptcp"]);
     assert!(counter(&v, "counters", "MPTcpExtMPJoinSynAckRx") >= 1, "{:#}", v["end"]["mptcp"]);
 
+    // Over: whatever is still listed is not shown as established.
+    let after = json_lines(&ctl_ok(&sock, &["ss", "--json"]));
+    assert!(after.iter().all(|c| c["state"] != "ESTAB"), "{after:?}");
     // The monitor printed the transfer's events in order.
     wait_for("the monitor saw the close", Duration::from_secs(10), || monitor.output().contains("\"closed\""));
     let events: Vec<Value> = json_lines(&monitor.output());

@@ -315,14 +315,13 @@ pub(crate) fn run_ss(a: SsArgs) -> Result<()> {
         print_json(&out);
         return Ok(());
     }
-    println!("{:<8} {:<24} {:<24}", "State", "Local Address:Port", "Peer Address:Port");
+    println!("{:<10} {:<24} {:<24}", "State", "Local Address:Port", "Peer Address:Port");
     for c in &out {
-        let state = if c["established"] == true { "ESTAB" } else { "SYN-SENT" };
-        println!("{state:<8} {:<24} {:<24}", text(c, "local"), text(c, "remote"));
+        println!("{:<10} {:<24} {:<24}", text(c, "state"), text(c, "local"), text(c, "remote"));
         let subs = c["subflows"].as_array().cloned().unwrap_or_default();
         println!(
             "\t {} token:{} remote_token:{} fully_established:{} subflows:{} sched:{} bytes_acked:{} bytes_received:{}",
-            text(c, "mode").to_lowercase(),
+            text(c, "mode"),
             text(c, "token"),
             text(c, "remote_token"),
             c["fully_established"] == true,
