@@ -12,7 +12,10 @@ use std::process::{Command, Output};
 use support::mptun_bin;
 
 fn mptun(args: &[&str]) -> Output {
-    Command::new(mptun_bin()).args(args).env("RUST_BACKTRACE", "1").output().expect("run mptun")
+    let mut c = Command::new(mptun_bin());
+    c.args(args).env("RUST_BACKTRACE", "1");
+    support::own_control_dir(&mut c);
+    c.output().expect("run mptun")
 }
 
 /// clap's own usage error: exit 2 with its `--help` hint.
@@ -45,7 +48,10 @@ fn nonsense_sizes_and_numbers() {
         (&["send", "10.9.9.9", "-n", "lots"][..], "does not start with a number"),
         (&["send", "10.9.9.9", "-n", "5Q"], "unknown size unit"),
         (&["send", "10.9.9.9", "-n", "0"], "out of range"),
-        (&["send", "10.9.9.9", "-n", "-3"], "unexpected argument"),
+        (&["send", "10.9.9.9", "-n", "-3"], "'-3' out of range: a negative value"),
+        (&["send", "10.9.9.9", "-t", "-1"], "'-1' seconds out of range (0, 86400]"),
+        (&["send", "10.9.9.9", "-i", "-1"], "'-1' seconds out of range"),
+        (&["sim", "aggregate", "--size", "-1"], "'-1' out of range"),
         (&["send", "10.9.9.9", "-t", "forever"], "not a number of seconds"),
         (&["send", "10.9.9.9", "--sndbuf", "12XB"], "unknown size unit"),
         (&["send", "10.9.9.9", "--max-pacing-rate", "fast"], "does not start with a number"),
@@ -58,6 +64,8 @@ fn nonsense_sizes_and_numbers() {
     for (args, want) in [
         (&["send", "10.9.9.9", "--kernel", "--sndbuf", "10"][..], "less than 1 KiB"),
         (&["send", "10.9.9.9", "--kernel", "--cc", "no such!"], "no congestion control name"),
+        (&["send", "10.9.9.9", "--kernel", "--cc", "foo"], "--cc foo: unable to set TCP congestion control"),
+        (&["serve", "--kernel", "--cc", "foo"], "the kernel has no 'foo' (it offers: "),
         (&["send", "10.9.9.9", "--topology", "lab-a", "--cc", "vegas"], "--cc"),
         (&["send", "10.9.9.9", "--topology", "lab-a", "--scheduler", "fastest"], "--scheduler"),
         (&["send", "not an address!", "--kernel"], "not an address"),
@@ -139,4 +147,84 @@ fn completions_man_page_and_logging() {
     assert!(out.stderr.is_empty(), "quiet by default: {}", String::from_utf8_lossy(&out.stderr));
     let out = Command::new(mptun_bin()).args(["completions", "fish"]).env("RUST_LOG", "debug").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("DEBUG"), "RUST_LOG=debug logs");
+}
+
+/// `send -R --file` refuses to replace an existing file unless --force,
+/// before connecting (10.9.9.9 is never reached: --kernel to an address
+/// nothing answers would otherwise wait for the connect timeout), and leaves
+/// the file as it was.
+#[test]
+fn reverse_file_is_not_overwritten_without_force() {
+    let dir = std::env::temp_dir().join(format!("mptun-cli-args-force-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("back.bin");
+    std::fs::write(&path, b"keep me").unwrap();
+    let p = path.to_str().unwrap();
+    let args = ["send", "10.9.9.9", "--kernel", "-R", "--file", p, "--connect-timeout", "30"];
+    let start = std::time::Instant::now();
+    check(&args, &mptun(&args), "already exists: give --force", USAGE);
+    assert!(start.elapsed() < std::time::Duration::from_secs(10), "checked before connecting");
+    assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
+    let args = ["send", "10.9.9.9", "--kernel", "--force", "--file", p];
+    check(&args, &mptun(&args), "--reverse", CLAP);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A control socket nobody listens on (its process was killed) or that is
+/// not there: the process is gone, an environment error (exit 3).
+#[test]
+fn a_control_socket_without_its_process() {
+    let dir = std::env::temp_dir().join(format!("mptun-cli-args-stale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("gone.sock");
+    let _ = std::fs::remove_file(&sock);
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let s = sock.to_str().unwrap();
+    let args = ["ss", "--socket", s];
+    check(&args, &mptun(&args), "no mptun process is behind this control socket", ENVIRONMENT);
+    assert!(sock.exists(), "a socket outside the default directory is not ours to remove");
+    std::fs::remove_file(&sock).unwrap();
+    let args = ["pm", "--socket", s, "endpoint", "show"];
+    check(&args, &mptun(&args), "no such control socket", ENVIRONMENT);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `MPTUN_CONTROL_DIR` is where `ss`/`pm`/`nstat` look for control sockets
+/// (this test's own directory: it never sees another process's): one left
+/// by a process that has ended (`PID.sock`, no such PID) is removed when
+/// found, and with none left the error says where it looked.
+#[test]
+fn stale_control_sockets_of_ours_are_removed() {
+    let dir = std::env::temp_dir().join(format!("mptun-cli-args-ctldir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let stale = |name: &str| {
+        let p = dir.join(name);
+        drop(std::os::unix::net::UnixListener::bind(&p).unwrap());
+        p
+    };
+    let run = |args: &[&str]| {
+        let mut c = Command::new(mptun_bin());
+        c.args(args).env("MPTUN_CONTROL_DIR", &dir);
+        c.output().unwrap()
+    };
+    // Above any pid_max (at most 2^22): no process has this pid.
+    let found = stale("4194305.sock");
+    let args = ["ss"];
+    check(&args, &run(&args), &format!("no running mptun has a control socket in {}", dir.display()), ENVIRONMENT);
+    assert!(!found.exists(), "the stale socket is removed");
+    let given = stale("4194306.sock");
+    let args = ["nstat", "--socket", given.to_str().unwrap()];
+    check(
+        &args,
+        &run(&args),
+        "no mptun process is behind this control socket (the one that made it has ended); removed it",
+        ENVIRONMENT,
+    );
+    assert!(!given.exists());
+    let foreign = stale("mine.sock");
+    let args = ["ss", "--socket", foreign.to_str().unwrap()];
+    check(&args, &run(&args), "no mptun process is behind", ENVIRONMENT);
+    assert!(foreign.exists(), "not named PID.sock: not ours to remove");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -86,6 +86,7 @@ fn cli_doc_commands_run_as_written() {
         let as_user = c.command.contains("# as an ordinary user");
         let mut sh = Command::new("sh");
         sh.arg("-c").arg(&c.command).env("PATH", if as_user { &user_path } else { &path }).current_dir(&scratch.0);
+        support::own_control_dir(&mut sh);
         if root && as_user {
             sh.uid(65534).gid(65534);
         }
@@ -199,6 +200,7 @@ fn readme_commands_run_as_written() {
             .arg("-c")
             .arg(&l.command)
             .env("PATH", &path)
+            .env("MPTUN_CONTROL_DIR", support::control_dir())
             .env("HOME", &scratch.0)
             .current_dir(&scratch.0)
             .output()
@@ -330,6 +332,7 @@ fn readme_netns_commands_run_as_root() {
         let command = format!("ip netns exec {ns} {rest}");
         let mut sh = Command::new("sh");
         sh.arg("-c").arg(format!("exec {command}")).env("PATH", &path).current_dir(&scratch.0);
+        support::own_control_dir(&mut sh);
         if rest.starts_with("mptun serve") || rest.starts_with("mptun proxy") {
             let tun = !rest.contains("--kernel");
             daemons.retain(|d| !(tun && d.tun && &d.ns == ns));
@@ -440,6 +443,7 @@ fn cli_doc_root_commands_run_as_root() {
         let run = command.split(" # ").next().unwrap_or(&command).trim().to_owned();
         let mut sh = Command::new("sh");
         sh.env("PATH", &path).current_dir(&scratch.0);
+        support::own_control_dir(&mut sh);
         let ns = [&plan.a, &plan.b].into_iter().find(|n| run.starts_with(&format!("ip netns exec {n} "))).cloned();
         let background = run.ends_with('&') || run.contains("mptun serve") || run.contains("mptun proxy");
         if background {

@@ -194,6 +194,7 @@ fn send_vs_iperf3_script_reports_and_cleans_up() {
         for h in hashes {
             c.args(["--hash", h]);
         }
+        support::own_control_dir(&mut c);
         let out = c.stdin(Stdio::null()).output().expect("run the script");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();

@@ -127,6 +127,13 @@ fn cli_pm_endpoint_monitor_ss_and_nstat_drive_and_read_a_running_serve() {
     let refused = ctl(&sock, &["pm", "endpoint", "add", "10.202.0.2", "signal"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("in use"), "{refused:?}");
+    let foreign = ctl(&sock, &["pm", "endpoint", "add", "10.9.3.2", "signal"]);
+    assert!(
+        String::from_utf8_lossy(&foreign.stderr).contains(
+            "10.9.3.2: address is not local: the stack's addresses are 10.201.0.2 on mptb1, 10.202.0.2 on mptb2"
+        ),
+        "{foreign:?}"
+    );
     ctl_ok(&sock, &["pm", "endpoint", "delete", "id", "2"]);
     assert_eq!(ctl_ok(&sock, &["pm", "endpoint", "add", "10.202.0.2", "signal"]), "id 2\n");
     assert_eq!(ctl_ok(&sock, &["pm", "limits", "show"]), "add_addr_accepted 0 subflows 2\n");
@@ -143,7 +150,7 @@ fn cli_pm_endpoint_monitor_ss_and_nstat_drive_and_read_a_running_serve() {
         conns.first().and_then(|c| c["subflows"].as_array()).is_some_and(|s| s.len() == 2)
     });
     let c = &conns[0];
-    assert_eq!(c["mode"], "Mptcp", "{c}");
+    assert_eq!((&c["mode"], &c["state"]), (&Value::from("mptcp"), &Value::from("ESTAB")), "{c}");
     assert!(c["token"].as_str().is_some_and(|t| t.len() == 8), "{c}");
     let joined =
         c["subflows"].as_array().unwrap().iter().find(|s| s["local"].as_str().unwrap().starts_with("10.202.0.2:"));
@@ -182,6 +189,9 @@ fn cli_pm_endpoint_monitor_ss_and_nstat_drive_and_read_a_running_serve() {
     assert!(counter(&v, "counters", "MPTcpExtAddAddr") >= 1, "{:#}", v["end"]["mptcp"]);
     assert!(counter(&v, "counters", "MPTcpExtMPJoinSynAckRx") >= 1, "{:#}", v["end"]["mptcp"]);
 
+    // Over: whatever is still listed is not shown as established.
+    let after = json_lines(&ctl_ok(&sock, &["ss", "--json"]));
+    assert!(after.iter().all(|c| c["state"] != "ESTAB"), "{after:?}");
     // The monitor printed the transfer's events in order.
     wait_for("the monitor saw the close", Duration::from_secs(10), || monitor.output().contains("\"closed\""));
     let events: Vec<Value> = json_lines(&monitor.output());
@@ -214,15 +224,26 @@ fn cli_pm_commands_reach_the_kernel_mp_prio_rm_addr_and_add_addr_with_a_port() {
     let lab = Lab::new("clctk", 2).unwrap();
     lab.a.sysctl("net.mptcp.enabled", "1").unwrap();
     lab.mptcp(Side::A, &["limits", "set", "add_addr_accepted", "3", "subflows", "3"]).unwrap();
-    let dir = TempDir::new("kernel");
-    let sock = dir.0.join("serve.sock");
-    let server =
-        serve(&lab, &sock, &["-1", "--json", "--subflows", "4", "--path", "dev=mptb2,addr=10.202.0.2/24,signal"]);
+    // The default place, PID.sock in this test's MPTUN_CONTROL_DIR (which
+    // the support module gives every mptun it starts): `ss` finds it alone.
+    let server = Running::spawn_ready(
+        Some(lab.b.name()),
+        &["serve", "--no-progress", "-1", "--json", "--subflows", "4", "--path", "dev=mptb1,addr=10.201.0.2/24"]
+            .into_iter()
+            .chain(["--path", "dev=mptb2,addr=10.202.0.2/24,signal"])
+            .collect::<Vec<_>>(),
+        "Server listening",
+        Duration::from_secs(10),
+    );
+    let sock = support::control_dir().join(format!("{}.sock", server.pid()));
+    assert!(sock.exists(), "{} missing", sock.display());
     let dst = lab.mptun_addr(Side::B, 1).to_string();
     let client = Running::spawn(Some(lab.a.name()), &["send", "--kernel", &dst, "-t", "8", "--json"]);
     let mut token = String::new();
     wait_for("the join to the signal path", Duration::from_secs(6), || {
-        let conns = json_lines(&ctl_ok(&sock, &["ss", "--json"]));
+        let out = run(None, &["ss", "--json"], Duration::from_secs(15));
+        assert!(out.status.success(), "ss without --socket: {}", String::from_utf8_lossy(&out.stderr));
+        let conns = json_lines(&String::from_utf8_lossy(&out.stdout));
         let Some(c) = conns.first() else { return false };
         token = c["token"].as_str().unwrap_or("").to_owned();
         c["subflows"].as_array().is_some_and(|s| s.len() == 2)

@@ -28,6 +28,28 @@ pub fn mptun_bin() -> PathBuf {
     bin
 }
 
+/// This test process's own directory for the control sockets of the
+/// mptun commands it starts (`MPTUN_CONTROL_DIR`, mode 0700): `mptun ss`,
+/// `pm` and `nstat` without `--socket` then find only this test's
+/// processes, never those of other tests or users on the machine.
+pub fn control_dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::DirBuilderExt;
+        let d = std::env::temp_dir().join(format!("mptun-test-control-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::DirBuilder::new().mode(0o700).create(&d).expect("create the control socket directory");
+        d
+    })
+}
+
+/// Gives `c` this test's [`control_dir`] unless it names one already.
+pub fn own_control_dir(c: &mut Command) {
+    if !c.get_envs().any(|(k, _)| k == "MPTUN_CONTROL_DIR") {
+        c.env("MPTUN_CONTROL_DIR", control_dir());
+    }
+}
+
 /// The one JSON document `what` printed on stdout (panics with it otherwise).
 pub fn json_document(what: &str, stdout: &[u8]) -> serde_json::Value {
     let s = String::from_utf8_lossy(stdout);
@@ -46,6 +68,7 @@ pub fn run(ns: Option<&str>, args: &[&str], limit: Duration) -> Output {
 /// As [`run`], for any command: run to completion within `limit` (killed
 /// and a panic otherwise), its output read while it runs.
 pub fn run_command(mut c: Command, limit: Duration) -> Output {
+    own_control_dir(&mut c);
     let what = format!("{:?}", c.get_args().collect::<Vec<_>>());
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().expect("spawn mptun");
@@ -83,6 +106,7 @@ fn command(ns: Option<&str>, args: &[&str]) -> Command {
         None => Command::new(&bin),
     };
     c.args(args);
+    own_control_dir(&mut c);
     c
 }
 
@@ -107,6 +131,7 @@ impl Running {
 
     /// As [`Running::start`], for any command (`what` names it in messages).
     pub fn start_command(mut c: Command, what: &str, ready: &str, limit: Duration) -> Running {
+        own_control_dir(&mut c);
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
         let (tx, rx) = mpsc::channel::<String>();

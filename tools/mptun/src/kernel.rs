@@ -37,6 +37,37 @@ pub(crate) fn check_cc_name(c: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a congestion control this kernel cannot run, before any work:
+/// an MPTCP socket takes any name before its first subflow exists and its
+/// subflows then silently run the default. A plain TCP socket's
+/// `TCP_CONGESTION` is the kernel's own check (it loads `tcp_NAME` when
+/// allowed and refuses what an unprivileged user may not pick); the error
+/// lists `net.ipv4.tcp_available_congestion_control`.
+pub(crate) fn check_cc_available(c: &str) -> Result<()> {
+    check_cc_name(c)?;
+    let probe = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+        .or_else(|_| Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP)))
+        .map_err(|e| anyhow!("socket: {e}"))?;
+    let Err(e) = probe.set_tcp_congestion(c.as_bytes()) else { return Ok(()) };
+    let list = |knob: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{knob}"))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(", "))
+            .unwrap_or_default()
+    };
+    let why = match (e.raw_os_error(), list("tcp_available_congestion_control")) {
+        (Some(libc::EPERM), _) => format!(
+            "not permitted for this user (net.ipv4.tcp_allowed_congestion_control: {})",
+            list("tcp_allowed_congestion_control")
+        ),
+        (Some(libc::ENOENT), offered) if !offered.is_empty() => {
+            format!("the kernel has no '{c}' (it offers: {offered})")
+        }
+        (_, offered) if offered.is_empty() => e.to_string(),
+        (_, offered) => format!("{e} (the kernel offers: {offered})"),
+    };
+    anyhow::bail!("--cc {c}: unable to set TCP congestion control: {why}")
+}
+
 /// Socket options shared by both stacks.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KernelOptions {

@@ -7,6 +7,9 @@ use mptun_time::Duration;
 
 fn split_num(s: &str) -> Result<(f64, String)> {
     let s = s.trim();
+    if s.strip_prefix('-').is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit() || c == '.')) {
+        bail!("'{s}' out of range: a negative value");
+    }
     let idx = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (n, unit) = s.split_at(idx);
     if n.is_empty() {

@@ -13,6 +13,8 @@ use std::net::SocketAddr;
 pub struct ConnectionInfo {
     /// MPTCP, plain TCP, or not decided yet.
     pub mode: Mode,
+    /// The connection's state ([`Connection::state`]).
+    pub state: crate::tcp::State,
     /// Both keys are known to both sides: joins can be accepted and
     /// addresses announced.
     pub fully_established: bool,
@@ -94,6 +96,7 @@ impl Connection {
     pub fn info(&self) -> ConnectionInfo {
         ConnectionInfo {
             mode: self.mode(),
+            state: self.state(),
             fully_established: self.hs.fully_established(),
             local_token: self.local_token(),
             remote_token: self.remote_token(),

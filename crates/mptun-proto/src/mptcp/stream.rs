@@ -226,6 +226,32 @@ impl Connection {
         }
     }
 
+    /// The connection's own state, named as TCP's (Linux's MPTCP socket
+    /// state, `ss -M`'s first column): in MPTCP mode it follows the
+    /// DATA_FINs, not any one subflow (a subflow may linger in TIME_WAIT
+    /// long after the connection is over); plain or still deciding, it is
+    /// the initial subflow's. When both DATA_FINs are out and ours is not
+    /// yet acknowledged it reports `LastAck` (a simultaneous close's
+    /// `Closing` is not told apart).
+    pub fn state(&self) -> crate::tcp::State {
+        use crate::tcp::State;
+        if self.mode() != Mode::Mptcp || self.is_closed() {
+            return self.subflow(0).map_or(State::Closed, |s| s.state());
+        }
+        if !self.is_established() {
+            return self.subflows.live().map(|s| s.tcp.state()).next().unwrap_or(State::Closed);
+        }
+        let fin = self.tx.fin();
+        match (fin.seq().is_some(), fin.acked(), self.rx.peer_fin_done()) {
+            (false, _, false) => State::Established,
+            (false, _, true) => State::CloseWait,
+            (true, false, false) => State::FinWait1,
+            (true, true, false) => State::FinWait2,
+            (true, false, true) => State::LastAck,
+            (true, true, true) => State::Closed,
+        }
+    }
+
     /// Every subflow is closed: the endpoint may reap the connection.
     pub fn is_closed(&self) -> bool {
         self.subflows.live().all(|s| s.tcp.is_closed())

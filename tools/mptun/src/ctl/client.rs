@@ -11,13 +11,14 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use super::SOCKET_DIR;
+use super::socket_dir;
+use crate::error::environment;
 
 /// Which running process to talk to.
 #[derive(Args, Clone, Debug)]
 pub(crate) struct Target {
     /// The control socket of the running `mptun serve`, `send` or `proxy`
-    /// (default: the only one in /run/mptun).
+    /// (default: the only one in $MPTUN_CONTROL_DIR, else /run/mptun).
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Print the server's answer as JSON lines instead of text.
@@ -114,30 +115,54 @@ pub(crate) struct NstatArgs {
     patterns: Vec<String>,
 }
 
+/// The pid in the name of a control socket of ours: `PID.sock` in the
+/// default directory.
+fn own_pid(p: &Path) -> Option<u32> {
+    if p.parent() != Some(socket_dir().as_path()) {
+        return None;
+    }
+    p.extension().filter(|x| *x == "sock").and_then(|_| p.file_stem()?.to_str()?.parse::<u32>().ok())
+}
+
+/// Removes `p` when it is a control socket of ours that nothing listens on
+/// any more (its process is gone: killed ones leave their socket behind);
+/// says whether it did.
+fn remove_if_stale(p: &Path) -> bool {
+    let dead = own_pid(p).is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+    dead && matches!(UnixStream::connect(p), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+        && std::fs::remove_file(p).is_ok()
+}
+
 /// The control socket to talk to.
 fn socket(given: &Option<PathBuf>) -> Result<PathBuf> {
     if let Some(p) = given {
         return Ok(p.clone());
     }
     let mut live = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(SOCKET_DIR) {
+    let dir = socket_dir();
+    if let Ok(rd) = std::fs::read_dir(&dir) {
         for e in rd.flatten() {
             let p = e.path();
-            let pid = p.extension().filter(|x| *x == "sock").and_then(|_| p.file_stem()?.to_str()?.parse::<u32>().ok());
-            // A live process's socket that answers (a killed one leaves its
-            // socket behind, and its pid may be another process's by now).
-            // (One that refuses this user is listed: connecting says why.)
+            if remove_if_stale(&p) {
+                continue;
+            }
+            // A live process's socket that answers (its pid may be another
+            // process's by now). (One that refuses this user is listed:
+            // connecting says why.)
             let answers = |p: &Path| match UnixStream::connect(p) {
                 Ok(_) => true,
                 Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
             };
-            if let Some(pid) = pid.filter(|pid| Path::new(&format!("/proc/{pid}")).exists() && answers(&p)) {
+            if let Some(pid) = own_pid(&p).filter(|pid| Path::new(&format!("/proc/{pid}")).exists() && answers(&p)) {
                 live.push((pid, p));
             }
         }
     }
     match live.len() {
-        0 => bail!("no running mptun has a control socket in {SOCKET_DIR} (give --socket PATH)"),
+        0 => Err(environment(anyhow!(
+            "no running mptun has a control socket in {}: start `mptun serve`/`send`/`proxy` (mptun's stack), or give --socket PATH",
+            dir.display()
+        ))),
         1 => Ok(live.remove(0).1),
         _ => {
             let list: Vec<String> = live
@@ -148,17 +173,30 @@ fn socket(given: &Option<PathBuf>) -> Result<PathBuf> {
                     format!("  {} ({})", p.display(), cmd.trim())
                 })
                 .collect();
-            bail!("several running mptun processes; choose one with --socket:\n{}", list.join("\n"))
+            crate::error::bail_usage!("several running mptun processes; choose one with --socket:\n{}", list.join("\n"))
         }
     }
 }
 
+/// Connects to a control socket; what stands in the way is the
+/// environment's (exit 3): no such socket, nobody behind it, not ours.
 fn connect(path: &Path) -> Result<UnixStream> {
-    UnixStream::connect(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::PermissionDenied => {
-            anyhow!("{}: permission denied (the control socket is its owner's only: run as root)", path.display())
-        }
-        _ => anyhow!("{}: {e}", path.display()),
+    use std::io::ErrorKind;
+    UnixStream::connect(path).map_err(|e| {
+        let p = path.display();
+        environment(match e.kind() {
+            ErrorKind::PermissionDenied => {
+                anyhow!("{p}: permission denied (the control socket is its owner's only: run as root)")
+            }
+            ErrorKind::NotFound => {
+                anyhow!("{p}: no such control socket (is the mptun serve/send/proxy that made it still running?)")
+            }
+            ErrorKind::ConnectionRefused => {
+                let removed = if remove_if_stale(path) { "; removed it" } else { "" };
+                anyhow!("{p}: no mptun process is behind this control socket (the one that made it has ended){removed}")
+            }
+            _ => anyhow!("{p}: {e}"),
+        })
     })
 }
 
@@ -277,14 +315,13 @@ pub(crate) fn run_ss(a: SsArgs) -> Result<()> {
         print_json(&out);
         return Ok(());
     }
-    println!("{:<8} {:<24} {:<24}", "State", "Local Address:Port", "Peer Address:Port");
+    println!("{:<10} {:<24} {:<24}", "State", "Local Address:Port", "Peer Address:Port");
     for c in &out {
-        let state = if c["established"] == true { "ESTAB" } else { "SYN-SENT" };
-        println!("{state:<8} {:<24} {:<24}", text(c, "local"), text(c, "remote"));
+        println!("{:<10} {:<24} {:<24}", text(c, "state"), text(c, "local"), text(c, "remote"));
         let subs = c["subflows"].as_array().cloned().unwrap_or_default();
         println!(
             "\t {} token:{} remote_token:{} fully_established:{} subflows:{} sched:{} bytes_acked:{} bytes_received:{}",
-            text(c, "mode").to_lowercase(),
+            text(c, "mode"),
             text(c, "token"),
             text(c, "remote_token"),
             c["fully_established"] == true,

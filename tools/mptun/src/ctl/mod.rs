@@ -3,7 +3,7 @@
 //!
 //! Each of those commands, on mptun's stack, answers on a Unix control
 //! socket (root's or its user's only; [`mptun_io::ctl`]): by default
-//! `/run/mptun/PID.sock`, or the path `--control` gives. `mptun pm`,
+//! `PID.sock` in [`socket_dir`], or the path `--control` gives. `mptun pm`,
 //! `mptun ss` and `mptun nstat` are its clients; they find the socket of
 //! the only running process, or take `--socket`. One request line per
 //! command ([`request`]), answered with JSON lines and `ok` or
@@ -21,14 +21,25 @@ use anyhow::{anyhow, Result};
 use clap::Args;
 use mptun_io::ctl::ControlServer;
 
-/// Where running commands put their control sockets by default.
-pub(crate) const SOCKET_DIR: &str = "/run/mptun";
+/// Where running commands put their control sockets unless
+/// `MPTUN_CONTROL_DIR` says otherwise.
+const DEFAULT_SOCKET_DIR: &str = "/run/mptun";
+
+/// Where running commands put their control sockets by default, and where
+/// `pm`/`ss`/`nstat` look for them: `$MPTUN_CONTROL_DIR` (a directory of
+/// one's own keeps tests and concurrent users apart), else /run/mptun.
+pub(crate) fn socket_dir() -> PathBuf {
+    std::env::var_os("MPTUN_CONTROL_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_SOCKET_DIR), PathBuf::from)
+}
 
 /// `--control` / `--no-control` of the commands that run a stack.
 #[derive(Args, Clone, Debug, Default)]
 pub(crate) struct ControlArgs {
     /// Unix control socket for `mptun pm`, `mptun ss` and `mptun nstat`
-    /// (mode 0600, root's or this user's only; default /run/mptun/PID.sock).
+    /// (mode 0600, root's or this user's only; default PID.sock in
+    /// $MPTUN_CONTROL_DIR, else /run/mptun).
     #[arg(long, value_name = "PATH", conflicts_with = "no_control")]
     control: Option<PathBuf>,
     /// No control socket.
@@ -38,7 +49,7 @@ pub(crate) struct ControlArgs {
 
 impl ControlArgs {
     /// Opens the control socket of `stack` (none with `--no-control`). The
-    /// default place needs /run/mptun: where it cannot be made (not root),
+    /// default place needs its directory: where it cannot be made (not root),
     /// the command runs without one and says so; a path given that cannot
     /// be bound is an error.
     pub(crate) fn start(&self, stack: &mptun::Stack) -> Result<Option<ControlServer>> {
@@ -47,11 +58,12 @@ impl ControlArgs {
         }
         let (path, given) = match &self.control {
             Some(p) => (p.clone(), true),
-            None => (Path::new(SOCKET_DIR).join(format!("{}.sock", std::process::id())), false),
+            None => (socket_dir().join(format!("{}.sock", std::process::id())), false),
         };
         if !given {
-            if let Err(e) = private_dir(Path::new(SOCKET_DIR)) {
-                eprintln!("mptun: no control socket ({SOCKET_DIR}: {e}); --control PATH puts it elsewhere");
+            let dir = socket_dir();
+            if let Err(e) = private_dir(&dir) {
+                eprintln!("mptun: no control socket ({}: {e}); --control PATH puts it elsewhere", dir.display());
                 return Ok(None);
             }
         }

@@ -116,6 +116,23 @@ fn endpoint_json(e: &PmEndpoint) -> Value {
     json!({ "id": e.id, "addr": e.addr.to_string(), "port": e.port, "flags": flags_text(e.flags) })
 }
 
+/// A connection state as `ss` names it (its first column).
+fn ss_state(s: mptun::TcpState) -> &'static str {
+    use mptun::TcpState::*;
+    match s {
+        Closed => "CLOSED",
+        SynSent => "SYN-SENT",
+        SynReceived => "SYN-RECV",
+        Established => "ESTAB",
+        FinWait1 => "FIN-WAIT-1",
+        FinWait2 => "FIN-WAIT-2",
+        CloseWait => "CLOSE-WAIT",
+        Closing => "CLOSING",
+        LastAck => "LAST-ACK",
+        TimeWait => "TIME-WAIT",
+    }
+}
+
 /// One connection as `ss -Menitam` shows it.
 fn connection_json(c: &StreamInfo) -> Value {
     let subflows: Vec<Value> = c
@@ -162,7 +179,8 @@ fn connection_json(c: &StreamInfo) -> Value {
         "local": c.local.to_string(),
         "remote": c.remote.to_string(),
         "established": c.established,
-        "mode": format!("{:?}", c.conn.mode),
+        "state": ss_state(c.conn.state),
+        "mode": format!("{:?}", c.conn.mode).to_lowercase(),
         "token": c.conn.local_token.map(|t| format!("{t:08x}")),
         "remote_token": c.conn.remote_token.map(|t| format!("{t:08x}")),
         "fully_established": c.conn.fully_established,
@@ -176,10 +194,17 @@ fn connection_json(c: &StreamInfo) -> Value {
 /// Carries out one request: the JSON lines of its answer, or why not.
 fn execute(stack: &Stack, r: Request) -> Result<Vec<Value>, String> {
     let pm = stack.path_manager();
-    let e = |e: mptun::PmError| e.to_string();
+    // "address is not local" says which addresses are.
+    let e = |e: mptun::PmError| match e {
+        mptun::PmError::AddrNotLocal => {
+            let addrs: Vec<String> = stack.paths().iter().map(|p| format!("{} on {}", p.local, p.device)).collect();
+            format!("{e}: the stack's addresses are {}", addrs.join(", "))
+        }
+        e => e.to_string(),
+    };
     Ok(match r {
         Request::EndpointAdd { addr, id, flags, port } => {
-            let id = pm.endpoint_add(PmEndpoint { id, addr, flags, port }).map_err(e)?;
+            let id = pm.endpoint_add(PmEndpoint { id, addr, flags, port }).map_err(|x| format!("{addr}: {}", e(x)))?;
             vec![json!({ "id": id })]
         }
         Request::EndpointDelete { id, addr } => {

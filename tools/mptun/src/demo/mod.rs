@@ -22,7 +22,7 @@ pub(crate) struct DemoArgs {
     #[command(flatten)]
     pub(crate) json: JsonDocument,
     /// Bytes to transfer.
-    #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
+    #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size, allow_negative_numbers = true)]
     size: u64,
     #[command(flatten)]
     seed: Seed,

@@ -24,7 +24,7 @@ pub(crate) struct AggregateArgs {
     #[arg(long, value_enum, default_value = "mptun")]
     stack: LabStack,
     /// Bytes to transfer (client to server).
-    #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size)]
+    #[arg(long, short = 'n', default_value = "32M", value_parser = parse_size, allow_negative_numbers = true)]
     size: u64,
     /// Congestion control at both ends: reno, cubic, bbr, lia, olia, balia (mptun), any the kernel has
     /// (--stack kernel). The simulator's prediction runs the same one, or CUBIC where it has no such.

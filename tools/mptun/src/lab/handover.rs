@@ -34,7 +34,7 @@ pub(crate) struct HandoverArgs {
     #[arg(long, default_value = "break")]
     mode: Mode,
     /// Bytes the client downloads.
-    #[arg(long, short = 'n', default_value = "48M", value_parser = parse_size)]
+    #[arg(long, short = 'n', default_value = "48M", value_parser = parse_size, allow_negative_numbers = true)]
     size: u64,
     /// Whose MPTCP runs (both: mptun's, then the kernel's, in one run).
     #[arg(long, value_enum)]

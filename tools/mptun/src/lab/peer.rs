@@ -62,14 +62,14 @@ pub(crate) struct PeerArgs {
     #[arg(long = "path", value_name = "SPEC", value_parser = crate::pathspec::parse_path)]
     paths: Vec<mptun::pathspec::PathSpec>,
     /// Bytes to send (none by default).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_negative_numbers = true)]
     send: Option<u64>,
     /// Send for this many seconds from the moment the connection is up, instead of --send bytes.
     #[arg(long, value_name = "SECS")]
     send_for: Option<f64>,
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_negative_numbers = true)]
     sndbuf: Option<u64>,
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_negative_numbers = true)]
     rcvbuf: Option<u64>,
     #[arg(long)]
     cc: Option<String>,
@@ -104,7 +104,7 @@ pub(crate) struct PeerArgs {
     #[arg(long, requires = "object_size")]
     objects: Option<u64>,
     /// Size of an object: the listening side answers each 100-byte request with this many bytes.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_negative_numbers = true)]
     object_size: Option<u64>,
     /// Keep this side's direction open until the peer's stream has ended,
     /// even with nothing to send (a download client, as a browser: Linux

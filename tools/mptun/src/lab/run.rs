@@ -72,7 +72,7 @@ pub(crate) struct RunArgs {
     queue_bdp: Option<f64>,
     /// Run this long instead of the file's duration (the measurement then starts at half of it,
     /// unless the file's `measure_from` still falls inside).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_negative_numbers = true)]
     duration: Option<mptun_time::Duration>,
     #[command(flatten)]
     pub(crate) common: LabCommon,

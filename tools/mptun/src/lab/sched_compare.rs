@@ -33,7 +33,7 @@ pub(crate) struct SchedCompareArgs {
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     workload: Vec<Workload>,
     /// Bytes of each bulk upload.
-    #[arg(long, short = 'n', default_value = "16M", value_parser = parse_size)]
+    #[arg(long, short = 'n', default_value = "16M", value_parser = parse_size, allow_negative_numbers = true)]
     size: u64,
     /// Objects per object workload (100 KB each).
     #[arg(long, default_value_t = 100)]

@@ -21,7 +21,7 @@ pub(crate) struct BbrArgs {
     #[arg(long, default_value_t = 10.0)]
     alone_buffer: f64,
     /// Length of each flow-alone run (goodput over its second half).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_duration, allow_negative_numbers = true)]
     alone_duration: mptun_time::Duration,
     /// Buffers of the BBR-against-CUBIC runs, BDPs.
     #[arg(long, value_delimiter = ',', default_value = "0.5,1,4,16")]
@@ -33,7 +33,7 @@ pub(crate) struct BbrArgs {
     #[arg(long, default_value_t = 10)]
     versus_rate: u64,
     /// Length of each BBR-against-CUBIC run (shares over its second half).
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_duration, allow_negative_numbers = true)]
     versus_duration: mptun_time::Duration,
     /// Seeds per grid point (1..=N); figures are their mean and standard deviation.
     #[arg(long, default_value_t = 3)]

@@ -95,20 +95,20 @@ struct SharedBottleneckArgs {
     #[arg(long, default_value_t = mptun::Policy::MinRtt)]
     policy: mptun::Policy,
     /// Bottleneck rate, both directions.
-    #[arg(long, default_value = "20mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "20mbit", value_parser = parse_rate, allow_negative_numbers = true)]
     rate: u64,
     /// Round-trip propagation delay.
-    #[arg(long, default_value = "40ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "40ms", value_parser = parse_duration, allow_negative_numbers = true)]
     rtt: mptun_time::Duration,
     /// Bottleneck buffer in packets (default: 1 BDP).
     #[arg(long)]
     queue: Option<usize>,
     /// Length of the run (shares are counted over its second half).
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_duration, allow_negative_numbers = true)]
     duration: mptun_time::Duration,
     /// Order-preserving delay jitter on the bottleneck (breaks droptail's
     /// phase effects; seeds differ only through it).
-    #[arg(long, default_value = "500us", value_parser = parse_duration)]
+    #[arg(long, default_value = "500us", value_parser = parse_duration, allow_negative_numbers = true)]
     jitter: mptun_time::Duration,
     #[command(flatten)]
     seed: Seed,
@@ -119,22 +119,22 @@ struct CcCompareArgs {
     #[command(flatten)]
     json: Json,
     /// Bottleneck rate, both directions.
-    #[arg(long, default_value = "50mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "50mbit", value_parser = parse_rate, allow_negative_numbers = true)]
     rate: u64,
     /// Round-trip propagation delay (split evenly between the directions).
-    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, allow_negative_numbers = true)]
     rtt: mptun_time::Duration,
     /// Bottleneck buffer in packets (default: 1 BDP).
     #[arg(long)]
     queue: Option<usize>,
     /// Length of the run.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_duration, allow_negative_numbers = true)]
     duration: mptun_time::Duration,
     /// Start the CUBIC flow this long after the Reno flow.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = parse_duration, allow_negative_numbers = true)]
     cubic_delay: mptun_time::Duration,
     /// Interval of the per-flow throughput samples.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_duration, allow_negative_numbers = true)]
     sample: mptun_time::Duration,
     #[command(flatten)]
     seed: Seed,
@@ -154,16 +154,16 @@ struct EdtRrArgs {
     #[arg(long, default_value_t = 100)]
     response: usize,
     /// SO_MAX_PACING_RATE on both ends (the reduced pacing rate).
-    #[arg(long, default_value = "80mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "80mbit", value_parser = parse_rate, allow_negative_numbers = true)]
     pacing_rate: u64,
     /// Link MTU: sets the MSS and the fq quantum (2 x MTU).
     #[arg(long, default_value_t = 4000)]
     mtu: usize,
     /// Link rate, both directions.
-    #[arg(long, default_value = "10gbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "10gbit", value_parser = parse_rate, allow_negative_numbers = true)]
     rate: u64,
     /// One-way delay, both directions.
-    #[arg(long, default_value = "10us", value_parser = parse_duration)]
+    #[arg(long, default_value = "10us", value_parser = parse_duration, allow_negative_numbers = true)]
     delay: mptun_time::Duration,
     #[command(flatten)]
     seed: Seed,
@@ -174,16 +174,16 @@ struct HystartArgs {
     #[command(flatten)]
     json: Json,
     /// Bottleneck rate on the wire (Ethernet frames of 1514 bytes).
-    #[arg(long, default_value = "50mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "50mbit", value_parser = parse_rate, allow_negative_numbers = true)]
     rate: u64,
     /// Minimum round-trip time (split evenly between the directions).
-    #[arg(long, default_value = "150ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "150ms", value_parser = parse_duration, allow_negative_numbers = true)]
     rtt: mptun_time::Duration,
     /// Bottleneck buffer in packets (default: 1 BDP of 1514-byte frames).
     #[arg(long)]
     queue: Option<usize>,
     /// How long the server sends.
-    #[arg(long, default_value = "1500ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "1500ms", value_parser = parse_duration, allow_negative_numbers = true)]
     duration: mptun_time::Duration,
     /// Sender pacing: none (Linux CUBIC without fq, as in the seed), edt or quantum.
     #[arg(long, default_value = "none")]
@@ -193,7 +193,7 @@ struct HystartArgs {
     #[arg(long, default_value = "6M")]
     rcvbuf: String,
     /// Include a trace of the sender's state sampled this often (e.g. 10ms).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_negative_numbers = true)]
     trace: Option<mptun_time::Duration>,
     #[command(flatten)]
     seed: Seed,
@@ -213,22 +213,22 @@ struct TcpSingleArgs {
     #[arg(long, default_value_t = mptun::TcpConfig::default().congestion_control)]
     cc: Algorithm,
     /// Bytes to transfer (20MB = 20,000,000; 20M = 20 MiB).
-    #[arg(long, default_value = "20MB", value_parser = parse_size)]
+    #[arg(long, default_value = "20MB", value_parser = parse_size, allow_negative_numbers = true)]
     size: u64,
     /// Link rate, both directions.
-    #[arg(long, default_value = "10mbit", value_parser = parse_rate)]
+    #[arg(long, default_value = "10mbit", value_parser = parse_rate, allow_negative_numbers = true)]
     rate: u64,
     /// One-way delay, both directions.
-    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "20ms", value_parser = parse_duration, allow_negative_numbers = true)]
     delay: mptun_time::Duration,
     /// Bottleneck buffer in packets (default: 1 BDP).
     #[arg(long)]
     queue: Option<usize>,
     /// Random loss probability per packet, both directions (0.01 or 1%).
-    #[arg(long, default_value = "0", value_parser = parse_ratio)]
+    #[arg(long, default_value = "0", value_parser = parse_ratio, allow_negative_numbers = true)]
     loss: f64,
     /// Probability that a packet skips the delay line and overtakes others (netem `reorder`).
-    #[arg(long, default_value = "0", value_parser = parse_ratio)]
+    #[arg(long, default_value = "0", value_parser = parse_ratio, allow_negative_numbers = true)]
     reorder: f64,
     #[command(flatten)]
     seed: Seed,

@@ -25,7 +25,7 @@ pub(crate) struct AggregateArgs {
     #[command(flatten)]
     json: Json,
     /// Bytes to transfer.
-    #[arg(long, default_value = "32M", value_parser = parse_size)]
+    #[arg(long, default_value = "32M", value_parser = parse_size, allow_negative_numbers = true)]
     size: u64,
     /// Congestion control of every subflow: reno, cubic, bbr (per subflow,
     /// uncoupled as in Linux), or coupled (lia, olia, balia). `aggregate` only.
@@ -164,7 +164,7 @@ pub(crate) struct HandoverArgs {
     #[arg(long, default_value = "break")]
     mode: handover::Mode,
     /// Bytes to download.
-    #[arg(long, default_value = "48M", value_parser = parse_size)]
+    #[arg(long, default_value = "48M", value_parser = parse_size, allow_negative_numbers = true)]
     size: u64,
     /// Congestion control of every subflow.
     #[arg(long, default_value_t = Algorithm::Cubic)]

@@ -22,7 +22,7 @@ pub(crate) struct SchedCompareArgs {
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     workload: Vec<Workload>,
     /// Bytes of each bulk upload.
-    #[arg(long, default_value = "16M", value_parser = parse_size)]
+    #[arg(long, default_value = "16M", value_parser = parse_size, allow_negative_numbers = true)]
     size: u64,
     /// Objects per object workload.
     #[arg(long, default_value_t = 200)]

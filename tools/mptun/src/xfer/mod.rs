@@ -76,20 +76,20 @@ pub(crate) struct Common {
           help = format!("MPTCP scheduler (mptun; a server's accepted connections run it): {}", Policy::names()))]
     scheduler: Option<String>,
     /// SO_SNDBUF: a fixed send buffer (autotuning off), e.g. 256K.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_negative_numbers = true)]
     sndbuf: Option<u64>,
     /// SO_RCVBUF: a fixed receive buffer (autotuning off).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_negative_numbers = true)]
     rcvbuf: Option<u64>,
     /// SO_MAX_PACING_RATE per subflow, e.g. 100mbit.
-    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    #[arg(long, value_name = "RATE", value_parser = parse_rate, allow_negative_numbers = true)]
     max_pacing_rate: Option<u64>,
     /// mptun's pacer: edt (Linux >= 4.20, the default), quantum (the sch_fq
     /// throttle before it, for comparison) or none.
     #[arg(long, value_name = "PACER")]
     pacer: Option<PacerKind>,
     /// Seconds between interval reports.
-    #[arg(short = 'i', long, default_value = "1", value_name = "SECS", value_parser = parse_secs)]
+    #[arg(short = 'i', long, default_value = "1", value_name = "SECS", value_parser = parse_secs, allow_negative_numbers = true)]
     interval: Duration,
     #[command(flatten)]
     json: JsonDocument,
@@ -97,7 +97,7 @@ pub(crate) struct Common {
     #[arg(long)]
     no_progress: bool,
     /// Give up when no data moves for this long.
-    #[arg(long, default_value = "30", value_name = "SECS", value_parser = parse_secs)]
+    #[arg(long, default_value = "30", value_name = "SECS", value_parser = parse_secs, allow_negative_numbers = true)]
     idle_timeout: Duration,
     /// Record mptun's packets into a pcap file.
     #[arg(long, value_name = "FILE")]
@@ -125,7 +125,7 @@ pub(crate) struct ServeArgs {
     output_dir: Option<PathBuf>,
     /// Refuse a file larger than this, e.g. 1G (one that does not fit in
     /// the output directory's free space is refused anyway).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "output_dir")]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "output_dir", allow_negative_numbers = true)]
     max_file_size: Option<u64>,
     /// The file a client asking `send --reverse --file` receives.
     #[arg(long, value_name = "PATH")]
@@ -142,10 +142,10 @@ pub(crate) struct SendArgs {
     #[arg(short, long, default_value_t = 5201)]
     port: u16,
     /// Bytes to move, e.g. 64M, 1G, 20MB (default: -t 10).
-    #[arg(short = 'n', long, value_name = "SIZE", value_parser = parse_size, conflicts_with_all = ["time", "file"])]
+    #[arg(short = 'n', long, value_name = "SIZE", value_parser = parse_size, conflicts_with_all = ["time", "file"], allow_negative_numbers = true)]
     bytes: Option<u64>,
     /// Seconds to send for.
-    #[arg(short = 't', long, value_name = "SECS", value_parser = parse_secs, conflicts_with = "file")]
+    #[arg(short = 't', long, value_name = "SECS", value_parser = parse_secs, conflicts_with = "file", allow_negative_numbers = true)]
     time: Option<Duration>,
     /// Send this file (the server stores it, checked with --hash); with
     /// --reverse, receive the server's --file into it.
@@ -154,6 +154,10 @@ pub(crate) struct SendArgs {
     /// The server sends, this side receives.
     #[arg(short = 'R', long)]
     reverse: bool,
+    /// With --reverse --file: replace the file if it exists (without this
+    /// an existing file is refused, as `serve --output-dir` refuses one).
+    #[arg(long, requires_all = ["reverse", "file"])]
+    force: bool,
     /// How both ends check the data: xxh3 (XXH3-128, the default: it keeps
     /// up with the kernel's TCP on one veth; catches any accidental damage,
     /// not deliberate tampering), blake3, or sha256 (a cryptographic digest,
@@ -161,7 +165,7 @@ pub(crate) struct SendArgs {
     #[arg(long, value_enum, default_value_t = HashKind::Xxh3, value_name = "HASH")]
     hash: HashKind,
     /// Give up connecting after this long.
-    #[arg(long, default_value = "10", value_name = "SECS", value_parser = parse_secs)]
+    #[arg(long, default_value = "10", value_name = "SECS", value_parser = parse_secs, allow_negative_numbers = true)]
     connect_timeout: Duration,
 }
 
@@ -264,7 +268,7 @@ impl Common {
                 a.to_string()
             }
             Some(c) => {
-                kernel::check_cc_name(c)?;
+                kernel::check_cc_available(c)?;
                 c.clone()
             }
             None if self.kernel => "default".into(),
@@ -390,9 +394,28 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
     };
     let (mut source, mut sink, mut amount, file_name) = (None, Sink::Discard, amount, None::<String>);
     let mut file_name = file_name;
+    // A file this run created, removed again if the run ends before any of
+    // it arrived (so that trying again needs no --force).
+    let mut created = None;
     if let Some(path) = &a.file {
         if a.reverse {
-            let f = std::fs::File::create(path).map_err(|e| anyhow!("cannot create {}: {e}", path.display()))?;
+            let mut open = std::fs::OpenOptions::new();
+            open.write(true);
+            if a.force {
+                open.create(true).truncate(true);
+            } else {
+                open.create_new(true);
+            }
+            let f = open.open(path).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    crate::error::usage(anyhow!("{} already exists: give --force to replace it", path.display()))
+                } else {
+                    crate::error::usage(anyhow!("cannot create {}: {e}", path.display()))
+                }
+            })?;
+            if !a.force {
+                created = Some(path.clone());
+            }
             sink = Sink::File(f, path.clone());
             file_name = Some(String::new());
         } else {
@@ -431,8 +454,16 @@ pub(crate) fn run_send(a: SendArgs) -> Result<Verdict> {
         let r = bulk::run_client(conn, ClientTest { request, source, sink }, plan.settings.clone(), counters).await;
         end_stack(stack).await;
         r
-    })?;
-    let mut report = report;
+    });
+    let mut report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(p) = created.filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == 0)) {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
+    };
     let interrupted = signals::received().is_some();
     if interrupted {
         report.error = Some("interrupt - the client has terminated".into());

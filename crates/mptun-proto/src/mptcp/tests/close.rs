@@ -4,10 +4,13 @@ use super::*;
 
 #[test]
 fn data_fin_closes_both_directions() {
+    use crate::tcp::State;
+    let state = |e: &crate::endpoint::Endpoint, c| e.conn(c).unwrap().info().state;
     let mut n = two_path();
     let h = n.connect();
     n.run(Duration::from_millis(100), &mut pass());
     let sh = n.b.accept().unwrap();
+    assert_eq!(state(&n.a, h), State::Established);
     let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     let reply = b"thanks, bye";
     let mut sent = 0;
@@ -27,6 +30,7 @@ fn data_fin_closes_both_directions() {
     assert_eq!(got, data);
     assert!(n.b.recv_finished(sh));
     assert!(!n.a.recv_finished(h));
+    assert_eq!((state(&n.a, h), state(&n.b, sh)), (State::FinWait2, State::CloseWait));
     // The server answers and closes its direction.
     assert_eq!(n.b.send(sh, reply).unwrap_or(0), reply.len());
     n.b.close(sh);
@@ -34,7 +38,12 @@ fn data_fin_closes_both_directions() {
     let k = n.a.recv(h, n.now, &mut buf).unwrap_or(0);
     assert_eq!(&buf[..k], reply);
     assert!(n.a.recv_finished(h));
-    // Both DATA_FINs acknowledged: the subflows close (FIN), then TIME_WAIT.
+    // Both DATA_FINs acknowledged: the connection is over while its
+    // subflows close (FIN) and linger in TIME_WAIT.
+    n.run(Duration::from_secs(1), &mut pass());
+    let a = n.a.conn(h).unwrap().info();
+    assert!(a.subflows.iter().any(|s| s.tcp.state == State::TimeWait), "{:?}", a.subflows);
+    assert_eq!((a.state, state(&n.b, sh)), (State::Closed, State::Closed));
     n.run(Duration::from_secs(70), &mut pass());
     assert!(n.a.is_closed(h) && n.b.is_closed(sh));
     let evs: Vec<_> = std::iter::from_fn(|| n.a.poll_event()).filter(|(c, _)| *c == h).map(|(_, e)| e).collect();
