@@ -140,3 +140,39 @@ fn completions_man_page_and_logging() {
     let out = Command::new(mptun_bin()).args(["completions", "fish"]).env("RUST_LOG", "debug").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("DEBUG"), "RUST_LOG=debug logs");
 }
+
+/// A wrong scenario file is a usage error of one line that names the file
+/// and the place in it (`FILE:LINE:COL: message`), or the route or flow it
+/// is about, as a compiler names a line.
+#[test]
+fn scenario_file_errors_name_the_file_and_place() {
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml"))
+            .expect("shipped scenario");
+    let (route, flow) = (shipped.find("[[route]]").unwrap(), shipped.find("[[flow]]").unwrap());
+    let line_of = |at: usize| shipped[..at].matches('\n').count() + 1;
+    let dir = std::env::temp_dir().join(format!("mptun-scenario-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("noroute", format!("{}{}", &shipped[..route], &shipped[flow..]), "noroute.toml: no [[route]]".to_string()),
+        (
+            "nolink",
+            shipped.replacen("links = [\"bottleneck\"]", "links = [\"nolink\"]", 1),
+            format!("nolink.toml:{}:1: route 0: through unknown link 'nolink' (links: bottleneck)", line_of(route)),
+        ),
+        (
+            "noto",
+            shipped.replacen("to = \"10.0.1.2\"", "to = \"10.0.9.9\"", 1),
+            format!("noto.toml:{}:1: flow 0: no route to 10.0.9.9", line_of(flow)),
+        ),
+        ("syntax", shipped.replacen("duration =", "duration = =", 1), "syntax.toml:6:12: invalid string".to_string()),
+    ];
+    for (name, text, want) in cases {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let p = path.to_str().unwrap();
+        let args = ["sim", "run", p];
+        check(&args, &mptun(&args), &want, USAGE);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
