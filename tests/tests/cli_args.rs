@@ -176,3 +176,79 @@ fn scenario_file_errors_name_the_file_and_place() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `sim sweep` builds every point before it runs any: a bad value of an
+/// axis is a usage error naming the axis and value and leaves no runs
+/// behind; an unknown --figure fails after one run, listing the figures.
+#[test]
+fn sweep_checks_every_point_and_figure_first() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml");
+    let dir = std::env::temp_dir().join(format!("mptun-sweep-checks-{}", std::process::id()));
+    for (set, want) in [("cc=lia,bogus", "cc=bogus"), ("queue_bdp=1,abc", "queue_bdp \"abc\" is not a number")] {
+        let out = dir.join(set.split('=').next().unwrap());
+        let args = [
+            "sim",
+            "sweep",
+            file,
+            "--set",
+            set,
+            "--set",
+            "duration=1s",
+            "--seeds",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        check(&args, &mptun(&args), want, USAGE);
+        assert!(!out.join("runs.csv").exists(), "{set}: a run was made before the check");
+    }
+    let out = dir.join("figure");
+    let o = out.to_str().unwrap();
+    let args = [
+        "sim",
+        "sweep",
+        file,
+        "--set",
+        "cc=lia,olia",
+        "--set",
+        "duration=1s",
+        "--seeds",
+        "1",
+        "--figure",
+        "flows.9.nope",
+        "--out",
+        o,
+    ];
+    let run = mptun(&args);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(err.contains("--figure flows.9.nope: no such figure (figures: ") && err.contains("flows.0.share"), "{err}");
+    assert!(!err.contains("[2/2]"), "the rest of the grid ran: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rerun into the same --out with a smaller grid summarises exactly the
+/// grid and seeds asked for, and keeps the other rows of runs.csv.
+#[test]
+fn sweep_rerun_with_a_smaller_grid_summarises_that_grid() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml");
+    let out = std::env::temp_dir().join(format!("mptun-sweep-smaller-{}", std::process::id()));
+    let o = out.to_str().unwrap();
+    let sweep = |cc: &str, seeds: &str| {
+        let args = ["sim", "sweep", file, "--set", cc, "--set", "duration=1s", "--seeds", seeds, "--out", o];
+        let run = mptun(&args);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        String::from_utf8_lossy(&run.stderr).into_owned()
+    };
+    sweep("cc=lia,olia", "2");
+    let err = sweep("cc=lia", "1");
+    assert!(err.contains("= 1 runs, 0 to do (1 in "), "{err}");
+    let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let rows: Vec<&str> = summary.lines().skip(1).collect();
+    assert!(
+        !rows.is_empty() && rows.iter().all(|r| r.starts_with("lia,1s,") && r.split(',').nth(3) == Some("1")),
+        "{summary}"
+    );
+    assert_eq!(std::fs::read_to_string(out.join("runs.csv")).unwrap().lines().count(), 5, "runs.csv keeps every row");
+    let _ = std::fs::remove_dir_all(&out);
+}
