@@ -422,27 +422,63 @@ fn summarise(runs: &Path, keys: &[String], grid: &[Vec<String>], seeds: u64, out
 }
 
 fn print_figures(summary: &Summary, keys: &[String], figures: &[String]) {
-    if figures.is_empty() {
-        return;
+    if !figures.is_empty() {
+        print!("{}", figures_table(summary, keys, figures));
     }
-    println!(
-        "{}  n  {}",
-        keys.join("  "),
-        figures.iter().map(|f| format!("{f} (mean ± 95% CI)")).collect::<Vec<_>>().join("  ")
-    );
+}
+
+/// The figures per point as a table whose columns line up (each padded to
+/// its widest cell, counted in characters: `±` is one).
+fn figures_table(summary: &Summary, keys: &[String], figures: &[String]) -> String {
+    let mut rows: Vec<Vec<String>> = vec![keys
+        .iter()
+        .cloned()
+        .chain(["n".into()])
+        .chain(figures.iter().map(|f| format!("{f} (mean ± 95% CI)")))
+        .collect()];
     for (point, stats) in summary {
         let n = figures.iter().filter_map(|f| stats.get(f)).map(|s| s.n).max().unwrap_or(0);
-        let cells: Vec<String> = figures
-            .iter()
-            .map(|f| stats.get(f).map_or("-".to_string(), |s| format!("{:.4} ± {:.4}", s.mean, s.ci95)))
-            .collect();
-        println!("{}  {n}  {}", point.join("  "), cells.join("  "));
+        let cells =
+            figures.iter().map(|f| stats.get(f).map_or("-".to_string(), |s| format!("{:.4} ± {:.4}", s.mean, s.ci95)));
+        rows.push(point.iter().cloned().chain([n.to_string()]).chain(cells).collect());
     }
+    let width = |c: usize| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..rows[0].len()).map(width).collect();
+    let mut out = String::new();
+    for r in &rows {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(c, &w)| format!("{c:<w$}")).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_figures_table_lines_up() {
+        let stat = |mean: f64| stats::stat(&[mean, mean * 1.5]);
+        let summary: Summary = vec![
+            (vec!["lia".into(), "1".into()], BTreeMap::from([("flows.0.share".to_string(), stat(0.5))])),
+            (vec!["balia".into(), "10".into()], BTreeMap::from([("flows.0.share".to_string(), stat(1234.5))])),
+        ];
+        let keys = ["cc".to_string(), "queue_bdp".to_string()];
+        let t = figures_table(&summary, &keys, &["flows.0.share".to_string(), "x".to_string()]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        // Every column starts at the same character in every line.
+        let starts = |l: &str| -> Vec<usize> {
+            let c: Vec<char> = l.chars().collect();
+            (0..c.len())
+                .filter(|&i| c[i] != ' ' && (i == 0 || (i >= 2 && c[i - 1] == ' ' && c[i - 2] == ' ')))
+                .collect()
+        };
+        for l in &lines[1..] {
+            assert_eq!(starts(l), starts(lines[0]), "{t}");
+        }
+    }
 
     fn args(out: &Path, seeds: u64, plot: bool) -> SweepArgs {
         SweepArgs {
