@@ -228,3 +228,115 @@ fn stale_control_sockets_of_ours_are_removed() {
     assert!(foreign.exists(), "not named PID.sock: not ours to remove");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A wrong scenario file is a usage error of one line that names the file
+/// and the place in it (`FILE:LINE:COL: message`), or the route or flow it
+/// is about, as a compiler names a line.
+#[test]
+fn scenario_file_errors_name_the_file_and_place() {
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml"))
+            .expect("shipped scenario");
+    let (route, flow) = (shipped.find("[[route]]").unwrap(), shipped.find("[[flow]]").unwrap());
+    let line_of = |at: usize| shipped[..at].matches('\n').count() + 1;
+    let dir = std::env::temp_dir().join(format!("mptun-scenario-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("noroute", format!("{}{}", &shipped[..route], &shipped[flow..]), "noroute.toml: no [[route]]".to_string()),
+        (
+            "nolink",
+            shipped.replacen("links = [\"bottleneck\"]", "links = [\"nolink\"]", 1),
+            format!("nolink.toml:{}:1: route 0: through unknown link 'nolink' (links: bottleneck)", line_of(route)),
+        ),
+        (
+            "noto",
+            shipped.replacen("to = \"10.0.1.2\"", "to = \"10.0.9.9\"", 1),
+            format!("noto.toml:{}:1: flow 0: no route to 10.0.9.9", line_of(flow)),
+        ),
+        ("syntax", shipped.replacen("duration =", "duration = =", 1), "syntax.toml:6:12: invalid string".to_string()),
+    ];
+    for (name, text, want) in cases {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let p = path.to_str().unwrap();
+        let args = ["sim", "run", p];
+        check(&args, &mptun(&args), &want, USAGE);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `sim sweep` builds every point before it runs any: a bad value of an
+/// axis is a usage error naming the axis and value and leaves no runs
+/// behind; an unknown --figure fails after one run, listing the figures.
+#[test]
+fn sweep_checks_every_point_and_figure_first() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml");
+    let dir = std::env::temp_dir().join(format!("mptun-sweep-checks-{}", std::process::id()));
+    for (set, want) in [("cc=lia,bogus", "cc=bogus"), ("queue_bdp=1,abc", "queue_bdp \"abc\" is not a number")] {
+        let out = dir.join(set.split('=').next().unwrap());
+        let args = [
+            "sim",
+            "sweep",
+            file,
+            "--set",
+            set,
+            "--set",
+            "duration=1s",
+            "--seeds",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        check(&args, &mptun(&args), want, USAGE);
+        assert!(!out.join("runs.csv").exists(), "{set}: a run was made before the check");
+    }
+    let out = dir.join("figure");
+    let o = out.to_str().unwrap();
+    let args = [
+        "sim",
+        "sweep",
+        file,
+        "--set",
+        "cc=lia,olia",
+        "--set",
+        "duration=1s",
+        "--seeds",
+        "1",
+        "--figure",
+        "flows.9.nope",
+        "--out",
+        o,
+    ];
+    let run = mptun(&args);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(err.contains("--figure flows.9.nope: no such figure (figures: ") && err.contains("flows.0.share"), "{err}");
+    assert!(!err.contains("[2/2]"), "the rest of the grid ran: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rerun into the same --out with a smaller grid summarises exactly the
+/// grid and seeds asked for, and keeps the other rows of runs.csv.
+#[test]
+fn sweep_rerun_with_a_smaller_grid_summarises_that_grid() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml");
+    let out = std::env::temp_dir().join(format!("mptun-sweep-smaller-{}", std::process::id()));
+    let o = out.to_str().unwrap();
+    let sweep = |cc: &str, seeds: &str| {
+        let args = ["sim", "sweep", file, "--set", cc, "--set", "duration=1s", "--seeds", seeds, "--out", o];
+        let run = mptun(&args);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        String::from_utf8_lossy(&run.stderr).into_owned()
+    };
+    sweep("cc=lia,olia", "2");
+    let err = sweep("cc=lia", "1");
+    assert!(err.contains("= 1 runs, 0 to do (1 in "), "{err}");
+    let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let rows: Vec<&str> = summary.lines().skip(1).collect();
+    assert!(
+        !rows.is_empty() && rows.iter().all(|r| r.starts_with("lia,1s,") && r.split(',').nth(3) == Some("1")),
+        "{summary}"
+    );
+    assert_eq!(std::fs::read_to_string(out.join("runs.csv")).unwrap().lines().count(), 5, "runs.csv keeps every row");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -26,11 +26,11 @@ struct File {
     seed: Option<u64>,
     /// Goodput is measured from here (default: half the run).
     measure_from: Option<String>,
-    #[serde(rename = "link")]
+    #[serde(rename = "link", default)]
     links: Vec<FileLink>,
-    #[serde(rename = "route")]
+    #[serde(rename = "route", default)]
     routes: Vec<FileRoute>,
-    #[serde(rename = "flow")]
+    #[serde(rename = "flow", default)]
     flows: Vec<FileFlow>,
 }
 
@@ -92,15 +92,85 @@ pub(crate) struct Overrides {
     pub(crate) queue_bdp: Option<f64>,
 }
 
-/// Reads the scenario in `path`.
+/// An error at a place in a scenario file (1-based line and column), so
+/// that it prints as `FILE:LINE:COL: message` as compilers do.
+#[derive(Debug)]
+struct Located {
+    line: usize,
+    col: usize,
+    msg: String,
+}
+
+impl std::fmt::Display for Located {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}: {}", self.line, self.col, self.msg)
+    }
+}
+
+impl std::error::Error for Located {}
+
+/// The 1-based line and column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// The line of the `n`th `[[table]]` header of `text` (0-based `n`), when
+/// the file writes its tables that way.
+fn header_line(text: Option<&str>, table: &str, n: usize) -> Option<usize> {
+    let header = format!("[[{table}]]");
+    text?.lines().enumerate().filter(|(_, l)| l.trim_start().starts_with(&header)).nth(n).map(|(i, _)| i + 1)
+}
+
+/// `msg` about the `n`th `[[table]]`, at its header's line when known.
+fn at_table(text: Option<&str>, table: &str, n: usize, msg: String) -> anyhow::Error {
+    match header_line(text, table, n) {
+        Some(line) => anyhow::Error::new(Located { line, col: 1, msg }),
+        None => anyhow!("{msg}"),
+    }
+}
+
+/// `e`, about the `n`th `[[table]]`, at that table's line when known.
+fn relocate(text: Option<&str>, table: &str, n: usize, e: anyhow::Error) -> anyhow::Error {
+    match header_line(text, table, n) {
+        Some(line) if e.downcast_ref::<Located>().is_none() => {
+            anyhow::Error::new(Located { line, col: 1, msg: format!("{e:#}") })
+        }
+        _ => e,
+    }
+}
+
+/// A TOML error on one line, at its place in the file.
+fn toml_error(text: Option<&str>, e: &toml::de::Error) -> anyhow::Error {
+    let msg = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+    match (text, e.span()) {
+        (Some(t), Some(span)) if !t.is_empty() => {
+            let (line, col) = line_col(t, span.start);
+            anyhow::Error::new(Located { line, col, msg })
+        }
+        _ => anyhow!("{msg}"),
+    }
+}
+
+/// Reads the scenario in `path`. Every error about the file is a usage
+/// error of one line naming it: `FILE:LINE:COL: message` when it has a
+/// place, `FILE: message` when it is about the whole file.
 pub(crate) fn load(path: &Path, o: Overrides) -> Result<Spec> {
     let len = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?.len();
     if len > MAX_FILE {
-        bail!("{}: {len} bytes; a scenario file is at most {MAX_FILE}", path.display());
+        crate::error::bail_usage!("{}: {len} bytes; a scenario file is at most {MAX_FILE}", path.display());
     }
     let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
     let stem = path.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
-    parse(&text, &stem, o).with_context(|| format!("{}", path.display()))
+    parse(&text, &stem, o).map_err(|e| {
+        let file = path.display();
+        crate::error::usage(match e.downcast_ref::<Located>() {
+            Some(l) => anyhow!("{file}:{l}"),
+            None => anyhow!("{file}: {e:#}"),
+        })
+    })
 }
 
 /// Parses a scenario file's text (`name` when the file gives none).
@@ -121,18 +191,60 @@ fn qdisc(l: &FileLink) -> Result<Qdisc> {
 }
 
 pub(crate) fn parse(text: &str, name: &str, o: Overrides) -> Result<Spec> {
-    let f: File = toml::from_str(text).map_err(|e| anyhow!("{e}"))?;
-    from_file(f, name, o)
+    let f: File = toml::from_str(text).map_err(|e| toml_error(Some(text), &e))?;
+    from_file(f, name, o, Some(text))
 }
 
 /// A scenario from a file's document already parsed (and perhaps changed:
 /// `mptun sim sweep` sets its keys).
 pub(crate) fn parse_table(doc: toml::Table, name: &str, o: Overrides) -> Result<Spec> {
-    let f: File = toml::Value::Table(doc).try_into().map_err(|e| anyhow!("{e}"))?;
-    from_file(f, name, o)
+    let f: File = toml::Value::Table(doc).try_into().map_err(|e| toml_error(None, &e))?;
+    from_file(f, name, o, None)
 }
 
-fn from_file(f: File, name: &str, o: Overrides) -> Result<Spec> {
+/// The file's routes and flows checked against its links and routes, each
+/// error naming the route or flow (and its line in `text`) it is about.
+fn check_routes(f: &File, text: Option<&str>) -> Result<()> {
+    let route = |i: usize, msg: String| at_table(text, "route", i, format!("route {i}: {msg}"));
+    let flow = |i: usize, msg: String| at_table(text, "flow", i, format!("flow {i}: {msg}"));
+    if f.links.is_empty() {
+        bail!("no [[link]]: add one per link (name, rate, delay)");
+    }
+    if f.routes.is_empty() {
+        bail!("no [[route]]: add one per path between two addresses (a, b, links)");
+    }
+    if f.flows.is_empty() {
+        bail!("no [[flow]]: add one per connection (kind, from, to)");
+    }
+    let names: Vec<&str> = f.links.iter().map(|l| l.name.as_str()).collect();
+    for (i, r) in f.routes.iter().enumerate() {
+        if r.links.is_empty() {
+            return Err(route(i, format!("{} -> {} crosses no link: give links = [\"NAME\", ...]", r.a, r.b)));
+        }
+        if let Some(n) = r.links.iter().find(|n| !names.contains(&n.as_str())) {
+            return Err(route(i, format!("through unknown link '{n}' (links: {})", names.join(", "))));
+        }
+    }
+    for (i, fl) in f.flows.iter().enumerate() {
+        if fl.from.is_empty() {
+            return Err(flow(i, "leaves from no address: give from = [\"ADDR\", ...]".into()));
+        }
+        if let Some(a) = fl.from.iter().find(|a| !f.routes.iter().any(|r| r.a == **a)) {
+            let mut from: Vec<String> = f.routes.iter().map(|r| r.a.to_string()).collect();
+            from.dedup();
+            return Err(flow(i, format!("no route from {a} (routes start at {})", from.join(", "))));
+        }
+        if !f.routes.iter().any(|r| r.b == fl.to) {
+            let mut to: Vec<String> = f.routes.iter().map(|r| r.b.to_string()).collect();
+            to.dedup();
+            return Err(flow(i, format!("no route to {} (routes end at {})", fl.to, to.join(", "))));
+        }
+    }
+    Ok(())
+}
+
+fn from_file(f: File, name: &str, o: Overrides, text: Option<&str>) -> Result<Spec> {
+    check_routes(&f, text)?;
     let links = f
         .links
         .iter()
@@ -160,45 +272,48 @@ fn from_file(f: File, name: &str, o: Overrides) -> Result<Spec> {
         .iter()
         .enumerate()
         .map(|(i, fl)| {
-            let time = |s: &Option<String>| s.as_deref().map(parse_duration).transpose();
-            let udp_only = fl.rate.is_some() || fl.packet.is_some() || fl.on.is_some() || fl.off.is_some();
-            let kind = match fl.kind.as_str() {
-                "mptcp" | "tcp" if udp_only => bail!("flow {i}: rate, packet, on and off are for kind = \"udp\""),
-                "mptcp" => FlowKind::Mptcp,
-                "tcp" => FlowKind::Tcp,
-                "udp" => {
-                    let rate = fl.rate.as_deref().ok_or_else(|| anyhow!("flow {i}: a udp flow needs a rate"))?;
-                    let (on, off) = (time(&fl.on)?.unwrap_or_default(), time(&fl.off)?.unwrap_or_default());
-                    if on.is_zero() != off.is_zero() {
-                        bail!("flow {i}: on and off go together");
+            let one = || -> Result<Flow> {
+                let time = |s: &Option<String>| s.as_deref().map(parse_duration).transpose();
+                let udp_only = fl.rate.is_some() || fl.packet.is_some() || fl.on.is_some() || fl.off.is_some();
+                let kind = match fl.kind.as_str() {
+                    "mptcp" | "tcp" if udp_only => bail!("flow {i}: rate, packet, on and off are for kind = \"udp\""),
+                    "mptcp" => FlowKind::Mptcp,
+                    "tcp" => FlowKind::Tcp,
+                    "udp" => {
+                        let rate = fl.rate.as_deref().ok_or_else(|| anyhow!("flow {i}: a udp flow needs a rate"))?;
+                        let (on, off) = (time(&fl.on)?.unwrap_or_default(), time(&fl.off)?.unwrap_or_default());
+                        if on.is_zero() != off.is_zero() {
+                            bail!("flow {i}: on and off go together");
+                        }
+                        FlowKind::Unresponsive {
+                            rate_bps: parse_rate(rate).with_context(|| format!("flow {i}: rate"))?,
+                            packet: fl.packet.unwrap_or(1500),
+                            on,
+                            off,
+                        }
                     }
-                    FlowKind::Unresponsive {
-                        rate_bps: parse_rate(rate).with_context(|| format!("flow {i}: rate"))?,
-                        packet: fl.packet.unwrap_or(1500),
-                        on,
-                        off,
-                    }
-                }
-                k => bail!("flow {i}: kind `{k}` (mptcp, tcp or udp)"),
+                    k => bail!("flow {i}: kind `{k}` (mptcp, tcp or udp)"),
+                };
+                let cc = match (&kind, o.mptcp_cc, &fl.cc) {
+                    (FlowKind::Mptcp, Some(cc), _) => cc,
+                    (_, _, Some(c)) => c.parse().map_err(|e| anyhow!("flow {i}: {e}"))?,
+                    _ => Algorithm::default(),
+                };
+                let policy: Policy = match &fl.scheduler {
+                    Some(s) => s.parse().map_err(|e| anyhow!("flow {i}: {e}"))?,
+                    None => Policy::Default,
+                };
+                Ok(Flow {
+                    kind,
+                    from: fl.from.clone(),
+                    to: fl.to,
+                    cc,
+                    policy,
+                    start: time(&fl.start)?.unwrap_or_default(),
+                    stop: time(&fl.stop)?,
+                })
             };
-            let cc = match (&kind, o.mptcp_cc, &fl.cc) {
-                (FlowKind::Mptcp, Some(cc), _) => cc,
-                (_, _, Some(c)) => c.parse().map_err(|e| anyhow!("flow {i}: {e}"))?,
-                _ => Algorithm::default(),
-            };
-            let policy: Policy = match &fl.scheduler {
-                Some(s) => s.parse().map_err(|e| anyhow!("flow {i}: {e}"))?,
-                None => Policy::Default,
-            };
-            Ok(Flow {
-                kind,
-                from: fl.from.clone(),
-                to: fl.to,
-                cc,
-                policy,
-                start: time(&fl.start)?.unwrap_or_default(),
-                stop: time(&fl.stop)?,
-            })
+            one().map_err(|e| relocate(text, "flow", i, e))
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Spec {
@@ -331,8 +446,8 @@ mod tests {
     fn bad_files_say_what_is_wrong() {
         let bad = |text: &str| parse(text, "x", Overrides::default()).unwrap_err().to_string();
         assert!(bad("duration = 1").contains("invalid type"), "{}", bad("duration = 1"));
-        let no_flows = "duration = \"1s\"\nlink = []\nroute = []\n";
-        assert!(bad(no_flows).contains("flow"), "{}", bad(no_flows));
+        let no_links = "duration = \"1s\"\nlink = []\nroute = []\n";
+        assert!(bad(no_links).contains("no [[link]]"), "{}", bad(no_links));
         let unknown = SHARED.replace("kind = \"tcp\"", "kind = \"quic\"");
         assert!(bad(&unknown).contains("kind `quic`"), "{}", bad(&unknown));
         let extra = format!("{SHARED}\nbogus = 1\n");

@@ -342,7 +342,9 @@ pub(crate) fn print_network(r: &network::Report, json: bool) -> Result<()> {
         println!("  link {:<12} {:5.1} % used, {} drops", l.name, l.utilisation * 100.0, l.dropped_queue);
     }
     for f in &r.flows {
-        let by_link: Vec<String> = f.bytes_by_link.iter().map(|(l, b)| format!("{l} {b}")).collect();
+        // Two subflows may cross the same first link: number them.
+        let by_link: Vec<String> =
+            f.bytes_by_link.iter().enumerate().map(|(i, (l, b))| format!("subflow {i} via {l}: {b} B")).collect();
         println!(
             "  {:<5} {:<6} {} subflow(s): {:6.2} Mbit/s, share {:.3}{}",
             f.kind,

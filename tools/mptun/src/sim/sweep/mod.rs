@@ -65,7 +65,8 @@ pub(crate) struct SweepArgs {
     /// (e.g. goodput_bps, flows.0.share, runtime_s).
     #[arg(long = "figure", value_name = "PATH")]
     figures: Vec<String>,
-    /// Draw each --figure over this axis, with error bars, into DIR/sweep-FIGURE.svg.
+    /// Draw each --figure over this axis, with error bars, into DIR/sweep-FIGURE.svg
+    /// (FIGURE with `.` and `/` as `_`).
     #[arg(long, value_name = "KEY")]
     plot: Option<String>,
 }
@@ -77,9 +78,26 @@ enum Target {
     TcpSingle,
 }
 
+/// One point's run, built and not yet run.
+enum Built {
+    File(network::Spec),
+    Penalise(penalise::Params),
+    TcpSingle(tcp_single::Params),
+}
+
 impl Target {
     /// The report of one run at `point` with `seed`, as JSON.
     fn run(&self, point: &Point, seed: u64) -> Result<serde_json::Value> {
+        Ok(match self.build(point, seed)? {
+            Built::File(spec) => serde_json::to_value(network::run(&spec).map_err(|e| anyhow!("{e}"))?)?,
+            Built::Penalise(p) => serde_json::to_value(penalise::run(&p))?,
+            Built::TcpSingle(p) => serde_json::to_value(tcp_single::run(&p))?,
+        })
+    }
+
+    /// The run at `point` with `seed`, every value of the point parsed: a
+    /// sweep builds every point before it runs any.
+    fn build(&self, point: &Point, seed: u64) -> Result<Built> {
         let get = |k: &str| point.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
         match self {
             Target::File { text, stem } => {
@@ -87,11 +105,11 @@ impl Target {
                 let o = crate::scenario_file::Overrides {
                     mptcp_cc: get("cc").map(|c| c.parse::<Algorithm>().map_err(|e| anyhow!("cc: {e}"))).transpose()?,
                     seed: Some(seed),
-                    queue_bdp: get("queue_bdp").map(|q| q.parse::<f64>().context("queue_bdp")).transpose()?,
+                    queue_bdp: get("queue_bdp")
+                        .map(|q| q.parse::<f64>().with_context(|| format!("queue_bdp {q:?} is not a number")))
+                        .transpose()?,
                 };
-                let spec = crate::scenario_file::parse_table(patched, stem, o)?;
-                let r = network::run(&spec).map_err(|e| anyhow!("{e}"))?;
-                Ok(serde_json::to_value(r)?)
+                Ok(Built::File(crate::scenario_file::parse_table(patched, stem, o)?))
             }
             Target::Penalise => {
                 let mut p = penalise::Params {
@@ -111,7 +129,7 @@ impl Target {
                         other => bail!("penalise has no key {other} (scenario, policy, factor, tso)"),
                     }
                 }
-                Ok(serde_json::to_value(penalise::run(&p))?)
+                Ok(Built::Penalise(p))
             }
             Target::TcpSingle => {
                 let mut p = tcp_single::Params { cc: Algorithm::Cubic, seed, ..tcp_single::Params::default() };
@@ -127,7 +145,7 @@ impl Target {
                         other => bail!("tcp-single has no key {other} (rate, delay, queue, loss, reorder, cc, size)"),
                     }
                 }
-                Ok(serde_json::to_value(tcp_single::run(&p))?)
+                Ok(Built::TcpSingle(p))
             }
         }
     }
@@ -204,10 +222,7 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
     let keys: Vec<String> = a.axes.iter().map(|x| x.key.clone()).collect();
     // Every point checked once before any run (a bad value fails now, not an hour in).
     for p in &points {
-        if let Target::File { text, stem } = &target {
-            let o = crate::scenario_file::Overrides { mptcp_cc: None, seed: None, queue_bdp: None };
-            crate::scenario_file::parse_table(grid::patch_file(text, p)?, stem, o).with_context(|| describe(p))?;
-        }
+        target.build(p, 1).map_err(|e| crate::error::usage(anyhow!("{}: {e:#}", describe(p))))?;
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
     let runs_path = a.out.join("runs.csv");
@@ -218,6 +233,7 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         .flat_map(|point| (1..=a.seeds).map(move |seed| Job { point, seed }))
         .filter(|j| !done.contains(&row_key(&values[j.point], j.seed)))
         .collect();
+    let in_grid = points.len() * a.seeds as usize - jobs.len();
     let total = points.len() as u64 * a.seeds;
     let workers = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
     eprintln!(
@@ -225,7 +241,7 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         points.len(),
         a.seeds,
         jobs.len(),
-        done.len(),
+        in_grid,
         runs_path.display()
     );
     let mut header = prior.map(|(h, _)| h);
@@ -235,8 +251,29 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         .open(&runs_path)
         .with_context(|| format!("{}", runs_path.display()))?;
     let started = std::time::Instant::now();
-    let next = AtomicUsize::new(0);
     let (tx, rx) = mpsc::channel::<(usize, Result<serde_json::Value>, f64)>();
+    // The figures a run reports are known from runs.csv's header, or else
+    // from the first run, which goes first so that an unknown --figure
+    // fails before the rest of the grid runs.
+    let mut first = 0;
+    let known: Option<Vec<String>> = match (&header, jobs.first()) {
+        (Some(h), _) => Some(h[keys.len() + 1..].to_vec()),
+        (None, Some(j)) if !a.figures.is_empty() => {
+            let t = std::time::Instant::now();
+            let r = target.run(&points[j.point], j.seed);
+            let names = r.as_ref().ok().map(|v| stats::figures(v).into_iter().map(|(n, _)| n).collect());
+            let _ = tx.send((0, r, t.elapsed().as_secs_f64()));
+            first = 1;
+            names
+        }
+        _ => None,
+    };
+    if let Some(known) = known {
+        if let Some(f) = a.figures.iter().find(|f| !known.contains(f)) {
+            crate::error::bail_usage!("--figure {f}: no such figure (figures: {})", known.join(", "));
+        }
+    }
+    let next = AtomicUsize::new(first);
     let mut failed = None;
     std::thread::scope(|s| -> Result<()> {
         for _ in 0..workers.min(jobs.len()) {
@@ -255,7 +292,7 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
             });
         }
         drop(tx);
-        let mut finished = done.len() as u64;
+        let mut finished = in_grid as u64;
         for (i, r, wall) in rx {
             let j = &jobs[i];
             let v = match r {
@@ -299,7 +336,7 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         return Err(crate::signals::interrupted());
     }
     eprintln!("sweep: {} runs in {:.1} s", jobs.len(), started.elapsed().as_secs_f64());
-    let summary = summarise(&runs_path, &keys, &values, &a.out.join("summary.csv"))?;
+    let summary = summarise(&runs_path, &keys, &values, a.seeds, &a.out.join("summary.csv"))?;
     print_figures(&summary, &keys, &a.figures);
     if let Some(x) = &a.plot {
         for f in &a.figures {
@@ -324,7 +361,7 @@ pub(crate) type Summary = Vec<(Vec<String>, BTreeMap<String, stats::Stat>)>;
 /// Reads every row of `runs` and writes the statistics per point to `out`:
 /// points in grid order (`grid`), each figure over its runs in seed order,
 /// so that the summary does not depend on the order the runs finished in.
-fn summarise(runs: &Path, keys: &[String], grid: &[Vec<String>], out: &Path) -> Result<Summary> {
+fn summarise(runs: &Path, keys: &[String], grid: &[Vec<String>], seeds: u64, out: &Path) -> Result<Summary> {
     let text = std::fs::read_to_string(runs).with_context(|| format!("{}", runs.display()))?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().map(|h| h.split(',').collect()).unwrap_or_default();
@@ -339,6 +376,9 @@ fn summarise(runs: &Path, keys: &[String], grid: &[Vec<String>], out: &Path) -> 
         }
         let point: Vec<String> = f[..k].iter().map(|s| s.to_string()).collect();
         let seed: u64 = f[k].parse().unwrap_or(0);
+        if !(1..=seeds).contains(&seed) {
+            continue;
+        }
         let m = by_point.entry(point).or_default();
         for (name, cell) in header[k + 1..].iter().zip(&f[k + 1..]) {
             if let Ok(x) = cell.parse::<f64>() {
@@ -382,27 +422,63 @@ fn summarise(runs: &Path, keys: &[String], grid: &[Vec<String>], out: &Path) -> 
 }
 
 fn print_figures(summary: &Summary, keys: &[String], figures: &[String]) {
-    if figures.is_empty() {
-        return;
+    if !figures.is_empty() {
+        print!("{}", figures_table(summary, keys, figures));
     }
-    println!(
-        "{}  n  {}",
-        keys.join("  "),
-        figures.iter().map(|f| format!("{f} (mean ± 95% CI)")).collect::<Vec<_>>().join("  ")
-    );
+}
+
+/// The figures per point as a table whose columns line up (each padded to
+/// its widest cell, counted in characters: `±` is one).
+fn figures_table(summary: &Summary, keys: &[String], figures: &[String]) -> String {
+    let mut rows: Vec<Vec<String>> = vec![keys
+        .iter()
+        .cloned()
+        .chain(["n".into()])
+        .chain(figures.iter().map(|f| format!("{f} (mean ± 95% CI)")))
+        .collect()];
     for (point, stats) in summary {
         let n = figures.iter().filter_map(|f| stats.get(f)).map(|s| s.n).max().unwrap_or(0);
-        let cells: Vec<String> = figures
-            .iter()
-            .map(|f| stats.get(f).map_or("-".to_string(), |s| format!("{:.4} ± {:.4}", s.mean, s.ci95)))
-            .collect();
-        println!("{}  {n}  {}", point.join("  "), cells.join("  "));
+        let cells =
+            figures.iter().map(|f| stats.get(f).map_or("-".to_string(), |s| format!("{:.4} ± {:.4}", s.mean, s.ci95)));
+        rows.push(point.iter().cloned().chain([n.to_string()]).chain(cells).collect());
     }
+    let width = |c: usize| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..rows[0].len()).map(width).collect();
+    let mut out = String::new();
+    for r in &rows {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(c, &w)| format!("{c:<w$}")).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_figures_table_lines_up() {
+        let stat = |mean: f64| stats::stat(&[mean, mean * 1.5]);
+        let summary: Summary = vec![
+            (vec!["lia".into(), "1".into()], BTreeMap::from([("flows.0.share".to_string(), stat(0.5))])),
+            (vec!["balia".into(), "10".into()], BTreeMap::from([("flows.0.share".to_string(), stat(1234.5))])),
+        ];
+        let keys = ["cc".to_string(), "queue_bdp".to_string()];
+        let t = figures_table(&summary, &keys, &["flows.0.share".to_string(), "x".to_string()]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        // Every column starts at the same character in every line.
+        let starts = |l: &str| -> Vec<usize> {
+            let c: Vec<char> = l.chars().collect();
+            (0..c.len())
+                .filter(|&i| c[i] != ' ' && (i == 0 || (i >= 2 && c[i - 1] == ' ' && c[i - 2] == ' ')))
+                .collect()
+        };
+        for l in &lines[1..] {
+            assert_eq!(starts(l), starts(lines[0]), "{t}");
+        }
+    }
 
     fn args(out: &Path, seeds: u64, plot: bool) -> SweepArgs {
         SweepArgs {
