@@ -258,6 +258,34 @@ fn cli_serve_scheduler_runs_the_downloads() {
     assert_eq!(v["start"]["mptun"]["scheduler"], "default", "{:#}", v["start"]);
     assert_eq!(v["end"]["mptcp"]["sha256_match"], true);
     assert_eq!(v["end"]["sum_received"]["bytes"].as_u64(), Some(16 << 20));
+    check_sending_figures_are_the_senders(&v, &s);
+}
+
+/// The receiving client's per-subflow retransmissions and cwnd are the
+/// sending server's (from its trailer), not the receiver's own: every
+/// subflow's are reported, they add up to the sender's total, and each cwnd
+/// is the one the server's own report shows, or an earlier sample of it
+/// (the server's report ends later than its trailer). A receiver sends
+/// nothing but ACKs: its own cwnd would stay at the initial window.
+fn check_sending_figures_are_the_senders(client: &Value, server: &Value) {
+    let sf = |v: &Value| v["end"]["streams"][0]["subflows"].as_array().expect("subflows[]").clone();
+    let (mine, theirs) = (sf(client), sf(server));
+    assert!(!mine.is_empty());
+    let mut retr = 0;
+    for c in &mine {
+        let s = theirs
+            .iter()
+            .find(|s| s["local"] == c["remote"] && s["remote"] == c["local"])
+            .unwrap_or_else(|| panic!("the server does not list {c}: {theirs:#?}"));
+        assert_eq!(c["sender_figures"], true, "{c}");
+        let (cw, sw) = (c["max_snd_cwnd"].as_u64().unwrap(), s["max_snd_cwnd"].as_u64().unwrap());
+        assert!(cw <= sw, "client shows cwnd {cw}, above the server's own maximum {sw}: {c} / {s}");
+        assert_eq!(c["rtt"].as_u64().map(|r| r > 0), Some(true), "{c}");
+        retr += c["retransmits"].as_u64().unwrap();
+    }
+    let most = mine.iter().map(|c| c["max_snd_cwnd"].as_u64().unwrap()).max().unwrap();
+    assert!(most > 20 * 1460, "largest sender cwnd {most} B: still the initial window, a receiver's");
+    assert_eq!(Some(retr), client["end"]["sum_sent"]["retransmits"].as_u64(), "{:#}", client["end"]);
 }
 
 /// A send to a network the namespace has no route to fails at once with

@@ -57,12 +57,38 @@ impl CpuSpan {
     pub(crate) fn until_now(&self) -> CpuUse {
         let cpu = cpu_us();
         let wall = self.wall.elapsed();
-        CpuUse {
-            wall_us: ceil_us(wall),
-            user_us: cpu.0.saturating_sub(self.cpu.0),
-            sys_us: cpu.1.saturating_sub(self.cpu.1),
-        }
+        within_cpus(
+            CpuUse {
+                wall_us: ceil_us(wall),
+                user_us: cpu.0.saturating_sub(self.cpu.0),
+                sys_us: cpu.1.saturating_sub(self.cpu.1),
+            },
+            online_cpus(),
+        )
     }
+}
+
+/// The CPUs online: what all of a process's threads can run on at once.
+fn online_cpus() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as u64
+}
+
+/// `u` with its CPU time cut, user and system in proportion, to what `cpus`
+/// CPUs can run within its wall time. The kernel adds another thread's run
+/// time to the process's at that thread's next tick or switch, so over a
+/// span shorter than a tick (a test of a few KiB lasts microseconds) the
+/// difference of two `getrusage` readings can hold time run before the span
+/// began: more than the span could hold, an accounting lag, not CPU used.
+fn within_cpus(u: CpuUse, cpus: u64) -> CpuUse {
+    let cap = u.wall_us.saturating_mul(cpus);
+    let total = u.user_us + u.sys_us;
+    if total <= cap {
+        return u;
+    }
+    let user_us = (u128::from(u.user_us) * u128::from(cap) / u128::from(total)) as u64;
+    CpuUse { wall_us: u.wall_us, user_us, sys_us: cap - user_us }
 }
 
 fn ceil_us(d: Duration) -> u64 {
@@ -130,6 +156,15 @@ mod tests {
                 "{u:?} after 100 ms of CPU before the span ({within:?} in it)"
             );
         }
+    }
+
+    #[test]
+    fn cpu_time_beyond_what_the_cpus_can_run_in_the_span_is_cut() {
+        let u = CpuUse { wall_us: 4, user_us: 3, sys_us: 10 };
+        assert_eq!(within_cpus(u, 2), CpuUse { wall_us: 4, user_us: 1, sys_us: 7 });
+        let fits = CpuUse { wall_us: 4, user_us: 3, sys_us: 5 };
+        assert_eq!(within_cpus(fits, 2), fits);
+        assert_eq!(within_cpus(CpuUse { wall_us: 0, user_us: 5, sys_us: 0 }, 2).user_us, 0);
     }
 
     #[test]

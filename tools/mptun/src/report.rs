@@ -285,6 +285,12 @@ pub(crate) struct SubflowEnd {
     pub(crate) bytes_retrans: u64,
     pub(crate) max_snd_cwnd: u64,
     pub(crate) rtt: u64,
+    /// Whether `retransmits`, `bytes_retrans`, `max_snd_cwnd` and `rtt` are
+    /// the data sender's: this side's when it sent, else the sender's as its
+    /// trailer reported them (false: the sender did not report this subflow,
+    /// and they are zero).
+    #[serde(default)]
+    pub(crate) sender_figures: bool,
     pub(crate) penalized: u64,
     /// TCP state at the end (Linux's names); "never established (SYN_SENT)"
     /// for a subflow that never came up, which is not counted in
@@ -516,16 +522,19 @@ pub(crate) fn end_lines(r: &Report) -> String {
                 let _ = writeln!(s, "        sf{} {} -> {}  {}", sf.id, sf.local, sf.remote, sf.state);
                 continue;
             }
+            let sending = if sf.sender_figures {
+                format!("retr {}  max cwnd {}", sf.retransmits, bytes_h(sf.max_snd_cwnd))
+            } else {
+                "retr -  max cwnd - (not reported by the sender)".to_string()
+            };
             let _ = writeln!(
                 s,
-                "        sf{} {} -> {}  {:>12} ({:>5.1}%)  retr {}  max cwnd {}{}",
+                "        sf{} {} -> {}  {:>12} ({:>5.1}%)  {sending}{}",
                 sf.id,
                 sf.local,
                 sf.remote,
                 bytes_h(sf.bytes),
                 sf.share * 100.0,
-                sf.retransmits,
-                bytes_h(sf.max_snd_cwnd),
                 if sf.penalized > 0 { format!("  penalized {}", sf.penalized) } else { String::new() }
             );
         }

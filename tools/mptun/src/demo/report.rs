@@ -125,6 +125,7 @@ pub(crate) fn sim_report(
                 .max()
                 .unwrap_or(0),
             rtt: s.tcp.srtt.as_micros() as u64,
+            sender_figures: true,
             penalized: s.penalized,
             state: "ESTABLISHED".into(),
         })

@@ -32,13 +32,19 @@ pub(crate) const STOP_MAGIC: [u8; 4] = *b"MPTS";
 /// Trailer magic.
 pub(crate) const TRAILER_MAGIC: [u8; 4] = *b"MPTE";
 /// Protocol version this build speaks.
-pub(crate) const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 2;
 /// Fixed part of a request.
 pub(crate) const REQUEST_LEN: usize = 24;
 /// Fixed part of a response.
 pub(crate) const RESPONSE_LEN: usize = 16;
 /// A trailer.
 pub(crate) const TRAILER_LEN: usize = 72;
+/// The sender's summary after its trailer: a u32 length, that much JSON,
+/// zeros to the end. Fixed, because the receiver of a duration test finds
+/// the end of the data only at EOF, by holding back this many bytes.
+pub(crate) const SENDER_SUMMARY_LEN: usize = 2048;
+/// What the receiver holds back: the sender's trailer and summary.
+pub(crate) const SENDER_TAIL_LEN: usize = TRAILER_LEN + SENDER_SUMMARY_LEN;
 /// Largest file name a request may carry.
 pub(crate) const MAX_NAME: usize = 255;
 /// Largest response message.
@@ -361,6 +367,33 @@ impl Trailer {
     }
 }
 
+/// Frames the sender's summary `json` into its fixed region, or `None` if
+/// it does not fit.
+pub(crate) fn encode_sender_summary(json: &[u8]) -> Option<[u8; SENDER_SUMMARY_LEN]> {
+    if json.len() > SENDER_SUMMARY_LEN - 4 {
+        return None;
+    }
+    let mut b = [0u8; SENDER_SUMMARY_LEN];
+    b[..4].copy_from_slice(&(json.len() as u32).to_be_bytes());
+    b[4..4 + json.len()].copy_from_slice(json);
+    Some(b)
+}
+
+/// The JSON of a sender's summary region (the bytes after its trailer).
+pub(crate) fn decode_sender_summary(b: &[u8]) -> Result<&[u8]> {
+    let Ok(b) = <&[u8; SENDER_SUMMARY_LEN]>::try_from(b) else {
+        bail!("the sender's summary is {} bytes, not {SENDER_SUMMARY_LEN}", b.len());
+    };
+    let len = u32::from_be_bytes(b[..4].try_into().expect("4 bytes")) as usize;
+    if len > SENDER_SUMMARY_LEN - 4 {
+        bail!("the sender's summary claims {len} bytes (at most {})", SENDER_SUMMARY_LEN - 4);
+    }
+    if b[4 + len..].iter().any(|&x| x != 0) {
+        bail!("the sender's summary is not zero-padded");
+    }
+    Ok(&b[4..4 + len])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,5 +505,20 @@ mod tests {
         let mut bad = t.encode();
         bad[0] = 0;
         assert!(Trailer::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn sender_summary_is_framed_and_checked() {
+        let r = encode_sender_summary(b"{\"x\":1}").unwrap();
+        assert_eq!(decode_sender_summary(&r).unwrap(), b"{\"x\":1}");
+        assert!(decode_sender_summary(&r[1..]).is_err());
+        assert!(encode_sender_summary(&[b' '; SENDER_SUMMARY_LEN - 4]).is_some());
+        assert!(encode_sender_summary(&[b' '; SENDER_SUMMARY_LEN - 3]).is_none());
+        let mut long = r;
+        long[..4].copy_from_slice(&(SENDER_SUMMARY_LEN as u32).to_be_bytes());
+        assert!(decode_sender_summary(&long).is_err());
+        let mut dirty = r;
+        dirty[SENDER_SUMMARY_LEN - 1] = 1;
+        assert!(decode_sender_summary(&dirty).is_err());
     }
 }

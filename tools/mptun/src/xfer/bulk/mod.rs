@@ -85,7 +85,9 @@ pub(crate) enum Sink {
     File(std::fs::File, PathBuf),
 }
 
-/// What the receiver sends after its trailer.
+/// What each side sends after its trailer: the receiver its counters, the
+/// sender its subflows' sending figures, which only the sender has (the
+/// receiver's own retransmissions and cwnd say nothing of the data).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Summary {
     #[serde(default)]
@@ -94,6 +96,20 @@ pub(crate) struct Summary {
     pub(crate) congestion: String,
     #[serde(default)]
     pub(crate) subflows_max: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) subflows: Vec<SenderSubflow>,
+}
+
+/// One subflow as its data sender saw it when it wrote its trailer, named
+/// by the sender's own addresses.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SenderSubflow {
+    pub(crate) local: String,
+    pub(crate) remote: String,
+    pub(crate) retransmits: u64,
+    pub(crate) bytes_retrans: u64,
+    pub(crate) max_snd_cwnd: u64,
+    pub(crate) rtt: u64,
 }
 
 async fn read_exact_timeout(conn: &mut Conn, buf: &mut [u8], what: &str) -> Result<()> {

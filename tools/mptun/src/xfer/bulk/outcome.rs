@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use super::{Settings, Summary, BLKSIZE};
+use super::{SenderSubflow, Settings, Summary, BLKSIZE};
 use crate::conn::Conn;
 use crate::host::{uname, utilisation, CpuUse};
 use crate::probe::Probe;
@@ -88,6 +88,31 @@ pub(super) fn start_section(conn: &Conn, s: &Settings, req: &Request, sender: bo
     }
 }
 
+/// Each subflow's sending figures, in the probe's order: the largest cwnd
+/// of the samples (or the current one, if larger), retransmissions, RTT.
+pub(super) fn sender_subflows(probe: &Probe, intervals: &[Interval]) -> Vec<SenderSubflow> {
+    let max_cwnd: HashMap<usize, u64> = intervals
+        .iter()
+        .flat_map(|i| i.streams.iter().flat_map(|s| s.subflows.iter()))
+        .fold(HashMap::new(), |mut m, s| {
+            let e = m.entry(s.id).or_insert(0);
+            *e = (*e).max(s.snd_cwnd);
+            m
+        });
+    probe
+        .subflows
+        .iter()
+        .map(|s| SenderSubflow {
+            local: s.local.map_or("?".into(), |a| a.to_string()),
+            remote: s.remote.map_or("?".into(), |a| a.to_string()),
+            retransmits: s.retrans_segs,
+            bytes_retrans: s.bytes_retrans,
+            max_snd_cwnd: max_cwnd.get(&s.id).copied().unwrap_or(0).max(s.cwnd * s.mss),
+            rtt: s.srtt_us,
+        })
+        .collect()
+}
+
 pub(super) fn assemble(
     mut start: Start,
     intervals: Vec<Interval>,
@@ -106,30 +131,35 @@ pub(super) fn assemble(
     let sum_received = Sum::new(0.0, rcv_secs, rcv.bytes, None, o.sender);
     let sf_total: u64 =
         o.final_probe.subflows.iter().map(|s| if o.sender { s.bytes_acked } else { s.bytes_received }).sum();
-    let max_cwnd: HashMap<usize, u64> = intervals
-        .iter()
-        .flat_map(|i| i.streams.iter().flat_map(|s| s.subflows.iter()))
-        .fold(HashMap::new(), |mut m, s| {
-            let e = m.entry(s.id).or_insert(0);
-            *e = (*e).max(s.snd_cwnd);
-            m
-        });
+    let mine = sender_subflows(&o.final_probe, &intervals);
     let subflows = o
         .final_probe
         .subflows
         .iter()
-        .map(|s| {
+        .zip(&mine)
+        .map(|(s, own)| {
             let b = if o.sender { s.bytes_acked } else { s.bytes_received };
+            let local = s.local.map_or("?".into(), |a| a.to_string());
+            let remote = s.remote.map_or("?".into(), |a| a.to_string());
+            // The receiver's own retransmissions and cwnd say nothing of the
+            // data: take the sender's, found by its addresses (ours swapped).
+            let figures = if o.sender {
+                Some(own)
+            } else {
+                o.peer_summary.subflows.iter().find(|p| p.local == remote && p.remote == local)
+            };
+            let f = figures.cloned().unwrap_or_default();
             SubflowEnd {
                 id: s.id,
-                local: s.local.map_or("?".into(), |a| a.to_string()),
-                remote: s.remote.map_or("?".into(), |a| a.to_string()),
+                local,
+                remote,
                 bytes: b,
                 share: if sf_total > 0 { b as f64 / sf_total as f64 } else { 0.0 },
-                retransmits: s.retrans_segs,
-                bytes_retrans: s.bytes_retrans,
-                max_snd_cwnd: max_cwnd.get(&s.id).copied().unwrap_or(0).max(s.cwnd * s.mss),
-                rtt: s.srtt_us,
+                retransmits: f.retransmits,
+                bytes_retrans: f.bytes_retrans,
+                max_snd_cwnd: f.max_snd_cwnd,
+                rtt: f.rtt,
+                sender_figures: figures.is_some(),
                 penalized: s.penalized,
                 state: if s.established { s.state.into() } else { format!("never established ({})", s.state) },
             }

@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::{Sink, Source};
-use crate::xfer::control::{HashKind, TRAILER_LEN};
+use crate::xfer::control::{HashKind, SENDER_TAIL_LEN};
 
 /// Buffers in flight between the I/O task and its data thread.
 const POOL: usize = 4;
@@ -207,8 +207,8 @@ pub(super) struct Consumed {
 
 /// The receiving side: buffers to read into, and the thread that hashes
 /// (and stores) what was read, or the hash run inline after every read.
-/// Holds back the last [`TRAILER_LEN`] bytes read, which may be the
-/// sender's trailer.
+/// Holds back the last [`SENDER_TAIL_LEN`] bytes read, which may be the
+/// sender's trailer and summary.
 pub(super) struct Consumer {
     cur: Vec<u8>,
     filled: usize,
@@ -234,7 +234,7 @@ impl Consumer {
     /// buffers of `size` bytes. Inline with nothing to store, on a thread
     /// for a file.
     pub(super) fn start(sink: Sink, size: usize, kind: HashKind) -> Consumer {
-        assert!(size >= 4 * TRAILER_LEN);
+        assert!(size >= 4 * SENDER_TAIL_LEN);
         if matches!(sink, Sink::Discard) {
             let mode = ConsumerMode::Inline { hash: Hash::new(kind), bytes: 0 };
             return Consumer { cur: vec![0u8; size], filled: 0, mode };
@@ -243,7 +243,7 @@ impl Consumer {
     }
 
     fn start_thread(mut sink: Sink, size: usize, kind: HashKind) -> Consumer {
-        assert!(size >= 4 * TRAILER_LEN);
+        assert!(size >= 4 * SENDER_TAIL_LEN);
         let (full, mut full_rx) = mpsc::channel::<(Vec<u8>, usize)>(POOL);
         let (empty_tx, empty) = mpsc::channel::<Vec<u8>>(POOL);
         for _ in 0..POOL - 1 {
@@ -293,13 +293,13 @@ impl Consumer {
         let (full, empty, min_read) = match &mut self.mode {
             ConsumerMode::Inline { hash, bytes } => {
                 // Hashed while the read's copy is still in the cache; the
-                // last TRAILER_LEN bytes move to the front and wait.
-                if self.filled > TRAILER_LEN {
-                    let keep = self.filled - TRAILER_LEN;
+                // last SENDER_TAIL_LEN bytes move to the front and wait.
+                if self.filled > SENDER_TAIL_LEN {
+                    let keep = self.filled - SENDER_TAIL_LEN;
                     hash.update(&self.cur[..keep]);
                     *bytes += keep as u64;
                     self.cur.copy_within(keep..self.filled, 0);
-                    self.filled = TRAILER_LEN;
+                    self.filled = SENDER_TAIL_LEN;
                 }
                 return Ok(());
             }
@@ -309,10 +309,10 @@ impl Consumer {
             return Ok(());
         }
         let Some(mut next) = empty.recv().await else { return Err(self.failed().await) };
-        let keep = self.filled - TRAILER_LEN;
-        next[..TRAILER_LEN].copy_from_slice(&self.cur[keep..self.filled]);
+        let keep = self.filled - SENDER_TAIL_LEN;
+        next[..SENDER_TAIL_LEN].copy_from_slice(&self.cur[keep..self.filled]);
         let buf = std::mem::replace(&mut self.cur, next);
-        self.filled = TRAILER_LEN;
+        self.filled = SENDER_TAIL_LEN;
         let tx = full.as_ref().expect("not finished");
         if tx.send((buf, keep)).await.is_err() {
             return Err(self.failed().await);
@@ -336,7 +336,7 @@ impl Consumer {
     /// The stream ended: hashes the rest but the held-back bytes, which it
     /// returns (the sender's trailer, if the stream was well formed).
     pub(super) async fn finish(mut self) -> Result<(Consumed, Vec<u8>)> {
-        let keep = self.filled.saturating_sub(TRAILER_LEN);
+        let keep = self.filled.saturating_sub(SENDER_TAIL_LEN);
         let tail = self.cur[keep..self.filled].to_vec();
         let (full, thread) = match &mut self.mode {
             ConsumerMode::Inline { hash, bytes } => {
@@ -410,15 +410,15 @@ mod tests {
     /// either hash.
     #[tokio::test]
     async fn consumer_hashes_all_but_the_trailer_whatever_the_reads() {
-        for len in [0, 10, TRAILER_LEN, TRAILER_LEN + 1, 4096, 300_001] {
+        for len in [0, 10, SENDER_TAIL_LEN, SENDER_TAIL_LEN + 1, 4096, 300_001] {
             let s = stream(len);
-            let cut = len.saturating_sub(TRAILER_LEN);
+            let cut = len.saturating_sub(SENDER_TAIL_LEN);
             for (kind, want) in
                 [(HashKind::Sha256, <[u8; 32]>::from(Sha256::digest(&s[..cut]))), (HashKind::Xxh3, xxh3(&s[..cut]))]
             {
                 for to_file in [false, true] {
-                    for chunk in [1, 71, 72, 73, 1000, 65536, 1 << 20] {
-                        let (c, tail) = consume(&s, chunk, 1024, kind, to_file).await;
+                    for chunk in [1, 71, 72, 73, 1000, SENDER_TAIL_LEN - 1, SENDER_TAIL_LEN + 1, 65536, 1 << 20] {
+                        let (c, tail) = consume(&s, chunk, 4 * SENDER_TAIL_LEN, kind, to_file).await;
                         assert_eq!(c.digest, want, "{kind:?} file {to_file} len {len} chunk {chunk}");
                         assert_eq!(c.bytes, cut as u64);
                         assert_eq!(tail, &s[cut..], "{kind:?} file {to_file} len {len} chunk {chunk}");
@@ -435,7 +435,7 @@ mod tests {
         let path = dir.join("out.bin");
         let s = stream(100_000);
         let sink = Sink::File(std::fs::File::create(&path).unwrap(), path.clone());
-        let mut c = Consumer::start(sink, 4096, HashKind::Blake3);
+        let mut c = Consumer::start(sink, 4 * SENDER_TAIL_LEN, HashKind::Blake3);
         for part in s.chunks(777) {
             let space = c.space();
             let n = space.len().min(part.len());
@@ -449,8 +449,8 @@ mod tests {
         }
         let (done, _) = c.finish().await.unwrap();
         assert_eq!(done.file.as_deref(), Some(path.as_path()));
-        assert_eq!(std::fs::read(&path).unwrap(), &s[..s.len() - TRAILER_LEN]);
-        assert_eq!(done.digest, *blake3::hash(&s[..s.len() - TRAILER_LEN]).as_bytes());
+        assert_eq!(std::fs::read(&path).unwrap(), &s[..s.len() - SENDER_TAIL_LEN]);
+        assert_eq!(done.digest, *blake3::hash(&s[..s.len() - SENDER_TAIL_LEN]).as_bytes());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -12,11 +12,12 @@ use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::meter::Meter;
-use super::outcome::Outcome;
+use super::outcome::{sender_subflows, Outcome};
 use super::pipeline::{Block, Consumer, Hash, Producer};
 use super::{Settings, Sink, Source, Summary, BLKSIZE, RECV_BUF};
 use crate::conn::{Conn, CounterSource};
 use crate::host::{CpuSpan, CpuUse};
+use crate::probe::Probe;
 use crate::report::Interval;
 use crate::signals;
 use crate::xfer::control::{self, Amount, HashKind, Trailer, STOP_MAGIC};
@@ -212,7 +213,9 @@ pub(super) async fn send_phase(
     let probe = conn.probe();
     let trailer = Trailer::new(sent, probe.retrans_segs, span.until_now(), digest);
     let sent_total = sent;
-    write_all_metered(conn, &trailer.encode(), &mut meter, &mut ticker, &|c| data_acked(c, sent_total)).await?;
+    let mut tail = trailer.encode().to_vec();
+    tail.extend_from_slice(&sender_summary(conn, &probe, &meter));
+    write_all_metered(conn, &tail, &mut meter, &mut ticker, &|c| data_acked(c, sent_total)).await?;
     conn.shutdown().await.ok();
     // The receiver answers once it has everything: until then, keep sampling.
     let mut back = Vec::new();
@@ -293,6 +296,24 @@ pub(super) async fn send_phase(
     Ok((outcome, meter.intervals, meter.subflows_max, file_path))
 }
 
+/// The sender's summary region: its controller, subflow count and each
+/// subflow's sending figures, as many subflows as fit.
+fn sender_summary(conn: &Conn, probe: &Probe, meter: &Meter) -> [u8; control::SENDER_SUMMARY_LEN] {
+    let mut summary = Summary {
+        counters: Default::default(),
+        congestion: conn.congestion(),
+        subflows_max: meter.subflows_max,
+        subflows: sender_subflows(probe, &meter.intervals),
+    };
+    loop {
+        let js = serde_json::to_vec(&summary).expect("a summary serialises");
+        if let Some(b) = control::encode_sender_summary(&js) {
+            return b;
+        }
+        summary.subflows.pop();
+    }
+}
+
 fn parse_summary(b: &[u8]) -> Summary {
     if b.is_empty() {
         return Summary::default();
@@ -321,7 +342,7 @@ pub(super) async fn recv_phase(
     let mut ticker =
         tokio::time::interval_at(tokio::time::Instant::now() + meter.settings.interval, meter.settings.interval);
     let mut data = Consumer::start(sink, RECV_BUF, hash_kind);
-    // Bytes read: all but the last TRAILER_LEN are known to be data.
+    // Bytes read: all but the last SENDER_TAIL_LEN are known to be data.
     let mut read: u64 = 0;
     // The receiver's span, its rate's and its CPU figures' alike: from the
     // first data read to the end of the stream.
@@ -344,7 +365,7 @@ pub(super) async fn recv_phase(
             }
             r = conn.read(data.space()) => Some(r),
         };
-        let received = read.saturating_sub(control::TRAILER_LEN as u64);
+        let received = read.saturating_sub(control::SENDER_TAIL_LEN as u64);
         match r {
             None => {
                 meter.sample(conn, received);
@@ -355,7 +376,7 @@ pub(super) async fn recv_phase(
                 first.get_or_insert_with(CpuSpan::start);
                 last = Instant::now();
                 read += n as u64;
-                let received = read.saturating_sub(control::TRAILER_LEN as u64);
+                let received = read.saturating_sub(control::SENDER_TAIL_LEN as u64);
                 if let Some(t) = total {
                     if received > t {
                         bail!("the sender sent more than the {t} bytes agreed");
@@ -367,19 +388,25 @@ pub(super) async fn recv_phase(
             Some(Err(e)) => return Err(anyhow!("receive: {e}")),
         }
     }
-    let received = read.saturating_sub(control::TRAILER_LEN as u64);
+    let received = read.saturating_sub(control::SENDER_TAIL_LEN as u64);
     meter.finish(conn, received);
     let cpu = first.map_or(CpuUse::default(), |f| f.until_now());
     let (consumed, tail) = data.finish().await?;
     debug_assert_eq!(consumed.bytes, received);
-    let peer = Trailer::decode(&tail).context("the sender's trailer")?;
+    let (peer, rest) = tail.split_at(tail.len().min(control::TRAILER_LEN));
+    let peer = Trailer::decode(peer).context("the sender's trailer")?;
+    let peer_summary = parse_summary(control::decode_sender_summary(rest).context("the sender's trailer")?);
     let digest = consumed.digest;
     let file_path = consumed.file;
     let probe = conn.probe();
     let local = Trailer::new(received, probe.retrans_segs, cpu, digest);
     let counters_now = counters.read();
-    let summary =
-        Summary { counters: counters_now.clone(), congestion: conn.congestion(), subflows_max: meter.subflows_max };
+    let summary = Summary {
+        counters: counters_now.clone(),
+        congestion: conn.congestion(),
+        subflows_max: meter.subflows_max,
+        ..Default::default()
+    };
     let mut out = local.encode().to_vec();
     let mut js = serde_json::to_vec(&summary)?;
     if js.len() > control::MAX_COUNTERS {
@@ -406,7 +433,7 @@ pub(super) async fn recv_phase(
         cpu,
         final_probe: probe,
         counters: counters_now,
-        peer_summary: Summary::default(),
+        peer_summary,
         congestion: conn.congestion(),
         stopped: stop_deadline.map(|_| "this side was interrupted".to_owned()),
         hash: hash_kind,
