@@ -226,8 +226,69 @@ impl Segments<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ip::{emit_tcp_headers_offload, emit_tcp_packet_offload};
     use crate::tcp::{TcpFlags, TcpHeader, TcpOption, TcpOptions};
     use crate::{emit_tcp_packet, parse_tcp_packet};
+
+    fn ip_v4(a: [u8; 4]) -> std::net::IpAddr {
+        std::net::IpAddr::V4(a.into())
+    }
+
+    /// An offload packet differs from the complete one only in its TCP
+    /// checksum field, which holds the pseudo-header sum; completing it
+    /// gives the complete packet byte for byte, odd payload lengths too.
+    #[test]
+    fn offload_packets_complete_to_the_full_ones() {
+        let mut h = TcpHeader::new(1000, 2000, 7, 9, TcpFlags::ACK | TcpFlags::PSH, 512);
+        h.options = TcpOptions::established(Some((1, 2)), &[], &[]).unwrap();
+        for (s, d) in [
+            (ip_v4([10, 0, 0, 1]), ip_v4([10, 0, 0, 2])),
+            (IpAddr::V6("fd00::1".parse().unwrap()), IpAddr::V6("fd00::2".parse().unwrap())),
+        ] {
+            for plen in [0usize, 1, 7, 1448, 3001] {
+                let payload: Vec<u8> = (0..plen).map(|i| (i * 31 + 7) as u8).collect();
+                let (mut full, mut part) = (vec![0u8; 4000], vec![0u8; 4000]);
+                let n = emit_tcp_packet(s, d, 64, &h, &payload, &mut full).unwrap();
+                assert_eq!(emit_tcp_packet_offload(s, d, 64, &h, &payload, &mut part).unwrap(), n);
+                let at = crate::ip::ip_header_len(s) + 16;
+                assert_eq!(full[..at], part[..at]);
+                assert_eq!(full[at + 2..n], part[at + 2..n]);
+                let seg_len = (n - crate::ip::ip_header_len(s)) as u32;
+                let pseudo = crate::checksum::pseudo_header_sum(s, d, crate::checksum::IPPROTO_TCP, seg_len);
+                assert_eq!(part[at..at + 2], pseudo.to_be_bytes());
+                assert_eq!(parse_tcp_packet(&part[..n]), Err(Error::BadChecksum), "not a complete checksum");
+                complete_checksum(&mut part[..n]).unwrap();
+                assert_eq!(full[..n], part[..n], "{s} payload {plen}");
+                assert!(parse_tcp_packet(&part[..n]).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn headers_for_a_gathered_payload_are_the_offload_packet_s_own() {
+        let mut h = TcpHeader::new(1000, 2000, 7, 9, TcpFlags::ACK | TcpFlags::PSH, 512);
+        h.options = TcpOptions::established(Some((1, 2)), &[], &[]).unwrap();
+        for (s, d) in [
+            (ip_v4([10, 0, 0, 1]), ip_v4([10, 0, 0, 2])),
+            (IpAddr::V6("fd00::1".parse().unwrap()), IpAddr::V6("fd00::2".parse().unwrap())),
+        ] {
+            for plen in [1usize, 1448, 60_000] {
+                let payload: Vec<u8> = (0..plen).map(|i| (i * 31 + 7) as u8).collect();
+                let mut whole = vec![0u8; 65_535];
+                let n = emit_tcp_packet_offload(s, d, 64, &h, &payload, &mut whole).unwrap();
+                // Only room for the headers: the payload is not written.
+                let mut head = vec![0u8; n - plen];
+                let hl = emit_tcp_headers_offload(s, d, 64, &h, plen, &mut head).unwrap();
+                assert_eq!(hl, n - plen);
+                assert_eq!(head[..], whole[..hl], "{s} payload {plen}");
+                let l = Layout::parse_head(&head, plen).unwrap();
+                assert_eq!((l.total, l.header_len, l.payload_len()), (n, hl, plen));
+                assert_eq!(Layout::parse_head(&head, plen - 1), Err(Error::Truncated));
+                assert_eq!(Layout::parse_head(&head[..hl - 1], plen + 1), Err(Error::Truncated));
+                assert_eq!(emit_tcp_headers_offload(s, d, 64, &h, plen, &mut head[..hl - 1]), Err(Error::NoSpace));
+            }
+        }
+    }
 
     fn super_segment(src: &str, dst: &str, payload: &[u8], flags: TcpFlags) -> Vec<u8> {
         let mut h = TcpHeader::new(40000, 5000, 0xffff_f000, 77, flags, 512);

@@ -136,7 +136,7 @@ pub fn tcp_packet_len(src: IpAddr, tcp: &TcpHeader, payload_len: usize) -> usize
     ip_header_len(src) + tcp.header_len() + payload_len
 }
 
-const fn ip_header_len(a: IpAddr) -> usize {
+pub(crate) const fn ip_header_len(a: IpAddr) -> usize {
     match a {
         IpAddr::V4(_) => IPV4_HEADER_LEN,
         IpAddr::V6(_) => IPV6_HEADER_LEN,
@@ -168,7 +168,7 @@ pub fn emit_tcp_packet(
 /// completes it. The payload is copied but never summed: on a send path of
 /// tens of Gbit/s that pass over every byte is a sizeable share of the
 /// driver's time. A packet built this way must reach a device that
-/// completes it, or go through [`crate::gso::complete_checksum`] first; the
+/// completes it, or go through `gso::complete_checksum` first; the
 /// IPv4 header checksum is complete either way.
 pub fn emit_tcp_packet_offload(
     src: IpAddr,
@@ -320,62 +320,6 @@ mod tests {
             buf[n - 1] ^= 1;
             assert_eq!(parse_tcp_packet(&buf[..n]), Err(Error::BadChecksum));
             assert!(parse_tcp_packet_unverified(&buf[..n]).is_ok());
-        }
-    }
-
-    /// An offload packet differs from the complete one only in its TCP
-    /// checksum field, which holds the pseudo-header sum; completing it
-    /// gives the complete packet byte for byte, odd payload lengths too.
-    #[test]
-    fn offload_packets_complete_to_the_full_ones() {
-        let mut h = TcpHeader::new(1000, 2000, 7, 9, TcpFlags::ACK | TcpFlags::PSH, 512);
-        h.options = TcpOptions::established(Some((1, 2)), &[], &[]).unwrap();
-        for (s, d) in [
-            (v4([10, 0, 0, 1]), v4([10, 0, 0, 2])),
-            (IpAddr::V6("fd00::1".parse().unwrap()), IpAddr::V6("fd00::2".parse().unwrap())),
-        ] {
-            for plen in [0usize, 1, 7, 1448, 3001] {
-                let payload: Vec<u8> = (0..plen).map(|i| (i * 31 + 7) as u8).collect();
-                let (mut full, mut part) = (vec![0u8; 4000], vec![0u8; 4000]);
-                let n = emit_tcp_packet(s, d, 64, &h, &payload, &mut full).unwrap();
-                assert_eq!(emit_tcp_packet_offload(s, d, 64, &h, &payload, &mut part).unwrap(), n);
-                let at = ip_header_len(s) + 16;
-                assert_eq!(full[..at], part[..at]);
-                assert_eq!(full[at + 2..n], part[at + 2..n]);
-                let seg_len = (n - ip_header_len(s)) as u32;
-                let pseudo = checksum::pseudo_header_sum(s, d, IPPROTO_TCP, seg_len);
-                assert_eq!(part[at..at + 2], pseudo.to_be_bytes());
-                assert_eq!(parse_tcp_packet(&part[..n]), Err(Error::BadChecksum), "not a complete checksum");
-                crate::gso::complete_checksum(&mut part[..n]).unwrap();
-                assert_eq!(full[..n], part[..n], "{s} payload {plen}");
-                assert!(parse_tcp_packet(&part[..n]).is_ok());
-            }
-        }
-    }
-
-    #[test]
-    fn headers_for_a_gathered_payload_are_the_offload_packet_s_own() {
-        let mut h = TcpHeader::new(1000, 2000, 7, 9, TcpFlags::ACK | TcpFlags::PSH, 512);
-        h.options = TcpOptions::established(Some((1, 2)), &[], &[]).unwrap();
-        for (s, d) in [
-            (v4([10, 0, 0, 1]), v4([10, 0, 0, 2])),
-            (IpAddr::V6("fd00::1".parse().unwrap()), IpAddr::V6("fd00::2".parse().unwrap())),
-        ] {
-            for plen in [1usize, 1448, 60_000] {
-                let payload: Vec<u8> = (0..plen).map(|i| (i * 31 + 7) as u8).collect();
-                let mut whole = vec![0u8; 65_535];
-                let n = emit_tcp_packet_offload(s, d, 64, &h, &payload, &mut whole).unwrap();
-                // Only room for the headers: the payload is not written.
-                let mut head = vec![0u8; n - plen];
-                let hl = emit_tcp_headers_offload(s, d, 64, &h, plen, &mut head).unwrap();
-                assert_eq!(hl, n - plen);
-                assert_eq!(head[..], whole[..hl], "{s} payload {plen}");
-                let l = crate::gso::Layout::parse_head(&head, plen).unwrap();
-                assert_eq!((l.total, l.header_len, l.payload_len()), (n, hl, plen));
-                assert_eq!(crate::gso::Layout::parse_head(&head, plen - 1), Err(Error::Truncated));
-                assert_eq!(crate::gso::Layout::parse_head(&head[..hl - 1], plen + 1), Err(Error::Truncated));
-                assert_eq!(emit_tcp_headers_offload(s, d, 64, &h, plen, &mut head[..hl - 1]), Err(Error::NoSpace));
-            }
         }
     }
 

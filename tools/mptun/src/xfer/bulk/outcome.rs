@@ -139,8 +139,7 @@ pub(super) fn assemble(
         .zip(&mine)
         .map(|(s, own)| {
             let b = if o.sender { s.bytes_acked } else { s.bytes_received };
-            let local = s.local.map_or("?".into(), |a| a.to_string());
-            let remote = s.remote.map_or("?".into(), |a| a.to_string());
+            let (local, remote) = (own.local.clone(), own.remote.clone());
             // The receiver's own retransmissions and cwnd say nothing of the
             // data: take the sender's, found by its addresses (ours swapped).
             let figures = if o.sender {
