@@ -340,3 +340,57 @@ fn sweep_rerun_with_a_smaller_grid_summarises_that_grid() {
     assert_eq!(std::fs::read_to_string(out.join("runs.csv")).unwrap().lines().count(), 5, "runs.csv keeps every row");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `sim sweep --shard K/N` as N processes at once (a batch engine's tasks),
+/// then `sweep merge` of their directories: runs.csv, summary.csv and
+/// sweep.json are the bytes of the same sweep run whole in one process.
+#[test]
+fn sweep_shards_in_separate_processes_merge_to_the_whole_sweep() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml");
+    let dir = std::env::temp_dir().join(format!("mptun-sweep-shards-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let grid = ["sim", "sweep", file, "--set", "cc=lia,olia", "--set", "duration=1s", "--seeds", "3", "--jobs", "1"];
+    let whole = dir.join("whole");
+    let args: Vec<&str> = grid.iter().copied().chain(["--out", whole.to_str().unwrap()]).collect();
+    let run = mptun(&args);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let n = 4;
+    let outs: Vec<std::path::PathBuf> = (0..n).map(|k| dir.join(format!("shard-{k}"))).collect();
+    let shards: Vec<String> = (0..n).map(|k| format!("{k}/{n}")).collect();
+    let children: Vec<std::process::Child> = (0..n)
+        .map(|k| {
+            std::process::Command::new(mptun_bin())
+                .args(grid)
+                .args(["--shard", &shards[k], "--out", outs[k].to_str().unwrap()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let merged = dir.join("merged");
+    // The directories in another order than the shards'.
+    let mut args = vec!["sim", "sweep", "merge", "--out", merged.to_str().unwrap()];
+    args.extend(outs.iter().rev().map(|d| d.to_str().unwrap()));
+    let run = mptun(&args);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    for f in ["runs.csv", "summary.csv", "sweep.json"] {
+        let (a, b) = (std::fs::read(whole.join(f)).unwrap(), std::fs::read(merged.join(f)).unwrap());
+        assert!(a == b, "{f} differs:\n{}\n--\n{}", String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+    }
+    // An edited scenario file is another sweep.
+    let edited = dir.join("edited.toml");
+    std::fs::write(&edited, std::fs::read_to_string(file).unwrap() + "\n# edited\n").unwrap();
+    let mut args: Vec<&str> = grid.to_vec();
+    args[2] = edited.to_str().unwrap();
+    args.extend(["--shard", "0/4", "--out", outs[0].to_str().unwrap()]);
+    let run = mptun(&args);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(err.contains("another sweep's") && err.contains("SHA-256"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

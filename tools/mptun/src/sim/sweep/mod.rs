@@ -16,27 +16,40 @@
 //! Rows are appended and flushed as runs finish; a sweep stopped (Ctrl-C)
 //! and started again with the same arguments skips the runs `runs.csv`
 //! already has. Progress goes to stderr.
+//!
+//! `--shard K/N` runs one share of the grid (for a batch engine's N tasks)
+//! and `sweep merge` makes the shards whole (`shard`, `merge`); `DIR/sweep.json`
+//! says which sweep a directory's runs are of.
 
 mod grid;
+mod merge;
 mod plot;
+mod runs;
+mod shard;
 mod stats;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use clap::Args;
+use clap::{Args, Subcommand};
 use mptun::{Algorithm, Policy};
 use mptun_sim::scenarios::{network, penalise, tcp_single};
 
+use crate::error::usage;
 use crate::units::{parse_duration, parse_rate, parse_size};
 use grid::{Axis, Point};
+use runs::row_key;
+use shard::{Manifest, Shard};
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(crate) struct SweepArgs {
+    #[command(subcommand)]
+    command: Option<SweepCommand>,
     /// A scenario file (docs/scenarios/); its keys are FIELD (`duration`) or
     /// TABLE.NAME_OR_INDEX.FIELD (`link.bottleneck.rate`, `flow.1.cc`, `flow.*.cc`), plus `cc` (the
     /// MPTCP flows') and `queue_bdp` (every link's buffer in BDPs).
@@ -58,9 +71,13 @@ pub(crate) struct SweepArgs {
     /// Runs at once (default: the cores this process may use).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Where runs.csv, summary.csv and the plots go.
-    #[arg(long, value_name = "DIR")]
-    out: PathBuf,
+    /// Where runs.csv, summary.csv, sweep.json and the plots go.
+    #[arg(long, value_name = "DIR", required = true)]
+    out: Option<PathBuf>,
+    /// Run only shard K of N (K from 0 to N-1: $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT,
+    /// $JOB_COMPLETION_INDEX/N), a deterministic share of the runs; `sweep merge` makes the shards whole.
+    #[arg(long, value_name = "K/N", value_parser = shard::parse_shard)]
+    shard: Option<Shard>,
     /// Figures printed per point (mean ± 95 % CI) and plotted with --plot, by JSON path
     /// (e.g. goodput_bps, flows.0.share, runtime_s).
     #[arg(long = "figure", value_name = "PATH")]
@@ -69,6 +86,13 @@ pub(crate) struct SweepArgs {
     /// (FIGURE with `.` and `/` as `_`).
     #[arg(long, value_name = "KEY")]
     plot: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum SweepCommand {
+    /// Builds runs.csv, summary.csv and the plots from every shard's directory of one sweep, the same
+    /// bytes as the sweep run whole on one machine.
+    Merge(merge::MergeArgs),
 }
 
 /// What a sweep runs.
@@ -157,39 +181,11 @@ struct Job {
     seed: u64,
 }
 
-/// The key of a row: the point's values and the seed.
-fn row_key(values: &[String], seed: u64) -> String {
-    format!("{}|{seed}", values.join("|"))
-}
-
-/// What `runs.csv` holds already: its header and the rows' keys. A last
-/// line without its newline (a sweep killed while writing it) is cut off
-/// first: the run is made again rather than read half-written.
-fn existing(path: &Path, keys: &[String]) -> Result<Option<(Vec<String>, BTreeSet<String>)>> {
-    let Ok(mut text) = std::fs::read_to_string(path) else { return Ok(None) };
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
-        std::fs::write(path, &text).with_context(|| format!("{}", path.display()))?;
-    }
-    let mut lines = text.lines();
-    let Some(head) = lines.next() else { return Ok(None) };
-    let header: Vec<String> = head.split(',').map(String::from).collect();
-    let want: Vec<&str> = keys.iter().map(String::as_str).chain(["seed"]).collect();
-    if header.len() < want.len() || header[..want.len()].iter().map(String::as_str).ne(want.iter().copied()) {
-        bail!("{}: its columns ({}) are another sweep's; use another --out", path.display(), head);
-    }
-    let k = keys.len();
-    let done = lines
-        .filter(|l| l.split(',').count() == header.len())
-        .map(|l| {
-            let f: Vec<String> = l.split(',').map(String::from).collect();
-            row_key(&f[..k], f[k].parse().unwrap_or(0))
-        })
-        .collect();
-    Ok(Some((header, done)))
-}
-
 pub(crate) fn run(a: SweepArgs) -> Result<()> {
+    if let Some(SweepCommand::Merge(m)) = a.command {
+        return merge::run(m);
+    }
+    let out = a.out.clone().expect("clap requires --out without a subcommand");
     let target = match &a.file {
         Some(f) => {
             let text = std::fs::read_to_string(f).with_context(|| format!("{}", f.display()))?;
@@ -210,41 +206,63 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
             bail!("--set seed: the seeds are --seeds N (1 to N at every point)");
         }
     }
-    if let Some(x) = &a.plot {
-        if !a.axes.iter().any(|ax| &ax.key == x) {
-            bail!("--plot {x}: not an axis of the grid");
-        }
-        if a.figures.is_empty() {
-            bail!("--plot needs at least one --figure");
-        }
+    if a.shard.is_some() && a.plot.is_some() {
+        crate::error::bail_usage!(
+            "--plot with --shard: a shard has part of the runs; plot with `sweep merge ... --plot`"
+        );
     }
+    check_plot(&a.axes, &a.figures, a.plot.as_deref())?;
     let points = grid::points(&a.axes)?;
     let keys: Vec<String> = a.axes.iter().map(|x| x.key.clone()).collect();
     // Every point checked once before any run (a bad value fails now, not an hour in).
     for p in &points {
         target.build(p, 1).map_err(|e| crate::error::usage(anyhow!("{}: {e:#}", describe(p))))?;
     }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
-    let runs_path = a.out.join("runs.csv");
-    let prior = existing(&runs_path, &keys)?;
-    let done = prior.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
+    let manifest = match &target {
+        Target::File { text, stem } => Manifest::new("file", Some((stem, text)), &a.axes, a.seeds, a.shard),
+        Target::Penalise => Manifest::new("penalise", None, &a.axes, a.seeds, a.shard),
+        Target::TcpSingle => Manifest::new("tcp-single", None, &a.axes, a.seeds, a.shard),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("{}", out.display()))?;
+    if let Some(old) = Manifest::read(&out)? {
+        let whose =
+            |e: String| usage(anyhow!("{}: its runs are another sweep's: {e}; use another --out", out.display()));
+        old.same_experiment(&manifest).map_err(|e| whose(format!("they were {e}")))?;
+        if old.shard != manifest.shard {
+            let show =
+                |s: Option<Shard>| s.map_or("the whole grid".into(), |s| format!("shard {}/{}", s.index, s.count));
+            return Err(whose(format!("they are {}, not {}", show(old.shard), show(manifest.shard))));
+        }
+    }
+    manifest.write(&out)?;
+    let runs_path = out.join("runs.csv");
+    let prior = runs::read(&runs_path, &keys)?;
+    let done = prior.as_ref().map(runs::Runs::done).unwrap_or_default();
     let values: Vec<Vec<String>> = points.iter().map(|p| p.iter().map(|(_, v)| v.clone()).collect()).collect();
-    let jobs: Vec<Job> = (0..points.len())
-        .flat_map(|point| (1..=a.seeds).map(move |seed| Job { point, seed }))
-        .filter(|j| !done.contains(&row_key(&values[j.point], j.seed)))
+    let seeds = a.seeds;
+    let share = |job: usize| a.shard.is_none_or(|s| s.owns(job));
+    // This machine's runs of the grid, in grid order (the seeds of a point together).
+    let mine: Vec<Job> = (0..points.len())
+        .flat_map(|point| (1..=seeds).map(move |seed| Job { point, seed }))
+        .enumerate()
+        .filter(|&(i, _)| share(i))
+        .map(|(_, j)| j)
         .collect();
-    let in_grid = points.len() * a.seeds as usize - jobs.len();
-    let total = points.len() as u64 * a.seeds;
+    let jobs: Vec<&Job> = mine.iter().filter(|j| !done.contains(&row_key(&values[j.point], j.seed))).collect();
+    let in_grid = mine.len() - jobs.len();
+    let total = mine.len() as u64;
     let workers = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let of = a.shard.map_or(String::new(), |s| format!(", shard {}/{} has {total}", s.index, s.count));
     eprintln!(
-        "sweep: {} point(s) x {} seed(s) = {total} runs, {} to do ({} in {}), {workers} at once",
+        "sweep: {} point(s) x {} seed(s) = {} runs{of}, {} to do ({} in {}), {workers} at once",
         points.len(),
-        a.seeds,
+        seeds,
+        points.len() as u64 * seeds,
         jobs.len(),
         in_grid,
         runs_path.display()
     );
-    let mut header = prior.map(|(h, _)| h);
+    let mut header = prior.map(|r| r.header);
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -252,29 +270,34 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         .with_context(|| format!("{}", runs_path.display()))?;
     let started = std::time::Instant::now();
     let (tx, rx) = mpsc::channel::<(usize, Result<serde_json::Value>, f64)>();
-    // The figures a run reports are known from runs.csv's header, or else
-    // from the first run, which goes first so that an unknown --figure
-    // fails before the rest of the grid runs.
+    // The figure columns are those of the grid's first run (its first point,
+    // seed 1), whichever machine runs the rest: runs.csv has the same columns
+    // however the grid is split. That run goes first, so that an unknown
+    // --figure fails before the rest of the grid runs; a shard without it
+    // runs it for its figures' names alone.
     let mut first = 0;
-    let known: Option<Vec<String>> = match (&header, jobs.first()) {
-        (Some(h), _) => Some(h[keys.len() + 1..].to_vec()),
-        (None, Some(j)) if !a.figures.is_empty() => {
-            let t = std::time::Instant::now();
-            let r = target.run(&points[j.point], j.seed);
-            let names = r.as_ref().ok().map(|v| stats::figures(v).into_iter().map(|(n, _)| n).collect());
+    if let (None, Some(j)) = (&header, jobs.first()) {
+        let t = std::time::Instant::now();
+        let r = target.run(&points[0], 1);
+        let v = r.as_ref().map_err(|e| anyhow!("{}, seed 1: {e:#}", describe(&points[0])))?;
+        let h: Vec<String> =
+            keys.iter().cloned().chain(["seed".into()]).chain(stats::figures(v).into_iter().map(|(n, _)| n)).collect();
+        writeln!(file, "{}", h.join(",")).context("runs.csv")?;
+        header = Some(h);
+        if j.point == 0 && j.seed == 1 {
             let _ = tx.send((0, r, t.elapsed().as_secs_f64()));
             first = 1;
-            names
         }
-        _ => None,
-    };
-    if let Some(known) = known {
+    }
+    if let Some(h) = &header {
+        let known = &h[keys.len() + 1..];
         if let Some(f) = a.figures.iter().find(|f| !known.contains(f)) {
             crate::error::bail_usage!("--figure {f}: no such figure (figures: {})", known.join(", "));
         }
     }
     let next = AtomicUsize::new(first);
     let mut failed = None;
+    let mut dropped = BTreeMap::<String, usize>::new();
     std::thread::scope(|s| -> Result<()> {
         for _ in 0..workers.min(jobs.len()) {
             let (tx, next, jobs, points, target) = (tx.clone(), &next, &jobs, &points, &target);
@@ -294,7 +317,7 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         drop(tx);
         let mut finished = in_grid as u64;
         for (i, r, wall) in rx {
-            let j = &jobs[i];
+            let j = jobs[i];
             let v = match r {
                 Ok(v) => v,
                 Err(e) => {
@@ -302,14 +325,14 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
                     continue;
                 }
             };
+            let h = header.as_ref().expect("written before the first run");
             let figs = stats::figures(&v);
-            let h = header.get_or_insert_with(|| {
-                let h: Vec<String> =
-                    keys.iter().cloned().chain(["seed".into()]).chain(figs.iter().map(|(n, _)| n.clone())).collect();
-                let _ = writeln!(file, "{}", h.join(","));
-                h
-            });
             let by_name: BTreeMap<&str, f64> = figs.iter().map(|(n, x)| (n.as_str(), *x)).collect();
+            for (n, _) in &figs {
+                if !h[keys.len() + 1..].contains(n) {
+                    *dropped.entry(n.clone()).or_default() += 1;
+                }
+            }
             let cells: Vec<String> = h[keys.len() + 1..]
                 .iter()
                 .map(|n| by_name.get(n.as_str()).map_or(String::new(), |x| format!("{x}")))
@@ -328,6 +351,10 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         }
         Ok(())
     })?;
+    if !dropped.is_empty() {
+        let list: Vec<String> = dropped.iter().map(|(n, c)| format!("{n} ({c} runs)")).collect();
+        eprintln!("sweep: figures the grid's first run lacks are not in runs.csv: {}", list.join(", "));
+    }
     if let Some(e) = failed {
         return Err(e);
     }
@@ -336,12 +363,55 @@ pub(crate) fn run(a: SweepArgs) -> Result<()> {
         return Err(crate::signals::interrupted());
     }
     eprintln!("sweep: {} runs in {:.1} s", jobs.len(), started.elapsed().as_secs_f64());
-    let summary = summarise(&runs_path, &keys, &values, a.seeds, &a.out.join("summary.csv"))?;
-    print_figures(&summary, &keys, &a.figures);
-    if let Some(x) = &a.plot {
-        for f in &a.figures {
-            let path = a.out.join(format!("sweep-{}.svg", f.replace(['.', '/'], "_")));
-            plot::figure_over(&path, &summary, &keys, x, f)?;
+    drop(file);
+    // Every run made: the rows in grid order, so that the file does not
+    // depend on the order the runs finished in (nor on the split).
+    if let Some(r) = runs::read(&runs_path, &keys)? {
+        let order: Vec<String> = mine.iter().map(|j| row_key(&values[j.point], j.seed)).collect();
+        runs::write_ordered(&runs_path, &r.header, &r.rows, &order)?;
+    }
+    if let Some(s) = a.shard {
+        eprintln!(
+            "sweep: shard {}/{} has its runs in {}; `mptun sim sweep merge` every shard's directory --out DIR",
+            s.index,
+            s.count,
+            out.display()
+        );
+        return Ok(());
+    }
+    report(&out, &keys, &values, seeds, &a.figures, a.plot.as_deref())
+}
+
+/// `--plot KEY` must name an axis and come with a figure to draw.
+fn check_plot(axes: &[Axis], figures: &[String], plot: Option<&str>) -> Result<()> {
+    if let Some(x) = plot {
+        if !axes.iter().any(|ax| ax.key == x) {
+            bail!("--plot {x}: not an axis of the grid");
+        }
+        if figures.is_empty() {
+            bail!("--plot needs at least one --figure");
+        }
+    }
+    Ok(())
+}
+
+/// What a sweep's complete runs make: `summary.csv`, the figures table on
+/// stdout and the plots, from `DIR/runs.csv` alone (so that a merge of
+/// shards writes what the whole sweep would).
+fn report(
+    out: &Path,
+    keys: &[String],
+    values: &[Vec<String>],
+    seeds: u64,
+    figures: &[String],
+    plot: Option<&str>,
+) -> Result<()> {
+    let summary = summarise(&out.join("runs.csv"), keys, values, seeds, &out.join("summary.csv"))?;
+    print_figures(&summary, keys, figures);
+    if let Some(x) = plot {
+        for f in figures {
+            let path = out.join(format!("sweep-{}.svg", f.replace(['.', '/'], "_")));
+            plot::figure_over(&path, &summary, keys, x, f)?;
             eprintln!("wrote {}", path.display());
         }
     }
@@ -482,13 +552,15 @@ mod tests {
 
     fn args(out: &Path, seeds: u64, plot: bool) -> SweepArgs {
         SweepArgs {
+            command: None,
             file: None,
             penalise: false,
             tcp_single: true,
             axes: vec![grid::parse_axis("cc=cubic,reno").unwrap(), grid::parse_axis("size=200KB").unwrap()],
             seeds,
             jobs: Some(2),
-            out: out.to_path_buf(),
+            out: Some(out.to_path_buf()),
+            shard: None,
             figures: vec!["goodput_bps".into()],
             plot: plot.then(|| "cc".into()),
         }
@@ -516,7 +588,11 @@ mod tests {
         run(args(&dir, 3, true)).unwrap();
         let runs2 = std::fs::read_to_string(dir.join("runs.csv")).unwrap();
         assert_eq!(runs2.lines().count(), 1 + 6);
-        assert!(runs2.starts_with(&runs), "the first rows stay as they were");
+        for l in runs.lines() {
+            assert!(runs2.lines().any(|m| m == l), "the first rows stay as they were: {l}");
+        }
+        let order: Vec<&str> = runs2.lines().skip(1).map(|l| l.split(',').next().unwrap()).collect();
+        assert_eq!(order, ["cubic", "cubic", "cubic", "reno", "reno", "reno"], "rows in grid order");
         // A row cut short by a kill is made again, not read half-written.
         let cut = &runs2[..runs2.len() - 5];
         std::fs::write(dir.join("runs.csv"), cut).unwrap();
@@ -528,5 +604,96 @@ mod tests {
         let e = run(other).unwrap_err().to_string();
         assert!(e.contains("another sweep's"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod shard_tests {
+    use super::*;
+
+    fn sweep(out: &Path, shard: Option<&str>, seeds: u64) -> SweepArgs {
+        SweepArgs {
+            command: None,
+            file: None,
+            penalise: false,
+            tcp_single: true,
+            axes: vec![grid::parse_axis("cc=cubic,reno").unwrap(), grid::parse_axis("loss=0,1%").unwrap()],
+            seeds,
+            jobs: Some(2),
+            out: Some(out.to_path_buf()),
+            shard: shard.map(|s| shard::parse_shard(s).unwrap()),
+            figures: vec!["goodput_bps".into()],
+            plot: None,
+        }
+    }
+
+    fn merge(dirs: &[PathBuf], out: &Path) -> Result<()> {
+        let args = merge::MergeArgs::parse_from(
+            ["merge", "--out", out.to_str().unwrap()].into_iter().chain(dirs.iter().map(|d| d.to_str().unwrap())),
+        );
+        merge::run(args)
+    }
+
+    use clap::Parser;
+    impl merge::MergeArgs {
+        fn parse_from<'a>(words: impl IntoIterator<Item = &'a str>) -> Self {
+            #[derive(clap::Parser)]
+            struct Cmd {
+                #[command(flatten)]
+                m: merge::MergeArgs,
+            }
+            Cmd::parse_from(words).m
+        }
+    }
+
+    /// 4 points × 3 seeds in one go, and as 5 and as 13 shards (the last
+    /// of 13 has no run) run in reverse order: merged, runs.csv,
+    /// summary.csv and sweep.json are the same bytes; a missing shard, one
+    /// given twice, an unfinished one and one of another sweep are refused.
+    #[test]
+    fn shards_merged_are_the_whole_sweep() {
+        let base = std::env::temp_dir().join(format!("mptun-shards-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let whole = base.join("whole");
+        run(sweep(&whole, None, 3)).unwrap();
+        let read = |d: &Path, f: &str| std::fs::read(d.join(f)).unwrap();
+        for n in [5usize, 13] {
+            let dirs: Vec<PathBuf> = (0..n).map(|k| base.join(format!("{n}-{k}"))).collect();
+            for k in (0..n).rev() {
+                run(sweep(&dirs[k], Some(&format!("{k}/{n}")), 3)).unwrap();
+            }
+            let merged = base.join(format!("merged-{n}"));
+            merge(&dirs, &merged).unwrap();
+            for f in ["runs.csv", "summary.csv", "sweep.json"] {
+                assert!(read(&whole, f) == read(&merged, f), "{n} shards: {f} differs");
+            }
+            if n == 5 {
+                let e = merge(&dirs[1..], &base.join("m2")).unwrap_err().to_string();
+                assert!(e.contains("shard 0 of 5 missing"), "{e}");
+                let mut twice = dirs.clone();
+                twice.push(dirs[2].clone());
+                let e = merge(&twice, &base.join("m3")).unwrap_err().to_string();
+                assert!(e.contains("both shard 2/5"), "{e}");
+                let e = merge(&dirs, &dirs[0]).unwrap_err().to_string();
+                assert!(e.contains("a shard's own directory"), "{e}");
+                // A shard cut short (its last row lost) is not merged.
+                let p = dirs[3].join("runs.csv");
+                let text = std::fs::read_to_string(&p).unwrap();
+                let cut = text.trim_end().rfind('\n').unwrap() + 1;
+                std::fs::write(&p, &text[..cut]).unwrap();
+                let e = merge(&dirs, &base.join("m4")).unwrap_err().to_string();
+                assert!(e.contains("shard 3/5 has made 1 of its 2 runs"), "{e}");
+                // A shard of another grid (4 seeds) is not of this sweep.
+                run(sweep(&dirs[3], Some("3/5"), 4)).unwrap();
+                let e = merge(&dirs, &base.join("m5")).unwrap_err().to_string();
+                assert!(e.contains("not a shard of the sweep") && e.contains("seeds"), "{e}");
+                // A directory is one shard's: another shard is refused there.
+                let e = run(sweep(&dirs[3], Some("2/5"), 3)).unwrap_err().to_string();
+                assert!(e.contains("shard 3/5, not shard 2/5"), "{e}");
+                let e = run(sweep(&dirs[3], None, 3)).unwrap_err().to_string();
+                assert!(e.contains("not the whole grid"), "{e}");
+            }
+        }
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }
