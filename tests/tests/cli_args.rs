@@ -342,8 +342,9 @@ fn sweep_rerun_with_a_smaller_grid_summarises_that_grid() {
 }
 
 /// `sim sweep --shard K/N` as N processes at once (a batch engine's tasks),
-/// then `sweep merge` of their directories: runs.csv, summary.csv and
-/// sweep.json are the bytes of the same sweep run whole in one process.
+/// then `sweep merge` of their directories: runs.csv, summary.csv,
+/// sweep.json, the plot and the figures table are the bytes of the same
+/// sweep run whole in one process.
 #[test]
 fn sweep_shards_in_separate_processes_merge_to_the_whole_sweep() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml");
@@ -351,7 +352,8 @@ fn sweep_shards_in_separate_processes_merge_to_the_whole_sweep() {
     let _ = std::fs::remove_dir_all(&dir);
     let grid = ["sim", "sweep", file, "--set", "cc=lia,olia", "--set", "duration=1s", "--seeds", "3", "--jobs", "1"];
     let whole = dir.join("whole");
-    let args: Vec<&str> = grid.iter().copied().chain(["--out", whole.to_str().unwrap()]).collect();
+    let plot = ["--figure", "flows.0.share", "--plot", "cc"];
+    let args: Vec<&str> = grid.iter().copied().chain(plot).chain(["--out", whole.to_str().unwrap()]).collect();
     let run = mptun(&args);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let n = 4;
@@ -376,9 +378,11 @@ fn sweep_shards_in_separate_processes_merge_to_the_whole_sweep() {
     // The directories in another order than the shards'.
     let mut args = vec!["sim", "sweep", "merge", "--out", merged.to_str().unwrap()];
     args.extend(outs.iter().rev().map(|d| d.to_str().unwrap()));
-    let run = mptun(&args);
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    for f in ["runs.csv", "summary.csv", "sweep.json"] {
+    args.extend(plot);
+    let merge = mptun(&args);
+    assert!(merge.status.success(), "{}", String::from_utf8_lossy(&merge.stderr));
+    assert_eq!(String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&merge.stdout), "the figures table");
+    for f in ["runs.csv", "summary.csv", "sweep.json", "sweep-flows_0_share.svg"] {
         let (a, b) = (std::fs::read(whole.join(f)).unwrap(), std::fs::read(merged.join(f)).unwrap());
         assert!(a == b, "{f} differs:\n{}\n--\n{}", String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
     }
