@@ -1,9 +1,10 @@
 //! ping through linkem with 20 ms configured each way: the RTT must be 40 ms, not 41-42 ms as a
 //! millisecond timer would make it, and never less. The timer is judged where a loaded host cannot
-//! move it: the shortest RTT (noise only ever adds delay), the median RTT, and the median of
-//! linkem's own release error (how late each packet left against its due time). The tail is the
-//! host's scheduling latency, not linkem's timer: on a loaded host it reaches milliseconds while
-//! the median release error stays near a microsecond. So the tail is bounded only against gross
+//! move it: the shortest RTT (noise only ever adds delay, and a millisecond timer lifts even the
+//! shortest to 42 ms) and the median of linkem's own release error (how late each packet left
+//! against its due time). The ping RTT's median and tail are the host's scheduling latency too
+//! (ping's own wake-ups, the reply path): on a loaded CI host 50 IPv6 pings gave a median of
+//! 41.2 ms while linkem's median release error was 2 µs. So they are bounded only against gross
 //! stalls.
 
 mod common;
@@ -40,7 +41,8 @@ fn linkem_ping_rtt_is_the_configured_delay() {
     );
     let min = quantile(&mut rtts, 0.0);
     assert!(min >= 39.95, "a packet left early: min RTT {min} ms");
-    assert!((p50 - 40.0).abs() <= 1.0, "p50 {p50} ms");
+    assert!(min < 41.0, "min RTT {min} ms: every packet late, a coarse timer");
+    assert!(p50 <= 43.0, "p50 {p50} ms: stalls beyond a loaded host's scheduling latency");
     for dir in ["a2b", "b2a"] {
         let late = st[dir]["release_error_us"]["p50"].as_f64().unwrap();
         assert!(late <= 200.0, "{dir}: median release error {late} µs: a coarse timer");
@@ -63,6 +65,8 @@ fn linkem_ping_rtt_is_the_configured_delay() {
         .collect();
     assert!(v6.len() >= 45, "IPv6: only {} replies:\n{text}", v6.len());
     let p50 = quantile(&mut v6, 0.5);
-    eprintln!("IPv6 ping RTT p50 {p50:.3} ms over {} samples", v6.len());
-    assert!((p50 - 40.0).abs() <= 1.0, "IPv6 p50 {p50} ms");
+    let min = quantile(&mut v6, 0.0);
+    eprintln!("IPv6 ping RTT min {min:.3} ms, p50 {p50:.3} ms over {} samples", v6.len());
+    assert!((39.95..41.0).contains(&min), "IPv6 min RTT {min} ms");
+    assert!(p50 <= 43.0, "IPv6 p50 {p50} ms: stalls beyond a loaded host's scheduling latency");
 }
