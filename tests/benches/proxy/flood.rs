@@ -153,8 +153,28 @@ fn rss(pid: u32) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// Samples the largest RSS of `pids` while `f` runs.
-fn with_rss<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<u64>) {
+/// CPU time a process has used (user + system), s: fields 14 and 15 of
+/// /proc/PID/stat, in clock ticks (after the parenthesised comm, which may
+/// hold spaces).
+fn cpu_s(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = s.rsplit_once(')').map_or(vec![], |(_, r)| r.split_whitespace().collect());
+    // After the comm: state is field 3, utime 14, stime 15.
+    let tick = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (tick(14) + tick(15)) / hz.max(1.0)
+}
+
+/// Samples the largest RSS of `pids` while `f` runs; also the CPU time each
+/// used meanwhile, s.
+fn with_rss<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<u64>, Vec<f64>) {
+    let cpu0: Vec<f64> = pids.iter().map(|&p| cpu_s(p)).collect();
+    let (out, rss) = rss_while(pids, f);
+    (out, rss, pids.iter().zip(cpu0).map(|(&p, c)| cpu_s(p) - c).collect())
+}
+
+fn rss_while<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<u64>) {
     let stop = AtomicBool::new(false);
     std::thread::scope(|sc| {
         let sampler = sc.spawn(|| {
@@ -229,22 +249,27 @@ pub(super) fn main() {
         Attack { socks: "127.0.0.1:1080".parse().unwrap(), exit: exit_addr(&lab).parse().unwrap(), idle, slow, renew };
     let url = |seed: usize| format!("http://10.0.1.2:8080/bytes/{n}/{seed}");
     let (mut alone, mut flooded) = (Vec::new(), Vec::new());
+    // CPU s per GiB downloaded, local and exit, per run.
+    let (mut cpu_alone, mut cpu_flooded) = (vec![Vec::new(); 2], vec![Vec::new(); 2]);
+    let gib = n as f64 / (1u64 << 30) as f64;
     // Before any flood, and from the first flood on (memory a flood left
     // behind shows in the later baselines too).
     let (mut rss_before, mut rss_flood) = (vec![0u64; 2], vec![0u64; 2]);
     let (mut connects, mut ended) = (0, 0);
     let (mut lsum, mut xsum) = (Value::Null, Value::Null);
     for r in 0..runs {
-        let (bps, m) = with_rss(&pids, || curl(&lab, &[], &["--socks5", "127.0.0.1:1080", &url(2 * r)], n));
+        let (bps, m, cpu) = with_rss(&pids, || curl(&lab, &[], &["--socks5", "127.0.0.1:1080", &url(2 * r)], n));
         alone.push(bps);
+        cpu_alone.iter_mut().zip(&cpu).for_each(|(v, c)| v.push(c / gib));
         let seen = if r == 0 { &mut rss_before } else { &mut rss_flood };
         seen.iter_mut().zip(&m).for_each(|(a, &b)| *a = (*a).max(b));
         let f = attack.start(lab.a.name());
         std::thread::sleep(Duration::from_secs(3));
         let started = Instant::now();
-        let (bps, m) = with_rss(&pids, || curl(&lab, &[], &["--socks5", "127.0.0.1:1080", &url(2 * r + 1)], n));
+        let (bps, m, cpu) = with_rss(&pids, || curl(&lab, &[], &["--socks5", "127.0.0.1:1080", &url(2 * r + 1)], n));
         let secs = started.elapsed().as_secs_f64();
         flooded.push(bps);
+        cpu_flooded.iter_mut().zip(&cpu).for_each(|(v, c)| v.push(c / gib));
         rss_flood.iter_mut().zip(&m).for_each(|(a, &b)| *a = (*a).max(b));
         std::thread::sleep(Duration::from_millis(1100));
         (lsum, xsum) = (last_summary(&local), last_summary(&exit));
@@ -275,6 +300,13 @@ pub(super) fn main() {
         mib(rss_before[1]),
         mib(rss_flood[0]),
         mib(rss_flood[1])
+    );
+    println!(
+        "  CPU s per GiB downloaded, local / exit (the flood's own work included): alone {:.2} / {:.2}, flooded {:.2} / {:.2}",
+        median(cpu_alone[0].clone()),
+        median(cpu_alone[1].clone()),
+        median(cpu_flooded[0].clone()),
+        median(cpu_flooded[1].clone())
     );
     println!("  the flood opened {connects} connections, the proxies ended {ended}");
     for (end, s) in [("local", &lsum), ("exit", &xsum)] {
