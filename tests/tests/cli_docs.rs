@@ -460,11 +460,30 @@ fn cli_doc_root_commands_run_as_root() {
         } else if command.contains("until Ctrl-C") {
             sh.arg("-c").arg(format!("exec {run}"));
             sh.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+            // Ctrl-C at a terminal: SIGINT with its default action. A test run
+            // started in the background of a shell without job control
+            // (`cmd &`, nohup) inherits SIGINT ignored, and the command would
+            // never see the signal.
+            // SAFETY: signal() is async-signal-safe, called between fork and exec.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut sh, || {
+                    libc::signal(libc::SIGINT, libc::SIG_DFL);
+                    Ok(())
+                });
+            }
             let mut child = sh.spawn().unwrap_or_else(|e| panic!("docs/cli.md:{}: {run}: {e}", c.line));
             std::thread::sleep(std::time::Duration::from_secs(2));
             assert!(child.try_wait().expect("wait").is_none(), "docs/cli.md:{}: `{run}` ended before Ctrl-C", c.line);
             // SAFETY: kill with the pid of a child we hold, not yet reaped.
             unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while child.try_wait().expect("wait").is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            if child.try_wait().expect("wait").is_none() {
+                let _ = child.kill();
+                panic!("docs/cli.md:{}: `{run}` still running 10 s after Ctrl-C", c.line);
+            }
             let st = child.wait().expect("wait");
             // Ended by the signal (as `ip mptcp monitor`), or by handling it.
             let by_sigint = std::os::unix::process::ExitStatusExt::signal(&st) == Some(libc::SIGINT);
