@@ -477,14 +477,16 @@ fn cli_doc_root_commands_run_as_root() {
             // SAFETY: kill with the pid of a child we hold, not yet reaped.
             unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while child.try_wait().expect("wait").is_none() && std::time::Instant::now() < deadline {
+            let st = loop {
+                if let Some(st) = child.try_wait().expect("wait") {
+                    break st;
+                }
+                if std::time::Instant::now() >= deadline {
+                    let _ = child.kill();
+                    panic!("docs/cli.md:{}: `{run}` still running 10 s after Ctrl-C", c.line);
+                }
                 std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            if child.try_wait().expect("wait").is_none() {
-                let _ = child.kill();
-                panic!("docs/cli.md:{}: `{run}` still running 10 s after Ctrl-C", c.line);
-            }
-            let st = child.wait().expect("wait");
+            };
             // Ended by the signal (as `ip mptcp monitor`), or by handling it.
             let by_sigint = std::os::unix::process::ExitStatusExt::signal(&st) == Some(libc::SIGINT);
             assert!(

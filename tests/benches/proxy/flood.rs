@@ -168,12 +168,13 @@ fn cpu_s(pid: u32) -> f64 {
 
 /// Samples the largest RSS of `pids` while `f` runs; also the CPU time each
 /// used meanwhile, s.
-fn with_rss<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<u64>, Vec<f64>) {
+fn with_usage<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<u64>, Vec<f64>) {
     let cpu0: Vec<f64> = pids.iter().map(|&p| cpu_s(p)).collect();
     let (out, rss) = rss_while(pids, f);
     (out, rss, pids.iter().zip(cpu0).map(|(&p, c)| cpu_s(p) - c).collect())
 }
 
+/// The largest RSS of each of `pids`, sampled every 100 ms while `f` runs.
 fn rss_while<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<u64>) {
     let stop = AtomicBool::new(false);
     std::thread::scope(|sc| {
@@ -258,7 +259,7 @@ pub(super) fn main() {
     let (mut connects, mut ended) = (0, 0);
     let (mut lsum, mut xsum) = (Value::Null, Value::Null);
     for r in 0..runs {
-        let (bps, m, cpu) = with_rss(&pids, || curl(&lab, &[], &["--socks5", "127.0.0.1:1080", &url(2 * r)], n));
+        let (bps, m, cpu) = with_usage(&pids, || curl(&lab, &[], &["--socks5", "127.0.0.1:1080", &url(2 * r)], n));
         alone.push(bps);
         cpu_alone.iter_mut().zip(&cpu).for_each(|(v, c)| v.push(c / gib));
         let seen = if r == 0 { &mut rss_before } else { &mut rss_flood };
@@ -266,7 +267,7 @@ pub(super) fn main() {
         let f = attack.start(lab.a.name());
         std::thread::sleep(Duration::from_secs(3));
         let started = Instant::now();
-        let (bps, m, cpu) = with_rss(&pids, || curl(&lab, &[], &["--socks5", "127.0.0.1:1080", &url(2 * r + 1)], n));
+        let (bps, m, cpu) = with_usage(&pids, || curl(&lab, &[], &["--socks5", "127.0.0.1:1080", &url(2 * r + 1)], n));
         let secs = started.elapsed().as_secs_f64();
         flooded.push(bps);
         cpu_flooded.iter_mut().zip(&cpu).for_each(|(v, c)| v.push(c / gib));
