@@ -174,7 +174,21 @@ fn with_usage<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<u64>, Vec<f64>)
     (out, rss, pids.iter().zip(cpu0).map(|(&p, c)| cpu_s(p) - c).collect())
 }
 
+/// Sets its flag when dropped: also when the code it guards panics.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// The largest RSS of each of `pids`, sampled every 100 ms while `f` runs.
+///
+/// The sampler stops however `f` ends: were a failed download (a panic in
+/// `f`) to leave it running, the scope would wait for it forever, and the
+/// bench would hang with its namespaces and proxies alive instead of
+/// unwinding through their drops.
 fn rss_while<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<u64>) {
     let stop = AtomicBool::new(false);
     std::thread::scope(|sc| {
@@ -188,8 +202,10 @@ fn rss_while<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, Vec<u64>) {
             }
             max
         });
-        let out = f();
-        stop.store(true, Ordering::Relaxed);
+        let out = {
+            let _stop = SetOnDrop(&stop);
+            f()
+        };
         (out, sampler.join().expect("sampler"))
     })
 }
