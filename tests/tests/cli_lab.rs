@@ -386,6 +386,23 @@ fn cli_lab_handover_break_before_make_mptun_and_the_kernel() {
         // side by side on two cores can delay it that long).
         assert!(back < 2_500.0, "{r}");
     }
+    // Both stacks run CUBIC, whatever the host's default controller (a
+    // kernel row that ran the host's bbr once made "the kernel does not
+    // stall" look like mptun's fault).
+    assert_eq!(v["cc"], "cubic", "{v:#}");
+    // A stall in the middle of the outage, on either stack, is LTE's full
+    // queue dropping: only a window that reached LTE's BDP + queue (100 +
+    // 500 packets) has one; one that stayed well below it has none.
+    for r in rows {
+        let (at, gap) = (r["longest_gap_at_s"].as_f64().unwrap(), r["longest_gap_ms"].as_f64().unwrap());
+        let cwnd = r["lte_max_cwnd"].as_u64().expect("lte_max_cwnd");
+        if gap > 500.0 && at > 7.0 && at < 15.0 {
+            assert!(cwnd >= 580, "a {gap} ms stall at {at} s with LTE's window at most {cwnd}: {r}");
+        }
+        if cwnd < 560 {
+            assert!(gap < 500.0 || !(7.0..15.0).contains(&at), "LTE's window stayed at {cwnd}, yet: {r}");
+        }
+    }
     let gap = |i: usize| rows[i]["handover_gap_ms"].as_f64().unwrap();
     assert!(
         gap(1) < 2.0 * gap(2).max(gap(0)) + 100.0,

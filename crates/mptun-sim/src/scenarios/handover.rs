@@ -116,6 +116,13 @@ pub struct Figures {
     /// Bytes LTE had delivered when Wi-Fi went away (none for a backup
     /// subflow that stays idle, as break-before-make wants).
     pub lte_bytes_at_down: u64,
+    /// The sender's LTE subflow's largest congestion window while Wi-Fi
+    /// was down, packets (from its samples). Above LTE's BDP plus its queue
+    /// the queue drops, and the repair waits behind a full queue: the stall
+    /// of about one full-queue RTT in the middle of the outage
+    /// (docs/mptcp.md "Handover"). Where slow start ended decides whether
+    /// CUBIC gets there before Wi-Fi returns.
+    pub lte_max_cwnd: u64,
     /// Bytes sent that never arrived (must be 0).
     pub bytes_lost: u64,
     pub sha256_match: bool,
@@ -145,13 +152,16 @@ fn stalls(series: &[(f64, u64)]) -> Vec<(f64, f64)> {
 }
 
 /// What the client's transfer ended with.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Outcome {
     pub size: u64,
     pub received: u64,
     pub intact: bool,
     /// From the connect to the last byte, s.
     pub duration_s: f64,
+    /// The sender's LTE subflow's congestion window (s after the connect,
+    /// packets), sampled.
+    pub lte_cwnd: Vec<(f64, u64)>,
 }
 
 /// The figures of a run from its samples: the bytes the client's
@@ -173,6 +183,7 @@ pub fn figures(series: &[(f64, u64)], samples: &Samples, wifi: IpAddr, lte: IpAd
         lte_takeover_ms,
         wifi_return_ms,
         lte_bytes_at_down: at_down.iter().filter(|(k, _)| k.ip() == lte).map(|(_, v)| *v).sum(),
+        lte_max_cwnd: o.lte_cwnd.iter().filter(|(t, _)| (down..up).contains(t)).map(|&(_, c)| c).max().unwrap_or(0),
         bytes_lost: o.size.saturating_sub(o.received),
         sha256_match: o.intact && o.received == o.size,
         goodput_bps: o.received as f64 * 8.0 / o.duration_s.max(1e-9),
@@ -282,6 +293,7 @@ pub fn run(p: &Params) -> Report {
     let size = p.size;
     let mut samples: Samples = Vec::new();
     let mut series: Vec<(f64, u64)> = Vec::new();
+    let mut lte_cwnd: Vec<(f64, u64)> = Vec::new();
     let end = sim.run(
         |s| s.a.apps.get(&h).is_some_and(|app| app.received >= size),
         Some(SAMPLE),
@@ -290,6 +302,9 @@ pub fn run(p: &Params) -> Report {
             let mut m = BTreeMap::new();
             for c in b.apps.keys().filter_map(|&sh| b.ep.conn(sh)) {
                 for sf in c.info().subflows {
+                    if sf.remote.ip() == lte {
+                        lte_cwnd.push((now.as_secs_f64(), u64::from(sf.tcp.cwnd)));
+                    }
                     m.insert(sf.remote, sf.tcp.bytes_acked);
                 }
             }
@@ -309,7 +324,7 @@ pub fn run(p: &Params) -> Report {
     let last = app.last_rx.unwrap_or(end);
     // The last sample may predate the last byte: the series ends with it.
     series.push((last.as_secs_f64(), app.received));
-    let o = Outcome { size, received: app.received, intact: sha, duration_s: last.as_secs_f64() };
+    let o = Outcome { size, received: app.received, intact: sha, duration_s: last.as_secs_f64(), lte_cwnd };
     let figures = figures(&series, &samples, wifi, lte, o);
     let wc = WallClock::new(wall.elapsed(), app.received);
     let mut r = Report {
@@ -374,6 +389,32 @@ mod tests {
             assert!(f.handover_gap_ms < 1_000.0, "{mode:?}: {} ms", f.handover_gap_ms);
             assert!(f.longest_gap_ms >= f.handover_gap_ms && f.longest_gap_ms >= f.return_gap_ms);
         }
+    }
+
+    /// The stall in the middle of the outage (docs/mptcp.md "Handover"):
+    /// CUBIC's first epoch on LTE grows its window past LTE's BDP plus its
+    /// queue before Wi-Fi returns, the full queue drops, and the repair
+    /// waits one full-queue round trip. Not a timeout, not the scheduler:
+    /// the kernel's CUBIC stalls the same 730 ms when its slow start ends
+    /// where mptun's does. Should slow start end earlier (an ACK train the
+    /// receiver makes possible), the window stays below the limit and this
+    /// test says which of the two changed.
+    #[test]
+    fn the_mid_outage_stall_is_lte_s_full_queue_dropping() {
+        let r = run(&Params::default());
+        let f = &r.figures;
+        let lte = &Params::default().paths[1];
+        let bdp = (lte.rate_bps as f64 * (2.0 * lte.delay.as_secs_f64()) / 8.0 / 1500.0) as u64;
+        let limit = bdp + lte.queue_packets.expect("LTE has a finite queue") as u64;
+        assert!(f.lte_max_cwnd > limit, "LTE's window {} stayed below BDP + queue {limit}", f.lte_max_cwnd);
+        let (down, up) = (DOWN.as_secs_f64(), UP.as_secs_f64());
+        assert!(f.longest_gap_at_s > down + AROUND && f.longest_gap_at_s < up, "{f:?}");
+        // One RTT at a full queue: 120 ms of path plus 500 packets at 10 Mbit/s.
+        let full_rtt_ms = 2e3 * lte.delay.as_secs_f64() + limit as f64 * 1500.0 * 8.0 / lte.rate_bps as f64 * 1e3;
+        assert!((f.longest_gap_ms - full_rtt_ms).abs() < 0.2 * full_rtt_ms, "{} vs {full_rtt_ms} ms", f.longest_gap_ms);
+        // (Repaired by fast recovery; the endpoint's TCPTimeouts are the
+        // dead Wi-Fi subflow's.)
+        assert!(r.server_counters.get("TcpExtTCPSackRecovery").copied().unwrap_or(0) >= 1, "{:?}", r.server_counters);
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub(crate) struct HandoverArgs {
     /// Whose MPTCP runs (both: mptun's, then the kernel's, in one run).
     #[arg(long, value_enum)]
     stack: Option<LabStack>,
+    /// The server's (the sender's) congestion control, at both ends and on both stacks: cubic, reno,
+    /// bbr, ... The simulator's row runs the same one, or CUBIC where it has no such.
+    #[arg(long, default_value = "cubic")]
+    cc: String,
     #[command(flatten)]
     pub(crate) common: LabCommon,
 }
@@ -55,6 +59,8 @@ struct Row {
 struct LabReport {
     scenario: &'static str,
     mode: Mode,
+    /// The server's (the sender's) congestion control on every row.
+    cc: String,
     size_bytes: u64,
     paths: Vec<String>,
     down_at_s: f64,
@@ -88,6 +94,16 @@ fn figures(cr: &PeerReport, sr: &PeerReport, size: u64, wifi: IpAddr, lte: IpAdd
         received: cr.received,
         intact: cr.intact_with(sr),
         duration_s: series.iter().find(|(_, b)| *b >= size).map_or(cr.runtime_s, |(t, _)| *t),
+        lte_cwnd: sr
+            .subflow_series
+            .iter()
+            .flat_map(|(t, points)| {
+                points
+                    .iter()
+                    .filter(|p| p.remote.is_some_and(|r| r.ip() == lte))
+                    .map(move |p| (t + sr.established_s, p.cwnd))
+            })
+            .collect(),
     };
     handover::figures(&series, &samples(cr), wifi, lte, o)
 }
@@ -98,9 +114,17 @@ fn run_one(a: &HandoverArgs, stack: LabStack, specs: &[String], port: u16) -> Re
     let topo = Topology::plan(&a.common)?.up(specs, stack, true)?;
     let backup = a.mode == Mode::Break;
     let size = a.size.to_string();
-    let mut srv: Vec<String> = vec!["lab".into(), "peer".into(), "--send".into(), size];
-    let mut cli: Vec<String> =
-        ["lab", "peer", "--trace", "--sample-ms", "10", "--hold-open"].iter().map(|s| s.to_string()).collect();
+    // The controller named at both ends: a kernel socket that names none
+    // runs the namespace's default, which need not be mptun's.
+    // The server traces its subflows too: the LTE sender's cwnd.
+    let mut srv: Vec<String> = ["lab", "peer", "--send", &size, "--cc", &a.cc, "--trace", "--sample-ms", "50"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut cli: Vec<String> = ["lab", "peer", "--trace", "--sample-ms", "10", "--hold-open", "--cc", &a.cc]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let ctl = std::env::temp_dir().join(format!("mptun-handover-{}-{port}.sock", std::process::id()));
     let (wifi, lte): (IpAddr, IpAddr) = match stack {
         LabStack::Mptun => {
@@ -185,7 +209,7 @@ fn run_one(a: &HandoverArgs, stack: LabStack, specs: &[String], port: u16) -> Re
 }
 
 pub(crate) fn run(a: HandoverArgs) -> Result<Verdict> {
-    let p = handover::Params { mode: a.mode, size: a.size, ..Default::default() };
+    let p = handover::Params { mode: a.mode, size: a.size, cc: super::sim_cc(&a.cc), ..Default::default() };
     let sim = handover::run(&p);
     let specs = super::aggregate::specs_of(&p.paths);
     let stacks = match a.stack {
@@ -199,6 +223,7 @@ pub(crate) fn run(a: HandoverArgs) -> Result<Verdict> {
     let r = LabReport {
         scenario: "handover (lab)",
         mode: a.mode,
+        cc: a.cc.clone(),
         size_bytes: a.size,
         paths: sim.paths.clone(),
         down_at_s: sim.down_at_s,
@@ -207,7 +232,13 @@ pub(crate) fn run(a: HandoverArgs) -> Result<Verdict> {
         sim,
     };
     super::emit(a.common.json.json, &r, || {
-        println!("handover (lab): {}; Wi-Fi down {:.0}-{:.0} s", r.paths.join(", "), r.down_at_s, r.up_at_s);
+        println!(
+            "handover (lab): {}; Wi-Fi down {:.0}-{:.0} s; {} at both ends",
+            r.paths.join(", "),
+            r.down_at_s,
+            r.up_at_s,
+            r.cc
+        );
         for x in &r.rows {
             println!("{}", crate::sim::mptcp::handover_line(x.who, r.mode.name(), &x.figures));
         }

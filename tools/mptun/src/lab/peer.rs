@@ -139,6 +139,9 @@ pub(crate) struct SubflowPoint {
     /// This side's end of it (a handover tells its paths apart by it).
     #[serde(default)]
     pub(crate) local: Option<std::net::SocketAddr>,
+    /// The peer's end (a server tells a client's paths apart by it).
+    #[serde(default)]
+    pub(crate) remote: Option<std::net::SocketAddr>,
     pub(crate) bytes_acked: u64,
     /// Bytes it delivered to this side (what a receiver's paths carried).
     #[serde(default)]
@@ -367,6 +370,7 @@ fn subflow_points(p: &crate::probe::Probe) -> Vec<SubflowPoint> {
         .map(|s| SubflowPoint {
             id: s.id,
             local: s.local,
+            remote: s.remote,
             bytes_acked: s.bytes_acked,
             bytes_received: s.bytes_received,
             cwnd: s.cwnd,

@@ -103,6 +103,10 @@ fn ip(ns: &str, args: &[&str]) -> Result<()> {
     mptun_io::netns::ip(ns, args).map(drop).map_err(|e| anyhow!("{e}"))
 }
 
+/// The controller of every kernel socket in the lab that names none: the
+/// simulator's and mptun's default.
+pub(crate) const LAB_DEFAULT_CC: &str = "cubic";
+
 fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
     mptun_io::netns::sysctl(ns, key, value).map_err(|e| anyhow!("{e}"))
 }
@@ -214,6 +218,11 @@ impl Topology {
             // Each connection starts from the defaults, as each simulated
             // run does: no ssthresh/RTT cached from the previous one.
             sysctl(ns, "net.ipv4.tcp_no_metrics_save", "1")?;
+            // A new namespace inherits the host's default controller (bbr
+            // on some hosts): a kernel socket that names none would then
+            // run it beside mptun's CUBIC, and the rows would compare two
+            // controllers (the handover "kernel has no stall" was that).
+            sysctl(ns, "net.ipv4.tcp_congestion_control", LAB_DEFAULT_CC)?;
         }
         Ok(self)
     }

@@ -177,12 +177,13 @@ pub(crate) struct HandoverArgs {
 pub(crate) fn handover_line(who: &str, mode: &str, f: &handover::Figures) -> String {
     let ms = |v: Option<f64>| v.map_or("never".to_string(), |v| format!("{v:.0} ms"));
     format!(
-        "{who:<14} {mode:<6} gap at loss {:>5.0} ms, at return {:>5.0} ms, longest {:>5.0} ms (at {:.2} s)  LTE takes over {:>8}  Wi-Fi back {:>8}  lost {} B  {:.2} Mbit/s  sha256 {}",
+        "{who:<14} {mode:<6} gap at loss {:>5.0} ms, at return {:>5.0} ms, longest {:>5.0} ms (at {:.2} s)  LTE takes over {:>8}, cwnd up to {:>4}  Wi-Fi back {:>8}  lost {} B  {:.2} Mbit/s  sha256 {}",
         f.handover_gap_ms,
         f.return_gap_ms,
         f.longest_gap_ms,
         f.longest_gap_at_s,
         ms(f.lte_takeover_ms),
+        f.lte_max_cwnd,
         ms(f.wifi_return_ms),
         f.bytes_lost,
         f.goodput_bps / 1e6,
