@@ -69,7 +69,7 @@ const MAX_HOLD: Duration = Duration::from_micros(100);
 /// still pushes back as long again for their last batch.
 const SHUTDOWN_DRAIN: Duration = mptun_io::DRAIN_ON_DROP;
 /// Longest a connection the application closed and let go, all its data
-/// acknowledged, may take once the stack is dropped to finish its close
+/// sent, may take once the stack is dropped to finish its close
 /// (the peer's DATA_FIN and the subflows' FIN exchanges) before it is
 /// reset with the rest. A kernel
 /// socket closes in the background after its process exits; a stack that
@@ -548,7 +548,12 @@ impl Driver {
                 for id in st.listeners.keys().copied().collect::<Vec<_>>() {
                     crate::listener::close(st, id);
                 }
-                abort_all(st, |st, h| !(is_orphan(st, h) && st.ep.all_data_acked(h)));
+                // An orphan whose data all went keeps running too: its
+                // last DATA_ACK may be a round trip away when a tool shuts
+                // down the moment it has read its answer (the kernel's
+                // reply was seen to race the shutdown). One with data still
+                // unsent is reset: a process that ends cannot wait for it.
+                abort_all(st, |st, h| !(is_orphan(st, h) && (st.ep.all_data_acked(h) || st.ep.all_data_sent(h))));
                 wake_all(st, &mut self.wake);
                 for w in self.wake.drain(..) {
                     w.wake();

@@ -467,6 +467,12 @@ impl Endpoint {
         self.conn(h).is_none_or(|c| c.all_data_acked())
     }
 
+    /// Everything the application wrote on `h` was sent, or the connection
+    /// is gone ([`crate::mptcp::Connection::all_data_sent`]).
+    pub fn all_data_sent(&self, h: ConnectionHandle) -> bool {
+        self.conn(h).is_none_or(|c| c.all_data_sent())
+    }
+
     /// The connection is gone or only TIME_WAIT is left of it
     /// ([`crate::mptcp::Connection::is_finished`]).
     pub fn is_finished(&self, h: ConnectionHandle) -> bool {

@@ -208,6 +208,12 @@ impl DataTx {
         !self.write_seq.gt(self.una)
     }
 
+    /// Every byte the application wrote has been sent at least once: only
+    /// acknowledgements (and repairs) are left.
+    pub fn all_sent(&self) -> bool {
+        !self.write_seq.gt(self.nxt)
+    }
+
     /// Data waits, nothing is in flight and the peer's window admits none
     /// of it: only a window update (or a probe) moves it.
     pub fn window_closed(&self) -> bool {

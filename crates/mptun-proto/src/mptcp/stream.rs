@@ -267,6 +267,16 @@ impl Connection {
         self.tx.all_acked()
     }
 
+    /// Every byte the application wrote was sent at least once (at the data
+    /// level; in plain mode, only once it was all acknowledged): what is
+    /// left is the peer's acknowledgement, a round trip away.
+    pub fn all_data_sent(&self) -> bool {
+        if self.plain() {
+            return self.all_data_acked();
+        }
+        self.tx.all_sent()
+    }
+
     /// Every subflow is closed (its close over, or reset) or in TIME_WAIT
     /// (both FINs went and ours was acknowledged): [`Self::abort`] would
     /// send nothing, and a host that goes away now leaves the peer waiting
