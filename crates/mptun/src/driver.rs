@@ -548,12 +548,12 @@ impl Driver {
                 for id in st.listeners.keys().copied().collect::<Vec<_>>() {
                     crate::listener::close(st, id);
                 }
-                // An orphan whose data all went keeps running too: its
-                // last DATA_ACK may be a round trip away when a tool shuts
-                // down the moment it has read its answer (the kernel's
-                // reply was seen to race the shutdown). One with data still
-                // unsent is reset: a process that ends cannot wait for it.
-                abort_all(st, |st, h| !(is_orphan(st, h) && (st.ep.all_data_acked(h) || st.ep.all_data_sent(h))));
+                // An orphan whose data all went (acknowledged or not) keeps
+                // running: its last DATA_ACK may be a round trip away when
+                // a tool shuts down the moment it has read its answer (the
+                // kernel's was seen to race the shutdown). One with data
+                // still unsent is reset: a process that ends cannot wait.
+                abort_all(st, |st, h| !(is_orphan(st, h) && st.ep.all_data_sent(h)));
                 wake_all(st, &mut self.wake);
                 for w in self.wake.drain(..) {
                     w.wake();

@@ -404,8 +404,9 @@ mod tests {
         let r = run(&Params::default());
         let f = &r.figures;
         let lte = &Params::default().paths[1];
-        let bdp = (lte.rate_bps as f64 * (2.0 * lte.delay.as_secs_f64()) / 8.0 / 1500.0) as u64;
-        let limit = bdp + lte.queue_packets.expect("LTE has a finite queue") as u64;
+        let link = lte.link();
+        let bdp = link.bdp_bytes(lte.delay * 2) / 1500;
+        let limit = bdp + link.limit_packets.expect("LTE has a finite queue") as u64;
         assert!(f.lte_max_cwnd > limit, "LTE's window {} stayed below BDP + queue {limit}", f.lte_max_cwnd);
         let (down, up) = (DOWN.as_secs_f64(), UP.as_secs_f64());
         assert!(f.longest_gap_at_s > down + AROUND && f.longest_gap_at_s < up, "{f:?}");

@@ -105,7 +105,7 @@ fn ip(ns: &str, args: &[&str]) -> Result<()> {
 
 /// The controller of every kernel socket in the lab that names none: the
 /// simulator's and mptun's default.
-pub(crate) const LAB_DEFAULT_CC: &str = "cubic";
+const LAB_DEFAULT_CC: &str = "cubic";
 
 fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
     mptun_io::netns::sysctl(ns, key, value).map_err(|e| anyhow!("{e}"))
