@@ -119,6 +119,37 @@ impl StreamInner {
     }
 
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write_with(cx, data.len(), |ep, h| ep.send(h, data))
+    }
+
+    /// Hands the front of `data` to the send buffer without copying it
+    /// and advances `data` past what was taken.
+    pub(crate) fn poll_write_chunk(&self, cx: &mut Context<'_>, data: &mut bytes::Bytes) -> Poll<io::Result<usize>> {
+        let r = self.poll_write_with(cx, data.len(), |ep, h| {
+            // As much as the buffer has room for, so that a partial write
+            // pins no more of `data` than it counts.
+            let n = data.len().min(ep.send_space(h));
+            if n == 0 {
+                return Ok(0);
+            }
+            ep.send_bytes(h, data.slice(..n))
+        });
+        if let Poll::Ready(Ok(n)) = r {
+            bytes::Buf::advance(data, n);
+        }
+        r
+    }
+
+    /// A write of `len` bytes that `send` queues (and says how many it took).
+    fn poll_write_with(
+        &self,
+        cx: &mut Context<'_>,
+        len: usize,
+        send: impl FnOnce(
+            &mut mptun_proto::Endpoint,
+            mptun_proto::ConnectionHandle,
+        ) -> Result<usize, mptun_proto::SendError>,
+    ) -> Poll<io::Result<usize>> {
         let shared = self.stack.shared();
         let mut guard = shared.lock();
         let st = &mut *guard;
@@ -129,10 +160,10 @@ impl StreamInner {
         if cs.write_shutdown || st.ep.is_closed(self.h) {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "write side is shut down")));
         }
-        if data.is_empty() {
+        if len == 0 {
             return Poll::Ready(Ok(0));
         }
-        let Ok(n) = st.ep.send(self.h, data) else {
+        let Ok(n) = send(&mut st.ep, self.h) else {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "connection not open for sending")));
         };
         if n > 0 {
@@ -221,6 +252,34 @@ macro_rules! forward_read {
 /// half): shutdown sends the FIN.
 macro_rules! forward_write {
     ($t:ty) => {
+        impl $t {
+            /// Writes all of `data` without copying it (quinn's
+            /// `write_chunk`): the send buffer keeps slices of `data` until
+            /// the peer acknowledges them, and the device write copies the
+            /// bytes once, where `AsyncWrite` copies them into the buffer
+            /// first. For an application that owns its data in a `Bytes`
+            /// already (a file read into a `BytesMut`, a cached object);
+            /// the allocation stays alive until the last of it is
+            /// acknowledged. Writes of both kinds may be mixed.
+            pub async fn write_chunk(&mut self, mut data: bytes::Bytes) -> std::io::Result<()> {
+                while !data.is_empty() {
+                    std::future::poll_fn(|cx| self.inner.poll_write_chunk(cx, &mut data)).await?;
+                }
+                Ok(())
+            }
+
+            /// Writes the front of `data` without copying it, advancing
+            /// `data` past what the send buffer took ([`Self::write_chunk`]
+            /// as a poll function). `Ready(Ok(0))` only for an empty `data`.
+            pub fn poll_write_chunk(
+                &mut self,
+                cx: &mut std::task::Context<'_>,
+                data: &mut bytes::Bytes,
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                self.inner.poll_write_chunk(cx, data)
+            }
+        }
+
         impl tokio::io::AsyncWrite for $t {
             fn poll_write(
                 self: std::pin::Pin<&mut Self>,

@@ -263,6 +263,56 @@ async fn read_chunk_carries_the_stream() {
     }
 }
 
+/// `write_chunk`, the zero-copy write, carries whole streams (MPTCP and
+/// plain), alone or mixed with `write_all`, from the stream and from its
+/// write half: chunks larger than the send buffer are taken in parts, and
+/// the peer reads every byte in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_chunk_carries_the_stream() {
+    for (mptcp, port, split) in [(true, 5012, false), (false, 5013, true)] {
+        let (sa, sb) = pair();
+        let l = MptcpListener::bind(&sb, ("10.0.0.2", port)).await.unwrap();
+        let opts = sa.stream_options().mptcp(mptcp);
+        let c = MptcpStream::connect_with(&sa, ("10.0.0.2", port), opts).await.unwrap();
+        let (mut s, _) = l.accept().await.unwrap();
+        const N: usize = 12 << 20;
+        let data = bytes::Bytes::from(Pattern::bytes(6, N));
+        let sum = Sha256::digest(&data);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        // 5 MiB pieces (above the 4 MiB send buffer), with small copied
+        // writes between them.
+        let pieces: Vec<(usize, usize)> = (0..N).step_by(5 << 20).map(|a| (a, (a + (5 << 20)).min(N))).collect();
+        let write = async {
+            if split {
+                let (_r, mut w) = c.into_split();
+                for &(a, b) in &pieces {
+                    w.write_all(&data[a..a + 1000]).await.unwrap();
+                    w.write_chunk(data.slice(a + 1000..b)).await.unwrap();
+                }
+                w.shutdown().await.unwrap();
+            } else {
+                let mut c = c;
+                let mut empty = bytes::Bytes::new();
+                let n = std::future::poll_fn(|cx| c.poll_write_chunk(cx, &mut empty)).await.unwrap();
+                assert_eq!(n, 0, "an empty chunk");
+                for &(a, b) in &pieces {
+                    c.write_chunk(data.slice(a..b - 1000)).await.unwrap();
+                    c.write_all(&data[b - 1000..b]).await.unwrap();
+                }
+                c.shutdown().await.unwrap();
+            }
+        };
+        timeout(Duration::from_secs(30), write).await.expect("the writes stalled");
+        let got = timeout(Duration::from_secs(30), reader).await.expect("the transfer stalled").unwrap();
+        assert_eq!(got.len(), N, "mptcp {mptcp}");
+        assert_eq!(Sha256::digest(&got), sum, "mptcp {mptcp}");
+    }
+}
+
 #[tokio::test]
 async fn connect_to_a_closed_port_is_refused() {
     let (sa, _sb) = pair();

@@ -408,6 +408,17 @@ impl Endpoint {
         Ok(n)
     }
 
+    /// [`Endpoint::send`] without a copy ([`Connection::send_bytes`]): the
+    /// send buffer keeps a slice of `data` until it is acknowledged. Returns
+    /// how many bytes it took from the front; the caller offers the rest
+    /// again later.
+    pub fn send_bytes(&mut self, h: ConnectionHandle, data: Bytes) -> Result<usize, SendError> {
+        let c = self.conn_mut(h).ok_or(SendError::InvalidState)?;
+        let n = c.send_bytes(data)?;
+        self.after_app(h);
+        Ok(n)
+    }
+
     /// Room in the send buffer.
     pub fn send_space(&self, h: ConnectionHandle) -> usize {
         self.conn(h).map_or(0, |c| c.send_space())
