@@ -12,6 +12,7 @@
 #[path = "cli_support.rs"]
 mod support;
 
+use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
@@ -304,8 +305,26 @@ fn cli_lab_run_shared_bottleneck_file() {
         return;
     }
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml");
-    let (v, err) = lab_json(&["run", file, "--cc", "lia", "--duration", "16s"], &name("rn"), Duration::from_secs(90));
+    let csv = std::env::temp_dir().join(format!("mptun-lab-csv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&csv);
+    let csv_arg = csv.to_str().expect("a UTF-8 temp dir");
+    let args = ["run", file, "--cc", "lia", "--duration", "16s", "--csv", csv_arg];
+    let (v, err) = lab_json(&args, &name("rn"), Duration::from_secs(90));
     println!("{err}");
+    // The senders' samples: every subflow of both flows, over the run.
+    let text = std::fs::read_to_string(csv.join("shared-bottleneck.lab.csv")).expect("--csv wrote its file");
+    let _ = std::fs::remove_dir_all(&csv);
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("t_s,flow,kind,cc,subflow,cwnd,srtt_us,bytes_acked,pacing_rate_bps,bbr_bw_bps,bbr_min_rtt_us")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let seen: BTreeSet<(&str, &str)> = rows.iter().map(|r| (r[1], r[4])).collect();
+    assert_eq!(seen, BTreeSet::from([("0", "0"), ("0", "1"), ("1", "0")]), "flows and subflows sampled");
+    let last_t = rows.iter().map(|r| r[0].parse::<f64>().unwrap()).fold(0.0, f64::max);
+    assert!(last_t > 12.0, "samples until {last_t} s of a 16 s run");
+    assert!(rows.iter().all(|r| r[5].parse::<u64>().unwrap() > 0), "a window of 0 packets");
     assert_eq!(v["scenario"], "shared-bottleneck");
     let flows = v["flows"].as_array().expect("flows");
     assert_eq!(flows.len(), 2, "{v:#}");

@@ -74,6 +74,11 @@ pub(crate) struct RunArgs {
     /// unless the file's `measure_from` still falls inside).
     #[arg(long, value_parser = parse_duration, allow_negative_numbers = true)]
     duration: Option<mptun_time::Duration>,
+    /// Write each sender's per-subflow samples (every 100 ms: cwnd, srtt, bytes acknowledged,
+    /// pacing rate, BBR's model) as DIR/<scenario>.lab.csv, time from the scenario's start, to set
+    /// beside `mptun sim run --csv`'s.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) common: LabCommon,
 }
@@ -320,6 +325,47 @@ struct FlowRow {
     sender: Option<SenderMedians>,
 }
 
+/// The senders' samples of a lab run as CSV (`--csv`): one row per subflow
+/// per sample, the time from the scenario's start (a flow's own start
+/// added), so a lab run and the simulator's trace of the same file can be
+/// plotted on one axis.
+fn write_csv(
+    path: &std::path::Path,
+    plan: &Plan,
+    reports: &[(PeerReport, PeerReport)],
+    flows: &[FlowRow],
+) -> Result<()> {
+    use std::io::Write;
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(f, "t_s,flow,kind,cc,subflow,cwnd,srtt_us,bytes_acked,pacing_rate_bps,bbr_bw_bps,bbr_min_rtt_us")?;
+    for (i, ((pf, (cr, _)), row)) in plan.flows.iter().zip(reports).zip(flows).enumerate() {
+        let start = pf.start.as_secs_f64();
+        for (t, points) in &cr.subflow_series {
+            for p in points {
+                let pacing = if p.pacing_rate == u64::MAX { String::new() } else { (p.pacing_rate * 8).to_string() };
+                let (bw, mrtt) =
+                    p.bbr.map_or((String::new(), String::new()), |(b, m)| ((b * 8).to_string(), m.to_string()));
+                writeln!(
+                    f,
+                    "{:.3},{i},{},{},{},{},{},{},{pacing},{bw},{mrtt}",
+                    start + t,
+                    row.kind,
+                    row.cc,
+                    p.id,
+                    p.cwnd,
+                    p.srtt_us,
+                    p.bytes_acked
+                )?;
+            }
+        }
+    }
+    f.flush()?;
+    Ok(())
+}
+
 /// Medians of a sender's samples (see [`sender_medians`]).
 #[derive(Serialize, Clone, Copy, Debug, PartialEq)]
 struct SenderMedians {
@@ -512,6 +558,10 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
             },
         })
         .collect();
+    if let Some(dir) = &a.csv {
+        let path = dir.join(format!("{}.lab.csv", spec.name));
+        write_csv(&path, &plan, &reports, &flows).with_context(|| format!("writing {}", path.display()))?;
+    }
     let r = LabRunReport {
         scenario: spec.name.clone(),
         seed: spec.seed,
