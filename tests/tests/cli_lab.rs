@@ -342,6 +342,33 @@ fn cli_lab_run_shared_bottleneck_file() {
     assert!((shares - 1.0).abs() < 1e-9);
 }
 
+/// `lab run` on the cross-traffic file, shortened: the unresponsive UDP
+/// flow runs on real packets (a kernel UDP socket, on 2 s and off 2 s, at
+/// 5 Mbit/s while on) beside the responsive flows, and moves what the
+/// simulator's source moves, less what the queue drops.
+#[test]
+fn cli_lab_run_cross_traffic_with_udp_on_real_packets() {
+    if !lab_ready() {
+        return;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/cross-traffic.toml");
+    let (v, err) = lab_json(&["run", file, "--duration", "16s"], &name("ct"), Duration::from_secs(90));
+    println!("{err}");
+    let flows = v["flows"].as_array().expect("flows");
+    assert_eq!(flows.len(), 3, "{v:#}");
+    let udp = &flows[2];
+    assert_eq!((udp["kind"].as_str(), udp["stack"].as_str()), (Some("udp"), Some("kernel")), "{v:#}");
+    let (lab, sim) = (udp["goodput_bps"].as_f64().unwrap(), udp["sim_goodput_bps"].as_f64().unwrap());
+    // 8 s of measurement: two on periods of 2 s at 5 Mbit/s, 2.5 Mbit/s at most.
+    assert!(lab > 1.5e6 && lab <= 2.6e6, "UDP moved {lab} bit/s: {v:#}");
+    assert!((lab - sim).abs() < 0.25 * sim, "UDP: lab {lab}, simulator {sim} bit/s");
+    for f in flows {
+        assert_eq!(f["sha256_match"], true, "{f}");
+    }
+    let shares: f64 = flows.iter().map(|f| f["share"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-9);
+}
+
 /// `lab sched-compare` on real packets, short: BLEST and the kernel's
 /// MPTCP with a 256 KiB receive buffer (BLEST keeps clear of the window
 /// stall: a fraction of the out-of-order arrivals the kernel's linger-time

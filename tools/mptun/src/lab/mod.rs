@@ -15,6 +15,7 @@ mod penalise;
 mod run;
 mod sched_compare;
 mod topo;
+mod udp;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};

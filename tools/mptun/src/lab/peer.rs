@@ -111,6 +111,20 @@ pub(crate) struct PeerArgs {
     /// takes no new subflow of a connection once it has our DATA_FIN).
     #[arg(long)]
     hold_open: bool,
+    /// Unresponsive UDP instead of a connection (always the kernel's
+    /// sockets): the connecting side sends IP bits at this rate while on
+    /// (for --send-for seconds), the listening side counts what arrives.
+    #[arg(long, value_name = "RATE", value_parser = crate::units::parse_rate)]
+    udp: Option<u64>,
+    /// IP packet size of --udp, headers included.
+    #[arg(long, default_value_t = 1500, requires = "udp")]
+    udp_packet: usize,
+    /// --udp is on this long, then off for --udp-off, from its start (on first).
+    #[arg(long, value_parser = super::udp::parse_span, default_value = "0", requires = "udp")]
+    udp_on: Duration,
+    /// Off time of --udp's cycle (0: a constant rate).
+    #[arg(long, value_parser = super::udp::parse_span, default_value = "0", requires = "udp")]
+    udp_off: Duration,
     #[command(flatten)]
     control: crate::ctl::ControlArgs,
 }
@@ -673,6 +687,19 @@ fn kernel_options(a: &PeerArgs) -> KernelOptions {
 }
 
 pub(crate) fn run(a: PeerArgs) -> Result<Verdict> {
+    if let Some(rate_bps) = a.udp {
+        let f = super::udp::UdpFlow { rate_bps, packet: a.udp_packet, on: a.udp_on, off: a.udp_off };
+        let r = match (a.listen, a.connect) {
+            (Some(at), _) => super::udp::sink(at, f, Duration::from_millis(a.sample_ms.max(1)))?,
+            (None, Some(to)) => {
+                let secs = a.send_for.ok_or_else(|| anyhow!("--udp sends for --send-for seconds"))?;
+                super::udp::send(to, f, Duration::from_secs_f64(secs.max(0.0)))?
+            }
+            (None, None) => bail!("--listen or --connect"),
+        };
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(Verdict::Pass);
+    }
     if a.stack == LabStack::Kernel && (a.scheduler.is_some() || a.round_start.is_some() || a.pacer.is_some()) {
         bail!("--scheduler/--round-start/--pacer configure mptun's stack");
     }

@@ -13,9 +13,10 @@
 //!
 //! Each flow's goodput is what its server received over the file's
 //! measurement window, and the simulator's run of the same file, seed and
-//! `--cc` stands beside it. What the lab cannot build is refused before
-//! anything is: routes through more than one link, unresponsive (`udp`)
-//! flows, more than 8 links.
+//! `--cc` stands beside it. Unresponsive (`udp`) flows are kernel UDP
+//! sockets (`lab peer --udp`, the simulator's on/off source). What the lab
+//! cannot build is refused before anything is: routes through more than
+//! one link, more than 8 links.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -104,6 +105,8 @@ enum Carrier {
     KernelMptcp,
     /// The kernel's TCP at both ends.
     KernelTcp,
+    /// Unresponsive UDP from a kernel socket to a kernel socket (`lab peer --udp`).
+    KernelUdp(super::udp::UdpFlow),
 }
 
 /// One flow as the lab runs it.
@@ -213,8 +216,10 @@ fn plan(spec: &Spec, stack: LabStack, tcp_stack: LabStack, tcp_cc: Option<&str>)
                 (Carrier::KernelMptcp, cc.to_string())
             }
             (FlowKind::Tcp, _) => (Carrier::KernelTcp, tcp_cc.map_or_else(|| f.cc.name().to_string(), String::from)),
-            (FlowKind::Unresponsive { .. }, _) => {
-                bail!("flow {i}: unresponsive (udp) flows run in the simulator only for now")
+            (&FlowKind::Unresponsive { rate_bps, packet, on, off }, _) => {
+                let span = |d: mptun_time::Duration| Duration::from_nanos(d.as_nanos() as u64);
+                let u = super::udp::UdpFlow { rate_bps, packet, on: span(on), off: span(off) };
+                (Carrier::KernelUdp(u), "-".to_string())
             }
         };
         if next_k > 200 || next_f > 200 {
@@ -276,6 +281,19 @@ fn peer_args(f: &LabFlow, pacer: Option<mptun::PacerKind>, kernel_pacing: bool) 
             srv.push(format!("0.0.0.0:{}", f.port));
             cli.extend(s(&["--stack", "kernel", "--cc", &f.cc, "--connect"]));
             cli.push(format!("10.0.1.2:{}", f.port));
+        }
+        Carrier::KernelUdp(u) => {
+            let to = format!("10.0.{}.2:{}", f.paths[0], f.port);
+            let udp = |v: &mut Vec<String>| {
+                v.extend(s(&["--stack", "kernel", "--udp", &u.rate_bps.to_string()]));
+                v.extend(["--udp-packet".into(), u.packet.to_string()]);
+                v.extend(["--udp-on".into(), format!("{}us", u.on.as_micros())]);
+                v.extend(["--udp-off".into(), format!("{}us", u.off.as_micros())]);
+            };
+            udp(&mut srv);
+            srv.extend(["--listen".into(), to.clone()]);
+            udp(&mut cli);
+            cli.extend(["--connect".into(), to]);
         }
         Carrier::KernelTcp => {
             let to = format!("10.0.{}.2:{}", f.paths[0], f.port);
@@ -524,7 +542,7 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
     let total: f64 = goodputs.iter().sum::<f64>().max(1e-9);
     let stack_name = |c: &Carrier| match c {
         Carrier::Mptun { .. } => "mptun",
-        Carrier::KernelMptcp | Carrier::KernelTcp => "kernel",
+        Carrier::KernelMptcp | Carrier::KernelTcp | Carrier::KernelUdp(_) => "kernel",
     };
     let flows: Vec<FlowRow> = plan
         .flows
@@ -551,7 +569,12 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
             sim_share: s.share,
             share_delta: g / total - s.share,
             bytes: sr.received,
-            sha256_match: cr.intact_with(sr),
+            // A UDP flow loses what the queue drops: intact means every
+            // datagram that arrived was the one sent, and no more arrived.
+            sha256_match: match f.carrier {
+                Carrier::KernelUdp(_) => sr.counter("UdpDatagramsCorrupt") == 0 && sr.received <= cr.sent,
+                _ => cr.intact_with(sr),
+            },
             sender: {
                 let s = f.start.as_secs_f64();
                 sender_medians(&cr.subflow_series, (measure - s).max(0.0), (end - s).max(0.0))
@@ -660,15 +683,27 @@ mod tests {
     }
 
     #[test]
-    fn pooling_is_two_paths_codel_keeps_its_parameters_udp_is_refused() {
+    fn pooling_is_two_paths_codel_keeps_its_parameters_udp_is_a_kernel_socket() {
         let p = plan(&spec(POOLING), LabStack::Mptun, LabStack::Kernel, None).unwrap();
         assert_eq!(p.specs.len(), 2);
         assert_eq!(p.client_nets, [(1, 1), (2, 2)]);
         assert_eq!(p.flows.iter().filter(|f| f.carrier == Carrier::KernelTcp).count(), 2);
         let c = plan(&spec(CODEL), LabStack::Mptun, LabStack::Kernel, None).unwrap();
         assert!(c.specs[0].ends_with(",qdisc=codel,codel-target=5000us,codel-interval=100000us"), "{}", c.specs[0]);
-        let e = plan(&spec(CROSS), LabStack::Mptun, LabStack::Kernel, None).unwrap_err().to_string();
-        assert!(e.contains("udp"), "{e}");
+        let x = plan(&spec(CROSS), LabStack::Mptun, LabStack::Kernel, None).unwrap();
+        let u = super::super::udp::UdpFlow {
+            rate_bps: 5_000_000,
+            packet: 1500,
+            on: Duration::from_secs(2),
+            off: Duration::from_secs(2),
+        };
+        assert_eq!(x.flows[2].carrier, Carrier::KernelUdp(u));
+        let (srv, cli) = peer_args(&x.flows[2], None, true);
+        let udp = ["--udp", "5000000", "--udp-packet", "1500", "--udp-on", "2000000us", "--udp-off", "2000000us"];
+        for args in [&srv, &cli] {
+            assert!(args.windows(udp.len()).any(|w| w == udp), "{args:?}");
+        }
+        assert!(!cli.contains(&"--max-pacing-rate".to_string()), "UDP is not paced by the kernel's TCP");
     }
 
     #[test]
