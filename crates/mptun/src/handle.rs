@@ -126,8 +126,8 @@ impl StreamInner {
     /// and advances `data` past what was taken.
     pub(crate) fn poll_write_chunk(&self, cx: &mut Context<'_>, data: &mut bytes::Bytes) -> Poll<io::Result<usize>> {
         let r = self.poll_write_with(cx, data.len(), |ep, h| {
-            // As much as the buffer has room for, so that a partial write
-            // pins no more of `data` than it counts.
+            // A slice of what fits: the send buffer counts what it holds
+            // (the slice still keeps all of `data`'s allocation alive).
             let n = data.len().min(ep.send_space(h));
             if n == 0 {
                 return Ok(0);

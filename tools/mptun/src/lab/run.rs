@@ -219,7 +219,7 @@ fn plan(spec: &Spec, stack: LabStack, tcp_stack: LabStack, tcp_cc: Option<&str>)
             (&FlowKind::Unresponsive { rate_bps, packet, on, off }, _) => {
                 let span = |d: mptun_time::Duration| Duration::from_nanos(d.as_nanos() as u64);
                 let u = super::udp::UdpFlow { rate_bps, packet, on: span(on), off: span(off) };
-                (Carrier::KernelUdp(u), "-".to_string())
+                (Carrier::KernelUdp(u), "none".to_string())
             }
         };
         if next_k > 200 || next_f > 200 {
