@@ -35,12 +35,13 @@ pub struct Source {
 
 impl Source {
     /// Time between two packets while on.
-    fn gap(&self) -> Duration {
+    pub fn gap(&self) -> Duration {
         Duration::from_nanos((self.packet as u128 * 8 * 1_000_000_000 / u128::from(self.rate_bps.max(1))) as u64)
     }
 
-    /// The first instant at or after `t` at which the source may send.
-    fn next_on(&self, t: Instant) -> Option<Instant> {
+    /// The first instant at or after `t` at which the source may send
+    /// (`None` once it has stopped); the lab's UDP source follows it too.
+    pub fn next_on(&self, t: Instant) -> Option<Instant> {
         let start = Instant::ZERO + self.start;
         let t = t.max(start);
         if self.stop.is_some_and(|s| t >= Instant::ZERO + s) {

@@ -12,10 +12,11 @@
 //! datagram (every marker lost).
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use mptun_sim::cross::Source;
 
 use super::peer::{PeerReport, CONNECTING, READY};
 
@@ -54,28 +55,33 @@ impl UdpFlow {
         Ok(())
     }
 
-    /// Time between two datagrams while on.
-    fn gap(&self) -> Duration {
-        Duration::from_nanos((self.packet as u128 * 8 * 1_000_000_000 / u128::from(self.rate_bps)) as u64)
-    }
-
-    /// Whether the source is on `t` after its start.
-    fn on_at(&self, t: Duration) -> bool {
-        if self.off.is_zero() || self.on.is_zero() {
-            return true;
+    /// The simulator's source of this flow (its schedule: `gap`, `next_on`),
+    /// started at zero, never stopped.
+    fn source(&self) -> Source {
+        let any = IpAddr::from([0, 0, 0, 0]);
+        let span = |d: Duration| mptun_time::Duration::from_nanos(d.as_nanos() as u64);
+        Source {
+            src: any,
+            dst: any,
+            rate_bps: self.rate_bps,
+            packet: self.packet,
+            on: span(self.on),
+            off: span(self.off),
+            start: mptun_time::Duration::ZERO,
+            stop: None,
         }
-        let period = (self.on + self.off).as_nanos();
-        t.as_nanos() % period < self.on.as_nanos()
     }
+}
 
-    /// The first instant, from `t` after the start, at which it is on.
-    fn next_on(&self, t: Duration) -> Duration {
-        if self.on_at(t) {
-            return t;
-        }
-        let period = (self.on + self.off).as_nanos();
-        t + Duration::from_nanos((period - t.as_nanos() % period) as u64)
-    }
+/// `t` after the start, in the simulator's time.
+fn sim_t(t: Duration) -> mptun_time::Instant {
+    mptun_time::Instant::ZERO + mptun_time::Duration::from_nanos(t.as_nanos() as u64)
+}
+
+/// When, after the start, the source of `s` may next send from `t` on.
+fn next_on(s: &Source, t: Duration) -> Duration {
+    let at = s.next_on(sim_t(t)).expect("a source that never stops");
+    Duration::from_nanos((at - mptun_time::Instant::ZERO).as_nanos() as u64)
 }
 
 /// Datagram `seq`'s payload of `len` bytes (at least 8).
@@ -130,7 +136,8 @@ pub(crate) fn send(to: SocketAddr, f: UdpFlow, send_for: Duration) -> Result<Pee
     sock.connect(to).with_context(|| format!("UDP to {to}"))?;
     eprintln!("{CONNECTING}");
     let t0 = Instant::now();
-    let (gap, len) = (f.gap(), f.packet - HEADERS);
+    let src = f.source();
+    let (gap, len) = (Duration::from_nanos(src.gap().as_nanos() as u64), f.packet - HEADERS);
     let (mut seq, mut sent, mut refused) = (0u64, 0u64, 0u64);
     let mut buf = Vec::with_capacity(len);
     // The schedule, in time from the start: the next datagram is due at `due`.
@@ -152,12 +159,12 @@ pub(crate) fn send(to: SocketAddr, f: UdpFlow, send_for: Duration) -> Result<Pee
             }
             seq += 1;
             burst += 1;
-            due = f.next_on(due + gap);
+            due = next_on(&src, due + gap);
         }
         if burst == MAX_BURST && due <= t0.elapsed() {
             // Too far behind (a long stall of this thread): skip ahead
             // rather than flood the link with the backlog.
-            due = f.next_on(t0.elapsed());
+            due = next_on(&src, t0.elapsed());
         }
     }
     payload(END, 8, &mut buf);
@@ -223,14 +230,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn on_off_starts_on_as_the_simulators_source() {
+    fn on_off_follows_the_simulators_source() {
         let f = UdpFlow { rate_bps: 5_000_000, packet: 1500, on: Duration::from_secs(2), off: Duration::from_secs(2) };
-        assert_eq!(f.gap(), Duration::from_micros(2400));
-        assert!(f.on_at(Duration::ZERO) && f.on_at(Duration::from_millis(1999)));
-        assert!(!f.on_at(Duration::from_secs(2)) && !f.on_at(Duration::from_millis(3999)));
-        assert_eq!(f.next_on(Duration::from_millis(2500)), Duration::from_secs(4));
-        let constant = UdpFlow { off: Duration::ZERO, ..f };
-        assert!(constant.on_at(Duration::from_secs(3)));
+        let s = f.source();
+        assert_eq!(s.gap().as_nanos(), 2_400_000);
+        assert_eq!(next_on(&s, Duration::from_millis(1999)), Duration::from_millis(1999), "on first");
+        assert_eq!(next_on(&s, Duration::from_millis(2500)), Duration::from_secs(4), "then off");
+        let constant = UdpFlow { off: Duration::ZERO, ..f }.source();
+        assert_eq!(next_on(&constant, Duration::from_secs(3)), Duration::from_secs(3));
     }
 
     #[test]
