@@ -679,7 +679,9 @@ async fn connect(a: &PeerArgs, to: SocketAddr) -> Result<PeerReport> {
 fn kernel_options(a: &PeerArgs) -> KernelOptions {
     KernelOptions {
         mptcp: !a.no_mptcp,
-        cc: a.cc.clone(),
+        // Named on every socket, never left to the namespace's default (which
+        // the host may not let the lab set; see topo.rs).
+        cc: Some(a.cc.clone().unwrap_or_else(|| super::topo::LAB_DEFAULT_CC.to_string())),
         sndbuf: a.sndbuf.map(|b| b as usize),
         rcvbuf: a.rcvbuf.map(|b| b as usize),
         max_pacing_rate: a.max_pacing_rate,

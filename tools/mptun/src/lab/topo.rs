@@ -104,8 +104,9 @@ fn ip(ns: &str, args: &[&str]) -> Result<()> {
 }
 
 /// The controller of every kernel socket in the lab that names none: the
-/// simulator's and mptun's default.
-const LAB_DEFAULT_CC: &str = "cubic";
+/// simulator's and mptun's default. `lab peer` names it on each kernel
+/// socket it opens; the namespaces' default is the belt for the others.
+pub(crate) const LAB_DEFAULT_CC: &str = "cubic";
 
 fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
     mptun_io::netns::sysctl(ns, key, value).map_err(|e| anyhow!("{e}"))
@@ -222,7 +223,22 @@ impl Topology {
             // on some hosts): a kernel socket that names none would then
             // run it beside mptun's CUBIC, and the rows would compare two
             // controllers (the handover "kernel has no stall" was that).
-            sysctl(ns, "net.ipv4.tcp_congestion_control", LAB_DEFAULT_CC)?;
+            // A namespace other than the host's may only default to what the
+            // host's net.ipv4.tcp_allowed_congestion_control lists (EPERM
+            // otherwise; "reno bbr" on a host that boots with bbr). The lab
+            // leaves the host's list alone: its own sockets name the
+            // controller (root may pick any available one per socket).
+            match mptun_io::netns::sysctl(ns, "net.ipv4.tcp_congestion_control", LAB_DEFAULT_CC) {
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    if ns == &self.cli {
+                        eprintln!(
+                            "lab: the host's net.ipv4.tcp_allowed_congestion_control has no {LAB_DEFAULT_CC}: \
+                             the namespaces keep the host's default, and every lab socket names {LAB_DEFAULT_CC}"
+                        );
+                    }
+                }
+                r => r.map_err(|e| anyhow!("{e}"))?,
+            }
         }
         Ok(self)
     }
