@@ -18,13 +18,16 @@
 
 mod codel;
 mod hist;
+mod red;
 
 pub use codel::CodelParams;
 pub use hist::Histogram;
+pub use red::RedParams;
 
 use codel::Codel;
 use mptun_time::{Duration, Instant};
 use rand::Rng;
+use red::Red;
 use std::collections::VecDeque;
 
 /// How jitter is applied.
@@ -67,6 +70,8 @@ pub enum Qdisc {
     DropTail,
     /// CoDel (Linux `sch_codel`), within the same limit.
     Codel(CodelParams),
+    /// RED (Linux `sch_red` without ECN or `gentle`), within the same limit.
+    Red(RedParams),
 }
 
 /// Parameters of one link direction. `Default` is an ideal wire: infinitely fast, no delay.
@@ -110,7 +115,7 @@ pub enum DropCause {
     QueueFull,
     /// The link was down.
     LinkDown,
-    /// The queue discipline dropped it at dequeue (CoDel).
+    /// The queue discipline dropped it (CoDel at dequeue, RED at enqueue).
     Aqm,
 }
 
@@ -134,7 +139,8 @@ pub struct LinkStats {
     pub dropped_loss: u64,
     pub dropped_queue: u64,
     pub dropped_down: u64,
-    /// Dropped by the queue discipline (CoDel's `drop_count`).
+    /// Dropped by the queue discipline (CoDel's `drop_count`; RED's
+    /// `prob_drop` + `forced_drop`).
     pub dropped_aqm: u64,
     pub duplicated: u64,
     pub corrupted: u64,
@@ -159,6 +165,8 @@ pub struct Link {
     stats: LinkStats,
     /// CoDel's state, while the qdisc is CoDel.
     codel: Option<Codel>,
+    /// RED's state, while the qdisc is RED.
+    red: Option<Red>,
     /// Time each delivered packet waited for the serializer, ns.
     queue_delay: Histogram,
 }
@@ -174,14 +182,22 @@ impl Link {
             ge_bad: false,
             stats: LinkStats::default(),
             codel: Self::codel_for(&config),
+            red: Self::red_for(&config),
             queue_delay: Histogram::new(),
         }
     }
 
     fn codel_for(config: &LinkConfig) -> Option<Codel> {
         match config.qdisc {
-            Qdisc::DropTail => None,
             Qdisc::Codel(p) => Some(Codel::new(p)),
+            _ => None,
+        }
+    }
+
+    fn red_for(config: &LinkConfig) -> Option<Red> {
+        match config.qdisc {
+            Qdisc::Red(p) => Some(Red::new(p)),
+            _ => None,
         }
     }
 
@@ -200,6 +216,7 @@ impl Link {
     pub fn set_config(&mut self, config: LinkConfig) {
         if config.qdisc != self.config.qdisc {
             self.codel = Self::codel_for(&config);
+            self.red = Self::red_for(&config);
         }
         self.config = config;
     }
@@ -267,6 +284,16 @@ impl Link {
             return Verdict::Dropped(DropCause::LinkDown);
         }
         self.expire(now);
+        if let Some(red) = &mut self.red {
+            // As sch_red: the average moves and RED decides before the
+            // limit is checked. The queue has been idle since the serializer
+            // went free; the backlog is counted in the limit's scope.
+            let idle = now.saturating_duration_since(self.busy_until);
+            if red.on_enqueue(self.occupancy_bytes, idle, self.config.rate_bps, rng) {
+                self.stats.dropped_aqm += 1;
+                return Verdict::Dropped(DropCause::Aqm);
+            }
+        }
         let full = self.config.limit_packets.is_some_and(|l| self.occupancy.len() >= l)
             || self.config.limit_bytes.is_some_and(|l| self.occupancy_bytes + len > l);
         if full {
@@ -485,6 +512,41 @@ mod tests {
         assert_eq!(l.queue_delay().count(), l.stats().delivered_packets);
         let tail = Link::new(LinkConfig { qdisc: Qdisc::DropTail, ..*l.config() });
         assert_eq!(tail.stats().dropped_aqm, 0);
+    }
+
+    /// Two packets offered per packet time, an unresponsive overload that
+    /// needs a 50 % drop rate: RED's probabilistic band gives at most about
+    /// 2 max_p, so the average settles at `max`, where RED drops all that
+    /// comes (its "hard mark"), and the queue stays there, far under the
+    /// 1000-packet limit that droptail fills.
+    #[test]
+    fn red_holds_the_queue_between_its_thresholds() {
+        let cfg = |qdisc| LinkConfig {
+            rate_bps: Some(12_000_000), // 1 ms per 1500 bytes
+            limit_packets: Some(1000),
+            qdisc,
+            ..Default::default()
+        };
+        let mut red = Link::new(cfg(Qdisc::Red(RedParams::packets(20, 60))));
+        let mut tail = Link::new(cfg(Qdisc::DropTail));
+        let mut r = rng();
+        let mut late = Vec::new();
+        for i in 0..20_000u64 {
+            for l in [&mut red, &mut tail] {
+                for k in 0..2 {
+                    let _ = l.offer(Instant::from_micros(i * 1000 + k * 500), 1500, &mut r);
+                }
+            }
+            if i > 10_000 {
+                late.push(red.queue_packets(Instant::from_micros(i * 1000 + 999)));
+            }
+        }
+        let mean = late.iter().sum::<usize>() as f64 / late.len() as f64;
+        assert!((55.0..65.0).contains(&mean), "RED's mean queue {mean}");
+        assert_eq!(red.stats().dropped_queue, 0);
+        assert!(red.stats().dropped_aqm > 9_000, "{:?}", red.stats());
+        assert_eq!(tail.stats().dropped_aqm, 0);
+        assert_eq!(tail.stats().max_queue_packets, 1000);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! A spec is applied on top of a base configuration, which is how `set a2b rate=3mbit` changes only
 //! the rate of a running link.
 
-use mptun_link::{CodelParams, JitterMode, LimitScope, LinkConfig, LossModel, Qdisc};
+use mptun_link::{CodelParams, JitterMode, LimitScope, LinkConfig, LossModel, Qdisc, RedParams};
 use mptun_time::Duration;
 use std::fmt;
 
@@ -164,8 +164,10 @@ fn parse_count(key: &str, v: &str) -> Result<usize, SpecError> {
 ///
 /// Keys: `rate`, `delay`, `jitter`, `jitter-mode=ordered|reordering`, `reorder`, `limit`
 /// (packets, `0`/`none` = unbounded), `limit-bytes`, `limit-scope=held|bottleneck`, `loss`,
-/// `duplicate`, `corrupt`, `qdisc=droptail|codel` with CoDel's `codel-target` and
-/// `codel-interval` (Linux `sch_codel`'s 5 ms and 100 ms unless given), and the flags `down`, `up`, `reset` (back to an ideal wire before
+/// `duplicate`, `corrupt`, `qdisc=droptail|codel|red` with CoDel's `codel-target` and
+/// `codel-interval` (Linux `sch_codel`'s 5 ms and 100 ms unless given) and RED's `red-min`,
+/// `red-max` (bytes of average backlog; Floyd's 5 and 15 packets of 1500 bytes unless given) and
+/// `red-probability` (0.1), and the flags `down`, `up`, `reset` (back to an ideal wire before
 /// the keys that follow).
 pub fn apply_spec(base: &LinkConfig, spec: &str) -> Result<LinkConfig, SpecError> {
     let mut c = *base;
@@ -224,9 +226,13 @@ pub fn apply_spec(base: &LinkConfig, spec: &str) -> Result<LinkConfig, SpecError
                     "droptail" | "pfifo" => Qdisc::DropTail,
                     "codel" => match c.qdisc {
                         Qdisc::Codel(p) => Qdisc::Codel(p),
-                        Qdisc::DropTail => Qdisc::Codel(CodelParams::default()),
+                        _ => Qdisc::Codel(CodelParams::default()),
                     },
-                    v => return Err(bad(&key, v, "expected `droptail` or `codel`")),
+                    "red" => match c.qdisc {
+                        Qdisc::Red(p) => Qdisc::Red(p),
+                        _ => Qdisc::Red(RedParams::packets(5, 15)),
+                    },
+                    v => return Err(bad(&key, v, "expected `droptail`, `codel` or `red`")),
                 }
             }
             "codel-target" | "codel-interval" => {
@@ -241,7 +247,34 @@ pub fn apply_spec(base: &LinkConfig, spec: &str) -> Result<LinkConfig, SpecError
                 }
                 c.qdisc = Qdisc::Codel(p);
             }
+            "red-min" | "red-max" | "red-probability" => {
+                let Qdisc::Red(mut p) = c.qdisc else {
+                    return Err(bad(&key, need()?, "RED's: give `qdisc=red` first"));
+                };
+                let v = need()?;
+                match key.as_str() {
+                    "red-min" => {
+                        p.min_bytes = parse_count(&key, v)?.try_into().map_err(|_| bad(&key, v, "too large"))?
+                    }
+                    "red-max" => {
+                        p.max_bytes = parse_count(&key, v)?.try_into().map_err(|_| bad(&key, v, "too large"))?
+                    }
+                    _ => {
+                        let pr = parse_prob(&key, v)?;
+                        if pr == 0.0 {
+                            return Err(bad(&key, v, "RED's probability must be above 0"));
+                        }
+                        p.max_p_ppm = (pr * 1e6).round() as u32;
+                    }
+                }
+                c.qdisc = Qdisc::Red(p);
+            }
             _ => return Err(SpecError::UnknownKey(key)),
+        }
+    }
+    if let Qdisc::Red(p) = c.qdisc {
+        if p.min_bytes >= p.max_bytes {
+            return Err(bad("red-min", &p.min_bytes.to_string(), "RED's min must be under its max"));
         }
     }
     Ok(c)
@@ -310,6 +343,14 @@ pub fn format_spec(c: &LinkConfig) -> String {
             p.interval.as_nanos()
         ));
     }
+    if let Qdisc::Red(p) = c.qdisc {
+        out.push(format!(
+            "qdisc=red,red-min={},red-max={},red-probability={}",
+            p.min_bytes,
+            p.max_bytes,
+            f64::from(p.max_p_ppm) / 1e6
+        ));
+    }
     out.push(if c.down { "down".into() } else { "up".into() });
     out.join(",")
 }
@@ -335,7 +376,21 @@ mod tests {
         assert_eq!(parse(&format_spec(&c)).unwrap(), c);
         assert_eq!(parse("qdisc=codel,qdisc=droptail").unwrap().qdisc, Qdisc::DropTail);
         assert!(parse("codel-target=2ms").is_err());
-        assert!(parse("qdisc=red").is_err());
+        assert!(parse("qdisc=fq").is_err());
+    }
+
+    /// RED as `tc qdisc ... red min B max B probability P` would have it,
+    /// and what the spec line prints reads back the same.
+    #[test]
+    fn red_is_a_qdisc_with_its_knobs() {
+        let c = parse("rate=10mbit,limit=125,qdisc=red,red-min=15000,red-max=45000,red-probability=0.05").unwrap();
+        let Qdisc::Red(p) = c.qdisc else { panic!("{:?}", c.qdisc) };
+        assert_eq!((p.min_bytes, p.max_bytes, p.max_p_ppm), (15_000, 45_000, 50_000));
+        assert_eq!(parse(&format_spec(&c)).unwrap(), c);
+        assert_eq!(parse("qdisc=red").unwrap().qdisc, Qdisc::Red(RedParams::packets(5, 15)));
+        assert!(parse("red-min=1500").is_err(), "RED's knobs need qdisc=red first");
+        assert!(parse("qdisc=red,red-min=30000").is_err(), "min over the default max");
+        assert!(parse("qdisc=red,red-probability=0").is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use crate::units::{parse_duration, parse_rate};
 use anyhow::{anyhow, bail, Context, Result};
 use mptun::{Algorithm, Policy};
-use mptun_link::{CodelParams, Qdisc};
+use mptun_link::{CodelParams, Qdisc, RedParams};
 use mptun_sim::scenarios::bottleneck::Bottleneck;
 use mptun_sim::scenarios::network::{self, Flow, FlowKind, LinkSpec, Route, Spec};
 use serde::Deserialize;
@@ -52,6 +52,12 @@ struct FileLink {
     /// CoDel's target and interval.
     target: Option<String>,
     interval: Option<String>,
+    /// RED's thresholds on the average backlog, packets of 1500 bytes, and
+    /// its drop probability at `max` (0.1 unless given; `tc ... red min
+    /// max probability`).
+    min: Option<u32>,
+    max: Option<u32>,
+    probability: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -177,7 +183,26 @@ pub(crate) fn load(path: &Path, o: Overrides) -> Result<Spec> {
 /// A link's queue discipline from its `qdisc`, `target` and `interval`.
 fn qdisc(l: &FileLink) -> Result<Qdisc> {
     let codel_only = l.target.is_some() || l.interval.is_some();
+    let red_only = l.min.is_some() || l.max.is_some() || l.probability.is_some();
     match l.qdisc.as_deref().unwrap_or("droptail") {
+        "red" if codel_only => bail!("target and interval are CoDel's, not RED's"),
+        "red" => {
+            let (Some(min), Some(max)) = (l.min, l.max) else {
+                bail!("RED needs min and max (packets of average backlog)")
+            };
+            if min >= max {
+                bail!("RED's min ({min}) must be under its max ({max})");
+            }
+            let mut p = RedParams::packets(min, max);
+            if let Some(pr) = l.probability {
+                if !(pr > 0.0 && pr <= 1.0) {
+                    bail!("RED's probability {pr} is not in (0, 1]");
+                }
+                p.max_p_ppm = (pr * 1e6).round() as u32;
+            }
+            Ok(Qdisc::Red(p))
+        }
+        _ if red_only => bail!("min, max and probability are RED's: set qdisc = \"red\""),
         "droptail" if !codel_only => Ok(Qdisc::DropTail),
         "droptail" => bail!("target and interval are CoDel's: set qdisc = \"codel\""),
         "codel" => {
@@ -186,7 +211,7 @@ fn qdisc(l: &FileLink) -> Result<Qdisc> {
             let interval = l.interval.as_deref().map(parse_duration).transpose()?.unwrap_or(d.interval);
             Ok(Qdisc::Codel(CodelParams { target, interval }))
         }
-        other => bail!("unknown qdisc {other:?} (droptail or codel)"),
+        other => bail!("unknown qdisc {other:?} (droptail, codel or red)"),
     }
 }
 
@@ -423,7 +448,8 @@ mod tests {
     }
 
     /// The CoDel file is the droptail one with the link's queue discipline
-    /// changed, and a qdisc the model lacks, or CoDel's knobs on droptail, are refused.
+    /// changed; RED takes its thresholds; a qdisc the model lacks, RED
+    /// without both thresholds, or a discipline's knobs on droptail, are refused.
     #[test]
     fn a_link_takes_codel_with_its_parameters() {
         let codel = parse(CODEL, "x", Overrides::default()).unwrap();
@@ -436,8 +462,17 @@ mod tests {
         let want = CodelParams { target: ms(2), interval: ms(50) };
         assert_eq!(parse(&tuned, "x", Overrides::default()).unwrap().links[0].link.qdisc, Qdisc::Codel(want));
         let bad = |text: &str| format!("{:#}", parse(text, "x", Overrides::default()).unwrap_err());
-        let red = CODEL.replace("qdisc = \"codel\"", "qdisc = \"red\"");
-        assert!(bad(&red).contains("unknown qdisc \"red\""), "{}", bad(&red));
+        let fq = CODEL.replace("qdisc = \"codel\"", "qdisc = \"fq\"");
+        assert!(bad(&fq).contains("unknown qdisc \"fq\""), "{}", bad(&fq));
+        let red = CODEL.replace("qdisc = \"codel\"", "qdisc = \"red\"\nmin = 100\nmax = 300\nprobability = 0.05");
+        let want = RedParams { max_p_ppm: 50_000, ..RedParams::packets(100, 300) };
+        assert_eq!(parse(&red, "x", Overrides::default()).unwrap().links[0].link.qdisc, Qdisc::Red(want));
+        let no_max = CODEL.replace("qdisc = \"codel\"", "qdisc = \"red\"\nmin = 100");
+        assert!(bad(&no_max).contains("RED needs min and max"), "{}", bad(&no_max));
+        let upside = CODEL.replace("qdisc = \"codel\"", "qdisc = \"red\"\nmin = 300\nmax = 100");
+        assert!(bad(&upside).contains("must be under"), "{}", bad(&upside));
+        let on_tail = SHARED.replace("jitter = \"500us\"", "jitter = \"500us\"\nmin = 2");
+        assert!(bad(&on_tail).contains("RED's"), "{}", bad(&on_tail));
         let knob = SHARED.replace("jitter = \"500us\"", "jitter = \"500us\"\ntarget = \"2ms\"");
         assert!(bad(&knob).contains("CoDel's"), "{}", bad(&knob));
     }

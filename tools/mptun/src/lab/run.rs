@@ -151,6 +151,14 @@ fn linkem_spec(l: &mptun_sim::scenarios::bottleneck::Bottleneck) -> String {
             p.interval.as_micros()
         ));
     }
+    if let Qdisc::Red(p) = l.qdisc {
+        s.push_str(&format!(
+            ",qdisc=red,red-min={},red-max={},red-probability={}",
+            p.min_bytes,
+            p.max_bytes,
+            f64::from(p.max_p_ppm) / 1e6
+        ));
+    }
     s
 }
 
