@@ -41,9 +41,16 @@ pub struct RedParams {
 
 impl RedParams {
     /// RED between `min` and `max` packets of 1500 bytes with Floyd's
-    /// recommended `max_p` 0.1 and w_q 2^-9.
+    /// recommended `max_p` 0.1 and w_q 2^-9. The counts come from files and
+    /// command lines: a huge one saturates instead of overflowing.
     pub fn packets(min: u32, max: u32) -> Self {
-        RedParams { min_bytes: min * 1500, max_bytes: max * 1500, max_p_ppm: 100_000, wlog: 9, avpkt: 1500 }
+        RedParams {
+            min_bytes: min.saturating_mul(1500),
+            max_bytes: max.saturating_mul(1500),
+            max_p_ppm: 100_000,
+            wlog: 9,
+            avpkt: 1500,
+        }
     }
 
     fn weight(&self) -> f64 {
