@@ -14,6 +14,7 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use mptun_io::testutil::require_netns;
@@ -22,9 +23,23 @@ use support::run;
 
 const SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../netns-scripts");
 
-/// Whether the lab can run here (root, linkem built); prints why not.
-fn lab_ready() -> bool {
-    require_netns().is_none() && support::linkem_built()
+/// One lab at a time on this host. Every test here measures timing on real
+/// packets through linkem, a userspace forwarder: two labs at once on a
+/// 2-core machine share its cores with each other's senders and release
+/// ACKs milliseconds late (HyStart's ACK train is 2 ms), or cost a BBR run
+/// 5 % of its goodput (8.93 against 9.38 Mbit/s alone, measured). A
+/// researcher does not run two labs on one host at once; neither do these
+/// tests.
+static HOST: Mutex<()> = Mutex::new(());
+
+/// The host's lab lock if the lab can run here (root, linkem built);
+/// prints why not otherwise. A test that failed while holding it must not
+/// stop the others, so a poisoned lock is taken as it is.
+fn lab_ready() -> Option<MutexGuard<'static, ()>> {
+    if require_netns().is_some() || !support::linkem_built() {
+        return None;
+    }
+    Some(HOST.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
 fn name(suffix: &str) -> String {
@@ -73,9 +88,9 @@ fn figure<'a>(v: &'a Value, name: &str) -> &'a Value {
 /// intact, both paths used, the simulator's prediction beside the lab's.
 #[test]
 fn cli_lab_penalise_sndbuf_default_and_guarded() {
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let csv = std::env::temp_dir().join(format!("mptun-cli-lab-csv-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&csv);
     for (policy, suffix) in [("default", "pd"), ("penalise-guarded", "pg")] {
@@ -167,14 +182,15 @@ fn sender_series_reaches_the_end(dir: &std::path::Path, r: &Value) {
 /// every attempt (then the result is printed as inconclusive: the host, not
 /// the stack, decided it); in every attempt the fix must not leave slow start
 /// below the BDP, which noise cannot cause. The kernel's run is tried up to
-/// four times and must exit by train once. The simulator's `hystart` test
+/// four times and must exit by train once, under the same rule (inconclusive
+/// only if linkem was late in all four). The simulator's `hystart` test
 /// asserts both exits exactly, every time.
 #[test]
 fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
     const MPTUN_ATTEMPTS: u32 = 8;
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let n = name("hy");
     let mut bdp = 0;
     let mut fixed_by_train = false;
@@ -236,8 +252,12 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
     let k = name("hk");
     let left = format!("{k}-mid");
     assert!(Command::new("ip").args(["netns", "add", &left]).status().unwrap().success());
+    const KERNEL_ATTEMPTS: u32 = 4;
     let mut runs = Vec::new();
-    for attempt in 1..=4 {
+    // As for mptun: attempts in which linkem held an ACK back past the
+    // train's 2 ms spacing, where the kernel's missed train is the host's.
+    let mut kernel_late = 0;
+    for attempt in 1..=KERNEL_ATTEMPTS {
         let (v, err) = lab_json(&["hystart", "--stack", "kernel"], &k, Duration::from_secs(60));
         if attempt == 1 {
             assert!(err.contains("leftovers"), "{err}");
@@ -248,9 +268,15 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
             assert!(kernel["server_counters"]["TcpExtTCPHystartTrainDetect"].as_u64() == Some(1), "{kernel:#}");
             return;
         }
+        let late_us = v["emulator_release_error_us"]["acks"]["max"].as_f64().expect("the emulator's lateness");
+        kernel_late += (late_us > 2000.0) as u32;
         runs.push((kernel, v["emulator_release_error_us"].clone()));
     }
-    panic!("the kernel's CUBIC never exited by ACK train in 4 runs: {runs:#?}");
+    assert_eq!(
+        kernel_late, KERNEL_ATTEMPTS,
+        "the kernel's CUBIC never exited by ACK train in {KERNEL_ATTEMPTS} runs, with linkem on time in some: {runs:#?}"
+    );
+    println!("the kernel's part inconclusive on this host: linkem held ACKs back over 2 ms in every run: {runs:#?}");
 }
 
 /// Failover on real packets: path 1 goes down both ways at 5 s and comes
@@ -261,9 +287,9 @@ fn cli_lab_hystart_legacy_by_delay_fixed_by_train() {
 /// a loaded host).
 #[test]
 fn cli_lab_failover_reinjects_and_uses_the_recovered_path() {
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let (v, err) = lab_json(&["failover"], &name("fo"), Duration::from_secs(150));
     println!("{err}");
     assert_eq!(v["scenario"], "failover");
@@ -281,9 +307,9 @@ fn cli_lab_failover_reinjects_and_uses_the_recovered_path() {
 /// simulator's workload completes intact, near the simulator's goodput.
 #[test]
 fn cli_lab_fallback_to_a_plain_tcp_server() {
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let (v, err) = lab_json(&["fallback", "-n", "16M"], &name("fb"), Duration::from_secs(120));
     println!("{err}");
     assert_eq!(v["scenario"], "fallback");
@@ -301,9 +327,9 @@ fn cli_lab_fallback_to_a_plain_tcp_server() {
 /// the 60 s figures are in docs/cc.md.
 #[test]
 fn cli_lab_run_shared_bottleneck_file() {
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/shared-bottleneck.toml");
     let csv = std::env::temp_dir().join(format!("mptun-lab-csv-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&csv);
@@ -348,9 +374,9 @@ fn cli_lab_run_shared_bottleneck_file() {
 /// simulator's source moves, less what the queue drops.
 #[test]
 fn cli_lab_run_cross_traffic_with_udp_on_real_packets() {
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/cross-traffic.toml");
     let (v, err) = lab_json(&["run", file, "--duration", "16s"], &name("ct"), Duration::from_secs(90));
     println!("{err}");
@@ -376,9 +402,9 @@ fn cli_lab_run_cross_traffic_with_udp_on_real_packets() {
 /// the simulator's. The full table is in docs/schedulers.md.
 #[test]
 fn cli_lab_sched_compare_blest_and_the_kernel() {
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let args =
         ["sched-compare", "--scheduler", "blest", "--workload", "bulk-256k,objects", "--size", "4M", "--objects", "10"];
     let (v, err) = lab_json(&args, &name("sc"), Duration::from_secs(120));
@@ -412,9 +438,9 @@ fn cli_lab_sched_compare_blest_and_the_kernel() {
 /// loaded host), and the simulator's row is first.
 #[test]
 fn cli_lab_handover_break_before_make_mptun_and_the_kernel() {
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let (v, err) = lab_json(&["handover", "--mode", "break", "--size", "40M"], &name("ho"), Duration::from_secs(200));
     println!("{err}");
     let rows = v["rows"].as_array().expect("rows");
@@ -464,9 +490,9 @@ fn cli_lab_handover_break_before_make_mptun_and_the_kernel() {
 /// senders' models read the same path (bandwidth estimate and min RTT).
 #[test]
 fn cli_lab_bbr_mptun_against_the_kernels_bbr() {
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/bbr-vs-bbr.toml");
     let (v, err) = lab_json(&["run", file, "--duration", "30s"], &name("bb"), Duration::from_secs(100));
     println!("{err}\n{v:#}");
@@ -489,9 +515,9 @@ fn cli_lab_bbr_mptun_against_the_kernels_bbr() {
 /// kernel's (the kernel's read as `ss -ti` does, TCP_INFO and TCP_CC_INFO).
 #[test]
 fn cli_lab_bbr_alone_follows_the_kernels_bbr() {
-    if !lab_ready() {
+    let Some(_host) = lab_ready() else {
         return;
-    }
+    };
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/bbr-alone-10.toml");
     let mut medians = Vec::new();
     for stack in ["mptun", "kernel"] {
