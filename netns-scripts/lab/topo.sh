@@ -2,7 +2,7 @@
 # Lab topology: client ns — linkem ns — server ns, N parallel paths, each an emulated link.
 #
 #   topo.sh up   --name P [--path SPEC]... [--paths N] [--linkem BIN] [--state DIR]
-#                [--mptcp-family 4|6] [--no-mptcp] [--linkem-args "ARGS"] [--bridge]
+#                [--mptcp-family 4|6] [--no-mptcp] [--linkem-args "ARGS"] [--bridge] [--ends LIST]
 #   topo.sh down --name P [--state DIR]
 #   topo.sh ctl  --name P --index I COMMAND...      (e.g. `set a2b rate=3mbit`, `down both`, `stats`)
 #
@@ -13,6 +13,11 @@
 # Kernel MPTCP: limits allow N-1 extra subflows; the client has a `subflow` endpoint on paths
 # 2..N and joins the server's path-1 address from there, routed over that path (as simult_flows).
 # --bridge replaces linkem by a plain kernel bridge (a baseline for linkem's own cost).
+# --ends HEAD-TAIL,... places path i's client end c$i in namespace P-HEAD and its server end s$i
+# in P-TAIL (cli, srv or a router r1..r8: a namespace that forwards, nothing more), so that paths
+# chain into multi-link routes; the default is cli-srv for every path. The routes across routers
+# are the caller's (`mptun lab run` sets them); with routers, the kernel's MPTCP setup is not made
+# (--no-mptcp is required).
 # State (pids, control sockets, logs, final stats JSON per path) lives in DIR
 # (default /tmp/mptun-lab/P).
 set -euo pipefail
@@ -20,12 +25,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../lib.sh
 . "$HERE/../lib.sh"
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 ACTION=${1:-}
 [ -n "$ACTION" ] || usage
 shift
-NAME="" PATHS=0 LINKEM="" STATE="" FAMILY=4 MPTCP=1 LINKEM_ARGS="" INDEX="" BRIDGE=0
+NAME="" PATHS=0 LINKEM="" STATE="" FAMILY=4 MPTCP=1 LINKEM_ARGS="" INDEX="" BRIDGE=0 ENDS=""
 SPECS=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
     --linkem-args) LINKEM_ARGS=$2; shift 2 ;;
     --index) INDEX=$2; shift 2 ;;
     --bridge) BRIDGE=1; shift ;;
+    --ends) ENDS=$2; shift 2 ;;
     -h | --help) usage ;;
     *) break ;;
     esac
@@ -70,19 +76,39 @@ do_up() {
     UP_OK=0
     STARTED=()
     trap 'if [ "$UP_OK" != 1 ]; then lab_log "topology setup failed; cleaning up"; stop_started; lab_cleanup; fi' EXIT
-    for ns in "$CLI" "$MID" "$SRV"; do lab_ns_create "$ns"; done
-    echo "$CLI $MID $SRV" >"$STATE/namespaces"
+    # Each path's ends: HEAD (its c$i) and TAIL (its s$i), P-cli and P-srv unless --ends says.
+    local heads=() tails=() routers=() e
+    IFS=, read -r -a e <<<"$ENDS"
     for i in $(seq "$PATHS"); do
-        lab_veth "$CLI" "c$i" "$MID" "l$i"
-        lab_veth "$MID" "r$i" "$SRV" "s$i"
+        local pair=${e[$((i - 1))]:-cli-srv} h t
+        h=${pair%%-*} t=${pair#*-}
+        for n in "$h" "$t"; do
+            [[ $n =~ ^(cli|srv|r[1-8])$ ]] || lab_die "--ends: path $i's end '$n' is not cli, srv or r1..r8"
+            [[ $n == r* ]] && [[ " ${routers[*]} " != *" $n "* ]] && routers+=("$n")
+        done
+        [ "$h" != "$t" ] && [ "$h" != srv ] && [ "$t" != cli ] || lab_die "--ends: path $i runs $h to $t"
+        heads+=("$NAME-$h") tails+=("$NAME-$t")
+    done
+    [ ${#routers[@]} = 0 ] || [ "$MPTCP" = 0 ] || lab_die "--ends with routers needs --no-mptcp"
+    for ns in "$CLI" "$MID" "$SRV"; do lab_ns_create "$ns"; done
+    for r in "${routers[@]}"; do
+        lab_ns_create "$NAME-$r"
+        ip netns exec "$NAME-$r" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 \
+            net.ipv4.conf.default.rp_filter=0
+    done
+    echo "$CLI $MID $SRV ${routers[*]/#/$NAME-}" >"$STATE/namespaces"
+    for i in $(seq "$PATHS"); do
+        local head=${heads[$((i - 1))]} tail=${tails[$((i - 1))]}
+        lab_veth "$head" "c$i" "$MID" "l$i"
+        lab_veth "$MID" "r$i" "$tail" "s$i"
         # The middle namespace is a wire: no addresses, no IPv6 chatter of its own.
         for d in "l$i" "r$i"; do
             ip netns exec "$MID" sysctl -qw "net.ipv6.conf.$d.disable_ipv6=1"
         done
-        ip -n "$CLI" addr add "10.0.$i.1/24" dev "c$i"
-        ip -n "$SRV" addr add "10.0.$i.2/24" dev "s$i"
-        ip -n "$CLI" addr add "dead:beef:$i::1/64" dev "c$i" nodad
-        ip -n "$SRV" addr add "dead:beef:$i::2/64" dev "s$i" nodad
+        ip -n "$head" addr add "10.0.$i.1/24" dev "c$i"
+        ip -n "$tail" addr add "10.0.$i.2/24" dev "s$i"
+        ip -n "$head" addr add "dead:beef:$i::1/64" dev "c$i" nodad
+        ip -n "$tail" addr add "dead:beef:$i::2/64" dev "s$i" nodad
     done
     for ns in "$CLI" "$SRV"; do
         ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
@@ -141,9 +167,9 @@ do_up() {
     UP_OK=1
     # Resolve neighbours once so the first measured packet does not pay for ARP/ND.
     for i in $(seq "$PATHS"); do
-        ip netns exec "$CLI" ping -c1 -W2 "10.0.$i.2" >/dev/null 2>&1 || true
+        ip netns exec "${heads[$((i - 1))]}" ping -c1 -W2 "10.0.$i.2" >/dev/null 2>&1 || true
     done
-    echo "topology $NAME up: $CLI / $MID / $SRV, $PATHS path(s), state in $STATE"
+    echo "topology $NAME up: $CLI / $MID / $SRV${routers[*]:+ / routers ${routers[*]}}, $PATHS path(s), state in $STATE"
 }
 
 # Only the linkem processes this invocation started (a failed `up` must not stop another run's).
@@ -164,6 +190,8 @@ stop_linkems() {
 do_down() {
     stop_linkems
     for ns in "$CLI" "$MID" "$SRV"; do lab_ns_delete "$ns"; done
+    # Routers (--ends), whether or not the state directory survived.
+    for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NAME-r[1-8]\$" || true); do lab_ns_delete "$ns"; done
     local f
     for f in "$STATE"/path*.json; do
         [ -e "$f" ] && echo "stats: $f"

@@ -368,6 +368,58 @@ fn cli_lab_run_shared_bottleneck_file() {
     assert!((shares - 1.0).abs() < 1e-9);
 }
 
+/// `lab run` on a file whose routes cross two links: the OLIA draft's
+/// (10, 10) with the server bottleneck (docs/cc.md, "OLIA-A"), shortened to
+/// 60 s. Each type-1 user's private path and its access-point path end on
+/// one 10 Mbit/s server link, the type-2 users cross the access point to a
+/// second server: four linkem paths joined by a router namespace. Every
+/// byte the private link and the access point carried for type 1 crosses
+/// the server link (linkem's counters balance), so the type-1 users gain
+/// nothing from their second path, as in the draft and the simulator;
+/// both classes within 10 % (type 1) and 15 % (type 2, one short run) of
+/// the simulator's run of the same file.
+#[test]
+fn cli_lab_run_routes_through_two_links() {
+    let Some(_host) = lab_ready() else {
+        return;
+    };
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios/olia-a-server/olia-a-server.toml");
+    let (v, err) = lab_json(&["run", file, "--duration", "60s"], &name("mh"), Duration::from_secs(200));
+    println!("{err}");
+    assert!(err.contains("paths' ends cli-r1,r1-srv,cli-r1,r1-srv"), "{err}");
+    let flows = v["flows"].as_array().expect("flows");
+    assert_eq!(flows.len(), 20, "{v:#}");
+    for f in flows {
+        assert_eq!(f["sha256_match"], true, "{f}");
+    }
+    let bytes = |name: &str| -> (f64, f64) {
+        let l = v["links"].as_array().expect("links").iter().find(|l| l["name"] == name).expect(name);
+        (l["lab_a2b_bytes"].as_f64().unwrap(), l["lab_dropped_queue"].as_f64().unwrap())
+    };
+    let ((private, _), (server, server_drops), (ap, _), (server2, _)) =
+        (bytes("private"), bytes("server"), bytes("ap"), bytes("server2"));
+    // Into the router: the private link and the access point; out of it:
+    // the server link (less what its queue dropped, frames of at most 1514
+    // bytes) and the second server's link.
+    let into_server = private + ap - server2;
+    let carried = server + 1514.0 * server_drops;
+    assert!(
+        (carried / into_server - 1.0).abs() < 0.02,
+        "server link {carried} B against {into_server} B routed to it: {v:#}"
+    );
+    assert!(server2 > 0.3 * ap && server > private, "{v:#}");
+    let mean = |fs: &[Value], key: &str| fs.iter().map(|f| f[key].as_f64().unwrap()).sum::<f64>() / fs.len() as f64;
+    let (t1, t2) = flows.split_at(10);
+    assert!(t1.iter().all(|f| f["kind"] == "mptcp" && f["subflows"] == 2), "{v:#}");
+    assert!(t2.iter().all(|f| f["kind"] == "tcp"), "{v:#}");
+    let (lab1, sim1) = (mean(t1, "goodput_bps"), mean(t1, "sim_goodput_bps"));
+    let (lab2, sim2) = (mean(t2, "goodput_bps"), mean(t2, "sim_goodput_bps"));
+    println!("type 1: lab {lab1:.0} sim {sim1:.0} bit/s per user; type 2: lab {lab2:.0} sim {sim2:.0}");
+    assert!(lab1 < 1.0e6, "a type-1 user above its share of the 10 Mbit/s server link: {lab1}");
+    assert!((lab1 / sim1 - 1.0).abs() < 0.10, "type 1: lab {lab1}, sim {sim1}");
+    assert!((lab2 / sim2 - 1.0).abs() < 0.15, "type 2: lab {lab2}, sim {sim2}");
+}
+
 /// `lab run` on the cross-traffic file, shortened: the unresponsive UDP
 /// flow runs on real packets (a kernel UDP socket, on 2 s and off 2 s, at
 /// 5 Mbit/s while on) beside the responsive flows, and moves what the

@@ -12,6 +12,7 @@ mod handover;
 mod hystart;
 mod peer;
 mod penalise;
+mod routes;
 mod run;
 mod sched_compare;
 mod topo;

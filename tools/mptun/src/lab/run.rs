@@ -14,12 +14,14 @@
 //! Each flow's goodput is what its server received over the file's
 //! measurement window, and the simulator's run of the same file, seed and
 //! `--cc` stands beside it. Unresponsive (`udp`) flows are kernel UDP
-//! sockets (`lab peer --udp`, the simulator's on/off source). What the lab
-//! cannot build is refused before anything is: routes through more than
-//! one link, more than 8 links.
+//! sockets (`lab peer --udp`, the simulator's on/off source). Routes
+//! through several links are chains of linkem paths joined by router
+//! namespaces ([`super::routes`]). What the lab cannot build is refused
+//! before anything is: more than 8 links, routes that no placement of the
+//! links carries (a link back into the client), more than 8 routers.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -31,6 +33,7 @@ use mptun_sim::scenarios::network::{FlowKind, Spec};
 use serde::Serialize;
 
 use super::peer::{parse_report, PeerReport, READY};
+use super::routes::Wiring;
 use super::topo::{LabCommon, LabStack, Proc, Topology};
 use crate::report::Verdict;
 use crate::scenario_file::{self, Overrides};
@@ -113,8 +116,12 @@ enum Carrier {
 #[derive(Clone, Debug)]
 struct LabFlow {
     carrier: Carrier,
-    /// Lab path (1-based) of each address the flow leaves from, the first one's first.
+    /// Lab path (1-based) of each address the flow leaves from, the first
+    /// one's first; with multi-link routes, its lab route instead
+    /// ([`Plan::wiring`]).
     paths: Vec<u8>,
+    /// Where a kernel flow's server listens and its client connects.
+    server_addr: Ipv4Addr,
     cc: String,
     scheduler: Option<mptun::Policy>,
     port: u16,
@@ -133,6 +140,9 @@ struct Plan {
     client_nets: Vec<(u8, u8)>,
     /// (server TUN subnet f, lab path its first subflow takes).
     server_nets: Vec<(u8, u8)>,
+    /// With a route through several links: how the paths chain into the
+    /// routes, and then every `paths` above is a lab route of it.
+    wiring: Option<Wiring>,
 }
 
 /// A link of the file as linkem spells it: the simulator's router queue
@@ -167,18 +177,44 @@ fn plan(spec: &Spec, stack: LabStack, tcp_stack: LabStack, tcp_cc: Option<&str>)
         bail!("the lab builds 1 to 8 links; the file has {}", spec.links.len());
     }
     let specs = spec.links.iter().map(|l| linkem_spec(&l.link)).collect();
-    let path_of = |flow: usize, a: IpAddr, to: IpAddr| -> Result<u8> {
-        let r = spec
-            .routes
-            .iter()
-            .find(|r| r.a == a && r.b == to)
-            .or_else(|| spec.routes.iter().find(|r| r.a == a))
-            .ok_or_else(|| anyhow!("flow {flow}: no route from {a}"))?;
-        let [link] = r.links.as_slice() else {
-            bail!("route {a} -> {}: the lab runs routes through one link each ({} here)", r.b, r.links.len())
-        };
-        let i = spec.links.iter().position(|l| &l.name == link).ok_or_else(|| anyhow!("no link named {link}"))?;
+    let link_index = |name: &str| -> Result<u8> {
+        let i = spec.links.iter().position(|l| l.name == name).ok_or_else(|| anyhow!("no link named {name}"))?;
         Ok(i as u8 + 1)
+    };
+    // The file's route each address leaves by.
+    let route_of = |flow: usize, a: IpAddr, to: IpAddr| -> Result<usize> {
+        spec.routes
+            .iter()
+            .position(|r| r.a == a && r.b == to)
+            .or_else(|| spec.routes.iter().position(|r| r.a == a))
+            .ok_or_else(|| anyhow!("flow {flow}: no route from {a}"))
+    };
+    let mut used: Vec<usize> = Vec::new();
+    for (i, f) in spec.flows.iter().enumerate() {
+        for &a in &f.from {
+            let r = route_of(i, a, f.to)?;
+            if !used.contains(&r) {
+                used.push(r);
+            }
+        }
+    }
+    let routes = used
+        .iter()
+        .map(|&r| spec.routes[r].links.iter().map(|l| link_index(l)).collect::<Result<Vec<u8>>>())
+        .collect::<Result<Vec<Vec<u8>>>>()?;
+    // One link per route: topo.sh's flat lab, each address on the path of
+    // its link. Otherwise the paths chain into routes through routers.
+    let wiring =
+        if routes.iter().all(|r| r.len() == 1) { None } else { Some(Wiring::build(spec.links.len() as u8, &routes)?) };
+    let path_of = |flow: usize, a: IpAddr, to: IpAddr| -> Result<u8> {
+        let r = route_of(flow, a, to)?;
+        let r = used.iter().position(|&u| u == r).expect("every address's route is listed above");
+        Ok(if wiring.is_some() { r as u8 + 1 } else { routes[r][0] })
+    };
+    let server_addr = |route: u8, kernel_mptcp: bool| match &wiring {
+        Some(w) => w.server_addr(route),
+        None if kernel_mptcp => Ipv4Addr::new(10, 0, 1, 2),
+        None => Ipv4Addr::new(10, 0, route, 2),
     };
     let (mut flows, mut client_nets, mut server_nets) = (Vec::new(), Vec::new(), Vec::new());
     let (mut next_f, mut next_k, mut kernel_mptcp) = (1u8, 1u8, 0);
@@ -212,7 +248,7 @@ fn plan(spec: &Spec, stack: LabStack, tcp_stack: LabStack, tcp_cc: Option<&str>)
             }
             (FlowKind::Mptcp, _) => {
                 kernel_mptcp += 1;
-                if paths[0] != 1 {
+                if paths[0] != 1 && wiring.is_none() {
                     bail!("flow {i}: the kernel's MPTCP flow must leave from an address routed over the first link");
                 }
                 // Uncoupled: the kernel has reno, cubic and bbr; a coupled name becomes cubic.
@@ -234,6 +270,7 @@ fn plan(spec: &Spec, stack: LabStack, tcp_stack: LabStack, tcp_cc: Option<&str>)
             bail!("too many mptun flows and addresses for the lab's address plan");
         }
         flows.push(LabFlow {
+            server_addr: server_addr(paths[0], carrier == Carrier::KernelMptcp),
             carrier,
             paths,
             cc,
@@ -246,7 +283,7 @@ fn plan(spec: &Spec, stack: LabStack, tcp_stack: LabStack, tcp_cc: Option<&str>)
     if kernel_mptcp > 1 {
         bail!("the kernel's endpoints are per namespace: one kernel MPTCP flow per run");
     }
-    Ok(Plan { specs, flows, client_nets, server_nets })
+    Ok(Plan { specs, flows, client_nets, server_nets, wiring })
 }
 
 /// Whether the kernel's internal pacing carries flow `f`: its TCP flows
@@ -288,10 +325,10 @@ fn peer_args(f: &LabFlow, pacer: Option<mptun::PacerKind>, kernel_pacing: bool) 
             srv.extend(s(&["--stack", "kernel", "--listen"]));
             srv.push(format!("0.0.0.0:{}", f.port));
             cli.extend(s(&["--stack", "kernel", "--cc", &f.cc, "--connect"]));
-            cli.push(format!("10.0.1.2:{}", f.port));
+            cli.push(format!("{}:{}", f.server_addr, f.port));
         }
         Carrier::KernelUdp(u) => {
-            let to = format!("10.0.{}.2:{}", f.paths[0], f.port);
+            let to = format!("{}:{}", f.server_addr, f.port);
             let udp = |v: &mut Vec<String>| {
                 v.extend(s(&["--stack", "kernel", "--udp", &u.rate_bps.to_string()]));
                 v.extend(["--udp-packet".into(), u.packet.to_string()]);
@@ -304,7 +341,7 @@ fn peer_args(f: &LabFlow, pacer: Option<mptun::PacerKind>, kernel_pacing: bool) 
             cli.extend(["--connect".into(), to]);
         }
         Carrier::KernelTcp => {
-            let to = format!("10.0.{}.2:{}", f.paths[0], f.port);
+            let to = format!("{}:{}", f.server_addr, f.port);
             srv.extend(s(&["--stack", "kernel", "--no-mptcp", "--listen", &to]));
             cli.extend(s(&["--stack", "kernel", "--no-mptcp", "--cc", &f.cc, "--connect", &to]));
         }
@@ -438,6 +475,27 @@ fn sender_medians(series: &[(f64, Vec<super::peer::SubflowPoint>)], from: f64, t
     })
 }
 
+/// One link of the file, lab beside simulator: which links each route's
+/// traffic crossed and where it was dropped, so a multi-link route is seen
+/// to take its links.
+#[derive(Serialize)]
+struct LinkRow {
+    name: String,
+    /// Frames linkem forwarded, client to server (Ethernet headers
+    /// included: 14 bytes per frame over the simulator's IP bytes).
+    lab_a2b_bytes: u64,
+    /// And server to client.
+    lab_b2a_bytes: u64,
+    /// Dropped by the full queue, client to server (the simulator counts
+    /// that direction).
+    lab_dropped_queue: u64,
+    /// Dropped by the queue discipline (CoDel, RED), client to server.
+    lab_dropped_aqm: u64,
+    sim_a2b_bytes: u64,
+    sim_dropped_queue: u64,
+    sim_dropped_aqm: u64,
+}
+
 #[derive(Serialize)]
 struct LabRunReport {
     scenario: String,
@@ -446,17 +504,34 @@ struct LabRunReport {
     measure_from_s: f64,
     mptcp_stack: &'static str,
     flows: Vec<FlowRow>,
+    links: Vec<LinkRow>,
     sim_run_digest: String,
 }
 
 /// Carries out `plan` on `topo`: the TUN routes, the kernel's endpoints.
 fn prepare(topo: &Topology, spec: &Spec, plan: &Plan) -> Result<()> {
-    topo.tun_routes(&plan.client_nets, &plan.server_nets)?;
+    match &plan.wiring {
+        None => topo.tun_routes(&plan.client_nets, &plan.server_nets)?,
+        Some(w) => topo.wire(w, &plan.client_nets, &plan.server_nets)?,
+    }
     for (f, fl) in plan.flows.iter().zip(&spec.flows) {
         if f.carrier != Carrier::KernelMptcp {
             continue;
         }
         topo.ip(&topo.cli, &["mptcp", "endpoint", "flush"])?;
+        if let Some(w) = &plan.wiring {
+            // Each further address is its own route's client address, which
+            // the client's rules send over that route.
+            for &r in &f.paths[1..] {
+                let (addr, dev) = (w.client_addr(r).to_string(), format!("c{}", w.routes[usize::from(r) - 1][0]));
+                topo.ip(&topo.cli, &["mptcp", "endpoint", "add", &addr, "dev", &dev, "subflow"])?;
+            }
+            let n = (fl.from.len() - 1).to_string();
+            for ns in [&topo.cli, &topo.srv] {
+                topo.ip(ns, &["mptcp", "limits", "set", "subflows", &n, "add_addr_accepted", "0"])?;
+            }
+            continue;
+        }
         let mut used = BTreeSet::from([1u8]);
         for (j, &p) in f.paths.iter().enumerate().skip(1) {
             let addr = if used.insert(p) {
@@ -495,7 +570,8 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
     }
     let sim = scenario_file::run(&spec)?;
     let what = format!("MPTCP flows on {}'s stack, TCP flows on {}'s", a.stack.name(), a.tcp_stack.name());
-    let topo = Topology::plan(&a.common)?.up_with(&plan.specs, &what, true)?;
+    let ends = plan.wiring.as_ref().map(Wiring::ends_arg);
+    let topo = Topology::plan(&a.common)?.with_ends(ends).up_with(&plan.specs, &what, plan.wiring.is_none())?;
     prepare(&topo, &spec, &plan)?;
     let mut servers: Vec<Proc> = Vec::new();
     let mut args = Vec::new();
@@ -531,7 +607,29 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
         let sr = parse("server", i, servers[i].finish(Duration::from_secs(30)))?;
         reports.push((cr, sr));
     }
+    // Each linkem's counters before the teardown removes its socket.
+    let lab_links: Vec<serde_json::Value> = (1..=plan.specs.len() as u8)
+        .map(|i| {
+            let stats = topo.ctl(i, &["stats"])?;
+            serde_json::from_str(&stats).with_context(|| format!("linkem {i}'s stats"))
+        })
+        .collect::<Result<_>>()?;
     drop(topo);
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let links = lab_links
+        .iter()
+        .zip(&sim.links)
+        .map(|(l, s)| LinkRow {
+            name: s.name.clone(),
+            lab_a2b_bytes: n(&l["a2b"]["forwarded_bytes"]),
+            lab_b2a_bytes: n(&l["b2a"]["forwarded_bytes"]),
+            lab_dropped_queue: n(&l["a2b"]["dropped"]["queue_full"]),
+            lab_dropped_aqm: n(&l["a2b"]["dropped"]["aqm"]),
+            sim_a2b_bytes: s.delivered_bytes,
+            sim_dropped_queue: s.dropped_queue,
+            sim_dropped_aqm: s.dropped_aqm,
+        })
+        .collect();
     let measure = spec.measure_from.unwrap_or(spec.duration / 2).min(spec.duration).as_secs_f64();
     let end = spec.duration.as_secs_f64();
     let goodputs: Vec<f64> = plan
@@ -600,6 +698,7 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
         measure_from_s: measure,
         mptcp_stack: a.stack.name(),
         flows,
+        links,
         sim_run_digest: sim.run_digest.clone(),
     };
     super::emit(a.common.json.json, &r, || {
@@ -621,6 +720,20 @@ pub(crate) fn run(a: RunArgs) -> Result<Verdict> {
                 f.sim_share,
                 f.share_delta,
                 if f.sha256_match { "match" } else { "MISMATCH" }
+            );
+        }
+        println!("  links, client to server over the whole run (lab bytes are frames):");
+        println!("  link              lab MB  sim MB  lab drops (queue/aqm)  sim drops");
+        for l in &r.links {
+            println!(
+                "  {:<16} {:>7.2} {:>7.2}  {:>10}/{:<10} {:>6}/{}",
+                l.name,
+                l.lab_a2b_bytes as f64 / 1e6,
+                l.sim_a2b_bytes as f64 / 1e6,
+                l.lab_dropped_queue,
+                l.lab_dropped_aqm,
+                l.sim_dropped_queue,
+                l.sim_dropped_aqm
             );
         }
         println!("  senders over the same window (medians of 100 ms samples, first subflow):");
@@ -712,6 +825,64 @@ mod tests {
             assert!(args.windows(udp.len()).any(|w| w == udp), "{args:?}");
         }
         assert!(!cli.contains(&"--max-pacing-rate".to_string()), "UDP is not paced by the kernel's TCP");
+    }
+
+    #[test]
+    fn routes_through_two_links_meet_in_a_router_each_flow_on_its_own_addresses() {
+        const SERVER: &str = include_str!("../../../../docs/scenarios/olia-a-server/olia-a-server.toml");
+        let p = plan(&spec(SERVER), LabStack::Mptun, LabStack::Kernel, None).unwrap();
+        let w = p.wiring.as_ref().expect("routes through two links");
+        // private, server, ap, server2: the private link and the AP meet the two server links in r1.
+        assert_eq!(w.ends_arg(), "cli-r1,r1-srv,cli-r1,r1-srv");
+        assert_eq!(w.routes.len(), 30, "10 users' two paths and 10 TCP users' one");
+        // A type-1 user's subflows: its own routes, private+server and ap+server.
+        assert_eq!(w.routes[usize::from(p.flows[0].paths[0]) - 1], [1, 2]);
+        assert_eq!(w.routes[usize::from(p.flows[0].paths[1]) - 1], [3, 2]);
+        // A type-2 TCP user: the kernel's TCP to its route's own server address over ap+server2.
+        let tcp = &p.flows[10];
+        assert_eq!(tcp.carrier, Carrier::KernelTcp);
+        let r = tcp.paths[0];
+        assert_eq!(w.routes[usize::from(r) - 1], [3, 4]);
+        assert_eq!(tcp.server_addr, w.server_addr(r));
+        assert_eq!(tcp.server_addr.octets()[..3], [10, 0, 4]);
+        let (srv, cli) = peer_args(tcp, None, true);
+        let to = format!("{}:{}", tcp.server_addr, tcp.port);
+        assert!(srv.contains(&to) && cli.contains(&to), "{srv:?} {cli:?}");
+        // mptun's TUN subnets follow the route numbers.
+        assert_eq!(p.client_nets[..2], [(1, p.flows[0].paths[0]), (2, p.flows[0].paths[1])]);
+        // The flat files stay flat.
+        assert!(plan(&spec(POOLING), LabStack::Mptun, LabStack::Kernel, None).unwrap().wiring.is_none());
+    }
+
+    #[test]
+    fn a_route_graph_the_lab_cannot_place_is_refused_before_anything_is_built() {
+        // Link a is the first link of one route and the second of the other.
+        let text = r#"
+name = "loop"
+duration = "10s"
+[[link]]
+name = "a"
+rate = "10mbit"
+delay = "10ms"
+[[link]]
+name = "b"
+rate = "10mbit"
+delay = "10ms"
+[[route]]
+a = "10.1.1.1"
+b = "10.0.1.2"
+links = ["a"]
+[[route]]
+a = "10.2.1.1"
+b = "10.0.1.2"
+links = ["b", "a"]
+[[flow]]
+kind = "mptcp"
+from = ["10.1.1.1", "10.2.1.1"]
+to = "10.0.1.2"
+"#;
+        let e = plan(&spec(text), LabStack::Mptun, LabStack::Kernel, None).unwrap_err().to_string();
+        assert!(e.contains("link 2 would run from cli to cli"), "{e}");
     }
 
     #[test]

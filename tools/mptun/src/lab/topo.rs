@@ -135,6 +135,8 @@ pub(crate) struct Topology {
     /// `P-cli`, `P-srv`.
     pub(crate) cli: String,
     pub(crate) srv: String,
+    /// topo.sh's `--ends` (multi-link routes through router namespaces).
+    ends: Option<String>,
 }
 
 impl Topology {
@@ -156,8 +158,22 @@ impl Topology {
             state: std::env::temp_dir().join(format!("mptun-lab-{name}")),
             cli: format!("{name}-cli"),
             srv: format!("{name}-srv"),
+            ends: None,
             name,
         })
+    }
+
+    /// Places each path's ends as `ends` says (topo.sh's `--ends`, from
+    /// [`super::routes::Wiring::ends_arg`]); `None` keeps every path
+    /// client to server.
+    pub(crate) fn with_ends(mut self, ends: Option<String>) -> Topology {
+        self.ends = ends;
+        self
+    }
+
+    /// The namespace of `node`.
+    pub(crate) fn ns(&self, node: super::routes::Node) -> String {
+        format!("{}-{}", self.name, node.suffix())
     }
 
     fn down(&self) -> bool {
@@ -187,7 +203,8 @@ impl Topology {
     /// bring their own, [`Topology::tun_routes`]); `what` names the stacks
     /// in the progress line.
     pub(crate) fn up_with(self, specs: &[String], what: &str, mptcp: bool) -> Result<Topology> {
-        let ours = [format!("{}-cli", self.name), format!("{}-mid", self.name), self.srv.clone()];
+        let mut ours = vec![format!("{}-cli", self.name), format!("{}-mid", self.name), self.srv.clone()];
+        ours.extend((1..=8).map(|r| format!("{}-r{r}", self.name)));
         if namespaces().iter().any(|n| ours.contains(n)) || self.state.exists() {
             eprintln!("lab: removing the leftovers of an earlier run named {}", self.name);
             if !self.down() {
@@ -201,10 +218,14 @@ impl Topology {
         if !mptcp {
             up.arg("--no-mptcp");
         }
+        if let Some(e) = &self.ends {
+            up.args(["--ends", e]);
+        }
         for s in specs {
             up.args(["--path", s]);
         }
-        eprintln!("lab: {} — linkem [{}] — {}, {what}", self.cli, specs.join(" | "), self.srv);
+        let placed = self.ends.as_ref().map_or_else(String::new, |e| format!(" (paths' ends {e})"));
+        eprintln!("lab: {} — linkem [{}]{placed} — {}, {what}", self.cli, specs.join(" | "), self.srv);
         let out = up.output().context("cannot run bash")?;
         // From here on the namespaces may exist: `self` tears them down on
         // every way out (an error, a signal).
@@ -291,6 +312,19 @@ impl Topology {
         for &(f, p) in server {
             let net = format!("10.8.{f}.0/24");
             ip(&self.cli, &["route", "add", &net, "via", &format!("10.0.{p}.2"), "dev", &format!("c{p}")])?;
+        }
+        Ok(())
+    }
+
+    /// Routes multi-link routes across the routers (and mptun's TUN
+    /// subnets with them): [`super::routes::Wiring::commands`].
+    pub(crate) fn wire(&self, w: &super::routes::Wiring, client: &[(u8, u8)], server: &[(u8, u8)]) -> Result<()> {
+        for ns in [&self.cli, &self.srv] {
+            sysctl(ns, "net.ipv4.ip_forward", "1")?;
+        }
+        for (node, args) in w.commands(client, server) {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            ip(&self.ns(node), &args)?;
         }
         Ok(())
     }
