@@ -191,7 +191,7 @@ do_down() {
     stop_linkems
     for ns in "$CLI" "$MID" "$SRV"; do lab_ns_delete "$ns"; done
     # Routers (--ends), whether or not the state directory survived.
-    for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NAME-r[1-8]\$" || true); do lab_ns_delete "$ns"; done
+    for n in 1 2 3 4 5 6 7 8; do lab_ns_delete "$NAME-r$n"; done
     local f
     for f in "$STATE"/path*.json; do
         [ -e "$f" ] && echo "stats: $f"

@@ -20,7 +20,7 @@
 //!         client TUN subnet 10.9.k.0/24 on r: default via 10.0.i1.2
 //! router: the same two rules: default via the next link's 10.0.i.2;
 //!         CA and each 10.9.k.0/24 of r via the previous link's 10.0.i.1
-//! P-srv:  10.0.in.(10+r) on s<in> (the route's server address, SA);
+//! P-srv:  10.0.in.(130+r) on s<in> (the route's server address, SA);
 //!         CA and each 10.9.k.0/24 of r via 10.0.in.1
 //! ```
 //!
@@ -55,8 +55,10 @@ impl Node {
 
 /// topo.sh builds at most this many routers (`r1` .. `r8`).
 const MAX_ROUTERS: u8 = 8;
-/// Routes the address plan has room for (10.0.i.11 .. 10.0.i.210).
-const MAX_ROUTES: usize = 200;
+/// Routes the address plan has room for: client addresses 10.0.i.11 ..
+/// 10.0.i.130, server addresses 10.0.i.131 .. 10.0.i.250 (apart, so that a
+/// one-link route's two ends, both on its link's subnet, differ).
+const MAX_ROUTES: usize = 120;
 
 /// The lab's paths joined into the file's routes.
 #[derive(Clone, Debug, PartialEq)]
@@ -190,7 +192,7 @@ impl Wiring {
 
     /// Route `r`'s own address at the server (on its last link).
     pub(crate) fn server_addr(&self, r: u8) -> Ipv4Addr {
-        Ipv4Addr::new(10, 0, *self.route(r).last().expect("a route has links"), 10 + r)
+        Ipv4Addr::new(10, 0, *self.route(r).last().expect("a route has links"), 130 + r)
     }
 
     /// The `ip` commands, namespace by namespace, that route every lab
@@ -253,8 +255,8 @@ mod tests {
         let w = Wiring::build(3, &[vec![1, 2], vec![3, 2]]).unwrap();
         assert_eq!(w.ends, [(Node::Cli, Node::Router(1)), (Node::Router(1), Node::Srv), (Node::Cli, Node::Router(1))]);
         assert_eq!(w.ends_arg(), "cli-r1,r1-srv,cli-r1");
-        assert_eq!((w.client_addr(1), w.server_addr(1)), (Ipv4Addr::new(10, 0, 1, 11), Ipv4Addr::new(10, 0, 2, 11)));
-        assert_eq!((w.client_addr(2), w.server_addr(2)), (Ipv4Addr::new(10, 0, 3, 12), Ipv4Addr::new(10, 0, 2, 12)));
+        assert_eq!((w.client_addr(1), w.server_addr(1)), (Ipv4Addr::new(10, 0, 1, 11), Ipv4Addr::new(10, 0, 2, 131)));
+        assert_eq!((w.client_addr(2), w.server_addr(2)), (Ipv4Addr::new(10, 0, 3, 12), Ipv4Addr::new(10, 0, 2, 132)));
         let c = w.commands(&[(1, 1), (2, 2)], &[(1, 1)]);
         let has = |n: Node, s: &str| c.iter().any(|(m, a)| *m == n && a.join(" ") == s);
         // Route 2 leaves the client by the AP link and the router by the server link.
@@ -266,7 +268,7 @@ mod tests {
         assert!(has(Node::Srv, "route add 10.9.2.0/24 via 10.0.2.1 dev s2"));
         assert!(has(Node::Router(1), "route add 10.9.2.0/24 via 10.0.3.1 dev s3"));
         assert!(has(Node::Router(1), "route add 10.0.3.12/32 via 10.0.3.1 dev s3"));
-        assert!(has(Node::Cli, "route add 10.0.2.12 via 10.0.3.2 dev c3 src 10.0.3.12"));
+        assert!(has(Node::Cli, "route add 10.0.2.132 via 10.0.3.2 dev c3 src 10.0.3.12"));
         assert!(has(Node::Cli, "route add 10.8.1.0/24 via 10.0.1.2 dev c1"));
         // The server never forwards by source: nothing of a route's forward table there.
         assert!(!c.iter().any(|(m, a)| *m == Node::Srv && a.contains(&"table".to_string())));
@@ -281,6 +283,12 @@ mod tests {
         // A link nobody routes over stays client to server.
         let spare = Wiring::build(3, &[vec![1, 2]]).unwrap();
         assert_eq!(spare.ends[2], (Node::Cli, Node::Srv));
+        // A one-link route beside a chain: its two ends share the link's
+        // subnet and must not share an address.
+        let mixed = Wiring::build(3, &[vec![1], vec![2, 3]]).unwrap();
+        assert_eq!(mixed.ends_arg(), "cli-srv,cli-r1,r1-srv");
+        assert_ne!(mixed.client_addr(1), mixed.server_addr(1));
+        assert_eq!(mixed.server_addr(1).octets()[..3], mixed.client_addr(1).octets()[..3]);
     }
 
     #[test]

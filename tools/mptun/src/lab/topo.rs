@@ -208,7 +208,11 @@ impl Topology {
         if namespaces().iter().any(|n| ours.contains(n)) || self.state.exists() {
             eprintln!("lab: removing the leftovers of an earlier run named {}", self.name);
             if !self.down() {
-                bail!("cannot remove the leftovers of {}: delete {}-cli/-mid/-srv by hand", self.name, self.name);
+                bail!(
+                    "cannot remove the leftovers of {}: delete {}-cli/-mid/-srv/-r1..r8 by hand",
+                    self.name,
+                    self.name
+                );
             }
             let _ = std::fs::remove_dir_all(&self.state);
         }
@@ -278,6 +282,11 @@ impl Topology {
             ip(&self.srv, &["route", "add", &net, "via", &back, "dev", &format!("s{i}")])?;
         }
         ip(&self.cli, &["route", "add", "10.8.1.0/24", "via", "10.0.1.2", "dev", "c1"])
+    }
+
+    /// `sysctl KEY=VALUE` inside namespace `ns` (one of this lab's).
+    pub(crate) fn sysctl(&self, ns: &str, key: &str, value: &str) -> Result<()> {
+        sysctl(ns, key, value)
     }
 
     /// `ip ARGS` inside namespace `ns` (one of this lab's).
@@ -364,7 +373,10 @@ impl Topology {
 impl Drop for Topology {
     fn drop(&mut self) {
         if !self.down() {
-            eprintln!("mptun: warning: `topo.sh down --name {}` failed; remove {0}-cli/-mid/-srv by hand", self.name);
+            eprintln!(
+                "mptun: warning: `topo.sh down --name {}` failed; remove {0}-cli/-mid/-srv/-r1..r8 by hand",
+                self.name
+            );
         }
         // The state directory (linkem sockets, pid files, stats) is ours too.
         let _ = std::fs::remove_dir_all(&self.state);
