@@ -208,8 +208,9 @@ impl Wiring {
             let (ca, sa) = (self.client_addr(r).to_string(), self.server_addr(r).to_string());
             let (first, last) = (links[0], *links.last().expect("links"));
             let table = (1000 + u32::from(r)).to_string();
-            let nets: Vec<String> =
-                client.iter().filter(|&&(_, cr)| cr == r).map(|&(k, _)| format!("10.9.{k}.0/24")).collect();
+            // mptun's client TUN subnets on this route: (k, 10.9.k.0/24).
+            let nets: Vec<(u8, String)> =
+                client.iter().filter(|&&(_, cr)| cr == r).map(|&(k, _)| (k, format!("10.9.{k}.0/24"))).collect();
             cmd(Node::Cli, &["addr", "add", &format!("{ca}/24"), "dev", &format!("c{first}")]);
             cmd(Node::Srv, &["addr", "add", &format!("{sa}/24"), "dev", &format!("s{last}")]);
             let first_hop = format!("10.0.{first}.2");
@@ -221,8 +222,8 @@ impl Wiring {
                 cmd(n, &["route", "add", "default", "via", &via, "dev", &format!("c{out_link}"), "table", &table]);
                 let pref = (20000 + u32::from(r)).to_string();
                 cmd(n, &["rule", "add", "from", &ca, "lookup", &table, "pref", &pref]);
-                for (net, &(k, _)) in nets.iter().zip(client.iter().filter(|&&(_, cr)| cr == r)) {
-                    let pref = (10000 + u32::from(k)).to_string();
+                for (k, net) in &nets {
+                    let pref = (10000 + u32::from(*k)).to_string();
                     cmd(n, &["rule", "add", "from", net, "lookup", &table, "pref", &pref]);
                 }
             }
@@ -231,7 +232,7 @@ impl Wiring {
                 let in_link = links[j - 1];
                 let (via, dev) = (format!("10.0.{in_link}.1"), format!("s{in_link}"));
                 cmd(n, &["route", "add", &format!("{ca}/32"), "via", &via, "dev", &dev]);
-                for net in &nets {
+                for (_, net) in &nets {
                     cmd(n, &["route", "add", net, "via", &via, "dev", &dev]);
                 }
             }

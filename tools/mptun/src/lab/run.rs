@@ -520,39 +520,38 @@ fn prepare(topo: &Topology, spec: &Spec, plan: &Plan) -> Result<()> {
             continue;
         }
         topo.ip(&topo.cli, &["mptcp", "endpoint", "flush"])?;
-        if let Some(w) = &plan.wiring {
-            // topo.sh made no MPTCP setup with routers (--no-mptcp).
-            for ns in [&topo.cli, &topo.srv] {
-                topo.sysctl(ns, "net.mptcp.enabled", "1")?;
-            }
-            // Each further address is its own route's client address, which
-            // the client's rules send over that route.
-            for &r in &f.paths[1..] {
-                let (addr, dev) = (w.client_addr(r).to_string(), format!("c{}", w.routes[usize::from(r) - 1][0]));
-                topo.ip(&topo.cli, &["mptcp", "endpoint", "add", &addr, "dev", &dev, "subflow"])?;
-            }
-            let n = (fl.from.len() - 1).to_string();
-            for ns in [&topo.cli, &topo.srv] {
-                topo.ip(ns, &["mptcp", "limits", "set", "subflows", &n, "add_addr_accepted", "0"])?;
-            }
-            continue;
-        }
-        let mut used = BTreeSet::from([1u8]);
-        for (j, &p) in f.paths.iter().enumerate().skip(1) {
-            let addr = if used.insert(p) {
-                // This path's own address (topo.sh routes it over that path).
-                format!("10.0.{p}.1")
-            } else {
-                // A further address on the same path.
-                let a = format!("10.0.{p}.{}", 10 + j);
-                topo.ip(&topo.cli, &["addr", "add", &format!("{a}/24"), "dev", &format!("c{p}")])?;
-                if p > 1 {
-                    let table = (100 + u32::from(p)).to_string();
-                    topo.ip(&topo.cli, &["rule", "add", "from", &a, "table", &table])?;
+        match &plan.wiring {
+            Some(w) => {
+                // topo.sh made no MPTCP setup with routers (--no-mptcp).
+                for ns in [&topo.cli, &topo.srv] {
+                    topo.sysctl(ns, "net.mptcp.enabled", "1")?;
                 }
-                a
-            };
-            topo.ip(&topo.cli, &["mptcp", "endpoint", "add", &addr, "dev", &format!("c{p}"), "subflow"])?;
+                // Each further address is its own route's client address,
+                // which the client's rules send over that route.
+                for &r in &f.paths[1..] {
+                    let (addr, dev) = (w.client_addr(r).to_string(), format!("c{}", w.routes[usize::from(r) - 1][0]));
+                    topo.ip(&topo.cli, &["mptcp", "endpoint", "add", &addr, "dev", &dev, "subflow"])?;
+                }
+            }
+            None => {
+                let mut used = BTreeSet::from([1u8]);
+                for (j, &p) in f.paths.iter().enumerate().skip(1) {
+                    let addr = if used.insert(p) {
+                        // This path's own address (topo.sh routes it over that path).
+                        format!("10.0.{p}.1")
+                    } else {
+                        // A further address on the same path.
+                        let a = format!("10.0.{p}.{}", 10 + j);
+                        topo.ip(&topo.cli, &["addr", "add", &format!("{a}/24"), "dev", &format!("c{p}")])?;
+                        if p > 1 {
+                            let table = (100 + u32::from(p)).to_string();
+                            topo.ip(&topo.cli, &["rule", "add", "from", &a, "table", &table])?;
+                        }
+                        a
+                    };
+                    topo.ip(&topo.cli, &["mptcp", "endpoint", "add", &addr, "dev", &format!("c{p}"), "subflow"])?;
+                }
+            }
         }
         let n = (fl.from.len() - 1).to_string();
         for ns in [&topo.cli, &topo.srv] {
