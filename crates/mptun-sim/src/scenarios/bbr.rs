@@ -123,10 +123,10 @@ mod tests {
     }
 
     /// At 4 BDP BBR's share against one CUBIC flow does not settle: BBR's
-    /// window swings by a factor of two to four every 10 to 20 s (its min
-    /// RTT taken through CUBIC's standing queue, then lower once CUBIC
-    /// backs off and the queue drains), so its share of a 10 s window runs
-    /// from a quarter to two thirds and one of 30 s, what a 60 s run
+    /// window swings by a factor of two to four in cycles of 20 to 30 s
+    /// (its min RTT taken through CUBIC's standing queue, then lower once
+    /// CUBIC backs off and the queue drains), so its share of a 10 s window
+    /// runs from about a quarter to over two thirds and one of 30 s, what a 60 s run
     /// measures, scatters by more than 0.1 from window to window
     /// (docs/cc.md, "BBR against CUBIC"). Over 150 s the swings average
     /// out to between the two.
