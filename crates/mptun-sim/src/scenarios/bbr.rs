@@ -99,6 +99,16 @@ pub fn versus(path: &Path, n_cubic: usize, duration: Duration, seed: u64) -> Rep
 mod tests {
     use super::*;
 
+    /// Flow 0's share of what flows 0 and 1 delivered between `t0` and
+    /// `t1` seconds, from a run's samples.
+    fn share_between(samples: &[network::FlowSample], t0: f64, t1: f64) -> f64 {
+        let at = |flow: usize, t: f64| {
+            samples.iter().filter(|x| x.flow == flow && x.t_s <= t + 1e-9).map(|x| x.received).max().unwrap_or(0)
+        };
+        let (b, c) = ((at(0, t1) - at(0, t0)) as f64, (at(1, t1) - at(1, t0)) as f64);
+        b / (b + c)
+    }
+
     /// At 16 BDP BBR's share against one CUBIC flow is still a transient
     /// in the first minute (it keeps the min RTT of its first round until
     /// PROBE_RTT, then grows by its gain cycles) and settles later
@@ -112,11 +122,7 @@ mod tests {
         let s = spec("bbr-versus-cubic", &path, &[Algorithm::Bbr, Algorithm::Cubic], Duration::from_secs(300), 1);
         let (r, samples) = network::run_traced(&s, Some(Duration::from_secs(1))).expect("a well-formed network");
         let steady = r.flows[0].share;
-        let at = |flow: usize, t: f64| {
-            samples.iter().filter(|x| x.flow == flow && x.t_s <= t + 1e-9).map(|x| x.received).max().unwrap_or(0)
-        };
-        let got = |flow: usize| (at(flow, 60.0) - at(flow, 30.0)) as f64;
-        let early = got(0) / (got(0) + got(1));
+        let early = share_between(&samples, 30.0, 60.0);
         println!("BBR share: 30-60 s {early:.3}, 150-300 s {steady:.3}");
         assert!((0.28..0.45).contains(&steady), "BBR's share from 150 to 300 s: {steady}");
         assert!(early < steady - 0.08, "BBR's share from 30 to 60 s {early} against {steady} later");
@@ -138,16 +144,12 @@ mod tests {
         let mut s = spec("bbr-versus-cubic", &path, &[Algorithm::Bbr, Algorithm::Cubic], Duration::from_secs(300), 1);
         s.flows[0].kind = FlowKind::Mptcp;
         let (r, samples) = network::run_traced(&s, Some(Duration::from_secs(1))).expect("a well-formed network");
-        let at = |flow: usize, t: f64| {
-            samples.iter().filter(|x| x.flow == flow && x.t_s <= t + 1e-9).map(|x| x.received).max().unwrap_or(0)
-        };
-        let share = |t0: f64, t1: f64| {
-            let (b, c) = ((at(0, t1) - at(0, t0)) as f64, (at(1, t1) - at(1, t0)) as f64);
-            b / (b + c)
-        };
         let spread = |w: f64| {
-            let v: Vec<f64> =
-                (0..).map(|k| 30.0 + k as f64 * w).take_while(|t| t + w <= 300.0).map(|t| share(t, t + w)).collect();
+            let v: Vec<f64> = (0..)
+                .map(|k| 30.0 + k as f64 * w)
+                .take_while(|t| t + w <= 300.0)
+                .map(|t| share_between(&samples, t, t + w))
+                .collect();
             let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             (lo, hi)
